@@ -1,0 +1,23 @@
+"""The ``psyche`` command: one click group; the reference's program names are aliases of subgroups."""
+
+from __future__ import annotations
+
+import click
+
+from psyche import __version__
+from psyche.cli.client import client
+from psyche.cli.server import server
+from psyche.cli.solana import solana
+from psyche.cli.testnet import testnet
+
+
+@click.group()
+@click.version_option(__version__, prog_name="psyche")
+def cli() -> None:
+    """psyche: train one language model together on untrusted computers."""
+
+
+cli.add_command(server, "centralized-server")
+cli.add_command(client, "centralized-client")
+cli.add_command(testnet, "centralized-local-testnet")
+cli.add_command(solana, "solana-client")

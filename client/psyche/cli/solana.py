@@ -1,0 +1,10 @@
+"""Solana client (psyche-solana-client): run administration and the training daemon on Solana."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+def solana() -> None:
+    """Solana client (psyche-solana-client): run administration and the training daemon on Solana."""

@@ -1,0 +1,53 @@
+"""Quorum, trainer health and consensus selection from witness blooms (SPEC §2.3–2.5).
+
+Run by the coordinator (health checks) and by every client at apply time (which results count),
+so it takes plain values and has no state of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psyche.coordinator.types import Witness
+from psyche.protocol.commitment import sha256
+from psyche.protocol.config import CoordinatorConfig
+from psyche.protocol.identity import NodeIdentity
+
+
+def participant_item(who: NodeIdentity) -> bytes:
+    """What a witness puts in its participant bloom for a trainer it received from."""
+    return sha256(who.signer)
+
+
+def trainer_healthy_score(who: NodeIdentity, witnesses: Sequence[Witness]) -> int:
+    item = participant_item(who)
+    return sum(1 for w in witnesses if w.participant_bloom.contains(item))
+
+
+def trainer_healthy(
+    who: NodeIdentity, witnesses: Sequence[Witness], config: CoordinatorConfig
+) -> bool:
+    """Healthy iff at least a quorum of the round's witnesses saw this trainer's result."""
+    return trainer_healthy_score(who, witnesses) >= config.quorum(len(witnesses))
+
+
+def select_consensus_commitment(
+    data_hashes: Sequence[bytes], witnesses: Sequence[Witness], config: CoordinatorConfig
+) -> int | None:
+    """Index of the commitment (in arrival order) that a quorum of witnesses voted for.
+
+    Each witness votes for the first commitment whose hash is in its broadcast bloom; the
+    candidate with most votes at or above quorum wins, the later one on a tie; None: no consensus.
+    """
+    quorum = config.quorum(len(witnesses))
+    scores = [0] * len(data_hashes)
+    for w in witnesses:
+        for i, h in enumerate(data_hashes):
+            if w.broadcast_bloom.contains(h):
+                scores[i] += 1
+                break
+    best: int | None = None
+    for i, s in enumerate(scores):
+        if s >= quorum and (best is None or s >= scores[best]):
+            best = i
+    return best

@@ -1,0 +1,162 @@
+"""Loading run-config files: ``state.toml`` (SPEC §8.3) and ``data.toml``.
+
+``state.toml`` is the serde form of the reference's Coordinator: top-level ``run_id`` and
+``run_state``, a ``[config]`` table and ``[model.LLM…]`` tables; ``progress`` and ``epoch_state``
+are optional and default. ``update-config`` style files (the Solana tests' ``config.toml``) carry only
+``[config]`` and ``[model]``; :func:`load_run_config` accepts both (``run_id`` optional there).
+
+A user must be able to bring a reference config unchanged, so two later reference layouts are also
+accepted: a ``[model_extra_data]`` table (merged into ``[model.LLM]``) and the keys
+``round_apply_time`` / ``checkpoint_source``, which do not exist in this protocol and are dropped
+with a warning. Everything else unknown is an error naming the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psyche.protocol.config import RUN_ID_MAX_LEN, CoordinatorConfig, Model, TokenSize
+from psyche.protocol.serde import U8, U32, ConfigError, from_obj
+
+IGNORED_KEYS = {"config": ("round_apply_time",), "model.LLM": ("checkpoint_source",)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """What a run-config file describes; ``warnings`` lists keys that were accepted but dropped."""
+
+    run_id: str | None
+    config: CoordinatorConfig
+    model: Model
+    run_state: str = "WaitingForMembers"
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Tables we carry but do not interpret here (``progress``, ``epoch_state``, ``metadata``)."""
+    warnings: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        """All rules of the config and the model, naming the first broken one."""
+        if self.run_id is not None:
+            if not self.run_id:
+                raise ConfigError("run_id must not be empty")
+            if len(self.run_id.encode()) > RUN_ID_MAX_LEN:
+                raise ConfigError(
+                    f"run_id ({self.run_id!r}) must be at most {RUN_ID_MAX_LEN} bytes"
+                )
+        self.config.check()
+        self.model.check()
+        llm = self.model
+        if hasattr(llm, "check_cold_start_warmup_steps"):
+            llm.check_cold_start_warmup_steps(self.config)
+
+
+def parse_toml(text: str, source: str = "<string>") -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: malformed TOML: {e}") from None
+
+
+def run_config_from_obj(doc: dict[str, Any], *, require_run_id: bool = False) -> RunConfig:
+    """Build a :class:`RunConfig` from a parsed TOML/JSON document (no rule checks yet)."""
+    doc = dict(doc)
+    warnings: list[str] = []
+    model = doc.get("model")
+    extra_model = doc.pop("model_extra_data", None)
+    if extra_model is not None:
+        if not isinstance(model, dict) or not isinstance(model.get("LLM"), dict):
+            raise ConfigError("model_extra_data needs a [model.LLM] table")
+        if not isinstance(extra_model, dict):
+            raise ConfigError("model_extra_data must be a table")
+        model = {"LLM": {**model["LLM"], **extra_model}}
+        doc["model"] = model
+        warnings.append("merged [model_extra_data] into [model.LLM]")
+    for table, keys in IGNORED_KEYS.items():
+        node: Any = doc
+        for part in table.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            for key in keys:
+                if key in node:
+                    node = _drop(doc, table, key)
+                    warnings.append(f"{table}.{key} is not part of this protocol and was ignored")
+    known = {"run_id", "run_state", "config", "model", "progress", "epoch_state", "metadata"}
+    for key in doc:
+        if key not in known:
+            raise ConfigError(f"{key}: unknown key (expected one of: {', '.join(sorted(known))})")
+    if "config" not in doc:
+        raise ConfigError("config: missing [config] table")
+    if "model" not in doc:
+        raise ConfigError("model: missing [model.LLM] table")
+    run_id = doc.get("run_id")
+    if run_id is None and require_run_id:
+        raise ConfigError('run_id: missing key (a state file needs run_id = "...")')
+    if run_id is not None and not isinstance(run_id, str):
+        raise ConfigError(f"run_id: expected a string, got {run_id!r}")
+    run_state = doc.get("run_state", "WaitingForMembers")
+    if not isinstance(run_state, str):
+        raise ConfigError(f"run_state: expected a string, got {run_state!r}")
+    return RunConfig(
+        run_id=run_id,
+        run_state=run_state,
+        config=from_obj(CoordinatorConfig, doc["config"], "config"),
+        model=from_obj(Model, doc["model"], "model"),
+        extra={k: doc[k] for k in ("progress", "epoch_state", "metadata") if k in doc},
+        warnings=tuple(warnings),
+    )
+
+
+def _drop(doc: dict[str, Any], table: str, key: str) -> Any:
+    node: Any = doc
+    parts = table.split(".")
+    for part in parts:
+        node[part] = dict(node[part])
+        node = node[part]
+    node.pop(key)
+    return node
+
+
+def load_run_config(path: str | Path, *, require_run_id: bool = False) -> RunConfig:
+    """Read, parse and validate a state/config TOML file; ConfigError names the problem."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    rc = run_config_from_obj(parse_toml(text, str(p)), require_run_id=require_run_id)
+    rc.check()
+    return rc
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataConfig:
+    """``data.toml`` of the TCP data server: where the token files are and how to cut them."""
+
+    dir: str
+    """Directory of token files, relative to the data.toml file."""
+    token_size: TokenSize
+    seq_len: U32
+    shuffle_seed: tuple[U8, ...] = (0,) * 32
+    """32 bytes seeding the sample shuffle."""
+
+    def check(self) -> None:
+        if self.seq_len == 0:
+            raise ConfigError("seq_len must be greater than 0")
+        if len(self.shuffle_seed) != 32:
+            raise ConfigError(f"shuffle_seed must have 32 bytes, got {len(self.shuffle_seed)}")
+
+    def resolved_dir(self, toml_path: str | Path) -> Path:
+        return (Path(toml_path).parent / self.dir).resolve()
+
+
+def load_data_config(path: str | Path) -> DataConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    dc: DataConfig = from_obj(DataConfig, parse_toml(text, str(p)), "data")
+    dc.check()
+    return dc

@@ -6,6 +6,8 @@ import click
 
 from psyche import __version__
 from psyche.cli.client import client
+from psyche.cli.data import data_group
+from psyche.cli.model import model_group
 from psyche.cli.server import server
 from psyche.cli.solana import solana
 from psyche.cli.testnet import testnet
@@ -21,3 +23,5 @@ cli.add_command(server, "centralized-server")
 cli.add_command(client, "centralized-client")
 cli.add_command(testnet, "centralized-local-testnet")
 cli.add_command(solana, "solana-client")
+cli.add_command(model_group, "model")
+cli.add_command(data_group, "data")

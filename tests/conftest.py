@@ -1,0 +1,28 @@
+"""Shared fixtures. Multi-process tests register their children here so none outlive a test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+# Keep CPU tests predictable on small machines (2 cores): one intra-op thread per process.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def reap_children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Every test gets a list; any process put in it is killed and waited for afterwards."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
+            pass

@@ -1,0 +1,125 @@
+"""Which samples each trainer trains in a round (SPEC §3.3).
+
+Assignment is a pure function of public round data (clients, seed, data index, batch size), so
+every client, the data server and the witnesses agree on it without messages. The round's samples
+``[data_index, data_index + batch_size)`` are cut into one contiguous interval per trainer, sizes
+differing by at most one; trainers are ordered by an LCG Fisher–Yates shuffle of their epoch
+order, so who gets the larger first intervals rotates from round to round.
+
+Trade-offs and deliberate limits:
+
+* Tie-breakers and verifiers are not implemented (the reference ``assert``-panics on them).
+  ``assign_data_for_state`` raises ``ValueError`` if the selection yields one; run-config
+  validation requires ``verification_percent == 0`` (and no tie-breakers) so this cannot happen
+  in a valid run.
+* When ``batch_size`` is smaller than the number of trainers, the last trainers in the shuffled
+  order get no interval and no entry (SPEC §11.7: they then look unhealthy to witnesses).
+* With zero trainers the result is empty instead of the reference's division by zero.
+
+``BatchId`` is a closed interval ``[start, end]`` as in the reference: ``size = end - start + 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from psyche.protocol.committee import Committee, CommitteeSelection
+from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.shuffle import deterministic_shuffle
+
+__all__ = ["BatchId", "assign_data_for_state", "get_batch_ids_for_round"]
+
+_U64_MAX = (1 << 64) - 1
+
+
+def _check_u64(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= _U64_MAX:
+        raise ValueError(f"{name} must be an unsigned 64-bit integer, got {value}")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BatchId:
+    """A closed interval ``[start, end]`` of global sample indices; orders by start."""
+
+    start: int
+    """First sample index (inclusive)."""
+    end: int
+    """Last sample index (inclusive)."""
+
+    def __post_init__(self) -> None:
+        _check_u64("BatchId.start", self.start)
+        _check_u64("BatchId.end", self.end)
+        if self.end < self.start:
+            raise ValueError(f"BatchId end {self.end} is before start {self.start}")
+
+    @property
+    def size(self) -> int:
+        """Number of samples in the interval (always at least 1)."""
+        return self.end - self.start + 1
+
+    def contains(self, index: int) -> bool:
+        return self.start <= index <= self.end
+
+    def __str__(self) -> str:
+        return f"[{self.start}, {self.end}]"
+
+
+def _interval_sizes(batch_size: int, n_trainers: int) -> list[int]:
+    if n_trainers == 0:
+        return []
+    base, rem = divmod(batch_size, n_trainers)
+    return [base + (1 if i < rem else 0) for i in range(n_trainers)]
+
+
+def _intervals(data_index: int, batch_size: int, n_trainers: int) -> list[BatchId | None]:
+    """One entry per shuffled trainer slot; ``None`` where the slot's size is zero."""
+    _check_u64("data_index", data_index)
+    _check_u64("batch_size", batch_size)
+    _check_u64("n_trainers", n_trainers)
+    if batch_size > 0 and data_index + batch_size - 1 > _U64_MAX:
+        raise ValueError(f"samples from {data_index} (+{batch_size}) overflow a u64 index")
+    out: list[BatchId | None] = []
+    start = data_index
+    for size in _interval_sizes(batch_size, n_trainers):
+        if size == 0:
+            out.append(None)
+            continue
+        out.append(BatchId(start, start + size - 1))
+        start += size
+    return out
+
+
+def get_batch_ids_for_round(data_index: int, batch_size: int, n_trainers: int) -> list[BatchId]:
+    """The round's intervals in ascending order, without saying who trains them."""
+    return [b for b in _intervals(data_index, batch_size, n_trainers) if b is not None]
+
+
+def assign_data_for_state(
+    clients: Sequence[NodeIdentity],
+    selection: CommitteeSelection,
+    data_index: int,
+    batch_size: int,
+    random_seed: int,
+) -> dict[BatchId, NodeIdentity]:
+    """Map each of the round's intervals to the trainer that must train it.
+
+    ``clients`` is the epoch's client list (index order); ``selection`` is the round's
+    committee selection, whose ``total_nodes`` must cover every index in ``clients``.
+    The dict is insertion-ordered by ``start``. Raises ``ValueError`` if any client is a
+    tie-breaker or verifier (not supported; config validation forbids them).
+    """
+    trainers: list[NodeIdentity] = []
+    for index, client in enumerate(clients):
+        committee = selection.get_committee(index).committee
+        if committee is not Committee.Trainer:
+            raise ValueError(
+                f"client {index} ({client.hex()}) was selected as {committee.name}, which is not "
+                "supported: set verification_percent = 0 and no tie-breakers"
+            )
+        trainers.append(client)
+    shuffled = deterministic_shuffle(trainers, random_seed)
+    slots = _intervals(data_index, batch_size, len(shuffled))
+    return {batch: node for batch, node in zip(slots, shuffled, strict=True) if batch is not None}

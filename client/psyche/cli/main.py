@@ -1,4 +1,4 @@
-"""The ``psyche`` command: one click group; the reference's program names are aliases of subgroups."""
+"""The ``psyche`` command: one click group; the reference's program names alias its subgroups."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import click
 from psyche import __version__
 from psyche.cli.client import client
 from psyche.cli.data import data_group
+from psyche.cli.demo import demo
 from psyche.cli.model import model_group
 from psyche.cli.server import server
 from psyche.cli.solana import solana
@@ -25,3 +26,7 @@ cli.add_command(testnet, "centralized-local-testnet")
 cli.add_command(solana, "solana-client")
 cli.add_command(model_group, "model")
 cli.add_command(data_group, "data")
+cli.add_command(demo, "demo")
+
+if __name__ == "__main__":
+    cli()

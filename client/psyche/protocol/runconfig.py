@@ -2,8 +2,9 @@
 
 ``state.toml`` is the serde form of the reference's Coordinator: top-level ``run_id`` and
 ``run_state``, a ``[config]`` table and ``[model.LLM…]`` tables; ``progress`` and ``epoch_state``
-are optional and default. ``update-config`` style files (the Solana tests' ``config.toml``) carry only
-``[config]`` and ``[model]``; :func:`load_run_config` accepts both (``run_id`` optional there).
+are optional and default. ``update-config`` style files (the Solana tests' ``config.toml``)
+carry only ``[config]`` and ``[model]``; :func:`load_run_config` accepts both (``run_id`` optional
+there).
 
 A user must be able to bring a reference config unchanged, so two later reference layouts are also
 accepted: a ``[model_extra_data]`` table (merged into ``[model.LLM]``) and the keys

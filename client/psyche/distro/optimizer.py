@@ -1,0 +1,290 @@
+"""The DisTrO optimizer: one per client, driving a model's parameters through a round (SPEC §5.3–4).
+
+A round, seen from one client:
+
+1. `lookahead(prev_lr)` moves the weights by the client's own update that is still in flight
+   (`p ← p − prev_lr·sign(δ)`), so the gradient is taken roughly where the weights will be;
+2. the trainer runs forward/backward;
+3. `generate(lr, prev_lr, prev_self)` undoes the lookahead, takes the previous round's transmitted
+   part out of the residual δ, applies decoupled weight decay, folds the gradient into δ
+   (`δ ← β·δ + lr·g`) and returns the top-k of DCT(δ) as a `Payload`;
+4. at the start of the next round every client runs `apply(results, lr)` on the same consensus set:
+   scatter-mean of the coefficients, inverse DCT, sign, `p ← p − lr·sign`.
+
+Departures from the reference, each chosen so honest clients stay bit-identical:
+
+- The lookahead is undone by restoring a saved copy of the weights, not by adding the step back.
+  `(p − a) + a` is not `p` in bf16, and since `a` depends on each client's private δ, the
+  reference's weights drift apart between clients by rounding. The copy costs one parameter-sized
+  buffer while a lookahead is pending.
+- `cancel()` undoes a pending lookahead when a round's training is abandoned (the reference leaves
+  it applied and the model silently diverges, SPEC §11 item 13). `cancel(lr)` also applies the
+  weight decay the finished clients applied, so a client cut short stays identical to them.
+- `generate` refuses a non-finite gradient norm before changing anything, so one bad batch cannot
+  poison the residual for the rest of the run; the caller then cancels the round.
+- Transforms run in fp32 even for bf16 models, and `residual_fp32` optionally keeps δ in fp32
+  (SPEC §11 item 23); values go on the wire in the parameter dtype, so the payload is unchanged.
+- `apply` aggregates peer by peer in payload order (see `compress.aggregate`), in fp32, which is
+  deterministic on accelerators where `scatter_reduce` is not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from psyche.distro.compress import DistroResult, aggregate, compress, sign_values
+from psyche.distro.config import DistroConfig
+from psyche.distro.dct import decode, encode
+from psyche.distro.payload import Payload, PayloadError, PayloadSpec, TensorSpec
+
+__all__ = ["STATE_FORMAT", "Distro", "clip_grad_norm_", "wire_dtype"]
+
+STATE_FORMAT = 1
+"""Version of the `state_dict` layout: `{"format": 1, "residual": {name: tensor}}`."""
+
+
+def wire_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a parameter's values travel in: its own if bf16/f16/f32, otherwise f32."""
+    return dtype if dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
+
+
+@torch.no_grad()
+def clip_grad_norm_(params: Iterable[torch.Tensor], max_norm: float | None) -> float:
+    """Global L2 gradient norm `N`; if `max_norm = c > 0` and `N > c`, scale grads by `c/(N+1e−6)`.
+
+    Parameters without a gradient are skipped. Returns `N` (computed in fp32), before clipping.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    device = grads[0].device
+    norms = torch.stack([torch.linalg.vector_norm(g.float()).to(device) for g in grads])
+    total = float(torch.linalg.vector_norm(norms))
+    if max_norm is not None and max_norm > 0 and total > max_norm:
+        scale = max_norm / (total + 1e-6)
+        for g in grads:
+            g.mul_(scale)
+    return total
+
+
+class Distro:
+    """DisTrO state for one client: the residual δ of every parameter, in parameter-name order."""
+
+    def __init__(
+        self, named_parameters: Iterable[tuple[str, torch.Tensor]], config: DistroConfig
+    ) -> None:
+        items = sorted(named_parameters, key=lambda item: item[0])
+        names = tuple(name for name, _ in items)
+        if not items:
+            raise ValueError("Distro needs at least one parameter")
+        if len(set(names)) != len(names):
+            raise ValueError("parameter names must be unique")
+        for name, param in items:
+            if not param.is_floating_point():
+                raise ValueError(f"parameter {name!r} is {param.dtype}, not floating point")
+        self.config = config
+        self.names = names
+        self._params = tuple(param for _, param in items)
+        self._residual = [
+            torch.zeros_like(p, dtype=torch.float32 if config.residual_fp32 else p.dtype)
+            for p in self._params
+        ]
+        self._specs = tuple(
+            TensorSpec.for_parameter(name, tuple(p.shape), config, wire_dtype(p.dtype))
+            for name, p in items
+        )
+        self._backup: list[torch.Tensor] | None = None
+        self._lookahead_lr: float | None = None
+        self.last_grad_norm: float | None = None
+        """Global gradient norm seen by the last `generate` (before clipping)."""
+
+    @property
+    def payload_spec(self) -> PayloadSpec:
+        """The layout this client's payloads have, and that peers' payloads must have."""
+        return PayloadSpec(tensors=self._specs, quantized=self.config.quantize_1bit)
+
+    @property
+    def lookahead_pending(self) -> bool:
+        """True between `lookahead` and the `generate` or `cancel` that undoes it."""
+        return self._backup is not None
+
+    @torch.no_grad()
+    def lookahead(self, prev_lr: float) -> None:
+        """`p ← p − prev_lr·sign(δ)`; call before forward/backward (SPEC §5.3 step 2)."""
+        if self._backup is not None:
+            raise RuntimeError("a lookahead is already applied: call generate() or cancel() first")
+        self._backup = [p.detach().clone() for p in self._params]
+        self._lookahead_lr = prev_lr
+        for p, delta in zip(self._params, self._residual, strict=True):
+            p.sub_(torch.sign(delta).to(p.dtype), alpha=prev_lr)
+
+    @torch.no_grad()
+    def cancel(self, lr: float | None = None) -> None:
+        """Abandon this round's training: restore the weights from before `lookahead`, exactly.
+
+        With `lr`, also apply the decoupled weight decay `generate(lr, …)` would have applied, so
+        the weights match those of clients that finished the round. Gradients are dropped.
+        """
+        self._restore()
+        if lr is not None:
+            self._weight_decay(lr)
+        for p in self._params:
+            p.grad = None
+
+    def _restore(self) -> None:
+        if self._backup is None:
+            return
+        for p, saved in zip(self._params, self._backup, strict=True):
+            p.copy_(saved)
+        self._backup = None
+        self._lookahead_lr = None
+
+    def _weight_decay(self, lr: float) -> None:
+        decay = self.config.decay
+        if decay != 0:
+            for p in self._params:
+                p.mul_(1.0 - lr * decay)
+
+    @torch.no_grad()
+    def zero_residual(self) -> None:
+        """δ ← 0 (cold start, `zero_optim`)."""
+        for delta in self._residual:
+            delta.zero_()
+
+    @torch.no_grad()
+    def generate(
+        self,
+        lr: float,
+        prev_lr: float,
+        prev_self: Payload | None = None,
+        *,
+        step: int = 0,
+        batch_start: int = 0,
+        batch_end: int = 0,
+        trainer_nonce: int = 0,
+    ) -> Payload:
+        """Turn this round's gradients into a payload (SPEC §5.3 steps 4–6); consumes `.grad`.
+
+        `prev_lr` must be what `lookahead` got. `prev_self` is the payload this client's previous
+        `generate` returned (unquantized: never a decoded 1-bit payload), or None. Raises
+        `FloatingPointError` on a non-finite gradient norm before changing any state.
+        """
+        if self._lookahead_lr is not None and prev_lr != self._lookahead_lr:
+            raise ValueError(f"prev_lr {prev_lr} differs from the lookahead's {self._lookahead_lr}")
+        if prev_self is not None:
+            self._check_results(prev_self, "prev_self")
+        clip = self.config.clip_grad_norm if self.config.clip_enabled else None
+        norm = clip_grad_norm_(self._params, clip)
+        self.last_grad_norm = norm
+        if not math.isfinite(norm):
+            raise FloatingPointError(f"gradient norm is {norm}; call cancel() to drop this round")
+        self._restore()
+        self._weight_decay(lr)
+        chunk, topk, beta = (
+            self.config.compression_chunk,
+            self.config.compression_topk,
+            self.config.compression_decay,
+        )
+        results = []
+        for n, (p, delta) in enumerate(zip(self._params, self._residual, strict=True)):
+            if prev_self is not None:
+                sent = prev_self.results[n]
+                dense = aggregate([sent], torch.float32, delta.device, distinct=True)
+                delta.sub_(decode(dense).reshape(delta.shape).to(delta.dtype))
+            if beta != 1.0:
+                delta.mul_(beta)
+            if p.grad is not None:
+                delta.add_(p.grad.to(delta.dtype), alpha=lr)
+            result = compress(encode(delta.float(), chunk), topk)
+            results.append(
+                DistroResult(
+                    result.idx, result.val.to(wire_dtype(p.dtype)), result.xshape, result.totalk
+                )
+            )
+            p.grad = None
+        return Payload(
+            step=step,
+            batch_start=batch_start,
+            batch_end=batch_end,
+            trainer_nonce=trainer_nonce,
+            quantized=self.config.quantize_1bit,
+            results=tuple(results),
+        )
+
+    @torch.no_grad()
+    def apply(self, payloads: Sequence[Payload], lr: float) -> None:
+        """One sign-SGD step from the consensus results: `p ← p − lr·sign(decode(mean))`.
+
+        `payloads` are peers' payloads from `decode_payload` (and this client's own, decoded or as
+        `generate` returned it). All are checked against this model before any weight changes;
+        a mismatch raises `PayloadError`. No payloads means no update.
+        """
+        if self._backup is not None:
+            raise RuntimeError("apply() while a lookahead is pending: generate() or cancel() first")
+        for n, payload in enumerate(payloads):
+            self._check_results(payload, f"payload {n}")
+        if not payloads:
+            return
+        for n, p in enumerate(self._params):
+            results = [payload.results[n] for payload in payloads]
+            if self.config.quantize_1bit:
+                # Own payloads still hold magnitudes; peers' are already ±1 (idempotent).
+                results = [
+                    DistroResult(r.idx, sign_values(r.val, torch.float32), r.xshape, r.totalk)
+                    for r in results
+                ]
+            dense = aggregate(results, torch.float32, p.device, distinct=True)
+            update = torch.sign(decode(dense)).reshape(p.shape)
+            p.sub_(update.to(p.dtype), alpha=lr)
+
+    def _check_results(self, payload: Payload, what: str) -> None:
+        if payload.quantized != self.config.quantize_1bit:
+            raise PayloadError(f"{what}: quantized={payload.quantized}, the run uses the opposite")
+        if len(payload.results) != len(self._specs):
+            raise PayloadError(
+                f"{what}: {len(payload.results)} tensors, the model has {len(self._specs)}"
+            )
+        for result, spec in zip(payload.results, self._specs, strict=True):
+            if result.xshape != spec.xshape or result.totalk != spec.totalk:
+                raise PayloadError(
+                    f"{what}: tensor {spec.name!r} has xshape {result.xshape} / totalk "
+                    f"{result.totalk}, expected {spec.xshape} / {spec.totalk}"
+                )
+            grid = spec.xshape[:-2] if len(spec.xshape) > 2 else spec.xshape[:-1]
+            if tuple(result.idx.shape[:-1]) != grid or result.idx.shape != result.val.shape:
+                raise PayloadError(f"{what}: tensor {spec.name!r} idx/val do not fit grid {grid}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """`{"format": STATE_FORMAT, "residual": {name: δ}}` (copies, on the residual's device)."""
+        return {
+            "format": STATE_FORMAT,
+            "residual": {
+                name: delta.detach().clone()
+                for name, delta in zip(self.names, self._residual, strict=True)
+            },
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore δ from `state_dict()` output; names and shapes must match exactly."""
+        if set(state) != {"format", "residual"}:
+            raise ValueError(f"state keys {sorted(state)}, expected ['format', 'residual']")
+        if state["format"] != STATE_FORMAT:
+            raise ValueError(f"state format {state['format']!r}, expected {STATE_FORMAT}")
+        residual = state["residual"]
+        if set(residual) != set(self.names):
+            missing = sorted(set(self.names) - set(residual))
+            extra = sorted(set(residual) - set(self.names))
+            raise ValueError(f"residual names differ: missing {missing}, unexpected {extra}")
+        for name, delta in zip(self.names, self._residual, strict=True):
+            value = residual[name]
+            if not isinstance(value, torch.Tensor) or value.shape != delta.shape:
+                raise ValueError(
+                    f"residual {name!r} must be a tensor of shape {tuple(delta.shape)}"
+                )
+        for name, delta in zip(self.names, self._residual, strict=True):
+            delta.copy_(residual[name])

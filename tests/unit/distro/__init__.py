@@ -1,0 +1,1 @@
+"""Unit tests for psyche.distro (DisTrO: DCT, top-k, payload format, optimizer)."""

@@ -1,0 +1,167 @@
+"""Messages of the TCP data server protocol (our version of SPEC §6.5 and §7.5).
+
+Every frame (see :mod:`psyche.data.framing`) holds one msgpack map encoded by msgspec, tagged by
+``"type"`` with the class name. Decoding is strict: unknown fields, wrong types, out-of-range
+integers and wrong-size keys are errors, so nothing a peer sends reaches the server logic
+unvalidated. A session is::
+
+    server → Challenge{nonce: 32 random bytes}
+    client → ChallengeResponse{public_key: 32 bytes, signature: 64 bytes}
+             signature = ed25519(secret, b"psyche-data-auth" ‖ nonce)
+    server → Ready{seq_len, num_samples}          (bad signature: connection closed, no reply)
+    client → RequestTrainingData{batch_id}         (any number, one at a time)
+    server → TrainingData{batch_id, tokens} | RequestRejected{batch_id, reason}
+
+``batch_id`` is ``[start, end]`` (closed, u64) and is echoed back so the client can check the
+answer belongs to its request. ``tokens`` holds ``(end - start + 1) · seq_len`` little-endian u32
+token ids, row-major. The domain prefix keeps a signature made for this handshake from being
+valid for any other signed message of the protocol, and the fresh nonce prevents replay.
+``Ready`` is not in the reference: it lets the client check its ``seq_len`` against the server's
+before training on wrongly cut samples, and tells it the dataset size.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import msgspec
+import numpy as np
+import torch
+
+from psyche.data.provider import DataError
+from psyche.protocol.data_selection import BatchId
+
+__all__ = [
+    "AUTH_DOMAIN",
+    "Challenge",
+    "ChallengeResponse",
+    "ClientMessage",
+    "Ready",
+    "RejectReason",
+    "RequestRejected",
+    "RequestTrainingData",
+    "ServerMessage",
+    "TrainingData",
+    "WireBatchId",
+    "WireError",
+    "auth_message",
+    "decode_client",
+    "decode_server",
+    "encode",
+    "pack_tokens",
+    "unpack_tokens",
+]
+
+AUTH_DOMAIN = b"psyche-data-auth"
+NONCE_LEN = 32
+
+U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack ints cannot exceed u64 anyway
+Bytes32 = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+Bytes64 = Annotated[bytes, msgspec.Meta(min_length=64, max_length=64)]
+
+
+class WireError(DataError):
+    """A frame did not decode as the expected message type."""
+
+
+class RejectReason(enum.Enum):
+    NotInThisRound = "NotInThisRound"
+    """The requester is not a client of the current epoch."""
+    WrongDataIdForStep = "WrongDataIdForStep"
+    """The ids are not assigned to the requester in this round."""
+    Malformed = "Malformed"
+    """The interval is invalid (end before start) or too large for one response."""
+
+
+class WireBatchId(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
+    """Raw interval as sent; may be invalid (``end < start``) until checked."""
+
+    start: U64
+    end: U64
+
+    @classmethod
+    def of(cls, b: BatchId) -> WireBatchId:
+        return cls(b.start, b.end)
+
+    def to_batch_id(self) -> BatchId | None:
+        return BatchId(self.start, self.end) if self.end >= self.start else None
+
+
+class _Msg(msgspec.Struct, tag=True, frozen=True, forbid_unknown_fields=True):
+    pass
+
+
+class Challenge(_Msg, frozen=True):
+    nonce: Bytes32
+
+
+class ChallengeResponse(_Msg, frozen=True):
+    public_key: Bytes32
+    signature: Bytes64
+
+
+class Ready(_Msg, frozen=True):
+    seq_len: U32
+    num_samples: U64
+
+
+class RequestTrainingData(_Msg, frozen=True):
+    batch_id: WireBatchId
+
+
+class TrainingData(_Msg, frozen=True):
+    batch_id: WireBatchId
+    tokens: bytes
+
+
+class RequestRejected(_Msg, frozen=True):
+    batch_id: WireBatchId
+    reason: RejectReason
+
+
+ServerMessage = Challenge | Ready | TrainingData | RequestRejected
+ClientMessage = ChallengeResponse | RequestTrainingData
+
+_encoder = msgspec.msgpack.Encoder()
+_client_decoder = msgspec.msgpack.Decoder(ClientMessage)
+_server_decoder = msgspec.msgpack.Decoder(ServerMessage)
+
+
+def encode(msg: _Msg) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode_client(data: bytes) -> ClientMessage:
+    try:
+        return _client_decoder.decode(data)
+    except msgspec.MsgspecError as e:
+        raise WireError(f"bad client message: {e}") from None
+
+
+def decode_server(data: bytes) -> ServerMessage:
+    try:
+        return _server_decoder.decode(data)
+    except msgspec.MsgspecError as e:
+        raise WireError(f"bad server message: {e}") from None
+
+
+def auth_message(nonce: bytes) -> bytes:
+    """The bytes a client signs to answer ``nonce``."""
+    return AUTH_DOMAIN + nonce
+
+
+def pack_tokens(samples: torch.Tensor) -> bytes:
+    """``int64 [n, seq_len]`` → little-endian u32 bytes (token ids must fit in u32)."""
+    arr = samples.numpy()
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > 2**32 - 1):
+        raise DataError("token ids must fit in an unsigned 32-bit integer")
+    return arr.astype("<u4").tobytes()
+
+
+def unpack_tokens(data: bytes, n: int, seq_len: int) -> torch.Tensor:
+    if len(data) != 4 * n * seq_len:
+        raise WireError(f"expected {n}×{seq_len} u32 tokens, got {len(data)} bytes")
+    arr = np.frombuffer(data, dtype="<u4").astype(np.int64).reshape(n, seq_len)
+    return torch.from_numpy(arr)

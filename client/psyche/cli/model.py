@@ -67,7 +67,7 @@ def model_group() -> None:
     default="byte",
     show_default=True,
     envvar="PSYCHE_MODEL_VOCAB",
-    help="Tokenizer: 'byte' (ids 0-2 specials, byte b = b + 3; needs no download).",
+    help="Tokenizer: 'byte' (byte b is id b; BOS/EOS/PAD 256-258; needs no download).",
 )
 @click.option(
     "--dtype",

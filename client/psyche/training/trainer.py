@@ -1,0 +1,239 @@
+"""One client's train step: forward/backward over micro-batches wrapped in DisTrO (SPEC §5.3).
+
+A round for the trainer is `train_step` (produce this client's payload for its batch) and, at the
+start of a later round, `apply_step` (the sign-SGD step on the consensus payloads, run by every
+client alike). Between the two the weights are the same on every honest client, and everything
+here is arranged to keep them so:
+
+- the lookahead is undone by the optimizer restoring a saved copy, and a cancelled or failed step
+  restores it too, so a client that gives up on a round is bit-identical to before the step (the
+  reference left the lookahead applied, SPEC §11 item 13);
+- micro-batches are processed in order with the loss scaled by `1/#micro-batches`, so the
+  gradient does not depend on how a batch is split beyond float rounding;
+- with `grad_accum_fp32`, bf16 gradients are summed in fp32 buffers and rounded once at the end;
+- gradient clipping uses the DisTrO config and happens inside `Distro.generate`, after the
+  non-finite check, so one bad batch cannot poison the residual.
+
+The optimizer is injected (anything with `Distro`'s methods, see `StepOptimizer`), which keeps
+this class testable with fakes and independent of how the residual is stored.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from psyche.distro import DistroConfig, Payload, encode_payload
+from psyche.protocol.config import DistroOptimizer
+from psyche.training.device import DEFAULT_SEED, enable_determinism
+from psyche.training.errors import NonFiniteGradient, TrainingCancelled
+
+__all__ = ["StepOptimizer", "TrainOutput", "Trainer", "distro_config"]
+
+
+class StepOptimizer(Protocol):
+    """The part of `psyche.distro.Distro` a trainer drives."""
+
+    def lookahead(self, prev_lr: float) -> None: ...
+
+    def cancel(self, lr: float | None = None) -> None: ...
+
+    def zero_residual(self) -> None: ...
+
+    def generate(
+        self,
+        lr: float,
+        prev_lr: float,
+        prev_self: Payload | None = None,
+        *,
+        step: int = 0,
+        batch_start: int = 0,
+        batch_end: int = 0,
+        trainer_nonce: int = 0,
+    ) -> Payload: ...
+
+    def apply(self, payloads: Sequence[Payload], lr: float) -> None: ...
+
+
+def distro_config(optimizer: DistroOptimizer, *, residual_fp32: bool = False) -> DistroConfig:
+    """The run config's `[model.LLM.optimizer.Distro]` as the optimizer's own config."""
+    return DistroConfig(
+        compression_decay=optimizer.compression_decay,
+        compression_topk=optimizer.compression_topk,
+        compression_chunk=optimizer.compression_chunk,
+        quantize_1bit=optimizer.quantize_1bit,
+        clip_grad_norm=optimizer.clip_grad_norm,
+        weight_decay=optimizer.weight_decay,
+        residual_fp32=residual_fp32,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TrainOutput:
+    """The result of one `train_step`."""
+
+    payload: bytes
+    """The canonical wire bytes to commit to and publish (1-bit when the run quantizes)."""
+    self_result: Payload
+    """The unquantized payload; pass it as `prev_self_results` to this client's next step."""
+    loss: float
+    """Mean token cross-entropy over the batch (before the lookahead is undone)."""
+    tokens: int
+    """Tokens in the batch (samples × sequence length)."""
+    seconds: float
+    """Wall time of the step."""
+
+
+class Trainer:
+    """Trains `model` (already on `device`) with an injected DisTrO optimizer over its weights."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        distro: StepOptimizer,
+        *,
+        micro_batch_size: int,
+        device: torch.device,
+        grad_accum_fp32: bool = False,
+        seed: int = DEFAULT_SEED,
+    ) -> None:
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be ≥ 1, got {micro_batch_size}")
+        for name, p in model.named_parameters():
+            if p.device.type != device.type or device.index not in (None, p.device.index):
+                raise ValueError(f"parameter {name!r} is on {p.device}, expected {device}")
+        enable_determinism(seed)
+        self.model = model
+        self.distro = distro
+        self.micro_batch_size = micro_batch_size
+        self.device = device
+        self.grad_accum_fp32 = grad_accum_fp32
+        self.trainer_nonce = 0
+        """Train steps started since this trainer was built (sent in payloads, SPEC §5.5)."""
+
+    def _check_batch(self, batch: torch.Tensor) -> torch.Tensor:
+        if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < 2:
+            raise ValueError(f"batch must be [samples ≥ 1, seq ≥ 2], got {tuple(batch.shape)}")
+        if batch.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"batch must hold integer token ids, got {batch.dtype}")
+        return batch.to(self.device, torch.int64)
+
+    def _loss(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # The model shifts labels by one and averages over the predicted tokens.
+        loss: torch.Tensor = self.model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+        return loss
+
+    def accumulate_gradients(
+        self, batch: torch.Tensor, cancel: threading.Event | None = None
+    ) -> float:
+        """Forward/backward `batch` in micro-batches into `.grad`; returns the mean loss.
+
+        Each micro-batch's loss is divided by the number of micro-batches. `cancel` is checked
+        before every micro-batch; when set, `TrainingCancelled` is raised (the caller restores).
+        """
+        batch = self._check_batch(batch)
+        self.model.train()
+        chunks = batch.split(self.micro_batch_size)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        use_buffers = self.grad_accum_fp32 and any(p.dtype != torch.float32 for p in params)
+        buffers = [torch.zeros_like(p, dtype=torch.float32) for p in params] if use_buffers else []
+        total = 0.0
+        for chunk in chunks:
+            if cancel is not None and cancel.is_set():
+                raise TrainingCancelled("training was cancelled between micro-batches")
+            loss = self._loss(chunk) / len(chunks)
+            loss.backward()
+            total += float(loss.detach())
+            if use_buffers:
+                for p, buf in zip(params, buffers, strict=True):
+                    if p.grad is not None:
+                        buf.add_(p.grad.float())
+                        p.grad = None
+        if use_buffers:
+            for p, buf in zip(params, buffers, strict=True):
+                p.grad = buf.to(p.dtype)
+        return total
+
+    def train_step(
+        self,
+        batch: torch.Tensor,
+        *,
+        step: int,
+        lr: float,
+        prev_lr: float,
+        prev_self_results: Payload | None,
+        zero_optim: bool,
+        cancel: threading.Event | None = None,
+        batch_id: tuple[int, int] = (0, 0),
+    ) -> TrainOutput:
+        """Train on `batch` ([samples, seq] token ids) and return this client's payload.
+
+        `lr`/`prev_lr` are this step's and the previous step's LR (cold-start factor included);
+        `zero_optim` clears the residual first (round 0 of a cold-start epoch); `batch_id` is the
+        closed sample interval the payload header names. On cancellation or a non-finite gradient
+        the weights are restored bit for bit and `TrainingCancelled`/`NonFiniteGradient` raised.
+        """
+        started = time.perf_counter()
+        nonce = self.trainer_nonce
+        self.trainer_nonce += 1
+        self.model.zero_grad(set_to_none=True)
+        if zero_optim:
+            self.distro.zero_residual()
+        self.distro.lookahead(prev_lr)
+        try:
+            loss = self.accumulate_gradients(batch, cancel)
+            if cancel is not None and cancel.is_set():
+                raise TrainingCancelled("training was cancelled before the payload was built")
+            result = self.distro.generate(
+                lr,
+                prev_lr,
+                prev_self_results,
+                step=step,
+                batch_start=batch_id[0],
+                batch_end=batch_id[1],
+                trainer_nonce=nonce,
+            )
+        except FloatingPointError as e:
+            self._abandon()
+            raise NonFiniteGradient(f"step {step}: {e}; the round was dropped") from e
+        except BaseException:
+            self._abandon()
+            raise
+        return TrainOutput(
+            payload=encode_payload(result),
+            self_result=result,
+            loss=loss,
+            tokens=batch.numel(),
+            seconds=time.perf_counter() - started,
+        )
+
+    def _abandon(self) -> None:
+        self.distro.cancel()
+        self.model.zero_grad(set_to_none=True)
+
+    def apply_step(self, payloads: Sequence[Payload], *, lr: float) -> None:
+        """Apply the consensus payloads of an earlier round (`Distro.apply`); none: no change."""
+        self.distro.apply(payloads, lr)
+
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable[torch.Tensor]) -> float:
+        """Mean token cross-entropy over `batches`, weighted by predicted tokens; no gradients."""
+        was_training = self.model.training
+        self.model.eval()
+        total, count = 0.0, 0
+        try:
+            for batch in batches:
+                for chunk in self._check_batch(batch).split(self.micro_batch_size):
+                    n = chunk.shape[0] * (chunk.shape[1] - 1)
+                    total += float(self._loss(chunk)) * n
+                    count += n
+        finally:
+            self.model.train(was_training)
+        if count == 0:
+            raise ValueError("evaluate needs at least one non-empty batch")
+        return total / count

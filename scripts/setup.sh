@@ -6,6 +6,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${PSYCHE_CACHE_DIR:-$HOME/.cache/psyche}"
 mkdir -p "$cache"
 export UV_CACHE_DIR="$cache/uv" PIP_CACHE_DIR="$cache/pip"
+# Trust the system certificate store (machines behind a TLS-inspecting proxy add its CA there).
+export UV_NATIVE_TLS="${UV_NATIVE_TLS:-1}"
 # uv resolves and installs the CUDA torch wheel set an order of magnitude faster than pip;
 # it is itself a PyPI package, bootstrapped into a venv of its own when missing.
 UV_VERSION=0.13.9

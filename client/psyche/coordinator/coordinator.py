@@ -154,17 +154,28 @@ class Coordinator:
             raise _fail(E.InvalidCommitteeSelection, str(e)) from None
 
     def previous_round_clients(self) -> list[NodeIdentity]:
-        """The epoch client list as it was during the previous round, rebuilt exactly: clients
-        that left at the boundary (``exited_height`` = previous height) go back to the index
-        they had."""
+        """The epoch client list as it was during the previous round, rebuilt exactly.
+
+        Clients only ever leave during an epoch, so the ``k = prev.clients_len - len(clients)``
+        newest entries of ``exited_clients`` are exactly those removed since the previous round
+        started. Undo their removals newest boundary first; within one boundary, re-insert in
+        ascending ``exited_index`` (each index is relative to the list before that removal).
+        """
         prev = self.previous_round()
         ids = [c.id for c in self.epoch_state.clients]
         if prev is None:
             return ids
-        left = [c for c in self.epoch_state.exited_clients if c.exited_height == prev.height]
-        for c in sorted(left, key=lambda c: c.exited_index):
-            ids.insert(c.exited_index, c.id)
-        return ids[: prev.clients_len]
+        k = min(prev.clients_len - len(ids), len(self.epoch_state.exited_clients))
+        if k <= 0:
+            return ids[: prev.clients_len]
+        recent = self.epoch_state.exited_clients[-k:]
+        for height in sorted({c.exited_height for c in recent}, reverse=True):
+            batch = sorted(
+                (c for c in recent if c.exited_height == height), key=lambda c: c.exited_index
+            )
+            for c in batch:
+                ids.insert(c.exited_index, c.id)
+        return ids
 
     def checkpointer_indices(self) -> list[int]:
         """Clients elected to checkpoint this Cooldown: max(1, ⌊n/3⌋) of them, chosen by a
@@ -449,7 +460,7 @@ class Coordinator:
         sel = self.committee_selection(prev)
         prev_clients = self.previous_round_clients()
         for who, proof in checks:
-            expect = sel.get_committee(proof.index) if proof.index < prev.clients_len else None
+            expect = sel.get_committee(proof.index) if 0 <= proof.index < prev.clients_len else None
             if (
                 expect is None
                 or proof.index >= len(prev_clients)

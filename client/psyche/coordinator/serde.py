@@ -11,7 +11,7 @@ because a client must never trust a state it decodes.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import (
@@ -28,9 +28,9 @@ from psyche.coordinator.types import (
 )
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
-from psyche.protocol.config import CoordinatorConfig, Model
+from psyche.protocol.config import RUN_ID_MAX_LEN, CoordinatorConfig, Model
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import U16, U32, U64, ConfigError, from_obj, to_obj
+from psyche.protocol.serde import U16, U32, U64, ConfigError, MaxBytes, from_obj, to_obj
 
 
 def identity_obj(i: NodeIdentity) -> dict[str, str]:
@@ -204,7 +204,7 @@ def from_obj_state(obj: Any) -> Coordinator:
         raise ConfigError("epoch_state.rounds_head: out of range")
     clients = _list(es["clients"], "epoch_state.clients", MAX_CLIENTS)
     exited = _list(es["exited_clients"], "epoch_state.exited_clients", MAX_CLIENTS)
-    run_id = from_obj(str, t["run_id"], "run_id")
+    run_id = from_obj(Annotated[str, MaxBytes(RUN_ID_MAX_LEN)], t["run_id"], "run_id")
     return Coordinator(
         run_id=run_id,
         config=from_obj(CoordinatorConfig, t["config"], "config"),
@@ -240,6 +240,6 @@ def from_obj_state(obj: Any) -> Coordinator:
 def from_json(text: str | bytes) -> Coordinator:
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ConfigError(f"coordinator state is not valid JSON: {e}") from None
     return from_obj_state(obj)

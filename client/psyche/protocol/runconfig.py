@@ -56,7 +56,7 @@ class RunConfig:
 def parse_toml(text: str, source: str = "<string>") -> dict[str, Any]:
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
         raise ConfigError(f"{source}: malformed TOML: {e}") from None
 
 

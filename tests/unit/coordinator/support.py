@@ -1,0 +1,174 @@
+"""Shared helpers for the coordinator tests: small configs and a Sim driven into each phase."""
+
+from __future__ import annotations
+
+from psyche.coordinator.coordinator import Coordinator
+from psyche.coordinator.serde import to_obj_state
+from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.types import RunState, Witness
+from psyche.protocol.bloom import Bloom
+from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
+from psyche.protocol.config import (
+    LLM,
+    Checkpoint,
+    CoordinatorConfig,
+    CosineLR,
+    DistroOptimizer,
+    HubCheckpoint,
+    HubRepo,
+    LLMArchitecture,
+    LLMDataType,
+    ServerData,
+)
+from psyche.protocol.identity import NodeIdentity
+
+RS = RunState
+N_CLIENTS = 4
+SILENT = 3
+"""Index of the client that stops delivering results in the phase fixtures (from round 1)."""
+
+
+def make_config(**overrides: int) -> CoordinatorConfig:
+    values: dict[str, int] = {
+        "warmup_time": 20,
+        "cooldown_time": 10,
+        "max_round_train_time": 10,
+        "round_witness_time": 2,
+        "global_batch_size_warmup_tokens": 0,
+        "epoch_time": 60,
+        "total_steps": 100,
+        "init_min_clients": N_CLIENTS,
+        "min_clients": 2,
+        "witness_nodes": 0,
+        "global_batch_size_start": 8,
+        "global_batch_size_end": 8,
+        "verification_percent": 0,
+        "waiting_for_members_extra_time": 2,
+    }
+    values.update(overrides)
+    return CoordinatorConfig(**values)
+
+
+def make_model(checkpoint: Checkpoint | None = None) -> LLM:
+    return LLM(
+        max_seq_len=8,
+        cold_start_warmup_steps=0,
+        architecture=LLMArchitecture.HfLlama,
+        checkpoint=checkpoint or HubCheckpoint(HubRepo(repo_id="psyche/test")),
+        data_type=LLMDataType.Pretraining,
+        data_location=ServerData("127.0.0.1:20001"),
+        lr_schedule=CosineLR(
+            base_lr=1e-3, warmup_steps=1, warmup_init_lr=0.0, total_steps=100, final_lr=1e-4
+        ),
+        optimizer=DistroOptimizer(
+            compression_decay=0.999, compression_topk=8, compression_chunk=64, quantize_1bit=True
+        ),
+    )
+
+
+def make_sim(config: CoordinatorConfig | None = None, model: LLM | None = None) -> Sim:
+    cfg = config or make_config()
+    cfg.check()
+    return Sim(Coordinator(run_id="test", config=cfg, model=model or make_model()))
+
+
+def pool(n: int = N_CLIENTS) -> list[NodeIdentity]:
+    return [sim_identity(i) for i in range(n)]
+
+
+def timeout_of(sim: Sim) -> int:
+    """Seconds after which a tick in the current phase changes it (0 where time plays no role)."""
+    cfg = sim.coord.config
+    return {
+        RS.WaitingForMembers: cfg.waiting_for_members_extra_time,
+        RS.Warmup: cfg.warmup_time,
+        RS.RoundTrain: cfg.max_round_train_time,
+        RS.RoundWitness: cfg.round_witness_time,
+        RS.Cooldown: cfg.cooldown_time,
+    }.get(sim.coord.run_state, 0)
+
+
+def finish_round(sim: Sim) -> None:
+    """Elected (non-silent) witnesses report, then RoundTrain/RoundWitness time out as needed."""
+    c = sim.coord
+    assert c.run_state is RS.RoundTrain, c.run_state
+    sim.send_round_witnesses()
+    if c.run_state is RS.RoundTrain:
+        sim.advance(c.config.max_round_train_time)
+        sim.tick()
+    assert c.run_state is RS.RoundWitness, c.run_state
+    sim.advance(c.config.round_witness_time)
+    sim.tick()
+
+
+def to_warmup(sim: Sim, n: int = N_CLIENTS) -> None:
+    if sim.coord.run_state in (RS.Uninitialized, RS.Paused):
+        sim.resume()
+    sim.advance(sim.coord.config.waiting_for_members_extra_time)
+    sim.tick(pool(n))
+    assert sim.coord.run_state is RS.Warmup
+
+
+def to_round_train(sim: Sim) -> None:
+    """Warmup → round 0 → round 1 (client SILENT goes silent) → RoundTrain of round 2."""
+    to_warmup(sim)
+    sim.send_warmup_witnesses()
+    assert sim.coord.run_state is RS.RoundTrain
+    finish_round(sim)
+    sim.silent.add(sim_identity(SILENT))
+    finish_round(sim)
+    assert sim.coord.run_state is RS.RoundTrain and sim.coord.current_round().height == 2
+
+
+def phase(name: str) -> Sim:
+    """A Sim whose coordinator just entered ``name`` (no time has passed since)."""
+    if name == "Finished":
+        sim = make_sim(make_config(total_steps=3))
+        to_warmup(sim)
+        sim.send_warmup_witnesses()
+        while sim.coord.run_state is not RS.Cooldown:
+            finish_round(sim)
+        sim.advance(sim.coord.config.cooldown_time)
+        sim.tick()
+        assert sim.coord.run_state is RS.Finished
+        return sim
+    sim = make_sim()
+    if name == "Uninitialized":
+        return sim
+    if name == "Paused":
+        sim.resume()
+        sim.pause()
+    elif name == "WaitingForMembers":
+        sim.resume()
+    elif name == "Warmup":
+        to_warmup(sim)
+    elif name == "RoundTrain":
+        to_round_train(sim)
+    elif name == "RoundWitness":
+        to_round_train(sim)
+        sim.send_round_witnesses(2)
+        sim.advance(sim.coord.config.max_round_train_time)
+        sim.tick()
+    elif name == "Cooldown":
+        to_round_train(sim)
+        for _ in range(30):
+            if sim.coord.run_state is RS.Cooldown:
+                break
+            finish_round(sim)
+    else:
+        raise ValueError(name)
+    assert sim.coord.run_state.name == name, sim.coord.run_state
+    return sim
+
+
+def plain_witness(index: int, witness: bool = False) -> Witness:
+    proof = WitnessProof(position=index, index=index, witness=witness)
+    return Witness(proof, Bloom.empty(), Bloom.empty())
+
+
+def trainer_proof(index: int, position: int | None = None) -> CommitteeProof:
+    return CommitteeProof(Committee.Trainer, index if position is None else position, index)
+
+
+def state_of(sim: Sim) -> dict[str, object]:
+    return to_obj_state(sim.coord)

@@ -6,6 +6,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
 export PATH="$root/.venv/bin:$PATH"
-echo "== ruff"; ruff check client tests bench && ruff format --check client tests bench
+paths=(client tests)
+[ -d bench ] && paths+=(bench)
+echo "== ruff"
+ruff check "${paths[@]}"
+ruff format --check "${paths[@]}"
 echo "== mypy"; mypy
 echo "== pytest"; pytest "$@"

@@ -24,15 +24,22 @@ from typing import Any
 import torch
 
 from psyche.coordinator import Coordinator, RunState, Witness
-from psyche.coordinator.consensus import participant_item, select_consensus_commitment
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundState,
+    bloom_seed_for,
+    build_witness,
+    results_to_apply,
+    round_state_for,
+    verify_result,
+)
 from psyche.data.local import LocalDataProvider
 from psyche.distro import Distro, DistroConfig, Payload, decode_payload
-from psyche.distro.payload import PayloadError, payload_hash
+from psyche.distro.payload import payload_hash
 from psyche.protocol.bloom import Bloom
-from psyche.protocol.commitment import sha256, sha256v
+from psyche.protocol.commitment import sha256
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.config import LLM, DistroOptimizer, HubCheckpoint, HubRepo
-from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity, SecretKey
 from psyche.protocol.runconfig import RunConfig
 from psyche.training.hashing import model_hash
@@ -50,14 +57,6 @@ class SimClient:
     data: LocalDataProvider
     prev_self: Payload | None = None
     losses: list[float] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    trainer: NodeIdentity
-    batch: BatchId
-    data_hash: bytes
-    payload: bytes
 
 
 @dataclass
@@ -143,8 +142,9 @@ class InProcessRun:
             data = LocalDataProvider(data_dir, self.llm.max_seq_len)
             self.clients.append(SimClient(key.node_identity(), trainer, distro, model, data))
         self.spec = self.clients[0].distro.payload_spec
-        self.published: dict[int, dict[BatchId, Published]] = {}
-        self.assignments: dict[int, tuple[int, dict[BatchId, NodeIdentity]]] = {}
+        self.rounds: dict[int, RoundState] = {}
+        """This epoch's rounds by height; every simulated client downloads every result, so one
+        shared view stands for all of them."""
         self.summary = RunSummary()
         self._seed = 0
 
@@ -177,8 +177,7 @@ class InProcessRun:
             if state is RunState.WaitingForMembers:
                 self.now += c.config.waiting_for_members_extra_time
                 self._tick()
-                self.assignments.clear()
-                self.published.clear()
+                self.rounds.clear()
                 for cl in self.clients:
                     cl.prev_self = None
             elif state is RunState.Warmup:
@@ -211,54 +210,43 @@ class InProcessRun:
 
     def _apply(self, step: int, height: int) -> int:
         """Apply round ``height − 2`` by witness consensus; returns the number of batches used."""
-        if height < 2 or (height - 2) not in self.assignments:
-            return 0
-        pstep, assignment = self.assignments[height - 2]
+        applied = self.rounds.get(height - 2)
         prev = self.coord.previous_round()
-        assert prev is not None
-        chosen: list[bytes] = []
-        for batch in assignment:
-            pub = self.published.get(pstep, {}).get(batch)
-            if pub is None:
-                continue
-            if select_consensus_commitment([pub.data_hash], prev.witnesses, self.coord.config) == 0:
-                chosen.append(pub.payload)
+        if height < 2 or applied is None or prev is None:
+            return 0
+        chosen = [r.payload for r in results_to_apply(applied, prev.witnesses, self.coord)]
         lr = self._lr(step)
         for cl in self.clients:
             # Every client decodes the bytes itself, as it would after a download.
-            payloads = [decode_payload(b, self.spec) for b in chosen]
+            payloads = [decode_payload(b, self.spec) for b in chosen if b is not None]
             if payloads:
                 cl.trainer.apply_step(payloads, lr=lr)
         return len(chosen)
 
-    def _train(self, step: int, height: int) -> tuple[float | None, int, float]:
-        c = self.coord
-        rnd = c.current_round()
-        ids = [x.id for x in c.epoch_state.clients]
-        sel = c.committee_selection(rnd)
-        assignment = assign_data_for_state(ids, sel, rnd.data_index, c.batch_size_for_round(rnd),
-                                           rnd.random_seed)  # fmt: skip
-        self.assignments[height] = (step, assignment)
+    def _train(self, state: RoundState) -> tuple[float | None, int, float]:
         losses: list[float] = []
         sizes: list[int] = []
         compute = 0.0
+        step = state.step
         lr, prev_lr = self._lr(step), self._lr(max(step - 1, 0))
-        for batch, who in assignment.items():
+        for batch, who in state.assignment.items():
             cl = self._client(who)
             tokens = cl.data.get_samples(batch)
             t0 = time.perf_counter()
-            out = cl.trainer.train_step(tokens, step=step, lr=lr, prev_lr=prev_lr,
-                                        prev_self_results=cl.prev_self, zero_optim=False,
-                                        batch_id=(batch.start, batch.end))  # fmt: skip
+            out = cl.trainer.train_step(
+                tokens, step=step, lr=lr, prev_lr=prev_lr, prev_self_results=cl.prev_self,
+                zero_optim=False, batch_id=(batch.start, batch.end),
+            )  # fmt: skip
             compute = max(compute, time.perf_counter() - t0)
             cl.prev_self = out.self_result
-            data = out.payload
-            sizes.append(len(data))
-            h = payload_hash(step, batch.start, batch.end, data)
-            self.published.setdefault(step, {})[batch] = Published(who, batch, h, data)
+            sizes.append(len(out.payload))
+            digest = payload_hash(step, batch.start, batch.end, out.payload)
+            result = ReceivedResult(who, batch, digest, out.payload)
+            if verify_result(result, step, self.spec):
+                state.results[batch] = result
             losses.append(out.loss)
             cl.losses.append(out.loss)
-        trained = {a for a in assignment.values()}
+        trained = set(state.assignment.values())
         for cl in self.clients:
             if cl.identity not in trained:
                 cl.prev_self = None
@@ -271,43 +259,24 @@ class InProcessRun:
         rnd = c.current_round()
         sel = c.committee_selection(rnd)
         sent = 0
-        prev = self.assignments.get(height - 1)
         for i, x in enumerate(list(c.epoch_state.clients)):
             proof = sel.get_witness(i)
             if not proof.witness or c.run_state is not RunState.RoundTrain:
                 continue
-            seed = int.from_bytes(
-                sha256v(b"bloom", x.id.signer, rnd.random_seed.to_bytes(8, "little"))[:8], "little"
-            )
-            participants, broadcasts = Bloom.empty(seed), Bloom.empty(seed ^ 1)
-            if prev is not None:
-                pstep, assignment = prev
-                for batch, trainer in assignment.items():
-                    pub = self.published.get(pstep, {}).get(batch)
-                    if pub is None or not self._verify(pub, pstep):
-                        continue
-                    participants.add(participant_item(trainer))
-                    broadcasts.add(pub.data_hash)
-            c.witness(x.id, Witness(proof, participants, broadcasts), self.now)
+            witness = build_witness(proof, self.rounds.get(height - 1), bloom_seed_for(x.id, rnd))
+            c.witness(x.id, witness, self.now)
             sent += 1
         return sent
-
-    def _verify(self, pub: Published, step: int) -> bool:
-        if payload_hash(step, pub.batch.start, pub.batch.end, pub.payload) != pub.data_hash:
-            return False
-        try:
-            decode_payload(pub.payload, self.spec)
-        except PayloadError:
-            return False
-        return True
 
     def _round(self) -> RoundReport:
         c = self.coord
         step, height = c.progress.step, c.current_round().height
         applied = self._apply(step, height)
         hashes = {model_hash(cl.model) for cl in self.clients}
-        trained = not c.last_step_set()
-        loss, size, compute = self._train(step, height) if trained else (None, 0, 0.0)
+        state = round_state_for(c)
+        self.rounds[height] = state
+        trained = state.trains
+        loss, size, compute = self._train(state) if trained else (None, 0, 0.0)
         self.now += max(1, round(compute))
         witnesses = self._witness(height)
         end_reason = "opportunistic"

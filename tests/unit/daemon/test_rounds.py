@@ -1,0 +1,70 @@
+"""Round decisions shared by the daemon and the simulation: attestation and consensus apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from psyche.coordinator import Coordinator, RunState
+from psyche.coordinator.consensus import participant_item
+from psyche.coordinator.sim import Sim, sim_identity
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundState,
+    build_witness,
+    results_to_apply,
+    round_state_for,
+)
+from psyche.protocol.committee import WitnessProof
+from psyche.protocol.data_selection import BatchId
+from psyche.protocol.runconfig import load_run_config
+
+TINY = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
+
+
+def training_coordinator() -> Coordinator:
+    rc = load_run_config(TINY)
+    s = Sim(Coordinator(run_id="t", config=rc.config, model=rc.model,
+                        run_state=RunState.WaitingForMembers))  # fmt: skip
+    ids = [sim_identity(i) for i in range(3)]
+    s.tick(ids)
+    s.advance(2)
+    s.tick(ids)
+    s.send_warmup_witnesses()
+    assert s.coord.run_state is RunState.RoundTrain
+    return s.coord
+
+
+def test_round_state_assigns_every_sample_once() -> None:
+    coord = training_coordinator()
+    state = round_state_for(coord)
+    assert state.trains and state.height == 0 and state.step == 1
+    sizes = sorted(b.size for b in state.assignment)
+    assert sum(sizes) == coord.config.global_batch_size_end and len(state.assignment) == 3
+
+
+def test_witness_attests_only_the_assignee_and_downloaded_results() -> None:
+    a, b, c = (sim_identity(i) for i in range(3))
+    state = RoundState(0, 1, True, {BatchId(0, 1): a, BatchId(2, 3): b, BatchId(4, 5): c})
+    state.results[BatchId(0, 1)] = ReceivedResult(a, BatchId(0, 1), b"\x01" * 32, b"x")
+    state.results[BatchId(2, 3)] = ReceivedResult(c, BatchId(2, 3), b"\x02" * 32, b"y")  # impostor
+    state.results[BatchId(4, 5)] = ReceivedResult(c, BatchId(4, 5), b"\x03" * 32, None)  # pending
+    w = build_witness(WitnessProof(0, 0, True), state, bloom_seed=7)
+    assert w.participant_bloom.contains(participant_item(a))
+    assert not w.participant_bloom.contains(participant_item(b))
+    assert w.broadcast_bloom.contains(b"\x01" * 32)
+    assert not w.broadcast_bloom.contains(b"\x02" * 32)
+    assert not w.broadcast_bloom.contains(b"\x03" * 32)
+
+
+def test_apply_takes_only_results_with_a_witness_quorum() -> None:
+    coord = training_coordinator()
+    a, b = sim_identity(0), sim_identity(1)
+    state = RoundState(0, 1, True, {BatchId(0, 2): a, BatchId(3, 5): b})
+    state.results[BatchId(0, 2)] = ReceivedResult(a, BatchId(0, 2), b"\x01" * 32, b"x")
+    state.results[BatchId(3, 5)] = ReceivedResult(b, BatchId(3, 5), b"\x02" * 32, b"y")
+    seen_a = RoundState(
+        0, 1, True, dict(state.assignment), {BatchId(0, 2): state.results[BatchId(0, 2)]}
+    )
+    witnesses = [build_witness(WitnessProof(i, i, True), seen_a, bloom_seed=i) for i in range(2)]
+    chosen = results_to_apply(state, witnesses, coord)
+    assert [r.trainer for r in chosen] == [a]

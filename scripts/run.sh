@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install, then run the default job: a simulated 3-client training run on a tiny local model.
+# Install, then run the default job: a local testnet (server + 3 client processes) training a
+# tiny model made locally; writes runs/tiny-testnet/summary.json and summary.png.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
-exec "$root/.venv/bin/psyche" demo "$@"
+exec "$root/.venv/bin/psyche-centralized-local-testnet" start --config-path config/tiny "$@"

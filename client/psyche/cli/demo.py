@@ -68,9 +68,14 @@ def demo(
             prepare_corpus([text_dir], ByteTokenizer(), data_dir, seq_len=run.model.max_seq_len)
             console.print(f"data: tokens in {data_dir}")
     engine = InProcessRun(
-        run, model_dir, data_dir, out_dir, n_clients=clients,
-        micro_batch_size=micro_batch_size, device=device,
-    )  # fmt: skip
+        run,
+        model_dir,
+        data_dir,
+        out_dir,
+        n_clients=clients,
+        micro_batch_size=micro_batch_size,
+        device=device,
+    )
 
     def on_round(r: object) -> None:
         from psyche.daemon.inprocess import RoundReport

@@ -1,11 +1,15 @@
 """Centralized server (psyche-centralized-server): hosts the coordinator over TCP.
 
-``validate-config`` checks a run's ``state.toml`` (and ``data.toml``) before anything is started.
+``validate-config`` checks a run's ``state.toml`` (and ``data.toml``) before anything is started;
+``run`` serves the run (see :mod:`psyche.backends.centralized.app`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -81,3 +85,124 @@ def validate_config(state_path: str, data_path: str | None) -> None:
     if data is not None:
         t.add_row("data server", f"{data.dir} ({data.token_size.name}, seq {data.seq_len})")
     out.print(t)
+
+
+def _setup_logging(console: Console, tui: bool, verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    # With the TUI the status view shows the events; the log keeps only warnings above it.
+    level = logging.DEBUG if verbose else logging.WARNING if tui else logging.INFO
+    handler: logging.Handler
+    if console.is_terminal or tui:
+        handler = RichHandler(console=console, show_path=False)
+        fmt = "%(message)s"
+    else:
+        # Redirected output (files, service managers, tests): one plain line per record.
+        handler = logging.StreamHandler(sys.stderr)
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, handlers=[handler], force=True)
+
+
+@server.command("run")
+@click.option(
+    "--state",
+    "state_path",
+    required=True,
+    envvar="PSYCHE_STATE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Run state file (state.toml).",
+)
+@click.option(
+    "--server-port",
+    default=20000,
+    show_default=True,
+    envvar="PSYCHE_SERVER_PORT",
+    type=click.IntRange(0, 65535),
+    help="TCP port for clients (0: any free port).",
+)
+@click.option(
+    "--host",
+    default="0.0.0.0",
+    show_default=True,
+    envvar="PSYCHE_SERVER_HOST",
+    help="Address to listen on (clients and the data server).",
+)
+@click.option(
+    "--data-config",
+    envvar="PSYCHE_DATA_CONFIG",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="data.toml of the TCP data server; required when data_location is Server.",
+)
+@click.option(
+    "--save-state-dir",
+    envvar="PSYCHE_SAVE_STATE_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Save the state at each epoch end here; restore the newest on start.",
+)
+@click.option(
+    "--init-warmup-time",
+    envvar="PSYCHE_INIT_WARMUP_TIME",
+    type=click.IntRange(1),
+    help="Seconds of warmup until the run is first active (default: config.warmup_time).",
+)
+@click.option(
+    "--withdraw-on-disconnect",
+    default=True,
+    show_default=True,
+    envvar="PSYCHE_WITHDRAW_ON_DISCONNECT",
+    type=click.BOOL,
+    help="Withdraw a client from the epoch when its connection drops.",
+)
+@click.option(
+    "--tui",
+    default=None,
+    envvar="PSYCHE_TUI",
+    type=click.BOOL,
+    help="Live status view (default: true on a terminal); false logs lines instead.",
+)
+@click.option(
+    "--events-file",
+    default=None,
+    envvar="PSYCHE_EVENTS_FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append one JSON line per published state (for summaries and monitoring).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def run_cmd(
+    state_path: Path,
+    server_port: int,
+    host: str,
+    data_config: Path | None,
+    save_state_dir: Path | None,
+    init_warmup_time: int | None,
+    withdraw_on_disconnect: bool,
+    tui: bool | None,
+    events_file: Path | None,
+    verbose: bool,
+) -> None:
+    """Host the coordinator of STATE for clients on TCP until interrupted."""
+    from psyche.backends.centralized.app import ServerSettings, serve
+    from psyche.data.provider import DataError
+
+    console = Console(stderr=True)
+    use_tui = console.is_terminal if tui is None else tui
+    _setup_logging(console, use_tui, verbose)
+    settings = ServerSettings(
+        state=state_path,
+        host=host,
+        port=server_port,
+        data_config=data_config,
+        save_state_dir=save_state_dir,
+        init_warmup_time=init_warmup_time,
+        withdraw_on_disconnect=withdraw_on_disconnect,
+        tui=use_tui,
+        events_file=events_file,
+    )
+    try:
+        asyncio.run(serve(settings, console))
+    except (ConfigError, DataError) as e:
+        console.print(f"[bold red]cannot start the server[/]: {e}")
+        sys.exit(1)
+    except OSError as e:
+        console.print(f"[bold red]cannot listen[/] (port {server_port} or the data port): {e}")
+        sys.exit(1)

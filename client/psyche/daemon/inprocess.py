@@ -137,8 +137,9 @@ class InProcessRun:
             key = SecretKey.from_bytes(sha256(b"psyche-demo-client-%d" % i))
             model, _ = load_model(str(model_dir), device=torch.device(device), dtype=torch.float32)
             distro = Distro(model.named_parameters(), dcfg)
-            trainer = Trainer(model, distro, micro_batch_size=micro_batch_size,
-                              device=torch.device(device))  # fmt: skip
+            trainer = Trainer(
+                model, distro, micro_batch_size=micro_batch_size, device=torch.device(device)
+            )
             data = LocalDataProvider(data_dir, self.llm.max_seq_len)
             self.clients.append(SimClient(key.node_identity(), trainer, distro, model, data))
         self.spec = self.clients[0].distro.payload_spec
@@ -202,8 +203,12 @@ class InProcessRun:
             if i is None or c.run_state is not RunState.Warmup:
                 continue
             proof = WitnessProof(position=i, index=i, witness=False)
-            c.warmup_witness(cl.identity, Witness(proof, Bloom.empty(), Bloom.empty()), self.now,
-                             self._next_seed())  # fmt: skip
+            c.warmup_witness(
+                cl.identity,
+                Witness(proof, Bloom.empty(), Bloom.empty()),
+                self.now,
+                self._next_seed(),
+            )
         if c.run_state is RunState.Warmup:
             self.now += c.config.warmup_time
             self._tick()
@@ -234,9 +239,14 @@ class InProcessRun:
             tokens = cl.data.get_samples(batch)
             t0 = time.perf_counter()
             out = cl.trainer.train_step(
-                tokens, step=step, lr=lr, prev_lr=prev_lr, prev_self_results=cl.prev_self,
-                zero_optim=False, batch_id=(batch.start, batch.end),
-            )  # fmt: skip
+                tokens,
+                step=step,
+                lr=lr,
+                prev_lr=prev_lr,
+                prev_self_results=cl.prev_self,
+                zero_optim=False,
+                batch_id=(batch.start, batch.end),
+            )
             compute = max(compute, time.perf_counter() - t0)
             cl.prev_self = out.self_result
             sizes.append(len(out.payload))
@@ -285,11 +295,19 @@ class InProcessRun:
             self.now += c.config.max_round_train_time
             self._tick()
         return RoundReport(
-            epoch=c.progress.epoch, step=step, height=height, trained=trained,
-            end_reason=end_reason, witnesses=witnesses, applied_batches=applied, loss=loss,
-            payload_bytes=size, compute_s=round(compute, 4), model_hash=sorted(hashes)[0],
+            epoch=c.progress.epoch,
+            step=step,
+            height=height,
+            trained=trained,
+            end_reason=end_reason,
+            witnesses=witnesses,
+            applied_batches=applied,
+            loss=loss,
+            payload_bytes=size,
+            compute_s=round(compute, 4),
+            model_hash=sorted(hashes)[0],
             hashes_agree=len(hashes) == 1,
-        )  # fmt: skip
+        )
 
     def _cooldown(self) -> None:
         c = self.coord

@@ -1,1 +1,43 @@
+"""Peer-to-peer layer: gossip announcements and blob transfer between a run's clients (SPEC §6).
 
+The libp2p host runs in its own process (DESIGN §7); the modules split along that boundary.
+
+Daemon side (asyncio; imports neither trio nor libp2p):
+  ``node``      :class:`P2PNode`, the API the daemon uses
+  ``process``   spawning the host process and the request/reply plumbing to it
+  ``control``   the framed control protocol both processes speak
+  ``messages``  the signed announcement schema (``sign_announcement``/``open_announcement``)
+  ``identity``  peer ids from the client's ed25519 key; ``show_identity``
+  ``errors``    the :class:`P2PError` family
+
+Host process (trio + libp2p): ``host`` (entry point and libp2p settings), ``service`` (gossip,
+dialing, stats), ``blobs`` (blob protocol and server), ``fetch`` (downloads), ``peers`` (peer
+measurements and download order, pure).
+"""
+
+from psyche.p2p.errors import (
+    AnnouncementError,
+    BlobNotFound,
+    BlobTooLarge,
+    FetchError,
+    FetchTimeout,
+    NodeStopped,
+    P2PError,
+)
+from psyche.p2p.identity import peer_id_for, public_key_for, show_identity
+from psyche.p2p.node import FetchResult, P2PNode
+
+__all__ = [
+    "AnnouncementError",
+    "BlobNotFound",
+    "BlobTooLarge",
+    "FetchError",
+    "FetchResult",
+    "FetchTimeout",
+    "NodeStopped",
+    "P2PError",
+    "P2PNode",
+    "peer_id_for",
+    "public_key_for",
+    "show_identity",
+]

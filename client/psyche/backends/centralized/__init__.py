@@ -1,0 +1,8 @@
+"""The centralized backend: a TCP server hosting the coordinator, and the client that follows it.
+
+``protocol`` is the wire format, ``hub`` the server's membership and dispatch logic (no I/O),
+``server`` the asyncio network layer, ``state_store`` saved states, ``status`` the TUI view,
+``app`` the assembly behind ``psyche-centralized-server run``, and ``client`` the
+:class:`~psyche.backends.base.Backend` a daemon uses. Import the submodules directly; this package
+imports nothing so that ``psyche.backends.centralized.protocol`` stays cheap for tools.
+"""

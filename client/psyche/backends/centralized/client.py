@@ -1,0 +1,349 @@
+"""``CentralizedBackend``: the client side of the centralized server, behind the Backend seam.
+
+One background task owns the connection: connect, answer the challenge with the node's ed25519
+key, ``Join`` the run, then read states until the connection drops, and start over with
+exponential backoff (the server keeps a reconnecting client's place: it joins again and takes
+part in the next epoch). The daemon only sees :class:`~psyche.backends.base.Backend` methods.
+
+Failure policy:
+
+* A refusal is an answer, not a fault: ``JoinRejected`` (wrong run id) and a server speaking
+  another protocol version are fatal and raised from every later call, with the server's reason.
+* Transport faults and a server that breaks the protocol (undecodable frame, invalid state) drop
+  the connection and reconnect. Before the first successful join at most ``connect_attempts``
+  tries are made (a daemon started before its server waits a while, a wrong address fails
+  soon); after it, ``reconnect_attempts`` (default: forever, the daemon decides when to give up).
+* ``Error{reason}`` replies (e.g. a witness the coordinator rejected) are logged and queued for
+  :meth:`CentralizedBackend.next_rejection`; sends are fire-and-forget (see the Backend seam).
+
+States: every state is validated by ``serde.from_json`` before anyone sees it, must be of our run,
+and is delivered once, in order, only if its ``seq`` is newer than the last one delivered (a state
+re-sent on reconnect is not delivered twice). If a restarted server's ``seq`` is lower than ours
+(its clock went backwards) the first state of the new connection is accepted anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from psyche.backends.base import (
+    BackendClosedError,
+    BackendError,
+    BackendProtocolError,
+    HealthCheckEntries,
+    JoinRejectedError,
+)
+from psyche.backends.centralized.protocol import (
+    MAX_CLIENT_FRAME,
+    MAX_SERVER_FRAME,
+    PROTOCOL_VERSION,
+    Challenge,
+    ChallengeResponse,
+    CheckpointMsg,
+    ErrorMsg,
+    HealthCheckMsg,
+    Join,
+    JoinRejected,
+    P2PAddrsMsg,
+    PeersMsg,
+    ProtocolError,
+    ServerMessage,
+    StateMsg,
+    WarmupWitnessMsg,
+    WitnessMsg,
+    auth_message,
+    decode_server,
+    frame,
+    read_message,
+)
+from psyche.coordinator.coordinator import Coordinator
+from psyche.coordinator.types import Witness, WitnessMetadata
+from psyche.data.tcp_client import parse_address
+from psyche.protocol.config import RUN_ID_MAX_LEN, Checkpoint
+from psyche.protocol.identity import NodeIdentity, SecretKey
+
+__all__ = ["CentralizedBackend", "IncompatibleServerError"]
+
+log = logging.getLogger(__name__)
+
+
+class IncompatibleServerError(BackendError):
+    """The server speaks another protocol version."""
+
+
+class CentralizedBackend:
+    """A :class:`~psyche.backends.base.Backend` talking to ``psyche-centralized-server``."""
+
+    def __init__(
+        self,
+        server_addr: str,
+        secret_key: SecretKey,
+        run_id: str,
+        *,
+        connect_timeout: float = 5.0,
+        connect_attempts: int = 10,
+        reconnect_attempts: int | None = None,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        send_timeout: float = 10.0,
+        max_buffered_states: int = 64,
+        max_buffered_rejections: int = 64,
+    ) -> None:
+        if not run_id or len(run_id.encode()) > RUN_ID_MAX_LEN:
+            raise ValueError(f"run_id must be 1 to {RUN_ID_MAX_LEN} bytes, got {run_id!r}")
+        self.address = parse_address(server_addr)
+        self.run_id = run_id
+        self._key = secret_key
+        self.identity: NodeIdentity = secret_key.node_identity()
+        self._connect_timeout = connect_timeout
+        self._connect_attempts = connect_attempts
+        self._reconnect_attempts = reconnect_attempts
+        self._backoff = (backoff, max_backoff)
+        self._send_timeout = send_timeout
+        self._states: deque[Coordinator] = deque(maxlen=max_buffered_states)
+        self._rejections: deque[str] = deque(maxlen=max_buffered_rejections)
+        self._last_seq: int | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._fatal: BackendError | None = None
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._cond = asyncio.Condition()
+        self._write_lock = asyncio.Lock()
+        self.connections = 0
+        """How many times a join succeeded (1 + reconnects)."""
+        self._my_addrs: list[str] | None = None
+        self._peers: dict[bytes, list[str]] = {}
+
+    # --- Backend --------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Start the connection task and wait for the first successful join (or its failure)."""
+        await self._wait_for(lambda: self._writer is not None, None)
+
+    async def wait_for_new_state(self) -> Coordinator:
+        self._start()
+        async with self._cond:
+            await self._cond.wait_for(lambda: bool(self._states) or self._ended)
+            if self._states:
+                return self._states.popleft()
+        self._raise_if_ended()
+        raise AssertionError("unreachable")
+
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
+        await self._send(frame(WitnessMsg.of(witness, metadata), MAX_CLIENT_FRAME))
+
+    async def publish_p2p_addrs(self, addrs: list[str]) -> None:
+        """Tell the server where our P2P node listens (re-sent after every reconnect)."""
+        self._my_addrs = list(addrs)
+        await self._send(frame(P2PAddrsMsg(self._my_addrs), MAX_CLIENT_FRAME))
+
+    def peer_addrs(self) -> dict[bytes, list[str]]:
+        """The latest P2P addresses of the run's connected clients, by P2P key."""
+        return dict(self._peers)
+
+    async def send_warmup_witness(self, witness: Witness) -> None:
+        await self._send(frame(WarmupWitnessMsg.of(witness), MAX_CLIENT_FRAME))
+
+    async def send_health_check(self, checks: HealthCheckEntries) -> None:
+        await self._send(frame(HealthCheckMsg.of(checks), MAX_CLIENT_FRAME))
+
+    async def send_checkpoint(self, index: int, checkpoint: Checkpoint) -> None:
+        await self._send(frame(CheckpointMsg.of(index, checkpoint), MAX_CLIENT_FRAME))
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self._drop_connection()
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def __aenter__(self) -> CentralizedBackend:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- extras ---------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    async def next_rejection(self) -> str:
+        """The reason of the next ``Error`` the server answered (oldest first)."""
+        self._start()
+        async with self._cond:
+            await self._cond.wait_for(lambda: bool(self._rejections) or self._ended)
+            if self._rejections:
+                return self._rejections.popleft()
+        self._raise_if_ended()
+        raise AssertionError("unreachable")
+
+    # --- internals ------------------------------------------------------------------------------
+
+    @property
+    def _ended(self) -> bool:
+        return self._closed or self._fatal is not None
+
+    def _raise_if_ended(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed:
+            raise BackendClosedError("the backend is closed")
+
+    def _start(self) -> None:
+        self._raise_if_ended()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"centralized-backend-{self.run_id}")
+
+    async def _wait_for(self, ready: Callable[[], bool], timeout: float | None) -> None:
+        self._start()
+        async with self._cond:
+            try:
+                await asyncio.wait_for(self._cond.wait_for(lambda: ready() or self._ended), timeout)
+            except TimeoutError:
+                host, port = self.address
+                raise BackendError(f"not connected to the server at {host}:{port}") from None
+        self._raise_if_ended()
+
+    async def _send(self, data: bytes) -> None:
+        await self._wait_for(lambda: self._writer is not None, self._send_timeout)
+        async with self._write_lock:
+            writer = self._writer
+            if writer is None:
+                raise BackendError("connection lost before the message was sent")
+            try:
+                writer.write(data)
+                await asyncio.wait_for(writer.drain(), self._send_timeout)
+            except (OSError, TimeoutError) as e:
+                raise BackendError(f"sending to the server failed: {e or type(e).__name__}") from e
+
+    async def _notify(self) -> None:
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def _run(self) -> None:
+        failures, last = 0, ""
+        try:
+            while not self._closed:
+                try:
+                    reader = await self._open()
+                    failures = 0
+                    await self._read_loop(reader)
+                    last = "the server closed the connection"
+                except (JoinRejectedError, IncompatibleServerError):
+                    raise
+                except (OSError, TimeoutError, BackendError) as e:
+                    last = str(e) or type(e).__name__
+                finally:
+                    await self._drop_connection()
+                if self._closed:
+                    return
+                failures += 1
+                limit = self._reconnect_attempts if self.connections else self._connect_attempts
+                if limit is not None and failures >= limit:
+                    raise BackendClosedError(
+                        f"server {self.address[0]}:{self.address[1]} unreachable after "
+                        f"{failures} attempt(s): {last}"
+                    )
+                delay = min(self._backoff[1], self._backoff[0] * 2 ** (failures - 1))
+                log.warning("centralized server: %s; reconnecting in %.1f s", last, delay)
+                await asyncio.sleep(delay)
+        except BackendError as e:
+            log.error("centralized backend stopped: %s", e)
+            self._fatal = e
+        finally:
+            await self._notify()
+
+    async def _recv(self, reader: asyncio.StreamReader, timeout: float | None) -> ServerMessage:
+        data = await asyncio.wait_for(read_message(reader, MAX_SERVER_FRAME), timeout)
+        if data is None:
+            raise BackendProtocolError("the server closed the connection")
+        return decode_server(data)
+
+    async def _open(self) -> asyncio.StreamReader:
+        """Connect, authenticate and join; returns once the server sent its first state."""
+        host, port = self.address
+        t = self._connect_timeout
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), t)
+        try:
+            challenge = await self._recv(reader, t)
+            if not isinstance(challenge, Challenge):
+                raise ProtocolError(f"expected Challenge, got {type(challenge).__name__}")
+            if challenge.protocol_version != PROTOCOL_VERSION:
+                raise IncompatibleServerError(
+                    f"the server speaks protocol version {challenge.protocol_version}, "
+                    f"this client {PROTOCOL_VERSION}"
+                )
+            signature = self._key.sign(auth_message(challenge.nonce))
+            writer.write(
+                frame(ChallengeResponse(self._key.public_key(), signature), MAX_CLIENT_FRAME)
+            )
+            writer.write(frame(Join(self.run_id), MAX_CLIENT_FRAME))
+            if self._my_addrs is not None:
+                writer.write(frame(P2PAddrsMsg(self._my_addrs), MAX_CLIENT_FRAME))
+            await asyncio.wait_for(writer.drain(), t)
+            first = await self._recv(reader, t)
+            if isinstance(first, JoinRejected):
+                raise JoinRejectedError(first.reason)
+            if isinstance(first, ErrorMsg):
+                raise BackendError(f"the server refused the connection: {first.reason}")
+            if not isinstance(first, StateMsg):
+                raise ProtocolError(f"expected State after Join, got {type(first).__name__}")
+            self._deliver(first, new_connection=True)
+        except BaseException:
+            writer.close()
+            raise
+        self._writer = writer
+        self.connections += 1
+        log.info("joined run %r at %s:%d as %s", self.run_id, host, port, self.identity.hex())
+        await self._notify()
+        return reader
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            data = await read_message(reader, MAX_SERVER_FRAME)
+            if data is None:
+                return
+            msg = decode_server(data)
+            if isinstance(msg, StateMsg):
+                self._deliver(msg, new_connection=False)
+            elif isinstance(msg, ErrorMsg):
+                log.warning("server rejected a message: %s", msg.reason)
+                self._rejections.append(msg.reason)
+            elif isinstance(msg, PeersMsg):
+                self._peers = {e.key: list(e.addrs) for e in msg.entries}
+            else:
+                raise ProtocolError(f"unexpected {type(msg).__name__} after joining")
+            await self._notify()
+
+    def _deliver(self, msg: StateMsg, *, new_connection: bool) -> None:
+        last = self._last_seq
+        if last is not None and msg.seq <= last:
+            if not (new_connection and msg.seq < last):
+                return
+            log.warning(
+                "server state sequence went back (%d < %d): server restarted", msg.seq, last
+            )
+        state = msg.to_coordinator()
+        if state.run_id != self.run_id:
+            raise ProtocolError(f"the server sent a state of run {state.run_id!r}")
+        if len(self._states) == self._states.maxlen:
+            log.warning("dropping an unread coordinator state: the daemon is falling behind")
+        self._states.append(state)
+        self._last_seq = msg.seq
+
+    async def _drop_connection(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

@@ -1,0 +1,523 @@
+"""The client daemon: follows coordinator states and trains, shares, attests and applies (SPEC §4).
+
+Shape: one asyncio process with three small loops (coordinator states, gossip, a 500 ms poll for
+opportunistic steps) and a worker thread for the blocking work (model loading, data fetching,
+training). The libp2p host lives in its own child process behind :class:`P2PNode`. Phases are
+driven from what the coordinator state says, never from remembered phase names alone: a round is
+identified by (epoch, step), so a state the daemon never saw (SPEC §11.15) cannot desynchronise
+it. Per round it keeps a :class:`RoundState`; decisions are the pure functions of
+:mod:`psyche.daemon.rounds`, shared with the in-process simulation.
+
+Improvements over the reference: a payload still downloading when its round is applied is
+awaited until a deadline and then skipped with a warning (never a fatal exit); if training is
+cancelled the DisTrO lookahead is undone; an internal error drops the client out of the epoch
+cleanly (it stops training and witnessing) and it rejoins in the next epoch. After every apply
+the daemon logs the parameter hash so tests can prove that honest clients agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from psyche.backends.base import Backend, BackendError
+from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundState,
+    bloom_seed_for,
+    build_witness,
+    results_to_apply,
+    round_state_for,
+    verify_result,
+)
+from psyche.data.provider import DataProvider
+from psyche.distro import Payload, PayloadSpec, decode_payload
+from psyche.distro.payload import payload_hash
+from psyche.events import EventLog
+from psyche.p2p.identity import peer_id_for
+from psyche.p2p.messages import (
+    Finished,
+    TrainingResult,
+    WireCommitment,
+    open_announcement,
+    sign_announcement,
+)
+from psyche.p2p.node import P2PNode
+from psyche.protocol.bloom import Bloom
+from psyche.protocol.commitment import make_commitment, verify_commitment
+from psyche.protocol.committee import WitnessProof
+from psyche.protocol.config import HubCheckpoint, HubRepo
+from psyche.protocol.data_selection import BatchId
+from psyche.protocol.identity import SecretKey
+from psyche.training.errors import TrainingCancelled
+from psyche.training.hashing import model_hash
+from psyche.training.schedule import lr_for_step
+from psyche.training.trainer import Trainer
+
+log = logging.getLogger("psyche.daemon")
+
+POLL_S = 0.5
+WARMUP_GRACE_S = 20.0
+"""How long a loaded client waits for every peer's ready signal before sending its warmup
+witness anyway (a peer that never loads must not hold the run until warmup_time)."""
+
+
+class PeerDirectory(Protocol):
+    """Where the daemon learns the P2P addresses of other clients (the coordinator only knows
+    their keys). The centralized backend relays them; a Solana run would use a rendezvous."""
+
+    async def publish_p2p_addrs(self, addrs: list[str]) -> None: ...
+
+    def peer_addrs(self) -> dict[bytes, list[str]]: ...
+
+
+@dataclass
+class Trained:
+    """What this client needs to train: built once per process, kept across epochs."""
+
+    trainer: Trainer
+    spec: PayloadSpec
+    data: DataProvider
+
+
+@dataclass
+class EpochView:
+    """Everything this client holds for the current epoch; dropped at the epoch's end."""
+
+    epoch: int
+    rounds: dict[int, RoundState] = field(default_factory=dict)
+    ready: set[bytes] = field(default_factory=set)
+    loaded: bool = False
+    sent_ready: bool = False
+    sent_warmup_witness: bool = False
+    ready_since: float = 0.0
+    dropped: bool = False
+    cooldown_done: bool = False
+
+
+class ClientDaemon:
+    def __init__(
+        self,
+        *,
+        key: SecretKey,
+        backend: Backend,
+        directory: PeerDirectory,
+        p2p: P2PNode,
+        load: Callable[[Coordinator], Trained],
+        events: EventLog,
+        checkpoint_dir: str | None = None,
+        apply_deadline_s: float = 30.0,
+    ) -> None:
+        self.key = key
+        self.identity = key.node_identity()
+        self.backend = backend
+        self.directory = directory
+        self.p2p = p2p
+        self._load = load
+        self.events = events
+        self.checkpoint_dir = checkpoint_dir
+        self.apply_deadline_s = apply_deadline_s
+        self.coord: Coordinator | None = None
+        self.trained: Trained | None = None
+        self.view: EpochView | None = None
+        self.prev_self: Payload | None = None
+        self._cancel = threading.Event()
+        self._training: asyncio.Task[None] | None = None
+        self._fetches: set[asyncio.Task[None]] = set()
+        self._step_lock = asyncio.Lock()
+        self.finished = asyncio.Event()
+
+    # --- loops --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Follow the run until it is Finished (or the backend fails)."""
+        await self.directory.publish_p2p_addrs(self.p2p.listen_addrs)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._state_loop())
+                tg.create_task(self._gossip_loop())
+                tg.create_task(self._poll_loop())
+                await self.finished.wait()
+                raise _Stop
+        except* _Stop:
+            pass
+
+    async def _state_loop(self) -> None:
+        while True:
+            coord = await self.backend.wait_for_new_state()
+            async with self._step_lock:
+                try:
+                    await self._on_state(coord)
+                except (BackendError, asyncio.CancelledError):
+                    raise
+                except Exception:
+                    log.exception("internal error; dropping out of this epoch")
+                    if self.view is not None:
+                        self.view.dropped = True
+            if coord.run_state in (RunState.Finished,):
+                self.events.write("finished", step=coord.progress.step)
+                self.finished.set()
+
+    async def _gossip_loop(self) -> None:
+        async for peer, data in self.p2p.announcements():
+            try:
+                ann = open_announcement(data, from_peer=peer)
+            except Exception as e:  # AnnouncementError and anything a hostile peer triggers
+                log.warning("dropped gossip from %s: %s", peer, e)
+                continue
+            self._on_announcement(ann.sender, ann.payload, peer)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            async with self._step_lock:
+                await self._opportunistic()
+
+    # --- coordinator states -------------------------------------------------------------------
+
+    def _my_index(self, coord: Coordinator) -> int | None:
+        i = coord.index_of(self.identity)
+        if i is None or coord.epoch_state.clients[i].state is not ClientState.Healthy:
+            return None
+        return i
+
+    async def _on_state(self, coord: Coordinator) -> None:
+        self.coord = coord
+        state = coord.run_state
+        if state in (RunState.WaitingForMembers, RunState.Paused, RunState.Finished):
+            self._end_epoch()
+            return
+        if self._my_index(coord) is None:
+            if self.view is not None and not self.view.dropped:
+                log.warning(
+                    "no longer a healthy client of epoch %d; waiting for the next one",
+                    coord.progress.epoch,
+                )
+                self._cancel.set()
+                self.view.dropped = True
+            return
+        if self.view is None or self.view.epoch != coord.progress.epoch:
+            self._end_epoch()
+            self.view = EpochView(coord.progress.epoch)
+            self._set_peers(coord)
+        view = self.view
+        if view.dropped:
+            return
+        if state is RunState.Warmup:
+            if self.trained is None:
+                self.trained = await asyncio.to_thread(self._load, coord)
+            view.loaded = True
+            return
+        if state is RunState.RoundTrain:
+            step = coord.progress.step
+            height = coord.current_round().height
+            if height not in view.rounds or view.rounds[height].step != step:
+                await self._start_round(coord, view)
+            return
+        if state is RunState.RoundWitness:
+            self._cancel.set()
+            await self._send_witness(coord, view)
+            return
+        if state is RunState.Cooldown and not view.cooldown_done:
+            view.cooldown_done = True
+            self._cancel.set()
+            await self._cooldown(coord)
+
+    def _set_peers(self, coord: Coordinator) -> None:
+        keys = [c.id.p2p_identity for c in coord.epoch_state.clients]
+        self.p2p.set_allowed_peers([peer_id_for(k) for k in keys])
+        addrs = self.directory.peer_addrs()
+        wanted = [a for k in keys if k != self.identity.p2p_identity for a in addrs.get(k, [])]
+        if wanted:
+            task = asyncio.ensure_future(self.p2p.connect(wanted))
+            task.add_done_callback(lambda t: t.exception())
+
+    def _end_epoch(self) -> None:
+        self._cancel.set()
+        for t in self._fetches:
+            t.cancel()
+        self._fetches.clear()
+        self.view = None
+        self.prev_self = None
+
+    # --- rounds -------------------------------------------------------------------------------
+
+    async def _start_round(self, coord: Coordinator, view: EpochView) -> None:
+        state = round_state_for(coord)
+        view.rounds[state.height] = state
+        for h in [h for h in view.rounds if h < state.height - 2]:
+            del view.rounds[h]
+        await self._apply(coord, view, state)
+        await self._health_check(coord, view)
+        if self._training is not None and not self._training.done():
+            self._cancel.set()
+            await asyncio.wait([self._training])
+        self._cancel = threading.Event()
+        mine = state.batch_of(self.identity) if state.trains else None
+        if mine is None:
+            self.prev_self = None
+            return
+        self._training = asyncio.create_task(self._train(coord, state, mine))
+
+    async def _apply(self, coord: Coordinator, view: EpochView, state: RoundState) -> None:
+        """Apply round h−2 by witness consensus, then log the parameter hash (every round, so
+        agreement between clients is checkable at every step)."""
+        assert self.trained is not None
+        applied = view.rounds.get(state.height - 2)
+        prev = coord.previous_round()
+        payloads: list[Payload] = []
+        if applied is not None and prev is not None and state.height >= 2:
+            chosen = results_to_apply(applied, prev.witnesses, coord)
+            deadline = time.monotonic() + self.apply_deadline_s
+            while any(r.payload is None for r in self._current(applied, chosen)):
+                if time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            for res in self._current(applied, chosen):
+                if res.payload is None:
+                    log.warning(
+                        "skipping batch %s of step %d: payload not downloaded in time",
+                        res.batch,
+                        applied.step,
+                    )
+                    continue
+                payloads.append(decode_payload(res.payload, self.trained.spec))
+        lr = lr_for_step(coord.llm.lr_schedule, state.step)
+        if payloads:
+            await asyncio.to_thread(self.trained.trainer.apply_step, payloads, lr=lr)
+        digest = await asyncio.to_thread(model_hash, self.trained.trainer.model)
+        self.events.write(
+            "apply",
+            step=state.step,
+            height=state.height,
+            applied_step=applied.step if applied is not None and payloads else None,
+            batches=len(payloads),
+            model_hash=digest,
+        )
+
+    @staticmethod
+    def _current(applied: RoundState, chosen: list[ReceivedResult]) -> list[ReceivedResult]:
+        return [applied.results.get(r.batch, r) for r in chosen]
+
+    async def _train(self, coord: Coordinator, state: RoundState, batch: BatchId) -> None:
+        assert self.trained is not None
+        trained, cancel = self.trained, self._cancel
+        llm = coord.llm
+        lr = lr_for_step(llm.lr_schedule, state.step)
+        prev_lr = lr_for_step(llm.lr_schedule, max(state.step - 1, 0))
+        t0 = time.perf_counter()
+        try:
+            tokens = await asyncio.to_thread(trained.data.get_samples, batch)
+            out = await asyncio.to_thread(
+                trained.trainer.train_step,
+                tokens,
+                step=state.step,
+                lr=lr,
+                prev_lr=prev_lr,
+                prev_self_results=self.prev_self,
+                zero_optim=False,
+                cancel=cancel,
+                batch_id=(batch.start, batch.end),
+            )
+        except TrainingCancelled:
+            log.warning("training of step %d cancelled; lookahead undone", state.step)
+            self.prev_self = None
+            return
+        self.prev_self = out.self_result
+        digest = payload_hash(state.step, batch.start, batch.end, out.payload)
+        blob = self.p2p.serve(out.payload)
+        commitment = make_commitment(self.key, digest)
+        state.results[batch] = ReceivedResult(self.identity, batch, digest, out.payload)
+        ann = TrainingResult(
+            step=state.step,
+            batch_start=batch.start,
+            batch_end=batch.end,
+            commitment=WireCommitment.of(commitment),
+            blob_hash=blob,
+            blob_size=len(out.payload),
+            nonce=0,
+        )
+        await self.p2p.announce(sign_announcement(self.key, ann))
+        self.events.write(
+            "train",
+            step=state.step,
+            batch=[batch.start, batch.end],
+            loss=out.loss,
+            seconds=round(time.perf_counter() - t0, 4),
+            compute_s=round(out.seconds, 4),
+            payload_bytes=len(out.payload),
+        )
+
+    async def _health_check(self, coord: Coordinator, view: EpochView) -> None:
+        """A client that witnessed the previous round reports trainers nobody saw."""
+        prev = coord.previous_round()
+        if prev is None or coord.current_round().height < 2 or coord.epoch_state.first_round:
+            return
+        prev_clients = coord.previous_round_clients()
+        sel = coord.committee_selection(prev)
+        me = next((i for i, c in enumerate(prev_clients) if c == self.identity), None)
+        if me is None or not sel.get_witness(me).witness:
+            return
+        report = []
+        for i, who in enumerate(prev_clients):
+            idx = coord.index_of(who)
+            if idx is None or coord.epoch_state.clients[idx].state is not ClientState.Healthy:
+                continue
+            if not coord.trainer_healthy(who):
+                report.append((who, sel.get_committee(i)))
+        if report:
+            log.warning("health check: reporting %s", [w.hex() for w, _ in report])
+            await self.backend.send_health_check(report)
+
+    # --- gossip -------------------------------------------------------------------------------
+
+    def _on_announcement(self, sender: bytes, payload: Any, peer: str) -> None:
+        coord, view = self.coord, self.view
+        if coord is None or view is None:
+            return
+        member = next(
+            (c.id for c in coord.epoch_state.clients if c.id.p2p_identity == sender), None
+        )
+        if member is None:
+            return
+        if isinstance(payload, Finished):
+            if payload.warmup:
+                view.ready.add(sender)
+            else:
+                for st in view.rounds.values():
+                    if st.step == payload.step:
+                        st.finished.add(member)
+            return
+        if not isinstance(payload, TrainingResult):
+            return
+        state = next((s for s in view.rounds.values() if s.step == payload.step), None)
+        batch = BatchId(payload.batch_start, payload.batch_end)
+        if state is None or state.assignment.get(batch) != member or batch in state.results:
+            return
+        commitment = payload.commitment.to_commitment()
+        if not verify_commitment(sender, commitment) or self.trained is None:
+            log.warning("dropped result for %s from %s: bad commitment", batch, peer)
+            return
+        res = ReceivedResult(member, batch, commitment.data_hash, None)
+        state.results[batch] = res
+        task = asyncio.create_task(self._fetch(state, res, payload, peer))
+        self._fetches.add(task)
+        task.add_done_callback(self._fetches.discard)
+
+    async def _fetch(
+        self, state: RoundState, res: ReceivedResult, ann: TrainingResult, peer: str
+    ) -> None:
+        assert self.trained is not None and self.coord is not None
+        others = [
+            peer_id_for(c.id.p2p_identity)
+            for c in self.coord.epoch_state.clients
+            if c.id != self.identity
+        ]
+        peers = [peer, *[p for p in others if p != peer]]
+        size = min(ann.blob_size, self.trained.spec.max_bytes)
+        try:
+            data = await self.p2p.fetch(
+                ann.blob_hash, from_any_of=peers, max_size=size, timeout=120.0
+            )
+        except Exception as e:
+            log.warning("download of %s (step %d) failed: %s", res.batch, state.step, e)
+            state.results.pop(res.batch, None)
+            return
+        full = ReceivedResult(res.trainer, res.batch, res.data_hash, data)
+        if not verify_result(full, state.step, self.trained.spec):
+            log.warning(
+                "payload for %s (step %d) does not match its commitment; dropped",
+                res.batch,
+                state.step,
+            )
+            return
+        state.results[res.batch] = full
+
+    # --- opportunistic steps ------------------------------------------------------------------
+
+    async def _opportunistic(self) -> None:
+        coord, view = self.coord, self.view
+        if coord is None or view is None or view.dropped:
+            return
+        if coord.run_state is RunState.Warmup and view.loaded:
+            await self._warmup_ready(coord, view)
+        elif coord.run_state is RunState.RoundTrain:
+            state = view.rounds.get(coord.current_round().height)
+            if state is None or state.step != coord.progress.step:
+                return
+            mine_done = self._training is None or self._training.done()
+            prev = view.rounds.get(state.height - 1)
+            if not state.sent_finished and mine_done and (prev is None or prev.all_received()):
+                state.sent_finished = True
+                state.finished.add(self.identity)
+                await self.p2p.announce(
+                    sign_announcement(self.key, Finished(step=state.step, warmup=False))
+                )
+            everyone = {c.id for c in coord.epoch_state.clients}
+            if state.sent_finished and everyone <= state.finished:
+                await self._send_witness(coord, view)
+
+    async def _warmup_ready(self, coord: Coordinator, view: EpochView) -> None:
+        if not view.sent_ready:
+            view.sent_ready = True
+            view.ready_since = time.monotonic()
+            view.ready.add(self.identity.p2p_identity)
+            await self.p2p.announce(sign_announcement(self.key, Finished(step=0, warmup=True)))
+        everyone = {c.id.p2p_identity for c in coord.epoch_state.clients}
+        waited = time.monotonic() - view.ready_since > WARMUP_GRACE_S
+        if not view.sent_warmup_witness and (everyone <= view.ready or waited):
+            i = self._my_index(coord)
+            if i is None:
+                return
+            view.sent_warmup_witness = True
+            proof = WitnessProof(position=i, index=i, witness=False)
+            await self.backend.send_warmup_witness(Witness(proof, Bloom.empty(), Bloom.empty()))
+
+    async def _send_witness(self, coord: Coordinator, view: EpochView) -> None:
+        i = self._my_index(coord)
+        rnd = coord.current_round()
+        state = view.rounds.get(rnd.height)
+        if i is None or state is None or state.sent_witness:
+            return
+        proof = coord.committee_selection(rnd).get_witness(i)
+        if not proof.witness:
+            return
+        state.sent_witness = True
+        seed = bloom_seed_for(self.identity, rnd, os.urandom(8))
+        witness = build_witness(proof, view.rounds.get(rnd.height - 1), seed)
+        await self.backend.send_witness(witness, WitnessMetadata(step=state.step))
+
+    # --- cooldown -----------------------------------------------------------------------------
+
+    async def _cooldown(self, coord: Coordinator) -> None:
+        i = self._my_index(coord)
+        if i is None or self.trained is None or self.checkpoint_dir is None:
+            return
+        if i not in coord.checkpointer_indices():
+            return
+        path = os.path.join(self.checkpoint_dir, f"{coord.run_id}-step{coord.progress.step - 1}")
+        model = self.trained.trainer.model
+        await asyncio.to_thread(_save_pretrained, model, path)
+        self.events.write("checkpoint", step=coord.progress.step, path=path)
+        await self.backend.send_checkpoint(i, HubCheckpoint(HubRepo(repo_id=path)))
+
+
+class _Stop(Exception):
+    """Ends the daemon's task group once the run is finished."""
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _save_pretrained(model: torch.nn.Module, path: str) -> None:
+    model.save_pretrained(path, safe_serialization=True)  # type: ignore[operator]

@@ -1,0 +1,229 @@
+"""The blob protocol and its server (host process, trio); the fetching side is :mod:`.fetch`.
+
+Protocol ``/psyche/blob/1``, one request per stream::
+
+    request   blob_hash (32 bytes, SHA-256 of the content) ‖ max_size (u64 big-endian)
+    response  status (u8) ‖ length (u64 big-endian) ‖ length bytes when status is OK
+
+Content addressing makes serving safe for everyone: a client serves its own payloads *and* every
+payload it has downloaded and verified, so a producer uploads a handful of copies rather than
+N−1 and the blob survives the producer leaving. The server answers only allowed peers
+(``FORBIDDEN``), refuses a blob larger than the requester's ``max_size`` before sending a byte
+(``TOO_LARGE``), caps concurrent uploads (``BUSY``) so serving cannot starve gossip, and gives
+every request a deadline derived from the blob size (a floor rate), so a frozen or malicious
+reader cannot hold an upload slot. ``/psyche/ping/1`` echoes 8 bytes; its round trip is the
+latency the fetcher ranks peers by.
+
+Streams are typed by the small :class:`ByteStream` protocol, not libp2p classes, so this module
+and :mod:`.fetch` are unit-tested with in-memory streams and never import libp2p.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+__all__ = [
+    "BLOB_PROTOCOL",
+    "PING_PROTOCOL",
+    "BlobServer",
+    "ByteStream",
+    "Status",
+    "cleanup_scope",
+    "decode_header",
+    "decode_request",
+    "encode_header",
+    "encode_request",
+    "ping",
+    "read_exactly",
+    "serve_ping",
+]
+
+log = logging.getLogger(__name__)
+
+BLOB_PROTOCOL = "/psyche/blob/1"
+PING_PROTOCOL = "/psyche/ping/1"
+PING_LEN = 8
+HASH_LEN = 32
+REQUEST_LEN = HASH_LEN + 8
+HEADER_LEN = 1 + 8
+CHUNK = 1 << 20
+"""1 MiB reads and writes: the size at which Noise+Yamux reached ~200 MB/s (DESIGN §7)."""
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    NOT_FOUND = 1
+    TOO_LARGE = 2
+    FORBIDDEN = 3
+    BUSY = 4
+
+
+class ByteStream(Protocol):
+    async def read(self, n: int | None = None) -> bytes: ...
+    async def write(self, data: bytes) -> None: ...
+    async def close(self) -> None: ...
+    async def reset(self) -> None: ...
+
+
+def encode_request(blob_hash: bytes, max_size: int) -> bytes:
+    if len(blob_hash) != HASH_LEN or not 0 <= max_size < 2**64:
+        raise ValueError("a blob request needs a 32-byte hash and a u64 max size")
+    return bytes(blob_hash) + max_size.to_bytes(8, "big")
+
+
+def decode_request(data: bytes) -> tuple[bytes, int]:
+    if len(data) != REQUEST_LEN:
+        raise ValueError(f"a blob request is {REQUEST_LEN} bytes, got {len(data)}")
+    return bytes(data[:HASH_LEN]), int.from_bytes(data[HASH_LEN:], "big")
+
+
+def encode_header(status: Status, length: int) -> bytes:
+    return bytes([status]) + length.to_bytes(8, "big")
+
+
+def decode_header(data: bytes) -> tuple[Status, int]:
+    if len(data) != HEADER_LEN:
+        raise ValueError(f"a blob response header is {HEADER_LEN} bytes, got {len(data)}")
+    try:
+        status = Status(data[0])
+    except ValueError:
+        raise ValueError(f"unknown blob response status {data[0]}") from None
+    return status, int.from_bytes(data[1:], "big")
+
+
+async def read_exactly(stream: ByteStream, n: int) -> bytes:
+    """``n`` bytes or ``EOFError`` (py-libp2p's StreamEOF is one) if the stream ends first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = await stream.read(n - len(buf))
+        if not chunk:
+            raise EOFError(f"stream ended after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def cleanup_scope() -> trio.CancelScope:
+    """A short shielded scope: closing or resetting a stream must happen even when cancelled."""
+    return trio.CancelScope(deadline=trio.current_time() + 1.0, shield=True)
+
+
+async def ping(stream: ByteStream) -> float:
+    """Round-trip time of one ``/psyche/ping/1`` exchange (8 random bytes echoed back)."""
+    probe = os.urandom(PING_LEN)
+    try:
+        t0 = trio.current_time()
+        await stream.write(probe)
+        echo = await read_exactly(stream, PING_LEN)
+        rtt = trio.current_time() - t0
+    finally:
+        with cleanup_scope(), contextlib.suppress(Exception):
+            await stream.close()
+    if echo != probe:
+        raise ValueError("ping echo does not match")
+    return rtt
+
+
+async def serve_ping(stream: ByteStream) -> None:
+    try:
+        with trio.fail_after(5.0):
+            await stream.write(await read_exactly(stream, PING_LEN))
+            await stream.close()
+    except Exception:
+        with contextlib.suppress(Exception):
+            await stream.reset()
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    path: str
+    size: int
+
+
+@dataclass(slots=True)
+class BlobServer:
+    """Answers blob requests from the files the parent registered."""
+
+    is_allowed: Callable[[str], bool]
+    max_concurrent: int = 8
+    request_timeout: float = 10.0
+    """Time to receive the request; also the fixed part of every upload's deadline."""
+    min_rate_bps: float = 1_000_000.0
+    """Uploads slower than this are cut (a frozen or malicious fetcher)."""
+    served: int = 0
+    refused: int = 0
+    _blobs: dict[bytes, _Served] = field(default_factory=dict)
+    _active: int = 0
+
+    def serve(self, blob_hash: bytes, path: str, size: int) -> None:
+        self._blobs[blob_hash] = _Served(path, size)
+
+    def unserve(self, blob_hash: bytes) -> None:
+        self._blobs.pop(blob_hash, None)
+
+    def has(self, blob_hash: bytes) -> bool:
+        return blob_hash in self._blobs
+
+    async def handle(self, stream: ByteStream, peer: str) -> None:
+        try:
+            with trio.move_on_after(self.request_timeout) as scope:
+                blob_hash, max_size = decode_request(await read_exactly(stream, REQUEST_LEN))
+            if scope.cancelled_caught:
+                raise TimeoutError("no request in time")
+            await self._answer(stream, peer, blob_hash, max_size)
+            await stream.close()
+        except Exception as e:  # any stream fault ends this one request, never the host
+            log.debug("blob request from %s failed: %s", peer, e)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+
+    async def _answer(self, stream: ByteStream, peer: str, blob_hash: bytes, max_size: int) -> None:
+        blob = self._blobs.get(blob_hash)
+        status = Status.OK
+        if not self.is_allowed(peer):
+            status = Status.FORBIDDEN
+        elif blob is None:
+            status = Status.NOT_FOUND
+        elif blob.size > max_size:
+            status = Status.TOO_LARGE
+        elif self._active >= self.max_concurrent:
+            status = Status.BUSY
+        if status is not Status.OK or blob is None:
+            self.refused += 1
+            await stream.write(encode_header(status, blob.size if blob else 0))
+            return
+        self._active += 1
+        try:
+            with trio.move_on_after(self.request_timeout + blob.size / self.min_rate_bps) as scope:
+                await self._upload(stream, blob)
+            if scope.cancelled_caught:
+                raise TimeoutError(f"upload of {blob.size} bytes to {peer} too slow")
+            self.served += 1
+        finally:
+            self._active -= 1
+
+    async def _upload(self, stream: ByteStream, blob: _Served) -> None:
+        # trio.open_file runs each call in a worker thread, so a slow disk (or a pipe) never
+        # blocks gossip in this event loop.
+        try:
+            f = await trio.open_file(blob.path, "rb")
+        except OSError:
+            await stream.write(encode_header(Status.NOT_FOUND, 0))
+            return
+        async with f:
+            await stream.write(encode_header(Status.OK, blob.size))
+            sent = 0
+            while sent < blob.size:
+                chunk = await f.read(min(CHUNK, blob.size - sent))
+                if not chunk:
+                    # The file shrank under us: abort so the fetcher sees a truncated blob.
+                    raise EOFError(f"{blob.path} ended after {sent} of {blob.size} bytes")
+                await stream.write(chunk)
+                sent += len(chunk)

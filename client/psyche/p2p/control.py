@@ -1,0 +1,298 @@
+"""The control protocol between :class:`P2PNode` (asyncio parent) and its libp2p host (trio child).
+
+Why a second process: py-libp2p is trio-only and pure Python. Run in the daemon's process, a
+training thread holding the GIL starves it (gossip round trips over a second, blobs at 2 MB/s;
+DESIGN §7), and trio guest mode inside asyncio failed under load. So the host runs in a child
+process and the parent talks to it over a Unix socket pair with small frames; blobs never cross
+the socket, they are handed over as files in a shared directory (``/dev/shm`` when it exists).
+
+Wire format: each frame is a 4-byte big-endian length then one msgspec-msgpack message, tagged
+by class name. Both sides bound the frame size (:data:`MAX_CONTROL_FRAME`) before buffering a
+frame, and decode strictly, although both ends are our own code: a bug on one side then fails
+loudly at the boundary instead of corrupting the other. :class:`FrameDecoder` is a pure
+incremental decoder shared by the asyncio and trio ends.
+
+Conversation::
+
+    parent → host  Init (first frame: secret key, run id, listen address, blob dir)
+    host → parent  Ready{peer_id, listen_addrs} | Failed{error}
+    parent → host  Connect, Publish                     → Ack{req_id, error}
+                   SetAllowedPeers, Serve, Unserve       (no reply)
+                   Fetch{req_id, …}                      → FetchDone{req_id, path | error, …}
+                   CancelFetch, Shutdown
+    host → parent  Delivery{from_peer, data}             (gossip from allowed peers)
+                   PeerStats                             (about once a second)
+
+The secret key travels over the socket pair, never on the command line, where ``ps`` shows it.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+
+from psyche.p2p.errors import ControlError
+from psyche.p2p.messages import MAX_ANNOUNCEMENT
+
+__all__ = [
+    "MAX_CONTROL_FRAME",
+    "Ack",
+    "CancelFetch",
+    "Connect",
+    "Counters",
+    "Delivery",
+    "Failed",
+    "Fetch",
+    "FetchDone",
+    "FetchErrorKind",
+    "FetchFailure",
+    "FrameDecoder",
+    "HostMessage",
+    "Init",
+    "ParentMessage",
+    "PeerReport",
+    "PeerStats",
+    "Publish",
+    "Ready",
+    "Serve",
+    "SetAllowedPeers",
+    "Shutdown",
+    "Unserve",
+    "blob_path",
+    "decode_host",
+    "decode_parent",
+    "encode_frame",
+]
+
+LENGTH_BYTES = 4
+MAX_CONTROL_FRAME = 1 << 20
+"""Largest control frame: a 4 KiB gossip message, or id lists for a few thousand peers."""
+MAX_PEERS = 4096
+
+U16 = Annotated[int, msgspec.Meta(ge=0, le=2**16 - 1)]
+U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack cannot carry more than a u64 anyway
+Bytes32 = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+PeerIdText = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+Text = Annotated[str, msgspec.Meta(max_length=4096)]
+GossipData = Annotated[bytes, msgspec.Meta(max_length=MAX_ANNOUNCEMENT)]
+PeerList = Annotated[list[PeerIdText], msgspec.Meta(max_length=MAX_PEERS)]
+Seconds = Annotated[float, msgspec.Meta(gt=0.0, le=86400.0)]
+
+
+class _Ctl(msgspec.Struct, tag=True, frozen=True, forbid_unknown_fields=True):
+    pass
+
+
+# ---- parent → host ---------------------------------------------------------------------------
+
+
+class Init(_Ctl, frozen=True):
+    secret_key: Bytes32
+    run_id: Annotated[str, msgspec.Meta(max_length=256)]
+    listen_host: Annotated[str, msgspec.Meta(max_length=256)]
+    listen_port: U16
+    blob_dir: Text
+    owns_blob_dir: bool = False
+    """The host deletes ``blob_dir`` when it exits, so a crashed daemon leaves no blobs in RAM."""
+    log_level: int = 30
+
+
+class Connect(_Ctl, frozen=True):
+    """Dial these ``/…/p2p/<peer id>`` multiaddrs now and keep redialling them when dropped."""
+
+    req_id: U64
+    addrs: Annotated[list[Text], msgspec.Meta(max_length=MAX_PEERS)]
+
+
+class SetAllowedPeers(_Ctl, frozen=True):
+    """Replace the allow-list: gossip and blob traffic with anyone else is refused."""
+
+    peer_ids: PeerList
+
+
+class Publish(_Ctl, frozen=True):
+    req_id: U64
+    data: GossipData
+
+
+class Serve(_Ctl, frozen=True):
+    """Serve the file at ``path`` (``size`` bytes) to allowed peers asking for ``blob_hash``."""
+
+    blob_hash: Bytes32
+    path: Text
+    size: U64
+
+
+class Unserve(_Ctl, frozen=True):
+    blob_hash: Bytes32
+
+
+class Fetch(_Ctl, frozen=True):
+    """Download ``blob_hash`` from ``peers`` into the blob dir, verified, within ``timeout``."""
+
+    req_id: U64
+    blob_hash: Bytes32
+    max_size: U64
+    peers: PeerList
+    timeout: Seconds
+    attempt_timeout: Seconds
+
+
+class CancelFetch(_Ctl, frozen=True):
+    req_id: U64
+
+
+class Shutdown(_Ctl, frozen=True):
+    pass
+
+
+# ---- host → parent ---------------------------------------------------------------------------
+
+
+class Ready(_Ctl, frozen=True):
+    peer_id: PeerIdText
+    listen_addrs: Annotated[list[Text], msgspec.Meta(max_length=64)]
+
+
+class Failed(_Ctl, frozen=True):
+    """The host could not start (bad Init, port in use…); it exits after sending this."""
+
+    error: Text
+
+
+class Ack(_Ctl, frozen=True):
+    req_id: U64
+    error: Text | None = None
+
+
+class Delivery(_Ctl, frozen=True):
+    """A gossip message from an allowed peer (``from_peer`` is its libp2p-verified origin)."""
+
+    from_peer: PeerIdText
+    data: GossipData
+
+
+class FetchErrorKind(enum.Enum):
+    too_large = "too_large"
+    not_found = "not_found"
+    timeout = "timeout"
+    cancelled = "cancelled"
+
+
+class FetchFailure(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
+    peer: PeerIdText
+    reason: Text
+
+
+class FetchDone(_Ctl, frozen=True):
+    """Outcome of a :class:`Fetch`: a verified file at ``path``, or ``kind`` and ``error``."""
+
+    req_id: U64
+    path: Text | None
+    from_peer: PeerIdText | None
+    size: U64
+    seconds: float
+    failures: Annotated[list[FetchFailure], msgspec.Meta(max_length=4 * MAX_PEERS)]
+    kind: FetchErrorKind | None = None
+    error: Text | None = None
+
+
+class PeerReport(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
+    peer_id: PeerIdText
+    connected: bool
+    latency_s: float | None
+    bandwidth_bps: float | None
+    transfers: U64
+    failures: U64
+
+
+class Counters(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Running totals since the host started."""
+
+    published: U64 = 0
+    delivered: U64 = 0
+    dropped_not_allowed: U64 = 0
+    dropped_oversize: U64 = 0
+    dropped_overflow: U64 = 0
+    """Gossip the host could not hand to the parent fast enough (logged, never silent)."""
+    blobs_served: U64 = 0
+    blob_requests_refused: U64 = 0
+    fetches_ok: U64 = 0
+    fetches_failed: U64 = 0
+
+
+class PeerStats(_Ctl, frozen=True):
+    peers: Annotated[list[PeerReport], msgspec.Meta(max_length=MAX_PEERS)]
+    gossip_peers: PeerList
+    """Peers currently subscribed to the run's topic (the reference's gossip neighbours)."""
+    counters: Counters
+
+
+ParentMessage = (
+    Init | Connect | SetAllowedPeers | Publish | Serve | Unserve | Fetch | CancelFetch | Shutdown
+)
+HostMessage = Ready | Failed | Ack | Delivery | FetchDone | PeerStats
+
+_encoder = msgspec.msgpack.Encoder()
+_host_decoder = msgspec.msgpack.Decoder(HostMessage)
+_parent_decoder = msgspec.msgpack.Decoder(ParentMessage)
+
+
+def blob_path(blob_dir: Path, blob_hash: bytes) -> Path:
+    """Where a verified blob lives in the shared dir (the parent's own, or a host download)."""
+    return blob_dir / f"{blob_hash.hex()}.blob"
+
+
+def encode_frame(msg: _Ctl) -> bytes:
+    """One length-prefixed frame; refuses messages the other side would reject as oversize."""
+    body = _encoder.encode(msg)
+    if len(body) > MAX_CONTROL_FRAME:
+        raise ControlError(f"control frame of {len(body)} bytes exceeds {MAX_CONTROL_FRAME}")
+    return len(body).to_bytes(LENGTH_BYTES, "big") + body
+
+
+def decode_host(payload: bytes) -> HostMessage:
+    """Decode a frame the host sent (parent side)."""
+    try:
+        return _host_decoder.decode(payload)
+    except msgspec.MsgspecError as e:
+        raise ControlError(f"bad frame from the p2p host: {e}") from None
+
+
+def decode_parent(payload: bytes) -> ParentMessage:
+    """Decode a frame the parent sent (host side)."""
+    try:
+        return _parent_decoder.decode(payload)
+    except msgspec.MsgspecError as e:
+        raise ControlError(f"bad frame from the p2p parent: {e}") from None
+
+
+class FrameDecoder:
+    """Incremental frame splitter: feed received bytes, get whole frame payloads back."""
+
+    def __init__(self, max_size: int = MAX_CONTROL_FRAME) -> None:
+        self._max = max_size
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Raises :class:`ControlError` as soon as a header announces an oversize frame."""
+        self._buf += data
+        frames: list[bytes] = []
+        while len(self._buf) >= LENGTH_BYTES:
+            length = int.from_bytes(self._buf[:LENGTH_BYTES], "big")
+            if length > self._max:
+                raise ControlError(f"control frame of {length} bytes exceeds {self._max}")
+            end = LENGTH_BYTES + length
+            if len(self._buf) < end:
+                break
+            frames.append(bytes(self._buf[LENGTH_BYTES:end]))
+            del self._buf[:end]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame; non-zero at end of stream means a truncated frame."""
+        return len(self._buf)

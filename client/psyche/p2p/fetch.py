@@ -1,0 +1,208 @@
+"""Downloading a blob from whichever peers have it (host process, trio).
+
+A download walks the candidate peers in :class:`~psyche.p2p.peers.PeerTable` order (measured
+fast peers, then unmeasured, then peers that failed) and retries elsewhere on any failure. The
+fetcher never trusts a server: the announced length must fit ``max_size``, bytes are hashed as
+they arrive, and only a file whose SHA-256 equals the requested hash is renamed into place
+(:func:`~psyche.p2p.control.blob_path`); partial files are always removed. A peer killed
+mid-transfer looks like a clean EOF to py-libp2p and a frozen one is never detected
+(DESIGN §7), hence the explicit length and a deadline on every attempt.
+
+Peers that sent a wrong hash, announced an oversize blob or refused us are excluded for the rest
+of that fetch; peers that were busy, did not have the blob yet, were slow or unreachable are
+asked again in later passes (with backoff) until the overall deadline, since a peer still
+downloading a payload will have it soon. Only bad links and dishonest peers lose their ranking
+for later downloads; lacking a blob is not a fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from psyche.p2p.blobs import (
+    CHUNK,
+    HEADER_LEN,
+    ByteStream,
+    Status,
+    cleanup_scope,
+    decode_header,
+    encode_request,
+    read_exactly,
+)
+from psyche.p2p.control import FetchDone, FetchErrorKind, FetchFailure, blob_path
+from psyche.p2p.peers import PeerTable
+
+__all__ = ["MAX_REPORTED_FAILURES", "FetchRequest", "fetch_blob"]
+
+
+class _AttemptFailed(Exception):
+    """A peer answered but cannot give us the blob now (``exclude``: nor later in this fetch).
+
+    ``penalize`` marks a bad link or a dishonest peer (ranked last for later downloads); a peer
+    that merely lacks the blob or is busy keeps its ranking.
+    """
+
+    def __init__(
+        self, reason: str, *, exclude: bool, penalize: bool, too_large: bool = False
+    ) -> None:
+        super().__init__(reason)
+        self.exclude = exclude
+        self.penalize = penalize
+        self.too_large = too_large
+
+
+_STATUS_FAILURE = {
+    Status.NOT_FOUND: ("does not have the blob", False),
+    Status.TOO_LARGE: ("says the blob exceeds max_size", True),
+    Status.FORBIDDEN: ("refused us (not in its allow-list)", True),
+    Status.BUSY: ("busy serving others", False),
+}
+
+
+async def _download(
+    stream: ByteStream, blob_hash: bytes, max_size: int, part: Path
+) -> tuple[int, float]:
+    """Fetch into ``part`` and verify; returns (size, seconds from request to last byte)."""
+    t0 = trio.current_time()
+    await stream.write(encode_request(blob_hash, max_size))
+    status, length = decode_header(await read_exactly(stream, HEADER_LEN))
+    if status is not Status.OK:
+        reason, exclude = _STATUS_FAILURE[status]
+        too_large = status is Status.TOO_LARGE
+        raise _AttemptFailed(reason, exclude=exclude, penalize=False, too_large=too_large)
+    if length > max_size:
+        reason = f"announced {length} bytes > max_size {max_size}"
+        raise _AttemptFailed(reason, exclude=True, penalize=True)
+    digest = hashlib.sha256()
+    got = 0
+    # Plain writes: the blob dir is normally /dev/shm, where a write is a memory copy.
+    with open(part, "wb") as f:
+        while got < length:
+            chunk = await stream.read(min(CHUNK, length - got))
+            if not chunk:
+                raise EOFError(f"stream ended after {got} of {length} bytes")
+            digest.update(chunk)
+            f.write(chunk)
+            got += len(chunk)
+    seconds = trio.current_time() - t0
+    if digest.digest() != blob_hash:
+        raise _AttemptFailed(
+            "sent content that does not match the hash", exclude=True, penalize=True
+        )
+    return length, seconds
+
+
+async def _attempt(
+    open_stream: Callable[[str], Awaitable[ByteStream]],
+    peer: str,
+    blob_hash: bytes,
+    max_size: int,
+    part: Path,
+) -> tuple[int, float]:
+    stream = await open_stream(peer)
+    ok = False
+    try:
+        result = await _download(stream, blob_hash, max_size, part)
+        ok = True
+        return result
+    finally:
+        # Shielded so a timed-out attempt still resets its stream instead of leaving the server
+        # pushing bytes into a stream nobody reads.
+        with cleanup_scope(), contextlib.suppress(Exception):
+            await (stream.close() if ok else stream.reset())
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    req_id: int
+    blob_hash: bytes
+    max_size: int
+    peers: Sequence[str]
+    timeout: float
+    attempt_timeout: float
+
+
+MAX_REPORTED_FAILURES = 256
+"""Failures kept per fetch (the most recent); a long fetch against dead peers makes many."""
+
+
+async def fetch_blob(
+    req: FetchRequest,
+    *,
+    blob_dir: Path,
+    table: PeerTable,
+    is_allowed: Callable[[str], bool],
+    open_stream: Callable[[str], Awaitable[ByteStream]],
+) -> FetchDone:
+    """Download ``req.blob_hash`` from the best peer that has it; never raises on peer faults."""
+    start = trio.current_time()
+    deadline = start + req.timeout
+    failures: deque[FetchFailure] = deque(maxlen=MAX_REPORTED_FAILURES)
+    excluded: set[str] = set()
+    too_large = False
+    last_pass: list[str] = []
+    backoff = 0.25
+    part = blob_dir / f"{req.blob_hash.hex()}.{req.req_id}.part"
+
+    def done(kind: FetchErrorKind, error: str) -> FetchDone:
+        seconds = trio.current_time() - start
+        return FetchDone(req.req_id, None, None, 0, seconds, list(failures), kind=kind, error=error)
+
+    def fail(peer: str, reason: str, *, exclude: bool, penalize: bool = True) -> None:
+        if penalize:
+            table.record_failure(peer)
+        failures.append(FetchFailure(peer, reason))
+        last_pass.append(reason)
+        if exclude:
+            excluded.add(peer)
+
+    try:
+        while trio.current_time() < deadline:
+            candidates = [p for p in table.order(req.peers) if p not in excluded]
+            last_pass = []
+            for peer in candidates:
+                remaining = deadline - trio.current_time()
+                if remaining <= 0:
+                    break
+                if not is_allowed(peer):
+                    fail(peer, "not in our allow-list", exclude=True, penalize=False)
+                    continue
+                with trio.move_on_after(min(req.attempt_timeout, remaining)) as scope:
+                    try:
+                        size, seconds = await _attempt(
+                            open_stream, peer, req.blob_hash, req.max_size, part
+                        )
+                    except _AttemptFailed as e:
+                        too_large |= e.too_large
+                        fail(peer, str(e), exclude=e.exclude, penalize=e.penalize)
+                        continue
+                    except Exception as e:  # dial errors, resets, truncation: try elsewhere
+                        fail(peer, f"transfer failed: {type(e).__name__}: {e}", exclude=False)
+                        continue
+                    final = blob_path(blob_dir, req.blob_hash)
+                    os.replace(part, final)
+                    table.record_transfer(peer, size, seconds)
+                    elapsed = trio.current_time() - start
+                    return FetchDone(req.req_id, str(final), peer, size, elapsed, list(failures))
+                if scope.cancelled_caught:
+                    fail(peer, f"no complete blob within {req.attempt_timeout:g} s", exclude=False)
+            if all(p in excluded for p in req.peers):
+                if too_large:
+                    return done(FetchErrorKind.too_large, "the blob is larger than max_size")
+                return done(FetchErrorKind.not_found, "no asked peer can serve a verified copy")
+            await trio.sleep(min(backoff, max(deadline - trio.current_time(), 0.0)))
+            backoff = min(backoff * 2, 4.0)
+        if last_pass and all(r == _STATUS_FAILURE[Status.NOT_FOUND][0] for r in last_pass):
+            return done(FetchErrorKind.not_found, "no asked peer had the blob before the deadline")
+        return done(FetchErrorKind.timeout, f"no verified copy within {req.timeout:g} s")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()

@@ -1,0 +1,391 @@
+"""The daemon's P2P node: an asyncio facade over a libp2p host running in a child process.
+
+Process boundary. The daemon runs asyncio plus a training thread that holds the GIL for long
+stretches; py-libp2p is pure-Python trio and, in that process, starves (DESIGN §7). So
+:meth:`P2PNode.start` spawns ``python -m psyche.p2p.host`` (via :mod:`psyche.p2p.process`)
+and talks to it over a Unix socket pair with small msgspec frames (:mod:`psyche.p2p.control`).
+This side never imports trio or libp2p. Blobs cross the boundary as files in a directory both
+processes use (a fresh one under ``/dev/shm`` when it exists, so handing over a payload is a
+memory copy): :meth:`P2PNode.serve` writes a file and registers it, a fetch leaves a verified
+file that this side reads. The child exits when told to, when its control socket reaches EOF
+(this process died), or via ``PR_SET_PDEATHSIG`` when the thread that started it dies — so start
+the node from the thread that runs the event loop for the node's whole life, as asyncio programs
+normally do. Starting takes seconds (importing py-libp2p alone does); start it early.
+
+What the node guarantees to the daemon:
+
+* gossip (:meth:`announce`, :meth:`announcements`) is limited to
+  :data:`~psyche.p2p.messages.MAX_ANNOUNCEMENT` bytes, and only messages whose libp2p-signed
+  originator is in :meth:`set_allowed_peers` are delivered (deny by default; our own
+  announcements are not echoed back). Decoding and signature checks of the content are
+  :func:`psyche.p2p.messages.open_announcement`'s job;
+* a blob is served only to allowed peers, fetched only from allowed peers, and
+  :meth:`fetch` returns bytes only after checking ``sha256(bytes) == hash`` (the host already
+  checked it while streaming; checking again here keeps the guarantee local). A fetched blob is
+  served from then on, so later fetchers can get it from us instead of from its producer.
+
+A dropped gossip message is never silent: overflow of this side's queue and every drop in the
+host are counted in :attr:`counters`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from psyche.p2p.control import (
+    CancelFetch,
+    Connect,
+    Counters,
+    Delivery,
+    Fetch,
+    FetchDone,
+    FetchErrorKind,
+    HostMessage,
+    Init,
+    PeerReport,
+    PeerStats,
+    Publish,
+    Serve,
+    SetAllowedPeers,
+    Unserve,
+    blob_path,
+)
+from psyche.p2p.errors import (
+    AnnouncementError,
+    BlobNotFound,
+    BlobTooLarge,
+    FetchError,
+    FetchTimeout,
+    NodeStopped,
+    P2PError,
+)
+from psyche.p2p.identity import peer_id_for
+from psyche.p2p.messages import MAX_ANNOUNCEMENT
+from psyche.p2p.process import HostProcess
+from psyche.protocol.identity import SecretKey
+
+__all__ = ["FetchResult", "P2PNode"]
+
+log = logging.getLogger(__name__)
+
+ANNOUNCEMENT_QUEUE = 4096
+"""Deliveries buffered for :meth:`P2PNode.announcements`; beyond this the oldest are dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    data: bytes
+    """The blob; ``sha256(data)`` equals the requested hash."""
+    from_peer: str
+    seconds: float
+    failures: list[tuple[str, str]]
+    """``(peer, reason)`` of every attempt that failed before the one that worked."""
+
+
+def _default_blob_root() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class P2PNode:
+    """One libp2p node (gossip + blobs) for one run. Use ``async with`` or start/stop."""
+
+    def __init__(self) -> None:
+        self._host = HostProcess(self._on_message, self._on_close)
+        self._started = False
+        self._deliveries: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+        self._dropped = 0
+        self._stats: PeerStats | None = None
+        self._stats_changed = asyncio.Event()
+        self._served: dict[bytes, Path] = {}
+        self._blob_dir: Path | None = None
+        self._own_blob_dir = False
+        self._peer_id = ""
+        self._listen_addrs: list[str] = []
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(
+        self,
+        secret_key: SecretKey,
+        *,
+        run_id: str,
+        listen_port: int = 0,
+        listen_host: str = "127.0.0.1",
+        blob_dir: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        """Spawn the host, listen on ``listen_host:listen_port`` (0: any free port), join the
+        run's gossip topic; returns once the host is listening. ``blob_dir`` defaults to a new
+        directory under ``/dev/shm`` (or the temp dir), removed again by :meth:`stop`."""
+        if self._started:
+            raise P2PError("this node was already started")
+        self._started = True
+        if blob_dir is None:
+            self._blob_dir = Path(tempfile.mkdtemp(prefix="psyche-p2p-", dir=_default_blob_root()))
+            self._own_blob_dir = True
+        else:
+            self._blob_dir = Path(blob_dir)
+            self._blob_dir.mkdir(parents=True, exist_ok=True)
+        init = Init(
+            secret_key=secret_key.to_bytes(),
+            run_id=run_id,
+            listen_host=listen_host,
+            listen_port=listen_port,
+            blob_dir=str(self._blob_dir),
+            owns_blob_dir=self._own_blob_dir,
+            log_level=logging.getLogger("psyche.p2p").getEffectiveLevel(),
+        )
+        try:
+            ready = await self._host.spawn(init, startup_timeout)
+        except BaseException:
+            await self.stop()
+            raise
+        if ready.peer_id != peer_id_for(secret_key.public_key()):
+            # The whole sender check rests on this equality; never run without it.
+            await self.stop()
+            raise P2PError(f"host peer id {ready.peer_id} is not derived from our key")
+        self._peer_id = ready.peer_id
+        self._listen_addrs = list(ready.listen_addrs)
+
+    async def stop(self) -> None:
+        """Stop the host (asking first, killing after a few seconds) and clean up."""
+        await self._host.stop()
+        if self._own_blob_dir and self._blob_dir is not None:
+            shutil.rmtree(self._blob_dir, ignore_errors=True)
+
+    async def __aenter__(self) -> P2PNode:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ---- identity and state ------------------------------------------------------------------
+
+    @property
+    def peer_id(self) -> str:
+        return self._peer_id
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        """Dialable multiaddrs ending in ``/p2p/<peer_id>``, for other nodes' :meth:`connect`."""
+        return list(self._listen_addrs)
+
+    @property
+    def pid(self) -> int:
+        """Process id of the libp2p host child."""
+        return self._host.pid
+
+    @property
+    def blob_dir(self) -> Path:
+        if self._blob_dir is None:
+            raise NodeStopped("the p2p node is not started")
+        return self._blob_dir
+
+    def memory_rss(self) -> int:
+        """Resident memory of the host process in bytes (from ``/proc``)."""
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise NodeStopped("the p2p host process has exited")
+
+    def peer_stats(self) -> dict[str, PeerReport]:
+        """The host's latest per-peer measurements (refreshed about once a second)."""
+        return {p.peer_id: p for p in self._stats.peers} if self._stats else {}
+
+    @property
+    def counters(self) -> Counters:
+        """Host totals, with drops from this side's announcement queue added."""
+        c = self._stats.counters if self._stats else Counters()
+        return Counters(
+            published=c.published,
+            delivered=c.delivered,
+            dropped_not_allowed=c.dropped_not_allowed,
+            dropped_oversize=c.dropped_oversize,
+            dropped_overflow=c.dropped_overflow + self._dropped,
+            blobs_served=c.blobs_served,
+            blob_requests_refused=c.blob_requests_refused,
+            fetches_ok=c.fetches_ok,
+            fetches_failed=c.fetches_failed,
+        )
+
+    def gossip_peers(self) -> list[str]:
+        """Peers subscribed to this run's topic (as of the last host report)."""
+        return list(self._stats.gossip_peers) if self._stats else []
+
+    async def wait_for_gossip_peers(self, n: int, timeout: float) -> None:
+        """Wait until at least ``n`` peers share the run's topic (``TimeoutError`` otherwise)."""
+        async with asyncio.timeout(timeout):
+            while len(self.gossip_peers()) < n:
+                if self._host.closed:
+                    raise NodeStopped("the p2p node is not running")
+                self._stats_changed.clear()
+                await self._stats_changed.wait()
+
+    # ---- peers and gossip --------------------------------------------------------------------
+
+    async def connect(self, addrs: Sequence[str]) -> list[str]:
+        """Dial ``/…/p2p/<peer id>`` addresses; the host keeps redialling them when dropped.
+
+        Returns the errors of the first attempt (empty when every dial worked); peers that
+        failed are retried in the background, so an error here is not fatal.
+        """
+        ack = await self._host.request(lambda req_id: Connect(req_id, list(addrs)))
+        return ack.error.split("; ") if ack.error else []
+
+    def set_allowed_peers(self, peer_ids: Iterable[str]) -> None:
+        """Replace the set of peers we exchange gossip and blobs with (the epoch's clients)."""
+        self._host.send(SetAllowedPeers(sorted(set(peer_ids))))
+
+    async def announce(self, data: bytes) -> None:
+        """Publish ``data`` (at most 4096 bytes) on the run's gossip topic."""
+        if len(data) > MAX_ANNOUNCEMENT:
+            raise AnnouncementError(f"announcement of {len(data)} bytes exceeds 4096")
+        ack = await self._host.request(lambda req_id: Publish(req_id, bytes(data)))
+        if ack.error:
+            raise P2PError(ack.error)
+
+    async def announcements(self) -> AsyncIterator[tuple[str, bytes]]:
+        """``(peer_id, data)`` for each gossip message from an allowed peer, until stop.
+
+        One consumer only: every message is handed out once.
+        """
+        while True:
+            item = await self._deliveries.get()
+            if item is None:
+                self._deliveries.put_nowait(None)  # let a later call end as well
+                return
+            yield item
+
+    # ---- blobs -------------------------------------------------------------------------------
+
+    def serve(self, blob: bytes) -> bytes:
+        """Serve ``blob`` to allowed peers; returns its id, ``sha256(blob)``."""
+        blob_hash = hashlib.sha256(blob).digest()
+        path = blob_path(self.blob_dir, blob_hash)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+        self._register(blob_hash, path, len(blob))
+        return blob_hash
+
+    def serve_file(self, path: str | os.PathLike[str], *, blob_hash: bytes, size: int) -> None:
+        """Serve an existing file (not copied) whose SHA-256 the caller vouches for.
+
+        Fetchers verify the hash anyway, so a wrong ``blob_hash`` only wastes their time.
+        """
+        self._register(bytes(blob_hash), Path(path), size)
+
+    def unserve(self, blob_hash: bytes) -> None:
+        """Stop serving ``blob_hash``; its file is deleted if it lives in the blob dir."""
+        path = self._served.pop(blob_hash, None)
+        self._host.send(Unserve(blob_hash))
+        if path is not None and path.parent == self.blob_dir:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def served(self) -> list[bytes]:
+        return list(self._served)
+
+    async def fetch(
+        self,
+        blob_hash: bytes,
+        *,
+        from_any_of: Sequence[str],
+        max_size: int,
+        timeout: float = 600.0,
+        attempt_timeout: float = 10.0,
+    ) -> bytes:
+        """The blob with this SHA-256, from the best of ``from_any_of`` that has it.
+
+        Raises :class:`BlobTooLarge`, :class:`BlobNotFound` or :class:`FetchTimeout` (all
+        :class:`FetchError`) when no peer delivers a verified copy within ``timeout`` seconds.
+        """
+        result = await self.fetch_detailed(
+            blob_hash,
+            from_any_of=from_any_of,
+            max_size=max_size,
+            timeout=timeout,
+            attempt_timeout=attempt_timeout,
+        )
+        return result.data
+
+    async def fetch_detailed(
+        self,
+        blob_hash: bytes,
+        *,
+        from_any_of: Sequence[str],
+        max_size: int,
+        timeout: float = 600.0,
+        attempt_timeout: float = 10.0,
+    ) -> FetchResult:
+        """:meth:`fetch`, also saying which peer delivered and which attempts failed."""
+        blob_hash = bytes(blob_hash)
+        if (local := self._served.get(blob_hash)) is not None:
+            data = await asyncio.to_thread(local.read_bytes)
+            if hashlib.sha256(data).digest() == blob_hash:
+                return FetchResult(data, self.peer_id, 0.0, [])
+        peers = [p for p in dict.fromkeys(from_any_of) if p != self.peer_id]
+        attempt_timeout = min(attempt_timeout, timeout)
+        req_id = self._host.next_id()
+        msg = Fetch(req_id, blob_hash, max_size, peers, timeout, attempt_timeout)
+        try:
+            # The host enforces ``timeout``; the margin only covers a wedged host.
+            done: FetchDone = await self._host.request(
+                lambda _: msg, req_id, timeout=timeout + 10.0
+            )
+        except asyncio.CancelledError:
+            with contextlib.suppress(P2PError):
+                self._host.send(CancelFetch(req_id))
+            raise
+        failures = [(f.peer, f.reason) for f in done.failures]
+        if done.path is None or done.from_peer is None:
+            error = f"fetch of blob {blob_hash.hex()[:16]}: {done.error}"
+            kind = {
+                FetchErrorKind.too_large: BlobTooLarge,
+                FetchErrorKind.not_found: BlobNotFound,
+                FetchErrorKind.timeout: FetchTimeout,
+            }.get(done.kind or FetchErrorKind.timeout, FetchError)
+            raise kind(error, failures)
+        path = Path(done.path)
+        data = await asyncio.to_thread(path.read_bytes)
+        if hashlib.sha256(data).digest() != blob_hash:
+            raise FetchError(f"host returned blob {blob_hash.hex()[:16]} with the wrong hash")
+        self._register(blob_hash, path, len(data))
+        return FetchResult(data, done.from_peer, done.seconds, failures)
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    def _register(self, blob_hash: bytes, path: Path, size: int) -> None:
+        self._served[blob_hash] = path
+        self._host.send(Serve(blob_hash, str(path), size))
+
+    def _on_message(self, msg: HostMessage) -> None:
+        if isinstance(msg, Delivery):
+            if self._deliveries.qsize() >= ANNOUNCEMENT_QUEUE:
+                self._deliveries.get_nowait()
+                self._dropped += 1
+                log.warning("announcements are not being consumed; dropped the oldest")
+            self._deliveries.put_nowait((msg.from_peer, msg.data))
+        elif isinstance(msg, PeerStats):
+            self._stats = msg
+            self._stats_changed.set()
+
+    def _on_close(self) -> None:
+        self._deliveries.put_nowait(None)
+        self._stats_changed.set()

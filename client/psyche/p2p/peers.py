@@ -1,0 +1,137 @@
+"""Per-peer latency and bandwidth, and the order in which to ask peers for a blob (SPEC §6.4).
+
+The host process measures every peer it talks to: round-trip time from a small ping protocol
+every few seconds, and throughput from every blob it downloads. A download asks peers in the
+reference's order: peers with a measured bandwidth above zero first (fastest first), then peers
+never measured, then peers whose last transfer failed (bandwidth recorded as 0); latency breaks
+ties, and the caller's own order breaks the rest. Asking unmeasured peers before failed ones
+means a new peer gets a chance, and a peer that served garbage or died mid-transfer is tried
+only after everyone else.
+
+Measurements are exponentially weighted so one slow transfer does not exile a good peer. This
+module is pure (no clock, no I/O) so ordering is unit-tested without a network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+from psyche.p2p.control import Counters, PeerReport, PeerStats
+
+__all__ = ["EWMA_WEIGHT", "HostCounters", "PeerStat", "PeerTable", "peer_stats"]
+
+EWMA_WEIGHT = 0.3
+"""Weight of a new sample in the running latency and bandwidth averages."""
+
+
+@dataclass(slots=True)
+class PeerStat:
+    """What we know about one peer's link."""
+
+    latency_s: float | None = None
+    """Smoothed round-trip time of the ping protocol; ``None`` until measured."""
+    bandwidth_bps: float | None = None
+    """Smoothed download rate in bytes/s; ``None`` until a transfer, ``0.0`` after a failure."""
+    transfers: int = 0
+    failures: int = 0
+
+
+def _ewma(old: float | None, new: float) -> float:
+    if old is None or old == 0.0:
+        return new
+    return (1.0 - EWMA_WEIGHT) * old + EWMA_WEIGHT * new
+
+
+class PeerTable:
+    """Measurements keyed by peer id (base58 text)."""
+
+    def __init__(self) -> None:
+        self._stats: dict[str, PeerStat] = {}
+
+    def get(self, peer: str) -> PeerStat:
+        return self._stats.get(peer) or PeerStat()
+
+    def _entry(self, peer: str) -> PeerStat:
+        stat = self._stats.get(peer)
+        if stat is None:
+            stat = self._stats[peer] = PeerStat()
+        return stat
+
+    def record_latency(self, peer: str, seconds: float) -> None:
+        stat = self._entry(peer)
+        stat.latency_s = _ewma(stat.latency_s, max(seconds, 0.0))
+
+    def record_transfer(self, peer: str, nbytes: int, seconds: float) -> None:
+        """A verified download of ``nbytes`` that took ``seconds`` (request to last byte)."""
+        stat = self._entry(peer)
+        # A floor on the duration keeps tiny transfers from producing absurd rates.
+        stat.bandwidth_bps = _ewma(stat.bandwidth_bps, nbytes / max(seconds, 1e-3))
+        stat.transfers += 1
+
+    def record_failure(self, peer: str) -> None:
+        """A failed, forged, truncated or timed-out transfer: ask this peer last from now on."""
+        stat = self._entry(peer)
+        stat.bandwidth_bps = 0.0
+        stat.failures += 1
+
+    def order(self, peers: Sequence[str]) -> list[str]:
+        """``peers`` without duplicates, best first (see the module docstring)."""
+
+        def key(item: tuple[int, str]) -> tuple[int, float, float, int]:
+            index, peer = item
+            stat = self._stats.get(peer)
+            bandwidth = stat.bandwidth_bps if stat else None
+            latency = stat.latency_s if stat and stat.latency_s is not None else math.inf
+            if bandwidth is None:
+                return (1, 0.0, latency, index)
+            if bandwidth > 0.0:
+                return (0, -bandwidth, latency, index)
+            return (2, 0.0, latency, index)
+
+        unique = list(dict.fromkeys(peers))
+        return [peer for _, peer in sorted(enumerate(unique), key=key)]
+
+    def retain(self, peers: Iterable[str]) -> None:
+        """Forget every peer not in ``peers`` (keeps the table bounded as epochs change)."""
+        keep = set(peers)
+        for peer in [p for p in self._stats if p not in keep]:
+            del self._stats[peer]
+
+    def snapshot(self) -> dict[str, PeerStat]:
+        return {
+            peer: PeerStat(s.latency_s, s.bandwidth_bps, s.transfers, s.failures)
+            for peer, s in self._stats.items()
+        }
+
+
+@dataclass(slots=True)
+class HostCounters:
+    """Mutable twin of :class:`psyche.p2p.control.Counters`, updated by the host's tasks."""
+
+    published: int = 0
+    delivered: int = 0
+    dropped_not_allowed: int = 0
+    dropped_oversize: int = 0
+    dropped_overflow: int = 0
+    blobs_served: int = 0
+    blob_requests_refused: int = 0
+    fetches_ok: int = 0
+    fetches_failed: int = 0
+
+
+def peer_stats(
+    table: PeerTable, connected: Iterable[str], gossip_peers: list[str], counters: HostCounters
+) -> PeerStats:
+    """The periodic report the host sends its parent."""
+    connected = set(connected)
+    snapshot = table.snapshot()
+    reports = [
+        PeerReport(peer, peer in connected, s.latency_s, s.bandwidth_bps, s.transfers, s.failures)
+        for peer, s in sorted(snapshot.items())
+    ]
+    reports += [PeerReport(p, True, None, None, 0, 0) for p in sorted(connected - set(snapshot))]
+    return PeerStats(
+        peers=reports, gossip_peers=gossip_peers, counters=Counters(**asdict(counters))
+    )

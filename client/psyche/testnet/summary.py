@@ -1,0 +1,148 @@
+"""The run summary of a local testnet, rebuilt from the event logs the processes write.
+
+Sources: the server's ``--events-file`` (one line per published coordinator state) and each
+client's ``--event-log`` (``train`` with loss and pure compute time, ``apply`` with the model hash
+right after the round's apply). Rounds are keyed by (epoch, step). A round ends
+``opportunistic``-ally when its RoundWitness began with the full witness count, else by
+``timeout``. Reading logs after the fact keeps the launcher free of protocol logic and makes the
+summary reproducible from the files alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psyche.events import read_events
+
+
+@dataclass
+class ClientTally:
+    joins: int = 0
+    drops: int = 0
+    kills: int = 0
+
+
+@dataclass
+class Summary:
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    clients: dict[str, ClientTally] = field(default_factory=dict)
+    epochs_completed: int = 0
+    final_loss: float | None = None
+    final_state: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "clients": {k: vars(v) for k, v in sorted(self.clients.items())},
+            "epochs_completed": self.epochs_completed,
+            "final_loss": self.final_loss,
+            "final_state": self.final_state,
+        }
+
+
+def build_summary(
+    server_events: Path, client_logs: dict[str, Path], tallies: dict[str, ClientTally]
+) -> Summary:
+    """``client_logs`` maps a launcher label (client-1 …) to its event log; ``tallies`` holds
+    the launcher's own counts of process starts and kills, by the same label."""
+    states = [e for e in read_events(server_events) if e.get("event") == "state"]
+    train: dict[tuple[int, str], dict[str, Any]] = {}
+    apply: dict[tuple[int, str], str] = {}
+    ids: dict[str, str] = {}
+    for label, path in client_logs.items():
+        for e in read_events(path):
+            ids[e["client"]] = label
+            if e["event"] == "train":
+                train[(e["step"], e["client"])] = e
+            elif e["event"] == "apply":
+                apply[(e["step"], e["client"])] = e["model_hash"]
+    out = Summary(clients={label: tallies.get(label, ClientTally()) for label in client_logs})
+    rounds: dict[tuple[int, int], dict[str, Any]] = {}
+    order: list[tuple[int, int]] = []
+    prev_state: str | None = None
+    prev_clients: dict[str, str] = {}
+    for e in states:
+        key = (e["epoch"], e["step"])
+        if e["run_state"] == "RoundTrain" and key not in rounds:
+            rounds[key] = {
+                "epoch": e["epoch"],
+                "step": e["step"],
+                "height": e["height"],
+                "started_at": e["t"],
+                "end_reason": "timeout",
+                "witnesses": 0,
+                "_target": e["witness_target"],
+            }
+            order.append(key)
+        if e["run_state"] in ("RoundTrain", "RoundWitness") and key in rounds:
+            r = rounds[key]
+            r["witnesses"] = max(r["witnesses"], e["witnesses"])
+            if e["run_state"] == "RoundWitness" and "_ended_at" not in r:
+                r["_ended_at"] = e["t"]
+                if e["witnesses"] >= r["_target"]:
+                    r["end_reason"] = "opportunistic"
+        if prev_state == "Cooldown" and e["run_state"] != "Cooldown":
+            out.epochs_completed += 1
+        for cid, st in e["clients"].items():
+            if st != "Healthy" and prev_clients.get(cid) == "Healthy" and cid in ids:
+                out.clients[ids[cid]].drops += 1
+        prev_clients = e["clients"]
+        prev_state = e["run_state"]
+        out.final_state = e["run_state"]
+    next_start = {k: rounds[n]["started_at"] for k, n in itertools.pairwise(order)}
+    last_t = states[-1]["t"] if states else 0.0
+    for key in order:
+        r = rounds[key]
+        end = next_start.get(key, r.get("_ended_at", last_t))
+        step = r["step"]
+        losses = {ids[c]: t["loss"] for (s, c), t in train.items() if s == step and c in ids}
+        compute = [t["compute_s"] for (s, c), t in train.items() if s == step]
+        out.rounds.append(
+            {
+                "epoch": r["epoch"],
+                "step": step,
+                "height": r["height"],
+                "started_at": r["started_at"],
+                "duration_s": round(end - r["started_at"], 3),
+                "compute_s": round(statistics.median(compute), 4) if compute else 0.0,
+                "end_reason": r["end_reason"],
+                "witnesses": r["witnesses"],
+                "loss": dict(sorted(losses.items())),
+                "model_hash": dict(
+                    sorted((ids[c], h) for (s, c), h in apply.items() if s == step and c in ids)
+                ),
+            }
+        )
+    trained = [r for r in out.rounds if r["loss"]]
+    if trained:
+        out.final_loss = statistics.fmean(trained[-1]["loss"].values())
+    return out
+
+
+def plot_losses(summary: Summary, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_client: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in summary.rounds:
+        for c, loss in r["loss"].items():
+            per_client[c].append((r["step"], loss))
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for c, pts in sorted(per_client.items()):
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, lw=1, label=c)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if per_client:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -18,6 +18,7 @@ the daemon logs the parameter hash so tests can prove that honest clients agree 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -66,6 +67,9 @@ from psyche.training.trainer import Trainer
 log = logging.getLogger("psyche.daemon")
 
 POLL_S = 0.5
+REPO_ID_MAX_BYTES = 64
+CHECKPOINT_META = "psyche_checkpoint.json"
+"""Written next to a checkpoint's weights: which run and step they belong to."""
 WARMUP_GRACE_S = 20.0
 """How long a loaded client waits for every peer's ready signal before sending its warmup
 witness anyway (a peer that never loads must not hold the run until warmup_time)."""
@@ -507,8 +511,21 @@ class ClientDaemon:
         path = os.path.join(self.checkpoint_dir, f"{coord.run_id}-step{coord.progress.step - 1}")
         model = self.trained.trainer.model
         await asyncio.to_thread(_save_pretrained, model, path)
+        meta = {"run_id": coord.run_id, "step": coord.progress.step, "epoch": coord.progress.epoch}
+        with open(os.path.join(path, CHECKPOINT_META), "w") as f:
+            json.dump(meta, f)
         self.events.write("checkpoint", step=coord.progress.step, path=path)
-        await self.backend.send_checkpoint(i, HubCheckpoint(HubRepo(repo_id=path)))
+        # The coordinator stores repo ids in 64 bytes: prefer the shorter relative form.
+        repo_id = min(path, os.path.relpath(path), key=len)
+        if len(repo_id.encode()) > REPO_ID_MAX_BYTES:
+            log.warning(
+                "checkpoint path %s is longer than %d bytes; not reported to the "
+                "coordinator (use a shorter --checkpoint-dir)",
+                repo_id,
+                REPO_ID_MAX_BYTES,
+            )
+            return
+        await self.backend.send_checkpoint(i, HubCheckpoint(HubRepo(repo_id=repo_id)))
 
 
 class _Stop(Exception):

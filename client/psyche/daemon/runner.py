@@ -6,19 +6,28 @@ Kept apart from :mod:`psyche.daemon.client` so the daemon's logic never builds i
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from psyche.backends.base import BackendError, JoinRejectedError
 from psyche.backends.centralized.client import CentralizedBackend
 from psyche.coordinator import Coordinator
-from psyche.daemon.client import ClientDaemon, Trained
+from psyche.daemon.client import CHECKPOINT_META, ClientDaemon, Trained
 from psyche.data.factory import provider_for_location
 from psyche.distro import Distro
 from psyche.events import EventLog
 from psyche.p2p.node import P2PNode
-from psyche.protocol.config import DistroOptimizer, P2PCheckpoint, P2PGcsCheckpoint
+from psyche.protocol.config import (
+    Checkpoint,
+    DistroOptimizer,
+    HubCheckpoint,
+    HubRepo,
+    P2PCheckpoint,
+    P2PGcsCheckpoint,
+)
 from psyche.protocol.identity import SecretKey, secret_key_from_env_or_file
 from psyche.training.device import default_dtype, pick_device
 from psyche.training.errors import ModelLoadError
@@ -49,7 +58,13 @@ def make_loader(key: SecretKey, options: ClientOptions) -> Callable[[Coordinator
 
     def load(coord: Coordinator) -> Trained:
         llm = coord.llm
-        if isinstance(llm.checkpoint, P2PCheckpoint | P2PGcsCheckpoint):
+        source: Checkpoint = llm.checkpoint
+        if isinstance(source, P2PCheckpoint) and _fresh_local_copy(source.repo, coord):
+            # The last checkpoint an elected checkpointer stored is a directory on this machine
+            # (local runs): the weights there are the ones the epoch ended with.
+            log.info("loading the run's last stored checkpoint %s", source.repo.repo_id)
+            source = HubCheckpoint(source.repo)
+        elif isinstance(source, P2PCheckpoint | P2PGcsCheckpoint):
             raise ModelLoadError(
                 "this run's model is only available from peers (P2P checkpoint), which this "
                 "client cannot load yet; join at the start of a run"
@@ -57,7 +72,7 @@ def make_loader(key: SecretKey, options: ClientOptions) -> Callable[[Coordinator
         if not isinstance(llm.optimizer, DistroOptimizer):
             raise ModelLoadError("multi-client runs need the Distro optimizer")
         model, _ = load_model(
-            llm.checkpoint,
+            source,
             device=device,
             dtype=default_dtype(device),
             architecture=llm.architecture,
@@ -69,6 +84,19 @@ def make_loader(key: SecretKey, options: ClientOptions) -> Callable[[Coordinator
         return Trained(trainer=trainer, spec=distro.payload_spec, data=data)
 
     return load
+
+
+def _fresh_local_copy(repo: HubRepo, coord: Coordinator) -> bool:
+    """A directory here that a checkpointer of this run wrote at the current step, so it holds
+    the weights the last epoch ended with (an older copy would silently desynchronise us)."""
+    path = Path(repo.repo_id)
+    if repo.revision is not None or not (path / "config.json").is_file():
+        return False
+    try:
+        meta = json.loads((path / CHECKPOINT_META).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(meta.get("run_id") == coord.run_id and meta.get("step") == coord.progress.step)
 
 
 async def run_client(options: ClientOptions) -> int:

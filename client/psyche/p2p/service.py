@@ -205,7 +205,13 @@ class HostService:
     async def redial_loop(self) -> None:
         while True:
             await trio.sleep(REDIAL_INTERVAL)
-            missing = [p for p in self.known if p not in self.connected()]
+            connected = self.connected()
+            # Peers that left the epoch are not chased; before any allow-list, everyone is.
+            missing = [
+                p
+                for p in self.known
+                if p not in connected and (not self.allowed or p in self.allowed)
+            ]
             async with trio.open_nursery() as nursery:
                 for peer in missing:
                     nursery.start_soon(self.dial, peer)

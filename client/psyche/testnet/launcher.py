@@ -32,6 +32,7 @@ from psyche.testnet.summary import ClientTally, Summary, build_summary, plot_los
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TestnetOptions:
+    __test__ = False  # not a pytest test class despite the name
     config_path: Path
     num_clients: int = 3
     server_port: int = 20000
@@ -45,6 +46,11 @@ class TestnetOptions:
     micro_batch_size: int = 2
     timeout_s: float = 3600.0
     seed: int = 0
+    server_args: tuple[str, ...] = ()
+    """Extra ``centralized-server run`` flags (e.g. ``--withdraw-on-disconnect false``)."""
+    checkpoint_dir: Path | None = None
+    """Where elected checkpointers store the model (default ``<out>/checkpoints``); a client
+    joining a later epoch loads the run's last stored checkpoint from there."""
 
 
 @dataclass
@@ -56,12 +62,15 @@ class _Proc:
 
 @dataclass
 class Testnet:
+    __test__ = False  # not a pytest test class despite the name
     options: TestnetOptions
     config: RunConfig
     out: Path
     server: _Proc | None = None
     clients: dict[str, _Proc] = field(default_factory=dict)
     tallies: dict[str, ClientTally] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
+    """Clients killed on purpose and not to be restarted."""
 
     @property
     def server_events(self) -> Path:
@@ -102,7 +111,7 @@ class Testnet:
         data_toml = o.config_path / "data.toml"
         if data_toml.exists():
             args += ["--data-config", str(data_toml)]
-        self.server = self._spawn("server", args)
+        self.server = self._spawn("server", [*args, *o.server_args])
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.server.popen.poll() is not None:
@@ -139,17 +148,25 @@ class Testnet:
             str(self.client_log(label)),
             "--logs",
             "console",
+            "--checkpoint-dir",
+            str(o.checkpoint_dir or self.out / "checkpoints"),
         ]
+        self.down.discard(label)
         self.clients[label] = self._spawn(label, args)
         self.tallies.setdefault(label, ClientTally()).joins += 1
 
-    def kill_client(self, label: str) -> None:
+    def kill_client(self, label: str, *, restart: bool = False) -> None:
+        """SIGKILL a client (a crash, not a clean exit); restart it at once if asked."""
         proc = self.clients[label]
         with contextlib.suppress(ProcessLookupError):
             proc.popen.send_signal(signal.SIGKILL)
         proc.popen.wait(timeout=30)
         proc.log.close()
         self.tallies[label].kills += 1
+        if restart:
+            self.start_client(int(label.split("-")[1]))
+        else:
+            self.down.add(label)
 
     def stop_all(self) -> None:
         procs = [*self.clients.values(), *([self.server] if self.server else [])]
@@ -200,11 +217,10 @@ class Testnet:
                         f"client-{i}" for i in (o.allowed_to_kill or range(1, o.num_clients + 1))
                     ]
                     for label in rng.sample(allowed, min(o.random_kill_num, len(allowed))):
-                        self.kill_client(label)
-                        self.start_client(int(label.split("-")[1]))
+                        self.kill_client(label, restart=True)
                 for label, proc in list(self.clients.items()):
                     # A client that crashed (not killed by us) is restarted too.
-                    if proc.popen.poll() not in (None, 0):
+                    if label not in self.down and proc.popen.poll() not in (None, 0):
                         proc.log.close()
                         self.start_client(int(label.split("-")[1]))
         finally:

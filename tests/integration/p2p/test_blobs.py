@@ -1,0 +1,102 @@
+"""Blob transfer between real node processes: verification, re-serving, and peers that fail.
+
+One scenario on one three-node cluster (starting a node costs seconds of py-libp2p imports):
+A produces, B fetches and re-serves, C fetches from whoever is best and survives B forging,
+oversize blobs, A's host being killed mid-transfer, A being gone for good, and B refusing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .harness import mesh, start_nodes
+from .node_runner import seeded_blob
+
+pytestmark = pytest.mark.slow
+
+MIB = 1 << 20
+
+
+def _sha(seed: int, size: int) -> str:
+    return hashlib.sha256(seeded_blob(seed, size)).hexdigest()
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"
+    except FileNotFoundError:
+        return True
+
+
+def test_blobs_are_verified_reserved_and_refetched_elsewhere_when_peers_lie_or_crash(
+    reap_children: list[subprocess.Popen[bytes]],
+) -> None:
+    a, b, c = start_nodes("ABC", "blob-run", reap_children).values()
+    mesh([a, b, c])
+
+    # B fetches two of A's blobs; the content is verified end to end.
+    x = a.call("serve", seed=1, size=MIB)["hash"]
+    z = a.call("serve", seed=2, size=2 * MIB)["hash"]
+    for blob, size in ((x, MIB), (z, 2 * MIB)):
+        got = b.call("fetch", hash=blob, peers=[a.peer_id], max_size=size)
+        assert got["ok"] and got["from_peer"] == a.peer_id and got["sha256"] == blob
+    assert got["sha256"] == _sha(2, 2 * MIB)
+
+    # Oversize: the producer refuses up front, nothing is transferred, no waiting for timeout.
+    got = c.call("fetch", hash=x, peers=[a.peer_id], max_size=MIB - 1, timeout=20)
+    assert not got["ok"] and got["error_type"] == "BlobTooLarge" and got["elapsed"] < 5
+
+    # B serves what it downloaded (and C now has a bandwidth figure for B).
+    got = c.call("fetch", hash=x, peers=[b.peer_id], max_size=MIB)
+    assert got["ok"] and got["from_peer"] == b.peer_id
+
+    # B serves garbage under the hash of A's blob Y. C asks B first (measured, A is not),
+    # rejects the content, and gets the real blob from A; B now ranks last at C.
+    y = a.call("serve", seed=3, size=MIB)["hash"]
+    b.call("serve_forged", hash=y, size=MIB)
+    got = c.call("fetch", hash=y, peers=[a.peer_id, b.peer_id], max_size=MIB)
+    assert got["ok"] and got["from_peer"] == a.peer_id and got["sha256"] == y
+    assert [p for p, reason in got["failures"] if "does not match" in reason] == [b.peer_id]
+
+    # Blob W: B has it; A "has" it too, but A's copy comes from a pipe that yields 256 KiB and
+    # stalls. C asks A first, and A's host is SIGKILLed in the middle of the transfer.
+    b.call("serve", seed=4, size=4 * MIB)
+    w = a.call("serve_fifo", seed=4, size=4 * MIB, prefix=256 * 1024)["hash"]
+    pending = c.send(
+        "fetch", hash=w, peers=[b.peer_id, a.peer_id], max_size=4 * MIB, timeout=40,
+        attempt_timeout=20,
+    )  # fmt: skip
+    a.wait_event(lambda e: e.get("event") == "fifo_written", timeout=20)
+    time.sleep(0.3)
+    a.kill_host()
+    got = c.reply(pending, timeout=60)
+    assert got["ok"] and got["from_peer"] == b.peer_id and got["sha256"] == w
+    assert [p for p, _ in got["failures"]] == [a.peer_id]
+    assert got["elapsed"] < 15, "failover must come from the dead connection, not the 20 s timeout"
+
+    # The producer is gone; C still gets Z, from B, which downloaded and verified it earlier.
+    got = c.call("fetch", hash=z, peers=[a.peer_id, b.peer_id], max_size=2 * MIB, timeout=20)
+    assert got["ok"] and got["from_peer"] == b.peer_id and got["sha256"] == z
+
+    # B stops allowing C: B refuses to serve it, and C gives up at once (not at the timeout).
+    v = b.call("serve", seed=5, size=1000)["hash"]
+    b.call("allow", peers=[a.peer_id])
+    got = c.call("fetch", hash=v, peers=[b.peer_id], max_size=1000, timeout=20)
+    assert not got["ok"] and got["error_type"] == "BlobNotFound" and got["elapsed"] < 5
+
+    # B's daemon process dies without stopping its node: its host notices and exits, and takes
+    # its blob dir (RAM, under /dev/shm) with it.
+    blob_dir = Path(b.call("info")["blob_dir"])
+    assert blob_dir.is_dir()
+    b.proc.kill()
+    deadline = time.monotonic() + 10
+    while not _exited(b.host_pid) or blob_dir.exists():
+        assert time.monotonic() < deadline, "the host outlived its parent"
+        time.sleep(0.1)
+    for node in (a, c):
+        node.stop()

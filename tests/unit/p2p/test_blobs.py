@@ -1,0 +1,268 @@
+"""The blob protocol over in-memory streams: honest, forged, stalled, truncated, refusing peers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from psyche.p2p.blobs import (
+    HEADER_LEN,
+    REQUEST_LEN,
+    BlobServer,
+    ByteStream,
+    Status,
+    decode_header,
+    decode_request,
+    encode_header,
+    encode_request,
+    ping,
+    read_exactly,
+    serve_ping,
+)
+from psyche.p2p.control import FetchDone, FetchErrorKind, blob_path
+from psyche.p2p.fetch import FetchRequest, fetch_blob
+from psyche.p2p.peers import PeerTable
+
+BLOB = os.urandom(300_000)
+H = hashlib.sha256(BLOB).digest()
+
+
+class Stream:
+    """The :class:`ByteStream` face of one end of a trio in-memory stream pair."""
+
+    def __init__(self, s: Any) -> None:
+        self.s = s
+
+    async def read(self, n: int | None = None) -> bytes:
+        return bytes(await self.s.receive_some(n))
+
+    async def write(self, data: bytes) -> None:
+        await self.s.send_all(data)
+
+    async def close(self) -> None:
+        await self.s.send_stream.aclose()
+
+    async def reset(self) -> None:
+        await self.s.aclose()
+
+
+Handler = Callable[[ByteStream], Awaitable[None]]
+
+
+def run_fetch(
+    tmp_path: Path,
+    handlers: dict[str, Handler],
+    peers: list[str],
+    *,
+    max_size: int = len(BLOB),
+    timeout: float = 5.0,
+    attempt_timeout: float = 2.0,
+    table: PeerTable | None = None,
+    allowed: set[str] | None = None,
+) -> tuple[FetchDone, list[str]]:
+    """Fetch ``H`` from ``peers`` served by ``handlers``; returns the outcome and peers dialled."""
+    table = table or PeerTable()
+    opened: list[str] = []
+
+    running: set[object] = set()
+
+    async def serve(handler: Handler, stream: ByteStream) -> None:
+        token = object()
+        running.add(token)
+        try:
+            await handler(stream)
+        finally:
+            running.discard(token)
+
+    async def main() -> FetchDone:
+        async with trio.open_nursery() as nursery:
+
+            async def open_stream(peer: str) -> ByteStream:
+                opened.append(peer)
+                if peer not in handlers:
+                    raise ConnectionRefusedError(f"cannot dial {peer}")
+                ours, theirs = trio.testing.memory_stream_pair()
+                nursery.start_soon(serve, handlers[peer], Stream(theirs))
+                return Stream(ours)
+
+            req = FetchRequest(1, H, max_size, peers, timeout, attempt_timeout)
+            done = await fetch_blob(
+                req,
+                blob_dir=tmp_path,
+                table=table,
+                is_allowed=lambda p: allowed is None or p in allowed,
+                open_stream=open_stream,
+            )
+            with trio.move_on_after(1.0):  # let servers finish their bookkeeping (not stallers)
+                while running:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+            return done
+
+    done = trio.run(main)
+    assert not list(tmp_path.glob("*.part")), "partial downloads must be cleaned up"
+    return done, opened
+
+
+def server_for(tmp_path: Path, content: bytes, **kw: Any) -> tuple[BlobServer, Handler]:
+    path = tmp_path / f"served-{os.urandom(4).hex()}"
+    path.write_bytes(content)
+    server = BlobServer(is_allowed=lambda p: p != "outsider", **kw)
+    server.serve(H, str(path), len(content))
+
+    async def handle(stream: ByteStream) -> None:
+        await server.handle(stream, "fetcher")
+
+    return server, handle
+
+
+def scripted(*parts: bytes, then: str = "close") -> Handler:
+    """A server that reads the request, writes ``parts``, then closes, stalls or resets."""
+
+    async def handle(stream: ByteStream) -> None:
+        await read_exactly(stream, REQUEST_LEN)
+        for part in parts:
+            await stream.write(part)
+        if then == "stall":
+            await trio.sleep_forever()
+        await (stream.close() if then == "close" else stream.reset())
+
+    return handle
+
+
+def test_request_and_header_codecs() -> None:
+    assert decode_request(encode_request(H, 2**64 - 1)) == (H, 2**64 - 1)
+    assert decode_header(encode_header(Status.BUSY, 5)) == (Status.BUSY, 5)
+    with pytest.raises(ValueError):
+        decode_request(bytes(REQUEST_LEN - 1))
+    with pytest.raises(ValueError, match="unknown"):
+        decode_header(bytes([9]) + bytes(8))
+    with pytest.raises(ValueError):
+        encode_request(bytes(31), 1)
+
+
+def test_honest_fetch_writes_a_verified_file_and_measures_the_peer(tmp_path: Path) -> None:
+    server, handle = server_for(tmp_path, BLOB)
+    table = PeerTable()
+    done, _ = run_fetch(tmp_path, {"a": handle}, ["a"], table=table)
+    assert done.path == str(blob_path(tmp_path, H)) and done.from_peer == "a"
+    assert Path(done.path).read_bytes() == BLOB and done.failures == []
+    assert server.served == 1 and (table.get("a").bandwidth_bps or 0) > 0
+
+
+def test_forged_truncated_and_lying_peers_are_skipped(tmp_path: Path) -> None:
+    _, honest = server_for(tmp_path, BLOB)
+    _, forger = server_for(tmp_path, os.urandom(len(BLOB)))
+    truncator = scripted(encode_header(Status.OK, len(BLOB)), BLOB[:1000])
+    liar = scripted(encode_header(Status.OK, len(BLOB) + 1))
+    handlers = {"forger": forger, "trunc": truncator, "liar": liar, "honest": honest}
+    done, _ = run_fetch(tmp_path, handlers, ["forger", "trunc", "liar", "dead", "honest"])
+    assert done.from_peer == "honest"
+    reasons = dict((f.peer, f.reason) for f in done.failures)
+    assert "does not match" in reasons["forger"]
+    assert "ended after 1000" in reasons["trunc"]
+    assert "max_size" in reasons["liar"]
+    assert "ConnectionRefusedError" in reasons["dead"]
+
+
+def test_stalled_peer_hits_the_attempt_timeout_then_another_peer_serves(tmp_path: Path) -> None:
+    stall = scripted(encode_header(Status.OK, len(BLOB)), BLOB[:10], then="stall")
+    _, honest = server_for(tmp_path, BLOB)
+    done, _ = run_fetch(
+        tmp_path, {"frozen": stall, "b": honest}, ["frozen", "b"], attempt_timeout=0.3
+    )
+    assert done.from_peer == "b"
+    assert [f.peer for f in done.failures] == ["frozen"]
+    assert "within 0.3 s" in done.failures[0].reason
+
+
+def test_too_large_everywhere_fails_fast_without_transfer(tmp_path: Path) -> None:
+    server, handle = server_for(tmp_path, BLOB)
+    done, _ = run_fetch(tmp_path, {"a": handle, "b": handle}, ["a", "b"], max_size=10, timeout=30)
+    assert done.kind is FetchErrorKind.too_large and done.seconds < 5
+    assert server.served == 0 and server.refused == 2
+
+
+def test_missing_blob_is_retried_until_the_deadline(tmp_path: Path) -> None:
+    server = BlobServer(is_allowed=lambda p: True)
+
+    async def handle(stream: ByteStream) -> None:
+        await server.handle(stream, "fetcher")
+
+    done, _ = run_fetch(tmp_path, {"a": handle}, ["a"], timeout=0.8)
+    assert done.kind is FetchErrorKind.not_found
+    assert len(done.failures) >= 2, "a missing blob is asked for again (it may arrive later)"
+
+
+def test_peers_outside_the_allow_list_are_never_dialled(tmp_path: Path) -> None:
+    _, honest = server_for(tmp_path, BLOB)
+    done, opened = run_fetch(tmp_path, {"x": honest, "y": honest}, ["x", "y"], allowed={"y"})
+    assert done.from_peer == "y" and opened == ["y"]
+    done, opened = run_fetch(tmp_path, {"x": honest}, ["x"], allowed=set())
+    assert done.kind is FetchErrorKind.not_found and opened == []
+
+
+def test_server_refuses_outsiders_oversize_and_overload(tmp_path: Path) -> None:
+    server, _ = server_for(tmp_path, BLOB, max_concurrent=0)
+
+    async def ask(peer: str, max_size: int, blob_hash: bytes = H) -> tuple[Status, int]:
+        ours, theirs = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.handle, Stream(theirs), peer)
+            await Stream(ours).write(encode_request(blob_hash, max_size))
+            return decode_header(await read_exactly(Stream(ours), HEADER_LEN))
+
+    async def main() -> None:
+        assert await ask("outsider", len(BLOB)) == (Status.FORBIDDEN, len(BLOB))
+        assert await ask("peer", len(BLOB) - 1) == (Status.TOO_LARGE, len(BLOB))
+        assert await ask("peer", len(BLOB), bytes(32)) == (Status.NOT_FOUND, 0)
+        assert await ask("peer", len(BLOB)) == (Status.BUSY, len(BLOB))
+
+    trio.run(main)
+    assert server.refused == 4 and server.served == 0
+
+
+def test_server_drops_a_client_that_never_sends_its_request(tmp_path: Path) -> None:
+    server, _ = server_for(tmp_path, BLOB, request_timeout=0.1)
+
+    async def main() -> bytes:
+        ours, theirs = trio.testing.memory_stream_pair()
+        with trio.fail_after(5):
+            await server.handle(Stream(theirs), "peer")
+            return bytes(await ours.receive_some())
+
+    assert trio.run(main) == b""  # reset without an answer
+
+
+def test_ping_echoes_and_measures(tmp_path: Path) -> None:
+    async def main() -> float:
+        ours, theirs = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_ping, Stream(theirs))
+            return await ping(Stream(ours))
+
+    assert 0.0 <= trio.run(main) < 1.0
+
+
+def test_only_bad_links_and_dishonest_peers_lose_their_ranking(tmp_path: Path) -> None:
+    _, honest = server_for(tmp_path, BLOB)
+    _, forger = server_for(tmp_path, os.urandom(len(BLOB)))
+    empty = BlobServer(is_allowed=lambda p: True)
+
+    async def missing(stream: ByteStream) -> None:
+        await empty.handle(stream, "fetcher")
+
+    table = PeerTable()
+    handlers = {"missing": missing, "forger": forger, "honest": honest}
+    done, _ = run_fetch(tmp_path, handlers, ["missing", "forger", "honest"], table=table)
+    assert done.from_peer == "honest"
+    assert table.get("missing").bandwidth_bps is None  # lacking a blob is not a fault
+    assert table.get("forger").bandwidth_bps == 0.0
+    assert table.order(["forger", "missing", "honest"]) == ["honest", "missing", "forger"]

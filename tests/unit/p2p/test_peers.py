@@ -1,0 +1,59 @@
+"""Peer ordering for downloads: measured-fast first, then unmeasured, then failed (SPEC §6.4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from psyche.p2p.peers import EWMA_WEIGHT, HostCounters, PeerTable, peer_stats
+
+
+def test_order_without_measurements_keeps_the_callers_order_and_drops_duplicates() -> None:
+    assert PeerTable().order(["c", "a", "b", "a"]) == ["c", "a", "b"]
+    assert PeerTable().order([]) == []
+
+
+def test_measured_bandwidth_then_unmeasured_then_failed() -> None:
+    t = PeerTable()
+    t.record_transfer("slow", 1_000_000, 1.0)
+    t.record_transfer("fast", 1_000_000, 0.01)
+    t.record_failure("bad")
+    assert t.order(["bad", "new", "slow", "fast"]) == ["fast", "slow", "new", "bad"]
+
+
+def test_latency_breaks_ties_within_a_class() -> None:
+    t = PeerTable()
+    t.record_latency("far", 0.2)
+    t.record_latency("near", 0.001)
+    assert t.order(["far", "unknown", "near"]) == ["near", "far", "unknown"]
+    t.record_failure("far")
+    t.record_failure("near")
+    assert t.order(["far", "near"]) == ["near", "far"]
+
+
+def test_success_after_failure_restores_a_peer() -> None:
+    t = PeerTable()
+    t.record_failure("p")
+    assert t.get("p").bandwidth_bps == 0.0 and t.get("p").failures == 1
+    t.record_transfer("p", 2_000_000, 1.0)
+    assert t.get("p").bandwidth_bps == 2_000_000
+    assert t.order(["q", "p"]) == ["p", "q"]
+
+
+def test_averages_are_exponentially_weighted() -> None:
+    t = PeerTable()
+    t.record_latency("p", 0.1)
+    t.record_latency("p", 0.2)
+    assert t.get("p").latency_s == pytest.approx((1 - EWMA_WEIGHT) * 0.1 + EWMA_WEIGHT * 0.2)
+    t.record_transfer("p", 100, 0.0)  # an instant transfer does not divide by zero
+    assert t.get("p").bandwidth_bps == pytest.approx(100 / 1e-3)
+
+
+def test_retain_forgets_peers_that_left_and_report_lists_connected_ones() -> None:
+    t = PeerTable()
+    t.record_latency("stay", 0.01)
+    t.record_latency("gone", 0.01)
+    t.retain(["stay"])
+    assert set(t.snapshot()) == {"stay"}
+    report = peer_stats(t, ["stay", "other"], ["stay"], HostCounters(published=2))
+    assert [(p.peer_id, p.connected) for p in report.peers] == [("stay", True), ("other", True)]
+    assert report.counters.published == 2 and report.gossip_peers == ["stay"]

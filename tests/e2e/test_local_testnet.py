@@ -104,7 +104,7 @@ def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(
         if (
             not killed_at
             and states
-            and states[-1]["run_state"] == "RoundTrain"
+            and states[-1]["run_state"] in ("RoundTrain", "RoundWitness")
             and states[-1]["step"] >= 3
         ):
             killed_at.append(states[-1]["step"])
@@ -151,7 +151,11 @@ def test_late_joiner_trains_from_the_next_epoch_with_identical_weights(
 
     def hook(n: Testnet) -> None:
         states = _states(n)
-        if "client-4" not in n.clients and states and states[-1]["run_state"] == "RoundTrain":
+        if (
+            "client-4" not in n.clients
+            and states
+            and states[-1]["run_state"] != "WaitingForMembers"
+        ):
             n.start_client(4)
 
     s = _run(net, hook)

@@ -18,6 +18,7 @@ the daemon logs the parameter hash so tests can prove that honest clients agree 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -138,6 +139,7 @@ class ClientDaemon:
         self._training: asyncio.Task[None] | None = None
         self._fetches: set[asyncio.Task[None]] = set()
         self._step_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
         self.finished = asyncio.Event()
 
     # --- loops --------------------------------------------------------------------------------
@@ -167,6 +169,7 @@ class ClientDaemon:
                     log.exception("internal error; dropping out of this epoch")
                     if self.view is not None:
                         self.view.dropped = True
+            self._wake.set()
             if coord.run_state in (RunState.Finished,):
                 self.events.write("finished", step=coord.progress.step)
                 self.finished.set()
@@ -181,8 +184,12 @@ class ClientDaemon:
             self._on_announcement(ann.sender, ann.payload, peer)
 
     async def _poll_loop(self) -> None:
+        # Woken at once by what can unblock an opportunistic step (our training done, a peer's
+        # Finished, a download); the timeout is only a fallback.
         while True:
-            await asyncio.sleep(POLL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_S)
+            self._wake.clear()
             async with self._step_lock:
                 await self._opportunistic()
 
@@ -351,6 +358,7 @@ class ClientDaemon:
             nonce=0,
         )
         await self.p2p.announce(sign_announcement(self.key, ann))
+        self._wake.set()
         self.events.write(
             "train",
             step=state.step,
@@ -400,6 +408,7 @@ class ClientDaemon:
                 for st in view.rounds.values():
                     if st.step == payload.step:
                         st.finished.add(member)
+            self._wake.set()
             return
         if not isinstance(payload, TrainingResult):
             return
@@ -445,6 +454,7 @@ class ClientDaemon:
             )
             return
         state.results[res.batch] = full
+        self._wake.set()
 
     # --- opportunistic steps ------------------------------------------------------------------
 
@@ -458,7 +468,13 @@ class ClientDaemon:
             state = view.rounds.get(coord.current_round().height)
             if state is None or state.step != coord.progress.step:
                 return
-            mine_done = self._training is None or self._training.done()
+            mine = state.batch_of(self.identity) if state.trains else None
+            mine_done = (
+                mine is None
+                or mine in state.results
+                or self._training is None
+                or self._training.done()
+            )
             prev = view.rounds.get(state.height - 1)
             if not state.sent_finished and mine_done and (prev is None or prev.all_received()):
                 state.sent_finished = True

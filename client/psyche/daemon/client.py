@@ -167,8 +167,7 @@ class ClientDaemon:
                     raise
                 except Exception:
                     log.exception("internal error; dropping out of this epoch")
-                    if self.view is not None:
-                        self.view.dropped = True
+                    self._drop_out()
             self._wake.set()
             if coord.run_state in (RunState.Finished,):
                 self.events.write("finished", step=coord.progress.step)
@@ -213,8 +212,7 @@ class ClientDaemon:
                     "no longer a healthy client of epoch %d; waiting for the next one",
                     coord.progress.epoch,
                 )
-                self._cancel.set()
-                self.view.dropped = True
+                self._drop_out()
             return
         if self.view is None or self.view.epoch != coord.progress.epoch:
             self._end_epoch()
@@ -242,6 +240,15 @@ class ClientDaemon:
             view.cooldown_done = True
             self._cancel.set()
             await self._cooldown(coord)
+
+    def _drop_out(self) -> None:
+        """Stop training and witnessing for the rest of this epoch. The weights may now miss
+        applies the others made, so they are discarded and reloaded when the next epoch starts
+        (from the checkpoint the coordinator names) instead of silently diverging."""
+        self._cancel.set()
+        if self.view is not None:
+            self.view.dropped = True
+        self.trained = None
 
     def _set_peers(self, coord: Coordinator) -> None:
         keys = [c.id.p2p_identity for c in coord.epoch_state.clients]

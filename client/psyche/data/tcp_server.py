@@ -165,6 +165,8 @@ class DataServer:
         except (DataError, TimeoutError, OSError) as e:
             self.stats["dropped"] += 1
             log.info("data client %s dropped: %s", peer, e or type(e).__name__)
+        except asyncio.CancelledError:
+            pass  # server shutdown; letting it escape makes asyncio log a spurious error
         except Exception:
             self.stats["dropped"] += 1
             log.exception("data client %s: internal error, connection closed", peer)

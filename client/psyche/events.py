@@ -44,3 +44,32 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+class EventTail:
+    """Follows a growing event log, parsing only what was appended since the last ``poll`` (a
+    launcher polling every 0.5 s must not re-read the whole file each time)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.events: list[dict[str, Any]] = []
+        self._offset = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        """The events appended since the last call (a torn last line waits for the next)."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        new: list[dict[str, Any]] = []
+        for line in data[:end].splitlines():
+            try:
+                new.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        self.events.extend(new)
+        return new

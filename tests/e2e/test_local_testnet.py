@@ -73,7 +73,7 @@ def _run(net: Testnet, hook) -> dict:
 
 
 def _states(net: Testnet) -> list[dict]:
-    return [e for e in read_events(net.server_events) if e["event"] == "state"]
+    return net.states()
 
 
 def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(

@@ -555,9 +555,5 @@ class _Stop(Exception):
     """Ends the daemon's task group once the run is finished."""
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def _save_pretrained(model: torch.nn.Module, path: str) -> None:
     model.save_pretrained(path, safe_serialization=True)  # type: ignore[operator]

@@ -34,7 +34,7 @@ from psyche.daemon.rounds import (
     verify_result,
 )
 from psyche.data.local import LocalDataProvider
-from psyche.distro import Distro, DistroConfig, Payload, decode_payload
+from psyche.distro import Distro, Payload, decode_payload
 from psyche.distro.payload import payload_hash
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import sha256
@@ -45,7 +45,7 @@ from psyche.protocol.runconfig import RunConfig
 from psyche.training.hashing import model_hash
 from psyche.training.loading import load_model
 from psyche.training.schedule import lr_for_step
-from psyche.training.trainer import Trainer
+from psyche.training.trainer import Trainer, distro_config
 
 
 @dataclass
@@ -123,15 +123,7 @@ class InProcessRun:
         )
         self.now = 1_700_000_000
         self.coord.run_state_start_unix_timestamp = self.now
-        opt = run.model.optimizer
-        dcfg = DistroConfig(
-            compression_decay=opt.compression_decay,
-            compression_topk=opt.compression_topk,
-            compression_chunk=opt.compression_chunk,
-            quantize_1bit=opt.quantize_1bit,
-            clip_grad_norm=opt.clip_grad_norm,
-            weight_decay=opt.weight_decay,
-        )
+        dcfg = distro_config(run.model.optimizer)
         self.clients: list[SimClient] = []
         for i in range(n_clients):
             key = SecretKey.from_bytes(sha256(b"psyche-demo-client-%d" % i))

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from psyche.events import read_events
+from psyche.events import EventTail
 from psyche.protocol.config import LLM, HubCheckpoint, ServerData
 from psyche.protocol.runconfig import RunConfig, load_data_config, load_run_config
 from psyche.testnet.summary import ClientTally, Summary, build_summary, plot_losses
@@ -71,6 +71,14 @@ class Testnet:
     tallies: dict[str, ClientTally] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
     """Clients killed on purpose and not to be restarted."""
+    _server_tail: EventTail | None = None
+
+    def states(self) -> list[dict[str, Any]]:
+        """Every coordinator state the server has logged so far (read incrementally)."""
+        if self._server_tail is None:
+            self._server_tail = EventTail(self.server_events)
+        self._server_tail.poll()
+        return [e for e in self._server_tail.events if e.get("event") == "state"]
 
     @property
     def server_events(self) -> Path:
@@ -201,7 +209,7 @@ class Testnet:
                 time.sleep(0.5)
                 if on_tick is not None:
                     on_tick(self)
-                states = [e for e in read_events(self.server_events) if e["event"] == "state"]
+                states = self.states()
                 last = states[-1]["run_state"] if states else ""
                 if last in ("Finished", "Paused"):
                     break

@@ -1,0 +1,23 @@
+//! Seeds, versions and limits of the coordinator program (the core's own limits live in
+//! `core::types`).
+
+/// First seed of the `CoordinatorInstance` PDA `["coordinator", run_id]`.
+pub const COORDINATOR_INSTANCE_SEEDS_PREFIX: &[u8] = b"coordinator";
+
+/// Layout version of `CoordinatorAccount`; bump it (and migrate) whenever the layout changes.
+pub const COORDINATOR_ACCOUNT_VERSION: u64 = 1;
+
+/// Scope of the authorizer's `Authorization` that `join_run` requires from the run's
+/// `join_authority`.
+pub const JOIN_RUN_AUTHORIZATION_SCOPE: &[u8] = b"CoordinatorJoinRun";
+
+/// Registered wallets kept per run (points ledger + join registrations). Stale entries are
+/// reused once the list is full (see `ClientsState::register`).
+pub const MAX_REGISTERED_CLIENTS: usize = 256;
+
+/// Longest `client_version` (bytes).
+pub const CLIENT_VERSION_MAX_LEN: usize = 96;
+
+/// Most entries in one `health_check`: each costs a committee-shuffle verification, and 8 keep
+/// the transaction well under its size and compute limits.
+pub const MAX_HEALTH_CHECKS_PER_INSTRUCTION: usize = 8;

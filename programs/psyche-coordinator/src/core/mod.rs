@@ -1,0 +1,34 @@
+//! The coordinator core: a pure, deterministic port of `client/psyche/coordinator` (and the
+//! primitives it uses from `client/psyche/protocol`). Python is the contract; the shared vectors
+//! in `tests/vectors/` prove the two agree.
+//!
+//! Everything the program stores lives in `repr(C)` Pod types without implicit padding, enums or
+//! bools (docs/solana.md), and the state machine mutates them in place: the account is ~140 KB
+//! while SBF has a 4 KB stack frame and a 32 KB heap. Every public handler validates before it
+//! mutates, so an `Err` leaves the state untouched.
+
+pub mod bloom;
+pub mod committee;
+pub mod config;
+pub mod consensus;
+pub mod coordinator;
+pub mod data_selection;
+pub mod error;
+pub mod handlers;
+pub mod hash;
+pub mod model;
+pub mod queries;
+pub mod rewards;
+pub mod shuffle;
+pub mod types;
+
+pub use bloom::Bloom;
+pub use committee::{
+    Committee, CommitteeProof, CommitteeSelection, CommitteeSelectionError, HealthCheck,
+};
+pub use config::{CoordinatorConfig, Progress};
+pub use error::{CoordinatorError, TickResult};
+pub use model::{Checkpoint, Model, ModelBlob};
+pub use queries::PrevClients;
+pub use rewards::{epoch_points, EpochPoints};
+pub use types::*;

@@ -1,0 +1,200 @@
+//! Read-only views of the coordinator state (`client/psyche/coordinator/coordinator.py`'s
+//! helpers, SPEC §1.6): timers, rounds, membership, committee selection, the exactly rebuilt
+//! previous-round client list and the checkpointer election.
+
+use super::committee::CommitteeSelection;
+use super::consensus;
+use super::error::CoordinatorError;
+use super::hash::{sha256, sha256v};
+use super::model::Model;
+use super::shuffle::compute_shuffled_index;
+use super::types::{
+    CoordinatorState, NodeIdentity, Round, RunState, MAX_CLIENTS, NUM_STORED_ROUNDS,
+};
+
+pub const CHECKPOINTER_SALT: &[u8] = b"checkpointer";
+
+/// The previous round's client list, rebuilt exactly (see `previous_round_clients`). Entries are
+/// references (`< 256`: `clients[i]`, else `exited_clients[i - 256]`) so the list costs 1 KB of
+/// heap at most instead of 32 KB of identities.
+pub struct PrevClients<'a> {
+    state: &'a CoordinatorState,
+    refs: Vec<u16>,
+}
+
+impl PrevClients<'_> {
+    pub fn len(&self) -> usize {
+        self.refs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.refs.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&NodeIdentity> {
+        let r = usize::from(*self.refs.get(i)?);
+        let es = &self.state.epoch_state;
+        if r < MAX_CLIENTS {
+            es.clients().get(r).map(|c| &c.id)
+        } else {
+            es.exited_clients().get(r - MAX_CLIENTS).map(|c| &c.id)
+        }
+    }
+}
+
+impl CoordinatorState {
+    // --- accessors (SPEC §1.6) -------------------------------------------------------------------
+
+    /// The run phase; an unknown tag (a corrupted account) reads as `Uninitialized`, i.e. halted.
+    pub fn state(&self) -> RunState {
+        RunState::from_u8(self.run_state).unwrap_or(RunState::Uninitialized)
+    }
+
+    pub fn pending_pause(&self) -> bool {
+        self.pending_pause != 0
+    }
+
+    pub fn model(&self) -> Option<Model> {
+        self.model.load()
+    }
+
+    pub fn check_timeout(&self, now: u64, duration: u64) -> bool {
+        let start = self.run_state_start_unix_timestamp;
+        now != start && u128::from(now) >= u128::from(start) + u128::from(duration)
+    }
+
+    pub fn check_epoch_timeout(&self, now: u64) -> bool {
+        let start = self.epoch_state.start_timestamp;
+        now != start && u128::from(now) >= u128::from(start) + u128::from(self.config.epoch_time)
+    }
+
+    pub fn current_round(&self) -> &Round {
+        &self.epoch_state.rounds[self.epoch_state.head()]
+    }
+
+    pub fn current_round_mut(&mut self) -> &mut Round {
+        let head = self.epoch_state.head();
+        &mut self.epoch_state.rounds[head]
+    }
+
+    pub fn previous_round(&self) -> Option<&Round> {
+        let head = self.epoch_state.head();
+        if head == 0 && self.current_round().height == 0 {
+            return None;
+        }
+        Some(&self.epoch_state.rounds[(head + NUM_STORED_ROUNDS - 1) % NUM_STORED_ROUNDS])
+    }
+
+    pub fn previous_previous_round(&self) -> Option<&Round> {
+        let head = self.epoch_state.head();
+        if head == 0 && self.current_round().height <= 1 {
+            return None;
+        }
+        Some(&self.epoch_state.rounds[(head + NUM_STORED_ROUNDS - 2) % NUM_STORED_ROUNDS])
+    }
+
+    pub fn batch_size_for_round(&self, rnd: &Round) -> u64 {
+        let tokens = u128::from(rnd.data_index) * u128::from(self.model.max_seq_len());
+        self.config.get_batch_size(tokens)
+    }
+
+    pub fn total_tokens_processed(&self) -> u128 {
+        let samples = if self.state().active() {
+            self.current_round().data_index
+        } else {
+            self.progress.epoch_start_data_index
+        };
+        u128::from(samples) * u128::from(self.model.max_seq_len())
+    }
+
+    pub fn last_step_set(&self) -> bool {
+        self.epoch_state.last_step != 0
+    }
+
+    pub fn is_healthy_member(&self, index: u64, who: &NodeIdentity) -> bool {
+        let clients = self.epoch_state.clients();
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| clients.get(i))
+            .is_some_and(|c| c.id == *who && c.is_healthy())
+    }
+
+    pub fn index_of(&self, who: &NodeIdentity) -> Option<usize> {
+        self.epoch_state.clients().iter().position(|c| c.id == *who)
+    }
+
+    pub fn witness_count(&self) -> usize {
+        self.config.witness_count(self.epoch_state.clients().len())
+    }
+
+    pub fn committee_selection(&self, rnd: &Round) -> Result<CommitteeSelection, CoordinatorError> {
+        CommitteeSelection::new(
+            u64::from(rnd.tie_breaker_tasks),
+            u64::from(self.config.witness_nodes),
+            u64::from(self.config.verification_percent),
+            u64::from(rnd.clients_len),
+            rnd.random_seed,
+        )
+        .map_err(|_| CoordinatorError::InvalidCommitteeSelection)
+    }
+
+    pub fn trainer_healthy(&self, who: &NodeIdentity) -> bool {
+        self.previous_round()
+            .is_some_and(|prev| consensus::trainer_healthy(who, prev.witnesses(), &self.config))
+    }
+
+    /// The epoch client list as it was during the previous round, rebuilt exactly.
+    ///
+    /// Clients only ever leave during an epoch, so the `k = prev.clients_len - len(clients)`
+    /// newest entries of `exited_clients` are exactly those removed since the previous round
+    /// started. Their removals are undone newest boundary first; within one boundary, in
+    /// ascending `exited_index` (each index is relative to the list before that removal).
+    pub fn previous_round_clients(&self) -> PrevClients<'_> {
+        let es = &self.epoch_state;
+        let n = es.clients().len();
+        let mut refs: Vec<u16> = (0..n as u16).collect();
+        let Some(prev) = self.previous_round() else {
+            return PrevClients { state: self, refs };
+        };
+        let exited = es.exited_clients();
+        let missing = i64::from(prev.clients_len) - n as i64;
+        let k = missing.min(exited.len() as i64);
+        if k <= 0 {
+            refs.truncate(usize::from(prev.clients_len));
+            return PrevClients { state: self, refs };
+        }
+        let first = exited.len() - k as usize;
+        let mut order: Vec<usize> = (first..exited.len()).collect();
+        // Stable, like Python's sorted(): newest boundary first, then by exited_index.
+        order.sort_by_key(|&j| {
+            (core::cmp::Reverse(exited[j].exited_height), exited[j].exited_index)
+        });
+        refs.reserve(order.len());
+        for j in order {
+            let at = usize::from(exited[j].exited_index).min(refs.len());
+            refs.insert(at, (MAX_CLIENTS + j) as u16);
+        }
+        PrevClients { state: self, refs }
+    }
+
+    fn checkpointer_seed(&self) -> [u8; 32] {
+        let seed32 = sha256(&self.current_round().random_seed.to_le_bytes());
+        sha256v(&[&seed32, CHECKPOINTER_SALT])
+    }
+
+    /// Whether client `index` is one of this Cooldown's `max(1, n/3)` elected checkpointers
+    /// (swap-or-not of the current round's seed salted `checkpointer`): one shuffle, not `n`.
+    pub fn is_checkpointer(&self, index: u64) -> bool {
+        let n = self.epoch_state.clients().len() as u64;
+        let want = (n / 3).max(1);
+        compute_shuffled_index(index, n, &self.checkpointer_seed()).is_some_and(|p| p < want)
+    }
+
+    /// All elected checkpointers, ascending (Python's `checkpointer_indices`).
+    pub fn checkpointer_indices(&self) -> Vec<u64> {
+        let n = self.epoch_state.clients().len() as u64;
+        let want = (n / 3).max(1);
+        let seed = self.checkpointer_seed();
+        (0..n).filter(|&i| compute_shuffled_index(i, n, &seed).is_some_and(|p| p < want)).collect()
+    }
+}

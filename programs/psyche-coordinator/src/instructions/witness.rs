@@ -1,0 +1,31 @@
+use anchor_lang::prelude::*;
+
+use crate::core::{Bloom, WitnessMetadata, WitnessProofArg};
+use crate::error::CoordinatorProgramError;
+use crate::instructions::{stored_witness, PermissionlessCoordinatorAccounts};
+use crate::state::unix_now;
+
+/// An elected witness reports what it received in the previous round (blooms) plus statistics
+/// (`metadata`, not stored: indexers read it from the transaction), then the run ticks. The
+/// arguments are `client/psyche/coordinator/wire.py`'s layout; the largest such transaction fits
+/// the 1232-byte limit (tests/program_tx_size.rs). Accounts: `PermissionlessCoordinatorAccounts`
+/// (`user` must be a registered client).
+pub fn witness_processor(
+    ctx: Context<PermissionlessCoordinatorAccounts>,
+    proof: WitnessProofArg,
+    participant_bloom: Box<Bloom>,
+    broadcast_bloom: Box<Bloom>,
+    metadata: WitnessMetadata,
+) -> Result<()> {
+    require!(metadata.check(), CoordinatorProgramError::WitnessMetadataInvalid);
+    let clock = Clock::get()?;
+    let now = unix_now(&clock)?;
+    let mut account = ctx.accounts.coordinator_account.load_mut()?;
+    account.check_version()?;
+    let state = &mut account.state;
+    let from = state.registered_id(&ctx.accounts.user.key())?;
+    let witness = stored_witness(&proof, &participant_bloom, &broadcast_bloom);
+    state.coordinator.witness(&from, &witness, now)?;
+    state.tick(&clock)?;
+    account.bump_nonce()
+}

@@ -1,0 +1,132 @@
+//! Registered wallets of a run: who joined for which epoch, and their points ledger (SPEC §1.12).
+
+use anchor_lang::prelude::*;
+
+use crate::constants::MAX_REGISTERED_CLIENTS;
+use crate::core::{EpochState, NodeIdentity};
+use crate::error::CoordinatorProgramError;
+
+/// One registered wallet.
+#[zero_copy]
+#[derive(Debug, PartialEq)]
+pub struct RegisteredClient {
+    /// Wallet (`signer`) and the P2P key it gave at its last join.
+    pub id: NodeIdentity,
+    /// Points credited at successful epoch ends (claimable 1:1 by a treasury program).
+    pub earned: u64,
+    /// Points lost to ejections.
+    pub slashed: u64,
+    /// `ClientsState::next_active` at its last join: it is pending for the next epoch while this
+    /// equals `next_active`.
+    pub active: u64,
+}
+
+/// Points per epoch, fixed for an epoch when its Warmup begins (`future` → `current`).
+#[zero_copy]
+#[derive(Debug, PartialEq, Default)]
+pub struct ClientsEpochRates {
+    /// Shared equally by the Healthy clients at a successful epoch end.
+    pub earning_rate_total_shared: u64,
+    /// Taken from each client ejected during the epoch.
+    pub slashing_rate_per_client: u64,
+}
+
+#[zero_copy]
+#[derive(Debug, PartialEq)]
+pub struct ClientsState {
+    pub clients: [RegisteredClient; MAX_REGISTERED_CLIENTS],
+    pub num_clients: u64,
+    /// Join generation: bumped when an epoch's training starts (and on resume), so every client
+    /// must join again for each epoch.
+    pub next_active: u64,
+    pub current_epoch_rates: ClientsEpochRates,
+    pub future_epoch_rates: ClientsEpochRates,
+}
+
+/// What `ClientsState::register` did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Registration {
+    /// Already registered: P2P key refreshed, marked pending.
+    Rejoined { index: usize },
+    /// Appended.
+    Added { index: usize },
+    /// The list was full; a stale entry (its previous wallet shown) was replaced.
+    Replaced { index: usize, previous: RegisteredClient },
+}
+
+impl ClientsState {
+    pub fn clients(&self) -> &[RegisteredClient] {
+        &self.clients[..(self.num_clients as usize).min(MAX_REGISTERED_CLIENTS)]
+    }
+
+    pub fn clients_mut(&mut self) -> &mut [RegisteredClient] {
+        let n = (self.num_clients as usize).min(MAX_REGISTERED_CLIENTS);
+        &mut self.clients[..n]
+    }
+
+    /// Index of the registered wallet `signer`.
+    pub fn find_signer(&self, signer: &[u8; 32]) -> Option<usize> {
+        self.clients().iter().position(|c| c.id.signer == *signer)
+    }
+
+    fn is_pending(&self, c: &RegisteredClient) -> bool {
+        c.active == self.next_active
+    }
+
+    /// The clients that joined for the next epoch, in registration order (the coordinator's
+    /// pending list in WaitingForMembers).
+    pub fn pending(&self) -> Vec<NodeIdentity> {
+        self.clients().iter().filter(|c| self.is_pending(c)).map(|c| c.id).collect()
+    }
+
+    /// Registers `id` as pending for the next epoch.
+    ///
+    /// At most `max_pending` wallets may be pending at once (the run's `global_batch_size_end`:
+    /// a client beyond it could never get a batch). When the list is full, an entry is reused if
+    /// its wallet is stale: it joined neither the current epoch nor the next one
+    /// (`active < next_active - 1`) and is not in `epoch`'s clients. The stalest such entry
+    /// (lowest `active`, then lowest index) is replaced, forfeiting its unclaimed points; the
+    /// reference instead refused every new wallet forever once 256 had ever joined.
+    pub fn register(
+        &mut self,
+        id: NodeIdentity,
+        epoch: &EpochState,
+        max_pending: usize,
+    ) -> Result<Registration> {
+        let next_active = self.next_active;
+        let existing = self.find_signer(&id.signer);
+        let already_pending = existing.is_some_and(|i| self.is_pending(&self.clients()[i]));
+        if !already_pending {
+            let pending = self.clients().iter().filter(|c| self.is_pending(c)).count();
+            require!(pending < max_pending, CoordinatorProgramError::MoreClientsThanBatches);
+        }
+        if let Some(index) = existing {
+            let client = &mut self.clients_mut()[index];
+            client.id = id;
+            client.active = next_active;
+            return Ok(Registration::Rejoined { index });
+        }
+        let fresh = RegisteredClient { id, earned: 0, slashed: 0, active: next_active };
+        let n = self.clients().len();
+        if n < MAX_REGISTERED_CLIENTS {
+            self.clients[n] = fresh;
+            self.num_clients =
+                (n as u64).checked_add(1).ok_or(CoordinatorProgramError::ArithmeticOverflow)?;
+            return Ok(Registration::Added { index: n });
+        }
+        let stale_below = next_active.saturating_sub(1);
+        let index = self
+            .clients()
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                c.active < stale_below && !epoch.clients().iter().any(|e| e.id == c.id)
+            })
+            .min_by_key(|(i, c)| (c.active, *i))
+            .map(|(i, _)| i)
+            .ok_or(CoordinatorProgramError::ClientsFull)?;
+        let previous = self.clients[index];
+        self.clients[index] = fresh;
+        Ok(Registration::Replaced { index, previous })
+    }
+}

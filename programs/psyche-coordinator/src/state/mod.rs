@@ -1,0 +1,7 @@
+pub mod clients_state;
+pub mod coordinator_account;
+pub mod coordinator_instance;
+
+pub use clients_state::*;
+pub use coordinator_account::*;
+pub use coordinator_instance::*;

@@ -1,0 +1,729 @@
+//! Program-test harness: both programs registered natively in solana-program-test (SBF cannot be
+//! built here), instruction builders, clock warping and account readers. Used by the
+//! `program_*.rs` tests (`mod harness;`).
+
+#![allow(dead_code)]
+
+use anchor_lang::solana_program::system_instruction;
+use anchor_lang::system_program;
+use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
+use psyche_authorizer::Authorization;
+use psyche_coordinator::constants::JOIN_RUN_AUTHORIZATION_SCOPE;
+use psyche_coordinator::core::model::{
+    Checkpoint, DataLocation, HubRepo, LLMArchitecture, LLMDataType, LearningRateSchedule, Model,
+    OptimizerDefinition, LLM,
+};
+use psyche_coordinator::core::{
+    Bloom, CoordinatorConfig, CoordinatorState, HealthCheck, NodeIdentity, Progress, RunMetadata,
+    RunState, WitnessMetadata, WitnessProofArg,
+};
+use psyche_coordinator::error::CoordinatorProgramError;
+use psyche_coordinator::{CoordinatorAccount, CoordinatorInstance, InitCoordinatorParams};
+use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
+use solana_sdk::account_info::AccountInfo;
+use solana_sdk::clock::Clock;
+use solana_sdk::compute_budget::ComputeBudgetInstruction;
+use solana_sdk::entrypoint::ProgramResult;
+use solana_sdk::instruction::{Instruction, InstructionError};
+use solana_sdk::pubkey::Pubkey;
+use solana_sdk::signature::{Keypair, Signer};
+use solana_sdk::transaction::{Transaction, TransactionError};
+
+/// Anchor's generated `entry` ties the slice and the account infos to one lifetime
+/// (`&'info [AccountInfo<'info>]`); `processor!` needs a `ProcessInstruction`, generic over
+/// both, so it cannot take `entry` directly (a known Anchor / program-test mismatch). The runtime
+/// keeps the infos alive for the whole call, so unifying the lifetimes is sound.
+fn coordinator_entry<'a, 'b>(
+    program_id: &Pubkey,
+    accounts: &'a [AccountInfo<'b>],
+    data: &[u8],
+) -> ProgramResult {
+    // SAFETY: only shortens 'b to 'a ('b: 'a); the infos outlive this call.
+    let accounts =
+        unsafe { std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts) };
+    psyche_coordinator::entry(program_id, accounts, data)
+}
+
+/// Same wrapper for the authorizer.
+fn authorizer_entry<'a, 'b>(
+    program_id: &Pubkey,
+    accounts: &'a [AccountInfo<'b>],
+    data: &[u8],
+) -> ProgramResult {
+    // SAFETY: as above.
+    let accounts =
+        unsafe { std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts) };
+    psyche_authorizer::entry(program_id, accounts, data)
+}
+
+pub type TxResult = Result<(), BanksClientError>;
+
+/// Clock of a fresh `Env`.
+pub const START_TIME: i64 = 1_700_000_000;
+pub const START_SLOT: u64 = 1_000;
+
+/// A keypair derived from `label` (sha256 of it as the ed25519 seed): the same on every run.
+pub fn seeded_keypair(label: &[u8]) -> Keypair {
+    let seed = psyche_coordinator::core::hash::sha256(label);
+    solana_sdk::signer::keypair::keypair_from_seed(&seed).expect("32-byte seed")
+}
+
+/// A run created by `Env::create_run`.
+pub struct Run {
+    pub run_id: String,
+    pub instance: Pubkey,
+    pub account: Pubkey,
+    pub authority: Keypair,
+    pub join_authority: Keypair,
+}
+
+/// A client wallet with its P2P key.
+pub struct Client {
+    pub wallet: Keypair,
+    pub p2p: [u8; 32],
+}
+
+impl Client {
+    pub fn new(p2p_byte: u8) -> Self {
+        Self { wallet: Keypair::new(), p2p: [p2p_byte; 32] }
+    }
+
+    /// A reproducible client (wallet derived from `label`).
+    pub fn seeded(label: &str, p2p_byte: u8) -> Self {
+        Self { wallet: seeded_keypair(label.as_bytes()), p2p: [p2p_byte; 32] }
+    }
+
+    pub fn id(&self) -> NodeIdentity {
+        NodeIdentity { signer: self.wallet.pubkey().to_bytes(), p2p_identity: self.p2p }
+    }
+}
+
+pub struct Env {
+    pub ctx: ProgramTestContext,
+    /// Fee payer and rent payer of every transaction: derived from a fixed seed (not
+    /// program-test's random mint key) so recorded instructions are reproducible.
+    payer: Keypair,
+    /// Makes each transaction unique (a compute-unit price), so two otherwise identical ones in
+    /// the same slot are not rejected as already processed.
+    tx_counter: u64,
+}
+
+impl Env {
+    pub async fn new() -> Self {
+        let mut pt = ProgramTest::new(
+            "psyche_coordinator",
+            psyche_coordinator::ID,
+            processor!(coordinator_entry),
+        );
+        pt.add_program("psyche_authorizer", psyche_authorizer::ID, processor!(authorizer_entry));
+        pt.prefer_bpf(false);
+        let payer = seeded_keypair(b"payer");
+        pt.add_account(
+            payer.pubkey(),
+            solana_sdk::account::Account {
+                lamports: 1_000_000 * 1_000_000_000,
+                owner: system_program::ID,
+                ..Default::default()
+            },
+        );
+        let mut env = Env { ctx: pt.start_with_context().await, payer, tx_counter: 0 };
+        // Start from a fixed time and slot so seeds and timestamps are reproducible.
+        env.set_time(START_TIME).await;
+        env
+    }
+
+    pub fn payer(&self) -> Keypair {
+        self.payer.insecure_clone()
+    }
+
+    /// Sends `ixs` (after a compute-budget instruction) signed by the payer and `signers`.
+    pub async fn send_many(&mut self, ixs: &[Instruction], signers: &[&Keypair]) -> TxResult {
+        self.tx_counter += 1;
+        let payer = self.payer();
+        let mut all: Vec<&Keypair> = vec![&payer];
+        for k in signers {
+            if !all.iter().any(|a| a.pubkey() == k.pubkey()) {
+                all.push(k);
+            }
+        }
+        let mut list = vec![ComputeBudgetInstruction::set_compute_unit_price(self.tx_counter)];
+        list.extend_from_slice(ixs);
+        // A fresh blockhash each time: long tests outlive the 150-blockhash validity window.
+        let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
+        let tx = Transaction::new_signed_with_payer(&list, Some(&payer.pubkey()), &all, blockhash);
+        self.ctx.banks_client.process_transaction(tx).await
+    }
+
+    pub async fn send(&mut self, ix: Instruction, signers: &[&Keypair]) -> TxResult {
+        self.send_many(&[ix], signers).await
+    }
+
+    pub async fn fund(&mut self, to: &Pubkey) {
+        let payer = self.payer();
+        let ix = system_instruction::transfer(&payer.pubkey(), to, 10_000_000_000);
+        self.send(ix, &[]).await.unwrap();
+    }
+
+    // --- clock -------------------------------------------------------------------------------
+
+    pub async fn clock(&mut self) -> Clock {
+        self.ctx.banks_client.get_sysvar().await.unwrap()
+    }
+
+    pub async fn now(&mut self) -> u64 {
+        self.clock().await.unix_timestamp as u64
+    }
+
+    pub async fn set_time(&mut self, unix_timestamp: i64) {
+        let mut clock = self.clock().await;
+        clock.unix_timestamp = unix_timestamp;
+        clock.slot = START_SLOT;
+        self.ctx.set_sysvar(&clock);
+    }
+
+    /// Moves the clock `seconds` forward (and the slot by one, so seeds differ per warp).
+    pub async fn warp(&mut self, seconds: i64) {
+        let mut clock = self.clock().await;
+        clock.unix_timestamp += seconds;
+        clock.slot += 1;
+        self.ctx.set_sysvar(&clock);
+    }
+
+    // --- reads -------------------------------------------------------------------------------
+
+    pub async fn account_data(&mut self, address: Pubkey) -> Option<Vec<u8>> {
+        self.ctx.banks_client.get_account(address).await.unwrap().map(|a| a.data)
+    }
+
+    /// The run's zero-copy account, copied out (boxed: it is ~150 KB).
+    pub async fn coordinator(&mut self, run: &Run) -> Box<CoordinatorAccount> {
+        let data = self.account_data(run.account).await.expect("coordinator account exists");
+        decode_coordinator_account(&data)
+    }
+
+    pub async fn instance(&mut self, run: &Run) -> Option<CoordinatorInstance> {
+        let data = self.account_data(run.instance).await?;
+        Some(CoordinatorInstance::try_deserialize(&mut data.as_slice()).unwrap())
+    }
+
+    pub async fn run_state(&mut self, run: &Run) -> RunState {
+        self.coordinator(run).await.state.run_state()
+    }
+
+    // --- runs --------------------------------------------------------------------------------
+
+    /// The two instructions that create a run: allocate the zero-copy account, then
+    /// `init_coordinator` (one transaction, signed by the payer and the new account).
+    pub fn create_run_ixs(
+        &self,
+        run_id: &str,
+        account: &Keypair,
+        main: &Pubkey,
+        join: &Pubkey,
+    ) -> Vec<Instruction> {
+        let payer = self.payer().pubkey();
+        let (instance, _) = CoordinatorInstance::find_pda(run_id);
+        let lamports = rent_exempt(CoordinatorAccount::SPACE);
+        vec![
+            system_instruction::create_account(
+                &payer,
+                &account.pubkey(),
+                lamports,
+                CoordinatorAccount::SPACE as u64,
+                &psyche_coordinator::ID,
+            ),
+            ix_init_coordinator(
+                &payer,
+                instance,
+                account.pubkey(),
+                InitCoordinatorParams {
+                    main_authority: *main,
+                    join_authority: *join,
+                    run_id: run_id.to_string(),
+                    client_version: "test".to_string(),
+                },
+            ),
+        ]
+    }
+
+    pub async fn create_run(&mut self, run_id: &str) -> Run {
+        // Keys derived from the run id: reproducible, distinct per run.
+        let authority = seeded_keypair(format!("{run_id}/authority").as_bytes());
+        let join_authority = seeded_keypair(format!("{run_id}/join_authority").as_bytes());
+        let account = seeded_keypair(format!("{run_id}/account").as_bytes());
+        let ixs =
+            self.create_run_ixs(run_id, &account, &authority.pubkey(), &join_authority.pubkey());
+        self.send_many(&ixs, &[&account]).await.expect("create run");
+        Run {
+            run_id: run_id.to_string(),
+            instance: CoordinatorInstance::find_pda(run_id).0,
+            account: account.pubkey(),
+            authority,
+            join_authority,
+        }
+    }
+
+    /// A run with the tiny config and model, resumed (WaitingForMembers), and a permissionless
+    /// join authorization.
+    pub async fn started_run(&mut self, run_id: &str) -> Run {
+        let run = self.create_run(run_id).await;
+        self.configure(&run, tiny_config(), tiny_model()).await;
+        self.send(ix_set_paused(&run, false), &[&run.authority]).await.expect("resume");
+        self.permissionless_authorization(&run).await;
+        run
+    }
+
+    pub async fn configure(&mut self, run: &Run, config: CoordinatorConfig, model: Model) {
+        let ix = ix_update(run, &run.authority.pubkey(), None, Some(config), Some(model), None);
+        self.send(ix, &[&run.authority]).await.expect("configure");
+    }
+
+    // --- authorizations ----------------------------------------------------------------------
+
+    /// Creates (and optionally activates) the authorization of `(grantor, grantee, scope)`.
+    pub async fn authorization(
+        &mut self,
+        grantor: &Keypair,
+        grantee: Pubkey,
+        scope: &[u8],
+        active: bool,
+    ) -> Pubkey {
+        let (address, _) = Authorization::find_pda(&grantor.pubkey(), &grantee, scope);
+        let create = Instruction {
+            program_id: psyche_authorizer::ID,
+            accounts: psyche_authorizer::accounts::AuthorizationCreate {
+                payer: self.payer().pubkey(),
+                grantor: grantor.pubkey(),
+                authorization: address,
+                system_program: system_program::ID,
+            }
+            .to_account_metas(None),
+            data: psyche_authorizer::instruction::AuthorizationCreate {
+                params: psyche_authorizer::AuthorizationCreateParams {
+                    grantee,
+                    scope: scope.to_vec(),
+                },
+            }
+            .data(),
+        };
+        let mut ixs = vec![create];
+        if active {
+            ixs.push(ix_grantor_update(grantor, address, true));
+        }
+        self.send_many(&ixs, &[grantor]).await.expect("authorization");
+        address
+    }
+
+    pub async fn permissionless_authorization(&mut self, run: &Run) -> Pubkey {
+        let join_authority = run.join_authority.insecure_clone();
+        self.authorization(&join_authority, Pubkey::default(), JOIN_RUN_AUTHORIZATION_SCOPE, true)
+            .await
+    }
+
+    /// The permissionless join authorization of `run` (created by `started_run`).
+    pub fn open_authorization(run: &Run) -> Pubkey {
+        Authorization::find_pda(
+            &run.join_authority.pubkey(),
+            &Pubkey::default(),
+            JOIN_RUN_AUTHORIZATION_SCOPE,
+        )
+        .0
+    }
+
+    pub async fn join(&mut self, run: &Run, client: &Client) -> TxResult {
+        let ix =
+            ix_join_run(run, &client.wallet.pubkey(), Env::open_authorization(run), client.id());
+        self.send(ix, &[&client.wallet]).await
+    }
+
+    pub async fn tick(&mut self, run: &Run) -> TxResult {
+        let payer = self.payer();
+        self.send(ix_tick(run, &payer.pubkey()), &[]).await
+    }
+}
+
+pub fn rent_exempt(space: usize) -> u64 {
+    solana_sdk::rent::Rent::default().minimum_balance(space)
+}
+
+/// Decodes the account bytes (discriminator checked) into a boxed copy.
+pub fn decode_coordinator_account(data: &[u8]) -> Box<CoordinatorAccount> {
+    use anchor_lang::Discriminator;
+    assert_eq!(data.len(), CoordinatorAccount::SPACE);
+    assert_eq!(&data[..8], CoordinatorAccount::DISCRIMINATOR);
+    let mut boxed: Box<CoordinatorAccount> = bytemuck::zeroed_box();
+    bytemuck::bytes_of_mut(boxed.as_mut()).copy_from_slice(&data[8..]);
+    boxed
+}
+
+// --- errors ------------------------------------------------------------------------------------
+
+/// The custom error code of a failed transaction whose program instruction is at `index`
+/// (1 in `send`: 0 is the compute-budget instruction).
+pub fn custom_code_at(result: TxResult, index: u8) -> u32 {
+    match result.expect_err("the transaction should fail").unwrap() {
+        TransactionError::InstructionError(i, InstructionError::Custom(code)) if i == index => code,
+        other => panic!("unexpected error {other:?}"),
+    }
+}
+
+pub fn custom_code(result: TxResult) -> u32 {
+    custom_code_at(result, 1)
+}
+
+pub fn code(e: CoordinatorProgramError) -> u32 {
+    e.into()
+}
+
+pub fn anchor_code(e: anchor_lang::error::ErrorCode) -> u32 {
+    e.into()
+}
+
+#[track_caller]
+pub fn assert_err(result: TxResult, e: CoordinatorProgramError) {
+    let got = custom_code(result);
+    assert_eq!(got, code(e), "expected {e:?} ({}), got code {got}", code(e));
+}
+
+// --- instruction builders ------------------------------------------------------------------------
+
+fn ix(accounts: impl ToAccountMetas, data: impl InstructionData) -> Instruction {
+    Instruction {
+        program_id: psyche_coordinator::ID,
+        accounts: accounts.to_account_metas(None),
+        data: data.data(),
+    }
+}
+
+fn owner_accounts(
+    run: &Run,
+    authority: &Pubkey,
+) -> psyche_coordinator::accounts::OwnerCoordinatorAccounts {
+    psyche_coordinator::accounts::OwnerCoordinatorAccounts {
+        authority: *authority,
+        coordinator_instance: run.instance,
+        coordinator_account: run.account,
+    }
+}
+
+fn permissionless_accounts(
+    run: &Run,
+    user: &Pubkey,
+) -> psyche_coordinator::accounts::PermissionlessCoordinatorAccounts {
+    psyche_coordinator::accounts::PermissionlessCoordinatorAccounts {
+        user: *user,
+        coordinator_instance: run.instance,
+        coordinator_account: run.account,
+    }
+}
+
+pub fn ix_init_coordinator(
+    payer: &Pubkey,
+    instance: Pubkey,
+    account: Pubkey,
+    params: InitCoordinatorParams,
+) -> Instruction {
+    ix(
+        psyche_coordinator::accounts::InitCoordinator {
+            payer: *payer,
+            coordinator_instance: instance,
+            coordinator_account: account,
+            system_program: system_program::ID,
+        },
+        psyche_coordinator::instruction::InitCoordinator { params },
+    )
+}
+
+pub fn ix_free_coordinator(run: &Run, authority: &Pubkey, spill: &Pubkey) -> Instruction {
+    ix(
+        psyche_coordinator::accounts::FreeCoordinator {
+            authority: *authority,
+            spill: *spill,
+            coordinator_instance: run.instance,
+            coordinator_account: run.account,
+        },
+        psyche_coordinator::instruction::FreeCoordinator {
+            params: psyche_coordinator::FreeCoordinatorParams {},
+        },
+    )
+}
+
+pub fn ix_update(
+    run: &Run,
+    authority: &Pubkey,
+    metadata: Option<RunMetadata>,
+    config: Option<CoordinatorConfig>,
+    model: Option<Model>,
+    progress: Option<Progress>,
+) -> Instruction {
+    ix(
+        owner_accounts(run, authority),
+        psyche_coordinator::instruction::Update { metadata, config, model, progress },
+    )
+}
+
+pub fn ix_update_client_version(run: &Run, authority: &Pubkey, new_version: &str) -> Instruction {
+    ix(
+        owner_accounts(run, authority),
+        psyche_coordinator::instruction::UpdateClientVersion {
+            new_version: new_version.to_string(),
+        },
+    )
+}
+
+pub fn ix_set_future_epoch_rates(
+    run: &Run,
+    authority: &Pubkey,
+    earning: Option<u64>,
+    slashing: Option<u64>,
+) -> Instruction {
+    ix(
+        owner_accounts(run, authority),
+        psyche_coordinator::instruction::SetFutureEpochRates {
+            earning_rate_total_shared: earning,
+            slashing_rate_per_client: slashing,
+        },
+    )
+}
+
+/// `set_paused` signed by the run's authority.
+pub fn ix_set_paused(run: &Run, paused: bool) -> Instruction {
+    ix_set_paused_by(run, &run.authority.pubkey(), paused)
+}
+
+pub fn ix_set_paused_by(run: &Run, authority: &Pubkey, paused: bool) -> Instruction {
+    ix(owner_accounts(run, authority), psyche_coordinator::instruction::SetPaused { paused })
+}
+
+pub fn ix_join_run(
+    run: &Run,
+    user: &Pubkey,
+    authorization: Pubkey,
+    client_id: NodeIdentity,
+) -> Instruction {
+    ix(
+        psyche_coordinator::accounts::JoinRun {
+            user: *user,
+            authorization,
+            coordinator_instance: run.instance,
+            coordinator_account: run.account,
+        },
+        psyche_coordinator::instruction::JoinRun {
+            params: psyche_coordinator::JoinRunParams { client_id },
+        },
+    )
+}
+
+pub fn ix_tick(run: &Run, user: &Pubkey) -> Instruction {
+    ix(permissionless_accounts(run, user), psyche_coordinator::instruction::Tick {})
+}
+
+pub fn ix_witness(
+    run: &Run,
+    user: &Pubkey,
+    proof: WitnessProofArg,
+    participant_bloom: Bloom,
+    broadcast_bloom: Bloom,
+    metadata: WitnessMetadata,
+) -> Instruction {
+    ix(
+        permissionless_accounts(run, user),
+        psyche_coordinator::instruction::Witness {
+            proof,
+            participant_bloom: Box::new(participant_bloom),
+            broadcast_bloom: Box::new(broadcast_bloom),
+            metadata,
+        },
+    )
+}
+
+pub fn ix_warmup_witness(
+    run: &Run,
+    user: &Pubkey,
+    proof: WitnessProofArg,
+    participant_bloom: Bloom,
+    broadcast_bloom: Bloom,
+) -> Instruction {
+    ix(
+        permissionless_accounts(run, user),
+        psyche_coordinator::instruction::WarmupWitness {
+            proof,
+            participant_bloom: Box::new(participant_bloom),
+            broadcast_bloom: Box::new(broadcast_bloom),
+        },
+    )
+}
+
+pub fn ix_health_check(run: &Run, user: &Pubkey, checks: Vec<HealthCheck>) -> Instruction {
+    ix(permissionless_accounts(run, user), psyche_coordinator::instruction::HealthCheck { checks })
+}
+
+pub fn ix_checkpoint(run: &Run, user: &Pubkey, checkpoint: Checkpoint) -> Instruction {
+    ix(
+        permissionless_accounts(run, user),
+        psyche_coordinator::instruction::Checkpoint { checkpoint },
+    )
+}
+
+pub fn ix_grantor_update(grantor: &Keypair, authorization: Pubkey, active: bool) -> Instruction {
+    Instruction {
+        program_id: psyche_authorizer::ID,
+        accounts: psyche_authorizer::accounts::AuthorizationGrantorUpdate {
+            grantor: grantor.pubkey(),
+            authorization,
+        }
+        .to_account_metas(None),
+        data: psyche_authorizer::instruction::AuthorizationGrantorUpdate {
+            params: psyche_authorizer::AuthorizationGrantorUpdateParams { active },
+        }
+        .data(),
+    }
+}
+
+// --- protocol helpers ------------------------------------------------------------------------------
+
+/// `config/tiny/state.toml`'s config.
+pub fn tiny_config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        warmup_time: 60,
+        cooldown_time: 10,
+        max_round_train_time: 30,
+        round_witness_time: 1,
+        global_batch_size_warmup_tokens: 0,
+        epoch_time: 240,
+        total_steps: 10,
+        init_min_clients: 3,
+        min_clients: 2,
+        witness_nodes: 2,
+        global_batch_size_start: 6,
+        global_batch_size_end: 6,
+        verification_percent: 0,
+        waiting_for_members_extra_time: 1,
+    }
+}
+
+/// `config/tiny/state.toml`'s model.
+pub fn tiny_model() -> Model {
+    Model::LLM(LLM {
+        max_seq_len: 64,
+        cold_start_warmup_steps: 0,
+        architecture: LLMArchitecture::HfLlama,
+        checkpoint: Checkpoint::Hub(HubRepo { repo_id: "runs/tiny/model".into(), revision: None }),
+        data_type: LLMDataType::Pretraining,
+        data_location: DataLocation::Server("127.0.0.1:20001".into()),
+        lr_schedule: LearningRateSchedule::Cosine {
+            base_lr: 4.0e-3,
+            warmup_steps: 2,
+            warmup_init_lr: 0.0,
+            total_steps: 10,
+            final_lr: 4.0e-4,
+        },
+        optimizer: OptimizerDefinition::Distro {
+            clip_grad_norm: Some(1.0),
+            weight_decay: None,
+            compression_decay: 0.999,
+            compression_topk: 8,
+            compression_chunk: 64,
+            quantize_1bit: true,
+        },
+    })
+}
+
+/// The witness proof of epoch client `index` in the current round, if it is elected.
+pub fn witness_proof(state: &CoordinatorState, index: u64) -> Option<WitnessProofArg> {
+    let sel = state.committee_selection(state.current_round()).ok()?;
+    let (position, witness) = sel.get_witness(index)?;
+    witness.then_some(WitnessProofArg { position, index, witness })
+}
+
+/// The proof a warmup witness carries: only the index matters (the core checks membership).
+pub fn warmup_proof(index: u64) -> WitnessProofArg {
+    WitnessProofArg { position: 0, index, witness: true }
+}
+
+pub fn empty_metadata() -> WitnessMetadata {
+    WitnessMetadata {
+        step: 0,
+        tokens_per_sec: 0.0,
+        bandwidth_per_sec: 0.0,
+        loss: 0.0,
+        efficiency: 0.0,
+        evals: vec![],
+    }
+}
+
+// --- driving a run -----------------------------------------------------------------------------
+
+impl Env {
+    /// Joins `clients`, waits out the extra second and ticks into Warmup.
+    pub async fn start_warmup(&mut self, run: &Run, clients: &[Client]) {
+        for c in clients {
+            self.join(run, c).await.expect("join");
+        }
+        self.warp(1).await;
+        self.tick(run).await.expect("tick into warmup");
+        assert_eq!(self.run_state(run).await, RunState::Warmup);
+    }
+
+    /// `start_warmup`, then warmup witnesses from every client until training starts.
+    pub async fn start_training(&mut self, run: &Run, clients: &[Client]) {
+        self.start_warmup(run, clients).await;
+        for c in clients {
+            if self.run_state(run).await != RunState::Warmup {
+                break;
+            }
+            let account = self.coordinator(run).await;
+            let index = account.state.coordinator.index_of(&c.id()).expect("epoch client") as u64;
+            let ix = ix_warmup_witness(
+                run,
+                &c.wallet.pubkey(),
+                warmup_proof(index),
+                Bloom::empty(0),
+                Bloom::empty(0),
+            );
+            self.send(ix, &[&c.wallet]).await.expect("warmup witness");
+        }
+        assert_eq!(self.run_state(run).await, RunState::RoundTrain);
+    }
+
+    /// Every elected witness among `clients` sends a witness whose participant bloom holds every
+    /// epoch client except those in `unseen`. Returns how many witnesses were sent.
+    pub async fn witness_round(
+        &mut self,
+        run: &Run,
+        clients: &[Client],
+        unseen: &[&Client],
+    ) -> usize {
+        let account = self.coordinator(run).await;
+        let coordinator = &account.state.coordinator;
+        let mut participants = Bloom::empty(7);
+        for c in coordinator.epoch_state.clients() {
+            if !unseen.iter().any(|u| u.id() == c.id) {
+                participants.add(&psyche_coordinator::core::hash::sha256(&c.id.signer));
+            }
+        }
+        let mut sent = 0;
+        for c in clients {
+            let Some(index) = coordinator.index_of(&c.id()) else { continue };
+            let Some(proof) = witness_proof(coordinator, index as u64) else { continue };
+            let ix = ix_witness(
+                run,
+                &c.wallet.pubkey(),
+                proof,
+                participants,
+                Bloom::empty(8),
+                empty_metadata(),
+            );
+            self.send(ix, &[&c.wallet]).await.expect("witness");
+            sent += 1;
+        }
+        sent
+    }
+
+    /// Witnesses for the current round, then the witness timeout: the next round starts.
+    pub async fn next_round(&mut self, run: &Run, clients: &[Client], unseen: &[&Client]) {
+        self.witness_round(run, clients, unseen).await;
+        self.warp(1).await;
+        self.tick(run).await.expect("tick");
+    }
+}

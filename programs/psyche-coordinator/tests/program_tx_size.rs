@@ -1,0 +1,160 @@
+//! Transactions a client or owner must be able to send fit Solana's 1232-byte packet, with a
+//! compute-budget instruction, for the largest arguments: real transactions, serialized.
+
+mod harness;
+
+use harness::*;
+use psyche_coordinator::constants::MAX_HEALTH_CHECKS_PER_INSTRUCTION;
+use psyche_coordinator::core::model::{
+    Checkpoint, DataLocation, GcsRepo, HttpLocation, HubRepo, LLMArchitecture, LLMDataType,
+    LearningRateSchedule, Model, OptimizerDefinition, Shuffle, TokenSize, LLM,
+};
+use psyche_coordinator::core::{
+    Bloom, Committee, CommitteeProof, EvalResult, FixedString280, FixedString64, HealthCheck,
+    NodeIdentity, Progress, RunMetadata, WitnessMetadata, WitnessProofArg, MAX_EVALS,
+};
+use solana_sdk::compute_budget::ComputeBudgetInstruction;
+use solana_sdk::hash::Hash;
+use solana_sdk::instruction::Instruction;
+use solana_sdk::packet::PACKET_DATA_SIZE;
+use solana_sdk::signature::{Keypair, Signer};
+use solana_sdk::transaction::Transaction;
+
+fn run() -> Run {
+    Run {
+        run_id: "r".repeat(32),
+        instance: psyche_coordinator::CoordinatorInstance::find_pda(&"r".repeat(32)).0,
+        account: Keypair::new().pubkey(),
+        authority: Keypair::new(),
+        join_authority: Keypair::new(),
+    }
+}
+
+/// Serialized size of a transaction paid and signed by `signer` holding a compute-unit-limit
+/// instruction and `ix`.
+fn tx_size(signer: &Keypair, ix: Instruction) -> usize {
+    let tx = Transaction::new_signed_with_payer(
+        &[ComputeBudgetInstruction::set_compute_unit_limit(1_400_000), ix],
+        Some(&signer.pubkey()),
+        &[signer],
+        Hash::new_unique(),
+    );
+    bincode::serialize(&tx).unwrap().len()
+}
+
+fn full_bloom(seed: u64) -> Bloom {
+    let mut b = Bloom::empty(seed);
+    b.words = [u64::MAX; 48];
+    b
+}
+
+#[test]
+fn largest_witness_transaction_fits_a_packet() {
+    let run = run();
+    let user = Keypair::new();
+    let proof = WitnessProofArg { position: u64::MAX, index: u64::MAX, witness: true };
+    let metadata = WitnessMetadata {
+        step: u32::MAX,
+        tokens_per_sec: f32::MAX,
+        bandwidth_per_sec: f32::MAX,
+        loss: f32::MAX,
+        efficiency: f32::MAX,
+        evals: (0..MAX_EVALS as u8).map(|task| EvalResult { task, value: f32::MAX }).collect(),
+    };
+    let ix = ix_witness(&run, &user.pubkey(), proof, full_bloom(u64::MAX), full_bloom(1), metadata);
+    // discriminator + proof (17) + 2 blooms (392 each) + metadata (20 + 4 + 5 per eval)
+    assert_eq!(ix.data.len(), 8 + 17 + 2 * 392 + 24 + 5 * MAX_EVALS);
+    let size = tx_size(&user, ix);
+    assert!(size <= PACKET_DATA_SIZE, "witness transaction is {size} bytes");
+    // The figure docs/protocol.md quotes (Python's solders-built equivalent measures the same).
+    assert_eq!(size, 1150);
+}
+
+#[test]
+fn largest_warmup_witness_and_health_check_transactions_fit_a_packet() {
+    let run = run();
+    let user = Keypair::new();
+    let proof = WitnessProofArg { position: u64::MAX, index: u64::MAX, witness: true };
+    let ix = ix_warmup_witness(&run, &user.pubkey(), proof, full_bloom(2), full_bloom(3));
+    assert!(tx_size(&user, ix) <= PACKET_DATA_SIZE);
+
+    let check = HealthCheck {
+        id: NodeIdentity { signer: [9; 32], p2p_identity: [8; 32] },
+        proof: CommitteeProof {
+            committee: Committee::Trainer,
+            position: u64::MAX,
+            index: u64::MAX,
+        },
+    };
+    let ix = ix_health_check(&run, &user.pubkey(), vec![check; MAX_HEALTH_CHECKS_PER_INSTRUCTION]);
+    let size = tx_size(&user, ix);
+    assert!(size <= PACKET_DATA_SIZE, "health check transaction is {size} bytes");
+}
+
+fn longest_model() -> Model {
+    let s64 = "r".repeat(64);
+    Model::LLM(LLM {
+        max_seq_len: u32::MAX,
+        cold_start_warmup_steps: u32::MAX,
+        architecture: LLMArchitecture::Torchtitan,
+        checkpoint: Checkpoint::P2P(HubRepo { repo_id: s64.clone(), revision: Some(s64.clone()) }),
+        data_type: LLMDataType::Finetuning,
+        data_location: DataLocation::Http {
+            location: HttpLocation::Gcp { bucket_name: s64, filter_directory: "u".repeat(192) },
+            token_size_in_bytes: TokenSize::FourBytes,
+            shuffle: Shuffle::Seeded([3; 32]),
+        },
+        lr_schedule: LearningRateSchedule::WarmupStableDecay {
+            base_lr: 1.0,
+            warmup_init_lr: 0.0,
+            cosine_decay_final_lr: 0.5,
+            linear_decay_final_lr: 0.1,
+            warmup_steps: 1,
+            stable_steps: 2,
+            cosine_decay_steps: 3,
+            linear_decay_steps: 4,
+        },
+        optimizer: OptimizerDefinition::AdamW {
+            betas: [0.9, 0.95],
+            weight_decay: 0.1,
+            eps: 1e-8,
+            clip_grad_norm: Some(1.0),
+        },
+    })
+}
+
+/// The owner can set config, model and progress in one `update`, and metadata in another
+/// (all four together do not fit: `psyche-solana-client update-config` sends two).
+#[test]
+fn largest_update_transactions_fit_a_packet() {
+    let run = run();
+    let authority = run.authority.insecure_clone();
+    let config = tiny_config();
+    let progress = Progress::new(u16::MAX, u32::MAX, u64::MAX);
+    let ix = ix_update(
+        &run,
+        &authority.pubkey(),
+        None,
+        Some(config),
+        Some(longest_model()),
+        Some(progress),
+    );
+    let size = tx_size(&authority, ix);
+    assert!(size <= PACKET_DATA_SIZE, "config+model+progress update is {size} bytes");
+
+    let metadata = RunMetadata {
+        name: FixedString64::new(&"n".repeat(64)).unwrap(),
+        description: FixedString280::new(&"d".repeat(280)).unwrap(),
+        num_parameters: u64::MAX,
+        vocab_size: u64::MAX,
+    };
+    let ix = ix_update(&run, &authority.pubkey(), Some(metadata), None, None, None);
+    assert!(tx_size(&authority, ix) <= PACKET_DATA_SIZE);
+
+    let ix = ix_checkpoint(
+        &run,
+        &authority.pubkey(),
+        Checkpoint::P2PGcs(GcsRepo { bucket: "b".repeat(64), prefix: Some("p".repeat(64)) }),
+    );
+    assert!(tx_size(&authority, ix) <= PACKET_DATA_SIZE);
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Generate idl/psyche_coordinator.json and idl/psyche_authorizer.json from the programs (Anchor's
+# idl-build machinery, no anchor CLI); `scripts/idl.sh --check` fails if the committed IDL is stale.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/psyche/cargo-target}"
+exec python3 "$root/scripts/idl.py" "$@"

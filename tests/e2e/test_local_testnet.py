@@ -2,7 +2,8 @@
 
 Each test runs a whole (short) run through the local testnet and checks the summary it writes:
 rounds end opportunistically, every client holds identical weights after every apply, the loss
-falls, a crashed client is ejected by health checks, a late joiner trains from the next epoch.
+falls, a crashed client is ejected by health checks, a late joiner fetches the model from the
+previous epoch's clients over P2P and trains from the next epoch with identical weights.
 """
 
 from __future__ import annotations
@@ -124,14 +125,14 @@ def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(
     assert any(r["end_reason"] == "opportunistic" for r in after)
 
 
-def test_late_joiner_trains_from_the_next_epoch_with_identical_weights(
+def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weights(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
     cfg = make_config(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),
-        total_steps=200,
+        total_steps=300,
         epoch_time=40,
         warmup_time=15,
         cooldown_time=10,
@@ -142,14 +143,24 @@ def test_late_joiner_trains_from_the_next_epoch_with_identical_weights(
         num_clients=3,
         server_port=free_port(),
         out_dir=tmp_path / "net",
-        timeout_s=500,
-        epochs=2,
+        timeout_s=600,
+        # An upper bound: the hook ends the run once the joiner has trained through an epoch
+        # (one more epoch when its process starts too slowly to make the second).
+        epochs=3,
         # Short: checkpoint paths must fit the coordinator's 64-byte repo id.
         checkpoint_dir=Path(tempfile.mkdtemp(prefix="psyche-ck-")),
     )
     net = make_testnet(opts, lambda m: None)
 
-    def hook(n: Testnet) -> None:
+    def joiner_done(states: list[dict]) -> bool:
+        path = net.client_log("client-4")
+        events = read_events(path) if path.exists() else []
+        loaded = [e for e in events if e["event"] == "model_loaded"]
+        if not loaded or not any(e["event"] == "train" for e in events):
+            return False
+        return any(s["run_state"] == "Cooldown" and s["step"] > loaded[0]["step"] for s in states)
+
+    def hook(n: Testnet) -> bool:
         states = _states(n)
         if (
             "client-4" not in n.clients
@@ -157,13 +168,75 @@ def test_late_joiner_trains_from_the_next_epoch_with_identical_weights(
             and states[-1]["run_state"] != "WaitingForMembers"
         ):
             n.start_client(4)
+        return joiner_done(states)
 
     s = _run(net, hook)
-    assert s["epochs_completed"] >= 2
     joiner = read_events(net.client_log("client-4"))
+    loaded = [e for e in joiner if e["event"] == "model_loaded"]
+    # The joiner got the model from the previous epoch's clients over P2P, from several of them.
+    assert loaded and loaded[0]["source"] == "p2p", loaded
+    assert len(loaded[0]["peers"]) >= 2, loaded
+    join_step = loaded[0]["step"]
     trains = [e for e in joiner if e["event"] == "train"]
-    first_epoch_last_step = max(r["step"] for r in s["rounds"] if r["epoch"] == 0)
-    assert trains and min(e["step"] for e in trains) > first_epoch_last_step
-    later = [r for r in s["rounds"] if r["epoch"] == 1]
+    assert trains and min(e["step"] for e in trains) >= join_step
+    later = [r for r in s["rounds"] if r["step"] >= join_step]
     assert later and all("client-4" in r["model_hash"] for r in later)
+    # Its weights equal the servers' from its first round on, and stay equal.
+    first = min(later, key=lambda r: r["step"])
+    assert loaded[0]["model_hash"] in first["model_hash"].values()
     assert hashes_agree(s["rounds"])
+
+
+def test_random_kills_over_three_epochs_rejoin_by_p2p_with_identical_weights(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    """4 clients, one random SIGKILL (and restart) every ``interval`` seconds, 3 epochs: every
+    epoch finishes, each restarted client loads the model from its peers over P2P, all clients
+    present agree on the weights after every apply, and no client crashes on its own."""
+    cfg = make_config(
+        tmp_path / "cfg",
+        local_inputs,
+        data_port=free_port(),
+        total_steps=300,
+        epoch_time=30,
+        warmup_time=12,
+        cooldown_time=8,
+        max_round_train_time=8,
+        init_min_clients=4,
+        min_clients=2,
+    )
+    opts = TestnetOptions(
+        config_path=cfg,
+        num_clients=4,
+        server_port=free_port(),
+        out_dir=tmp_path / "net",
+        timeout_s=900,
+        epochs=3,
+        random_kill_num=1,
+        random_kill_interval=45,
+        seed=1,
+        checkpoint_dir=Path(tempfile.mkdtemp(prefix="psyche-ck-")),
+    )
+    net = make_testnet(opts, lambda m: None)
+    s = _run(net, None)
+    assert s["epochs_completed"] >= 3, s["epochs"]
+    kills = [k for ep in s["epochs"] for k in ep["kills"]]
+    assert len(kills) >= 2, s["epochs"]
+    # Every restart is one of ours: joins = 1 + kills (a crash would be restarted as a join).
+    for label, tally in s["clients"].items():
+        assert tally["joins"] == 1 + tally["kills"], (label, tally)
+    # Each killed client came back and loaded the model over P2P from the previous epoch's
+    # clients in a later epoch (a client killed in the last epoch may not have had the time).
+    joiners = [j for ep in s["epochs"][1:] for j in ep["joiners"]]
+    assert joiners, s["epochs"]
+    assert all(j["source"] == "p2p" and j["peers"] >= 1 for j in joiners), joiners
+    # (A client killed during the first epoch's warmup may rejoin it from the Hub checkpoint.)
+    rejoined = {j["client"] for ep in s["epochs"] for j in ep["joiners"]}
+    killed_before_last = {k["client"] for ep in s["epochs"][:-1] for k in ep["kills"]}
+    assert killed_before_last <= rejoined, (killed_before_last, rejoined)
+    for ep in s["epochs"][1:]:
+        assert ep["checkpoint"].startswith("P2P"), ep
+    # Identical weights among the clients present after every apply.
+    assert hashes_agree(s["rounds"])
+    applied = [r for r in s["rounds"] if len(r["model_hash"]) >= 2]
+    assert len(applied) >= 10

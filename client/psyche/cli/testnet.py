@@ -135,6 +135,16 @@ def start(
         console.print(f"[bold red]testnet failed[/]: {e}")
         sys.exit(1)
     path, png = finish(net, result)
+    for ep in result.epochs:
+        joiners = ", ".join(
+            f"{j['client']} from {j['source']} ready in {j['ready_s']:.1f}s" for j in ep["joiners"]
+        )
+        kills = ", ".join(f"{k['client']}@{k['after_s']:.0f}s" for k in ep["kills"])
+        console.print(
+            f"epoch {ep['epoch']}: steps {ep['steps']}, {len(ep['clients'])} clients, "
+            f"checkpoint {ep['checkpoint']} → {ep['checkpoint_after']}; "
+            f"joiners: {joiners or 'none'}; kills: {kills or 'none'}"
+        )
     agree = all(len(set(r["model_hash"].values())) <= 1 for r in result.rounds)
     console.print(
         f"[bold]done[/]: {result.epochs_completed} epoch(s), {len(result.rounds)} rounds, "

@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import torch
+from typing import Any
 
 from psyche.backends.base import Backend, BackendError
+from psyche.checkpoint.local import state_tensors
+from psyche.checkpoint.p2p import ReceivedModel
 from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
+from psyche.daemon.checkpointing import Checkpointer, CheckpointOptions
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundState,
@@ -41,13 +40,15 @@ from psyche.daemon.rounds import (
     round_state_for,
     verify_result,
 )
-from psyche.data.provider import DataProvider
-from psyche.distro import Payload, PayloadSpec, decode_payload
+from psyche.daemon.sharing import ModelSharing, SharingOptions
+from psyche.daemon.state import EpochView, PeerDirectory, Trained
+from psyche.distro import Payload, decode_payload
 from psyche.distro.payload import payload_hash
 from psyche.events import EventLog
 from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import (
     Finished,
+    ModelAvailable,
     TrainingResult,
     WireCommitment,
     open_announcement,
@@ -57,56 +58,19 @@ from psyche.p2p.node import P2PNode
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import make_commitment, verify_commitment
 from psyche.protocol.committee import WitnessProof
-from psyche.protocol.config import HubCheckpoint, HubRepo
+from psyche.protocol.config import P2PCheckpoint, P2PGcsCheckpoint
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
 from psyche.training.errors import TrainingCancelled
 from psyche.training.hashing import model_hash
 from psyche.training.schedule import lr_for_step
-from psyche.training.trainer import Trainer
 
 log = logging.getLogger("psyche.daemon")
 
 POLL_S = 0.5
-REPO_ID_MAX_BYTES = 64
-CHECKPOINT_META = "psyche_checkpoint.json"
-"""Written next to a checkpoint's weights: which run and step they belong to."""
 WARMUP_GRACE_S = 20.0
 """How long a loaded client waits for every peer's ready signal before sending its warmup
 witness anyway (a peer that never loads must not hold the run until warmup_time)."""
-
-
-class PeerDirectory(Protocol):
-    """Where the daemon learns the P2P addresses of other clients (the coordinator only knows
-    their keys). The centralized backend relays them; a Solana run would use a rendezvous."""
-
-    async def publish_p2p_addrs(self, addrs: list[str]) -> None: ...
-
-    def peer_addrs(self) -> dict[bytes, list[str]]: ...
-
-
-@dataclass
-class Trained:
-    """What this client needs to train: built once per process, kept across epochs."""
-
-    trainer: Trainer
-    spec: PayloadSpec
-    data: DataProvider
-
-
-@dataclass
-class EpochView:
-    """Everything this client holds for the current epoch; dropped at the epoch's end."""
-
-    epoch: int
-    rounds: dict[int, RoundState] = field(default_factory=dict)
-    ready: set[bytes] = field(default_factory=set)
-    loaded: bool = False
-    sent_ready: bool = False
-    sent_warmup_witness: bool = False
-    ready_since: float = 0.0
-    dropped: bool = False
-    cooldown_done: bool = False
 
 
 class ClientDaemon:
@@ -117,9 +81,10 @@ class ClientDaemon:
         backend: Backend,
         directory: PeerDirectory,
         p2p: P2PNode,
-        load: Callable[[Coordinator], Trained],
+        load: Callable[[Coordinator, ReceivedModel | None], Trained],
         events: EventLog,
-        checkpoint_dir: str | None = None,
+        checkpoint: CheckpointOptions | None = None,
+        sharing: SharingOptions | None = None,
         apply_deadline_s: float = 30.0,
     ) -> None:
         self.key = key
@@ -129,7 +94,8 @@ class ClientDaemon:
         self.p2p = p2p
         self._load = load
         self.events = events
-        self.checkpoint_dir = checkpoint_dir
+        self.checkpointer = Checkpointer(checkpoint or CheckpointOptions(), backend, events)
+        self.sharing = ModelSharing(key, p2p, sharing or SharingOptions())
         self.apply_deadline_s = apply_deadline_s
         self.coord: Coordinator | None = None
         self.trained: Trained | None = None
@@ -156,6 +122,8 @@ class ClientDaemon:
                 raise _Stop
         except* _Stop:
             pass
+        finally:
+            await self.checkpointer.close()
 
     async def _state_loop(self) -> None:
         while True:
@@ -202,8 +170,13 @@ class ClientDaemon:
 
     async def _on_state(self, coord: Coordinator) -> None:
         self.coord = coord
+        self.sharing.observe(coord)
         state = coord.run_state
+        if state is not RunState.Cooldown:
+            self.checkpointer.cooldown_over(finished=state is RunState.Finished)
         if state in (RunState.WaitingForMembers, RunState.Paused, RunState.Finished):
+            if state is RunState.WaitingForMembers:
+                await self._missed_cooldown(coord)
             self._end_epoch()
             return
         if self._my_index(coord) is None:
@@ -215,6 +188,7 @@ class ClientDaemon:
                 self._drop_out()
             return
         if self.view is None or self.view.epoch != coord.progress.epoch:
+            await self._missed_cooldown(coord)
             self._end_epoch()
             self.view = EpochView(coord.progress.epoch)
             self._set_peers(coord)
@@ -223,7 +197,7 @@ class ClientDaemon:
             return
         if state is RunState.Warmup:
             if self.trained is None:
-                self.trained = await asyncio.to_thread(self._load, coord)
+                self.trained = await self._load_model(coord)
             view.loaded = True
             return
         if state is RunState.RoundTrain:
@@ -269,7 +243,33 @@ class ClientDaemon:
 
     # --- rounds -------------------------------------------------------------------------------
 
+    async def _load_model(self, coord: Coordinator) -> Trained:
+        """Load the run's model: from the previous epoch's clients when the coordinator says
+        the model lives with peers (P2P checkpoints), otherwise from the checkpoint it names."""
+        received = None
+        if isinstance(coord.llm.checkpoint, P2PCheckpoint | P2PGcsCheckpoint):
+            received = await self.sharing.fetch(coord)
+        trained = await asyncio.to_thread(self._load, coord, received)
+        digest = await asyncio.to_thread(model_hash, trained.trainer.model)
+        if received is not None:
+            log.info(
+                "model of step %d fetched from %d peers in %.1f s",
+                received.manifest.step,
+                len(received.sources),
+                received.seconds,
+            )
+        self.events.write(
+            "model_loaded",
+            step=coord.progress.step,
+            source="p2p" if received is not None else trained.source,
+            peers=sorted(received.sources) if received is not None else [],
+            seconds=round(received.seconds, 3) if received is not None else None,
+            model_hash=digest,
+        )
+        return trained
+
     async def _start_round(self, coord: Coordinator, view: EpochView) -> None:
+        self.sharing.clear()
         state = round_state_for(coord)
         view.rounds[state.height] = state
         for h in [h for h in view.rounds if h < state.height - 2]:
@@ -408,6 +408,9 @@ class ClientDaemon:
         )
         if member is None:
             return
+        if isinstance(payload, ModelAvailable):
+            self.sharing.on_offer(sender, payload)
+            return
         if isinstance(payload, Finished):
             if payload.warmup:
                 view.ready.add(sender)
@@ -494,12 +497,14 @@ class ClientDaemon:
                 await self._send_witness(coord, view)
 
     async def _warmup_ready(self, coord: Coordinator, view: EpochView) -> None:
+        everyone = {c.id.p2p_identity for c in coord.epoch_state.clients}
+        if not everyone <= view.ready:
+            await self.sharing.announce(coord.progress.step)
         if not view.sent_ready:
             view.sent_ready = True
             view.ready_since = time.monotonic()
             view.ready.add(self.identity.p2p_identity)
             await self.p2p.announce(sign_announcement(self.key, Finished(step=0, warmup=True)))
-        everyone = {c.id.p2p_identity for c in coord.epoch_state.clients}
         waited = time.monotonic() - view.ready_since > WARMUP_GRACE_S
         if not view.sent_warmup_witness and (everyone <= view.ready or waited):
             i = self._my_index(coord)
@@ -525,35 +530,42 @@ class ClientDaemon:
 
     # --- cooldown -----------------------------------------------------------------------------
 
+    async def _missed_cooldown(self, coord: Coordinator) -> None:
+        """The epoch we trained in ended without us seeing its Cooldown (coalesced states): our
+        weights have not changed since its last round, so serve them to joiners now."""
+        view, trained = self.view, self.trained
+        if view is None or view.dropped or view.cooldown_done or not view.rounds or not trained:
+            return
+        view.cooldown_done = True
+        if self._training is not None and not self._training.done():
+            await asyncio.wait([self._training])
+        await self.sharing.snapshot(trained.trainer.model, trained.files, coord.progress.step)
+
     async def _cooldown(self, coord: Coordinator) -> None:
+        """Serve the epoch's final weights to joiners; an elected checkpointer also saves them
+        (and uploads, then reports) in the background."""
         i = self._my_index(coord)
-        if i is None or self.trained is None or self.checkpoint_dir is None:
+        if i is None or self.trained is None:
             return
-        if i not in coord.checkpointer_indices():
+        if self._training is not None and not self._training.done():
+            await asyncio.wait([self._training])
+        trained = self.trained
+        model = trained.trainer.model
+        await self.sharing.snapshot(model, trained.files, coord.progress.step)
+        if not self.checkpointer.enabled or i not in coord.checkpointer_indices():
             return
-        path = os.path.join(self.checkpoint_dir, f"{coord.run_id}-step{coord.progress.step - 1}")
-        model = self.trained.trainer.model
-        await asyncio.to_thread(_save_pretrained, model, path)
-        meta = {"run_id": coord.run_id, "step": coord.progress.step, "epoch": coord.progress.epoch}
-        with open(os.path.join(path, CHECKPOINT_META), "w") as f:
-            json.dump(meta, f)
-        self.events.write("checkpoint", step=coord.progress.step, path=path)
-        # The coordinator stores repo ids in 64 bytes: prefer the shorter relative form.
-        repo_id = min(path, os.path.relpath(path), key=len)
-        if len(repo_id.encode()) > REPO_ID_MAX_BYTES:
-            log.warning(
-                "checkpoint path %s is longer than %d bytes; not reported to the "
-                "coordinator (use a shorter --checkpoint-dir)",
-                repo_id,
-                REPO_ID_MAX_BYTES,
-            )
-            return
-        await self.backend.send_checkpoint(i, HubCheckpoint(HubRepo(repo_id=repo_id)))
+        tensors = await asyncio.to_thread(state_tensors, model)
+        digest = await asyncio.to_thread(model_hash, model)
+        self.checkpointer.start(
+            run_id=coord.run_id,
+            step=coord.progress.step - 1,
+            epoch=coord.progress.epoch,
+            index=i,
+            tensors=tensors,
+            files=trained.files,
+            model_hash=digest,
+        )
 
 
 class _Stop(Exception):
     """Ends the daemon's task group once the run is finished."""
-
-
-def _save_pretrained(model: torch.nn.Module, path: str) -> None:
-    model.save_pretrained(path, safe_serialization=True)  # type: ignore[operator]

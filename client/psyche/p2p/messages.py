@@ -7,6 +7,9 @@ announcement is one of
   payload's SHA-256 is ``commitment.data_hash`` (signed), fetch blob ``blob_hash`` of
   ``blob_size`` bytes from me or anyone who has it";
 * :class:`Finished` — "I am done with ``step``" (``warmup`` for the warmup ready signal),
+* :class:`ModelAvailable` — "I hold the model as it was at the end of the epoch that reached
+  ``step``; its P2P manifest is blob ``manifest_hash`` of ``manifest_size`` bytes"
+  (:mod:`psyche.checkpoint.p2p`),
 
 wrapped in a :class:`SignedAnnouncement` ``{from_key, payload, signature}`` where ``signature``
 is ed25519 over ``DOMAIN ‖ payload`` by ``from_key``, the sender's ``NodeIdentity.p2p_identity``.
@@ -43,6 +46,7 @@ __all__ = [
     "MAX_ANNOUNCEMENT",
     "Announcement",
     "Finished",
+    "ModelAvailable",
     "Payload",
     "SignedAnnouncement",
     "TrainingResult",
@@ -106,7 +110,18 @@ class Finished(_Payload, frozen=True):
     """Merkle root of the previous round's broadcasts (informational, SPEC §11.14)."""
 
 
-Payload = TrainingResult | Finished
+class ModelAvailable(_Payload, frozen=True):
+    """The sender serves the model of ``step`` (after a cooldown) for joining clients."""
+
+    step: U32
+    manifest_hash: Bytes32
+    """SHA-256 of the manifest blob (:mod:`psyche.checkpoint.manifest`)."""
+    manifest_size: U64
+    nonce: U32
+    """Bumped on every re-announcement so gossip de-duplication does not swallow the repeat."""
+
+
+Payload = TrainingResult | Finished | ModelAvailable
 
 
 class SignedAnnouncement(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):

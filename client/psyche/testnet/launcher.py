@@ -161,7 +161,9 @@ class Testnet:
         ]
         self.down.discard(label)
         self.clients[label] = self._spawn(label, args)
-        self.tallies.setdefault(label, ClientTally()).joins += 1
+        tally = self.tallies.setdefault(label, ClientTally())
+        tally.joins += 1
+        tally.started_at.append(round(time.time(), 3))
 
     def kill_client(self, label: str, *, restart: bool = False) -> None:
         """SIGKILL a client (a crash, not a clean exit); restart it at once if asked."""
@@ -171,6 +173,7 @@ class Testnet:
         proc.popen.wait(timeout=30)
         proc.log.close()
         self.tallies[label].kills += 1
+        self.tallies[label].killed_at.append(round(time.time(), 3))
         if restart:
             self.start_client(int(label.split("-")[1]))
         else:
@@ -196,7 +199,9 @@ class Testnet:
         logs = {label: self.client_log(label) for label in sorted(self.tallies)}
         return build_summary(self.server_events, logs, self.tallies)
 
-    def run(self, on_tick: Callable[[Testnet], None] | None = None) -> Summary:
+    def run(self, on_tick: Callable[[Testnet], bool | None] | None = None) -> Summary:
+        """Run until the run ends, ``epochs`` epochs pass, or ``on_tick`` (called every 0.5 s)
+        returns True."""
         o = self.options
         rng = random.Random(o.seed)
         self.start_server()
@@ -207,8 +212,8 @@ class Testnet:
         try:
             while True:
                 time.sleep(0.5)
-                if on_tick is not None:
-                    on_tick(self)
+                if on_tick is not None and on_tick(self):
+                    break
                 states = self.states()
                 last = states[-1]["run_state"] if states else ""
                 if last in ("Finished", "Paused"):

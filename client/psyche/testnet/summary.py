@@ -25,11 +25,16 @@ class ClientTally:
     joins: int = 0
     drops: int = 0
     kills: int = 0
+    started_at: list[float] = field(default_factory=list)
+    """Unix times the launcher started this client's process."""
+    killed_at: list[float] = field(default_factory=list)
+    """Unix times the launcher killed it."""
 
 
 @dataclass
 class Summary:
     rounds: list[dict[str, Any]] = field(default_factory=list)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
     clients: dict[str, ClientTally] = field(default_factory=dict)
     epochs_completed: int = 0
     final_loss: float | None = None
@@ -38,6 +43,7 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         return {
             "rounds": self.rounds,
+            "epochs": self.epochs,
             "clients": {k: vars(v) for k, v in sorted(self.clients.items())},
             "epochs_completed": self.epochs_completed,
             "final_loss": self.final_loss,
@@ -54,10 +60,13 @@ def build_summary(
     train: dict[tuple[int, str], dict[str, Any]] = {}
     apply: dict[tuple[int, str], str] = {}
     ids: dict[str, str] = {}
+    loads: list[dict[str, Any]] = []
     for label, path in client_logs.items():
         for e in read_events(path):
             ids[e["client"]] = label
-            if e["event"] == "train":
+            if e["event"] == "model_loaded":
+                loads.append({**e, "label": label})
+            elif e["event"] == "train":
                 train[(e["step"], e["client"])] = e
             elif e["event"] == "apply":
                 apply[(e["step"], e["client"])] = e["model_hash"]
@@ -121,6 +130,79 @@ def build_summary(
     trained = [r for r in out.rounds if r["loss"]]
     if trained:
         out.final_loss = statistics.fmean(trained[-1]["loss"].values())
+    out.epochs = epoch_entries(states, out.rounds, loads, ids, out.clients)
+    return out
+
+
+def epoch_entries(
+    states: list[dict[str, Any]],
+    rounds: list[dict[str, Any]],
+    loads: list[dict[str, Any]],
+    ids: dict[str, str],
+    tallies: dict[str, ClientTally],
+) -> list[dict[str, Any]]:
+    """One entry per epoch the server logged: when it ran, who trained, where each client got
+    the model from (``checkpoint`` is what the coordinator named while the epoch warmed up;
+    ``model_sources`` what each client actually loaded), which clients joined it after the run
+    had started (late joiners and restarted clients) and how long each took to become ready,
+    the kills that fell inside it, and the checkpoint the coordinator recorded at its end.
+
+    An epoch's window runs from its first logged state to the first state of the next epoch;
+    a client's load belongs to the epoch whose window holds the ``model_loaded`` event."""
+    by_epoch: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in states:
+        by_epoch[e["epoch"]].append(e)
+    epochs = sorted(by_epoch)
+    first_t = states[0]["t"] if states else 0.0
+    out: list[dict[str, Any]] = []
+    for i, epoch in enumerate(epochs):
+        es = by_epoch[epoch]
+        start = es[0]["t"]
+        end = by_epoch[epochs[i + 1]][0]["t"] if i + 1 < len(epochs) else None
+        warmup = next((e["t"] for e in es if e["run_state"] == "Warmup"), None)
+        trained = [e for e in es if e["run_state"] in ("RoundTrain", "RoundWitness")]
+        members = sorted({ids[c] for e in trained for c in e["clients"] if c in ids})
+        steps = [r["step"] for r in rounds if r["epoch"] == epoch]
+        in_window = [ld for ld in loads if ld["t"] >= start and (end is None or ld["t"] < end)]
+        joiners = []
+        for ld in sorted(in_window, key=lambda ld: ld["t"]):
+            starts = [t for t in tallies.get(ld["label"], ClientTally()).started_at if t <= ld["t"]]
+            if not starts or max(starts) <= first_t:
+                continue  # started with the run: not a joiner
+            joiners.append(
+                {
+                    "client": ld["label"],
+                    "source": ld.get("source"),
+                    "peers": len(ld.get("peers") or []),
+                    "ready_s": round(ld["t"] - max(starts), 3),
+                    "ready_after_warmup_s": (
+                        round(ld["t"] - warmup, 3) if warmup is not None else None
+                    ),
+                    "fetch_s": ld.get("seconds"),
+                }
+            )
+        kills = sorted(
+            (round(t - start, 3), label)
+            for label, tally in tallies.items()
+            for t in tally.killed_at
+            if t >= start and (end is None or t < end)
+        )
+        out.append(
+            {
+                "epoch": epoch,
+                "started_at": start,
+                "duration_s": round(end - start, 3) if end is not None else None,
+                "steps": [min(steps), max(steps)] if steps else [],
+                "clients": members,
+                "checkpoint": es[0].get("checkpoint"),
+                "model_sources": {ld["label"]: ld.get("source") for ld in in_window},
+                "joiners": joiners,
+                "kills": [{"client": label, "after_s": dt} for dt, label in kills],
+                "checkpoint_after": (
+                    by_epoch[epochs[i + 1]][0].get("checkpoint") if i + 1 < len(epochs) else None
+                ),
+            }
+        )
     return out
 
 

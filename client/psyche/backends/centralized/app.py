@@ -120,13 +120,17 @@ def data_authorization(c: Coordinator) -> tuple[list[bytes], dict[BatchId, bytes
     if prev is not None:
         rounds.append((prev, c.previous_round_clients()))
     assigned: dict[BatchId, bytes] = {}
-    for rnd, clients in rounds:
+    # Previous round first: a retried interval (Round.retries) can be in both rounds, and the
+    # current round's trainer is the one that fetches it now.
+    for rnd, clients in reversed(rounds):
         if len(clients) != rnd.clients_len:
             continue
         try:
             sel = c.committee_selection(rnd)
             batch = c.batch_size_for_round(rnd)
-            got = assign_data_for_state(clients, sel, rnd.data_index, batch, rnd.random_seed)
+            got = assign_data_for_state(
+                clients, sel, rnd.data_index, batch, rnd.random_seed, rnd.retries
+            )
         except (ValueError, CoordinatorException) as e:
             log.debug("no data assignment for round %d: %s", rnd.height, e)
             continue
@@ -186,7 +190,19 @@ def state_event(c: Coordinator) -> dict[str, Any]:
         "witnesses": len(rnd.witnesses),
         "witness_target": c.witness_count(),
         "clients": {x.id.hex(): x.state.name for x in c.epoch_state.clients},
+        "checkpoint": checkpoint_label(c),
     }
+
+
+def checkpoint_label(c: Coordinator) -> str | None:
+    """``Kind`` or ``Kind:repo`` for the run's checkpoint (the summary's checkpoint source)."""
+    llm = c.model
+    if not isinstance(llm, LLM):
+        return None
+    ck = llm.checkpoint
+    repo = getattr(ck, "repo", None)
+    name = getattr(repo, "repo_id", None) or getattr(repo, "bucket", None)
+    return f"{ck.TAG}:{name}" if name else str(ck.TAG)
 
 
 def _data_server(

@@ -1,0 +1,285 @@
+"""What the ``psyche-solana-client`` run-administration commands do (SPEC §9.5), one coroutine each.
+
+The CLI (:mod:`psyche.cli.solana`) only parses flags and prints; these take a
+:class:`~psyche.backends.solana.session.Session` and return JSON-able results, so tests call them
+directly or through the CLI against the RPC test double.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.system_program import CreateAccountParams, create_account
+
+from psyche.backends.base import BackendError
+from psyche.backends.solana.instructions import JOIN_RUN_SCOPE, RunAccounts, instance_pda
+from psyche.backends.solana.session import Session
+from psyche.backends.solana.snapshot import RunSnapshot
+from psyche.coordinator.serde import identity_obj, to_obj_state
+from psyche.protocol.config import HubCheckpoint, HubRepo, P2PCheckpoint
+from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.serde import to_obj
+
+__all__ = [
+    "can_join",
+    "checkpoint",
+    "close_run",
+    "create_run",
+    "join_authorization_create",
+    "join_authorization_delegate",
+    "join_authorization_delete",
+    "join_authorization_read",
+    "run_json",
+    "set_future_epoch_rates",
+    "set_paused",
+    "tick",
+    "update_config",
+]
+
+
+async def create_run(
+    s: Session, run_id: str, client_version: str, join_authority: Pubkey | None = None
+) -> dict[str, Any]:
+    """Create the zero-copy account (system ``create_account``) and ``init_coordinator`` it in
+    the same transaction; the wallet pays and becomes the main authority."""
+    me = s.wallet.pubkey()
+    account = Keypair()
+    size = s.layout.size
+    lamports = await s.rpcs[0].minimum_balance(size)
+    run = RunAccounts(instance_pda(s.coordinator.program_id, run_id), account.pubkey())
+    from psyche.backends.solana.instructions import RunInstructions
+
+    ixs = RunInstructions(s.coordinator, run)
+    create = create_account(
+        CreateAccountParams(
+            from_pubkey=me,
+            to_pubkey=account.pubkey(),
+            lamports=lamports,
+            space=size,
+            owner=s.coordinator.program_id,
+        )
+    )
+    init = ixs.init_coordinator(me, me, join_authority or me, run_id, client_version)
+    sig = await s.sender(s.coordinator).send([create, init], [account], label="create-run")
+    return {
+        "run_id": run_id,
+        "coordinator_instance": str(run.instance),
+        "coordinator_account": str(run.account),
+        "account_size": size,
+        "signature": sig,
+    }
+
+
+async def _owner(s: Session, run_id: str, name: str, args: dict[str, Any], **more: Pubkey) -> str:
+    ixs, _ = await s.run(run_id)
+    ix = ixs.owner(name, s.wallet.pubkey(), args, **more)
+    return await s.sender(s.coordinator).send([ix], label=name)
+
+
+async def update_config(
+    s: Session,
+    run_id: str,
+    *,
+    config_path: str | None = None,
+    restart_from_step: int | None = None,
+    switch_to_hub: bool = False,
+    metadata: dict[str, Any] | None = None,
+    client_version: str | None = None,
+) -> list[str]:
+    ixs, snap = await s.run(run_id)
+    args: dict[str, Any] = {"metadata": None, "config": None, "model": None, "progress": None}
+    if config_path is not None:
+        rc = load_run_config(config_path)
+        args["config"] = to_obj(rc.config)
+        model = rc.model
+        ck = getattr(model, "checkpoint", None)
+        if switch_to_hub and isinstance(ck, P2PCheckpoint):
+            from dataclasses import replace
+
+            model = replace(model, checkpoint=HubCheckpoint(ck.repo))  # type: ignore[type-var]
+        args["model"] = to_obj(model)
+    if restart_from_step is not None:
+        coord = snap.coordinator
+        progress = {"epoch": coord.progress.epoch, "step": restart_from_step}
+        progress["epoch_start_data_index"] = _data_index_for_step(snap, restart_from_step)
+        args["progress"] = {**progress, "_pad": bytes(2)}
+    if metadata is not None:
+        current = snap.extra.get("metadata", {})
+        assert isinstance(current, dict)
+        m = {**current, **{k: v for k, v in metadata.items() if v is not None}}
+        args["metadata"] = {
+            "name": {"bytes": str(m.get("name", "")).encode().ljust(64, b"\0")},
+            "description": {"bytes": str(m.get("description", "")).encode().ljust(280, b"\0")},
+            "num_parameters": int(m.get("num_parameters", 0)),
+            "vocab_size": int(m.get("vocab_size", 0)),
+        }
+    sigs = []
+    sender = s.sender(s.coordinator)
+    if any(v is not None for v in args.values()):
+        ix = ixs.owner("update", s.wallet.pubkey(), args)
+        sigs.append(await sender.send([ix], label="update"))
+    if client_version is not None:
+        ix = ixs.owner("update_client_version", s.wallet.pubkey(), {"new_version": client_version})
+        sigs.append(await sender.send([ix], label="update_client_version"))
+    return sigs
+
+
+def _data_index_for_step(snap: RunSnapshot, target: int) -> int:
+    """Sum of the batch sizes of steps 1..target-1 (SPEC §1.11 ``get_data_index_for_step``)."""
+    coord = snap.coordinator
+    if target <= 1 or target > coord.config.total_steps:
+        return 0
+    index = 0
+    for _ in range(1, target):
+        index += coord.config.get_batch_size(index * coord.llm.max_seq_len)
+    return index
+
+
+async def set_paused(s: Session, run_id: str, paused: bool) -> str:
+    return await _owner(s, run_id, "set_paused", {"paused": paused})
+
+
+async def set_future_epoch_rates(
+    s: Session, run_id: str, earning: int | None, slashing: int | None
+) -> str:
+    args = {"earning_rate_total_shared": earning, "slashing_rate_per_client": slashing}
+    return await _owner(s, run_id, "set_future_epoch_rates", args)
+
+
+async def close_run(s: Session, run_id: str, spill: Pubkey | None = None) -> str:
+    return await _owner(s, run_id, "free_coordinator", {}, spill=spill or s.wallet.pubkey())
+
+
+async def tick(s: Session, run_id: str, ms_interval: int = 1000, count: int | None = None) -> int:
+    """Send ``tick`` every ``ms_interval`` ms, ``count`` times (forever if None); returns how
+    many were confirmed. A rejected tick (e.g. a halted run) is reported and does not stop it."""
+    ixs, _ = await s.run(run_id)
+    sender = s.sender(s.coordinator)
+    done = sent = 0
+    while count is None or sent < count:
+        sent += 1
+        try:
+            await sender.send([ixs.tick(s.wallet.pubkey())], label="tick")
+            done += 1
+        except BackendError as e:
+            print(f"tick {sent}: {e}")
+        if count is None or sent < count:
+            await asyncio.sleep(ms_interval / 1000)
+    return done
+
+
+async def checkpoint(s: Session, run_id: str, repo: str, revision: str | None) -> str:
+    ixs, _ = await s.run(run_id)
+    ck = HubCheckpoint(HubRepo(repo_id=repo, revision=revision))
+    ix = ixs.checkpoint(s.wallet.pubkey(), 0, ck)
+    return await s.sender(s.coordinator).send([ix], label="checkpoint")
+
+
+def run_json(snap: RunSnapshot, accounts: RunAccounts) -> dict[str, Any]:
+    """What ``json-dump-run`` prints."""
+    return {
+        "coordinator_instance": str(accounts.instance),
+        "coordinator_account": str(accounts.account),
+        "nonce": snap.nonce,
+        "client_version": snap.client_version,
+        "next_active": snap.next_active,
+        "clients": [
+            {**identity_obj(c.id), "active": c.active, "earned": c.earned, "slashed": c.slashed}
+            for c in snap.clients
+        ],
+        **{k: v for k, v in snap.extra.items()},
+        "coordinator": to_obj_state(snap.coordinator),
+    }
+
+
+async def can_join(
+    s: Session, run_id: str, address: Pubkey, grantee: Pubkey | None
+) -> dict[str, Any]:
+    """Would ``address`` pass ``join_run``'s authorization check (SPEC §9.3)?"""
+    inst = await s.instance(run_id)
+    join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
+    pda = s.join_authorization(join_authority, grantee)
+    auth = await _read_authorization(s, pda)
+    reasons = []
+    if auth is None:
+        reasons.append(f"no authorization account at {pda}")
+    else:
+        if not auth["active"]:
+            reasons.append("the authorization is not active")
+        if auth["grantor"] != bytes(join_authority) or auth["scope"] != JOIN_RUN_SCOPE:
+            reasons.append("the authorization is for another grantor or scope")
+        who = bytes(address)
+        if not (auth["grantee"] == bytes(32) or auth["grantee"] == who or who in auth["delegates"]):
+            reasons.append(f"{address} is neither the grantee nor one of its delegates")
+    return {"can_join": not reasons, "authorization": str(pda), "reasons": reasons}
+
+
+async def _read_authorization(s: Session, pda: Pubkey) -> dict[str, Any] | None:
+    data = await s.read(pda)
+    if data is None:
+        return None
+    value: dict[str, Any] = s.authorizer.idl.decode_account("Authorization", data)
+    return value
+
+
+def _authorization_json(pda: Pubkey, a: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "address": str(pda),
+        "grantor": str(Pubkey.from_bytes(a["grantor"])),
+        "grantee": str(Pubkey.from_bytes(a["grantee"])),
+        "scope": a["scope"].decode(errors="replace"),
+        "active": a["active"],
+        "delegates": [str(Pubkey.from_bytes(d)) for d in a["delegates"]],
+        "grantor_update_unix_timestamp": a["grantor_update_unix_timestamp"],
+    }
+
+
+async def join_authorization_create(s: Session, grantee: Pubkey | None) -> dict[str, Any]:
+    """The wallet (a run's join authority) authorizes ``grantee`` (everyone if None) to join
+    its runs: create and activate the authorization in one transaction."""
+    me = s.wallet.pubkey()
+    grantee = grantee or Pubkey.default()
+    pda = s.join_authorization(me, grantee)
+    accounts = {"payer": me, "grantor": me, "authorization": pda}
+    create = s.authorizer.build(
+        "authorization_create", {"grantee": grantee, "scope": JOIN_RUN_SCOPE}, accounts
+    )
+    activate = s.authorizer.build("authorization_grantor_update", {"active": True}, accounts)
+    sig = await s.sender(s.authorizer).send([create, activate], label="join-authorization-create")
+    return {"authorization": str(pda), "signature": sig}
+
+
+async def join_authorization_delegate(
+    s: Session, join_authority: Pubkey, delegates_clear: bool, delegates_added: list[Pubkey]
+) -> str:
+    """The wallet (a grantee) sets the delegates that may join in its place."""
+    me = s.wallet.pubkey()
+    pda = s.join_authorization(join_authority, me)
+    args = {"delegates_clear": delegates_clear, "delegates_added": delegates_added}
+    ix = s.authorizer.build(
+        "authorization_grantee_update", args, {"payer": me, "grantee": me, "authorization": pda}
+    )
+    return await s.sender(s.authorizer).send([ix], label="join-authorization-delegate")
+
+
+async def join_authorization_read(
+    s: Session, join_authority: Pubkey, grantee: Pubkey | None
+) -> dict[str, Any]:
+    pda = s.join_authorization(join_authority, grantee)
+    auth = await _read_authorization(s, pda)
+    if auth is None:
+        raise BackendError(f"no authorization account at {pda}")
+    return _authorization_json(pda, auth)
+
+
+async def join_authorization_delete(s: Session, grantee: Pubkey | None) -> str:
+    """Deactivate, then close the wallet's authorization of ``grantee`` (rent back to it)."""
+    me = s.wallet.pubkey()
+    pda = s.join_authorization(me, grantee)
+    accounts = {"grantor": me, "authorization": pda, "spill": me}
+    off = s.authorizer.build("authorization_grantor_update", {"active": False}, accounts)
+    close = s.authorizer.build("authorization_close", {}, accounts)
+    return await s.sender(s.authorizer).send([off, close], label="join-authorization-delete")

@@ -1,0 +1,379 @@
+"""``SolanaBackend``: the Backend seam on a Solana run (SPEC §9.6).
+
+Tasks, all owned by the backend and cancelled by :meth:`SolanaBackend.close`:
+
+* one ``accountSubscribe`` per websocket endpoint (primary and fallback, both live; each
+  reconnects after ``min(30, 2·retries)`` s). Every update, and the initial ``getAccountInfo``,
+  goes through :meth:`SolanaBackend._accept`, which keeps a snapshot only if its ``nonce``
+  increased, so the two subscriptions and RPC re-reads never deliver a state twice or go back;
+* a 500 ms loop that predicts ``tick`` with the Python coordinator on the latest snapshot and the
+  local clock (:mod:`psyche.backends.solana.ticker`), re-reads the account while the run is
+  WaitingForMembers (for a fresh pending list), joins, and sends ``tick`` when the prediction
+  says the phase would change (with probability ``min(1, 2/#clients)``, so the clients do not
+  all pay for the same tick);
+* one task per transaction (sends are fire-and-forget for the daemon; failures are logged and
+  queued for :meth:`SolanaBackend.next_rejection`).
+
+Joining: once per epoch, on a WaitingForMembers snapshot. After joining epoch E, a later snapshot
+of epoch E that is not WaitingForMembers ends the client (:class:`LeftRunError`) if it shows the
+run halted, omits us from the epoch, or shows us unhealthy; the state is still delivered first,
+so the daemon sees a Finished run finish. Client version gate: ``client_version`` must equal the
+account's unless that is ``"test"``; otherwise :class:`ClientVersionMismatchError` (exit code 10),
+also when the version changes while the run is paused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from psyche.backends.base import BackendClosedError, BackendError, HealthCheckEntries
+from psyche.backends.solana.peers import BootstrapDirectory
+from psyche.backends.solana.rpc import SolanaRpc, TxSender, account_updates, reconnect_delay
+from psyche.backends.solana.snapshot import ClientInstructions, CoordinatorCodec, RunSnapshot
+from psyche.backends.solana.ticker import predicts_transition, tick_probability
+from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
+from psyche.protocol.config import Checkpoint
+from psyche.protocol.identity import NodeIdentity
+
+__all__ = [
+    "EXIT_LEFT_RUN",
+    "EXIT_VERSION_MISMATCH",
+    "ClientVersionMismatchError",
+    "LeftRunError",
+    "SolanaBackend",
+]
+
+log = logging.getLogger(__name__)
+
+EXIT_VERSION_MISMATCH = 10
+EXIT_LEFT_RUN = 3
+CLOSE_WAIT_S = 3.0
+"""How long ``close`` waits for its background tasks to stop after cancelling them."""
+
+
+class ClientVersionMismatchError(BackendError):
+    """This client's version is not the one the run requires."""
+
+    exit_code = EXIT_VERSION_MISMATCH
+
+
+class LeftRunError(BackendError):
+    """An exit condition of SPEC §9.6: halted run, not selected, or unhealthy after joining."""
+
+    exit_code = EXIT_LEFT_RUN
+
+
+class SolanaBackend:
+    """A :class:`~psyche.backends.base.Backend` (and peer directory) for one Solana run."""
+
+    def __init__(
+        self,
+        *,
+        rpcs: Sequence[SolanaRpc],
+        ws_urls: Sequence[str],
+        coordinator_account: Pubkey,
+        codec: CoordinatorCodec,
+        instructions: ClientInstructions,
+        wallet: Keypair,
+        p2p_identity: bytes,
+        authorization: Pubkey,
+        client_version: str,
+        directory: BootstrapDirectory | None = None,
+        sender: TxSender | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+        tick_interval: float = 0.5,
+        tick_resend_s: float = 5.0,
+        join_timeout: float = 5.0,
+        ws_delay: Callable[[int], float] = reconnect_delay,
+        max_buffered_states: int = 64,
+    ) -> None:
+        if not rpcs:
+            raise ValueError("at least one RPC endpoint is needed")
+        self.rpcs = list(rpcs)
+        self.ws_urls = list(ws_urls)
+        self.account = coordinator_account
+        self.codec = codec
+        self.ixs = instructions
+        self.wallet = wallet
+        self.identity = NodeIdentity(bytes(wallet.pubkey()), p2p_identity)
+        self.authorization = authorization
+        self.client_version = client_version
+        self.directory = directory or BootstrapDirectory()
+        self.sender = sender or TxSender(self.rpcs, wallet)
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.tick_interval = tick_interval
+        self.tick_resend_s = tick_resend_s
+        self.join_timeout = join_timeout
+        self._ws_delay = ws_delay
+        self.latest: RunSnapshot | None = None
+        self._states: deque[Coordinator] = deque(maxlen=max_buffered_states)
+        self._rejections: deque[str] = deque(maxlen=64)
+        self._cond = asyncio.Condition()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._fatal: BackendError | None = None
+        self._closed = False
+        self._started = False
+        self.joined_epoch: int | None = None
+        self._joining = False
+        self._tick_sent: tuple[int, float] | None = None
+        self.sent: list[str] = []
+        """Labels of the transactions confirmed so far (for tests and logs)."""
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Read the account once (first RPC that answers), then start following it."""
+        if self._started:
+            return
+        await self.refresh()
+        self._started = True
+        for url in self.ws_urls:
+            self._spawn(self._follow(url), f"solana-ws-{url}")
+        self._spawn(self._tick_loop(), "solana-tick")
+
+    async def refresh(self) -> RunSnapshot:
+        """Fetch the account by RPC (falling back through the endpoints) and accept it."""
+        last: Exception | None = None
+        for rpc in self.rpcs:
+            try:
+                data = await rpc.get_account(self.account)
+            except BackendError as e:
+                last = e
+                continue
+            if data is None:
+                raise BackendError(f"coordinator account {self.account} does not exist")
+            await self._accept(self.codec.decode_account(data))
+            assert self.latest is not None
+            return self.latest
+        raise BackendError(f"no RPC endpoint answered: {last}")
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            # Bounded: a websocket mid-close can hold a cancelled task for its close timeout,
+            # and awaiting the tasks one by one would also swallow our own cancellation.
+            _, stuck = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+            if stuck:
+                log.debug("%d background task(s) still stopping at close", len(stuck))
+        for rpc in self.rpcs:
+            await rpc.close()
+        await self._notify()
+
+    async def __aenter__(self) -> SolanaBackend:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- Backend --------------------------------------------------------------------------------
+
+    async def wait_for_new_state(self) -> Coordinator:
+        if not self._started and not self._closed:
+            await self.connect()
+        async with self._cond:
+            await self._cond.wait_for(lambda: bool(self._states) or self._ended)
+            if self._states:
+                return self._states.popleft()
+        self._raise_if_ended()
+        raise AssertionError("unreachable")
+
+    async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
+        self._send([self.ixs.witness(self.wallet.pubkey(), witness, metadata)], "witness")
+
+    async def send_warmup_witness(self, witness: Witness) -> None:
+        self._send([self.ixs.warmup_witness(self.wallet.pubkey(), witness)], "warmup_witness")
+
+    async def send_health_check(self, checks: HealthCheckEntries) -> None:
+        # One transaction per accused client: the program fails a whole instruction if any
+        # accused client is healthy, and one bad accusation must not void the others.
+        for ix in self.ixs.health_check(self.wallet.pubkey(), checks):
+            self._send([ix], "health_check")
+
+    async def send_checkpoint(self, index: int, checkpoint: Checkpoint) -> None:
+        self._send([self.ixs.checkpoint(self.wallet.pubkey(), index, checkpoint)], "checkpoint")
+
+    # --- PeerDirectory (rendezvous: see docs/solana.md) -----------------------------------------
+
+    async def publish_p2p_addrs(self, addrs: list[str]) -> None:
+        await self.directory.publish_p2p_addrs(addrs)
+
+    def peer_addrs(self) -> dict[bytes, list[str]]:
+        return self.directory.peer_addrs()
+
+    # --- extras ---------------------------------------------------------------------------------
+
+    async def next_rejection(self) -> str:
+        """The next transaction failure (oldest first), as a message."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: bool(self._rejections) or self._ended)
+            if self._rejections:
+                return self._rejections.popleft()
+        self._raise_if_ended()
+        raise AssertionError("unreachable")
+
+    # --- internals ------------------------------------------------------------------------------
+
+    @property
+    def _ended(self) -> bool:
+        return self._closed or self._fatal is not None
+
+    def _raise_if_ended(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed:
+            raise BackendClosedError("the backend is closed")
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        if self._closed:
+            coro.close()
+            return
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _notify(self) -> None:
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def _fail(self, error: BackendError) -> None:
+        if self._fatal is None:
+            log.error("%s", error)
+            self._fatal = error
+        await self._notify()
+
+    async def _follow(self, url: str) -> None:
+        # After every (re)subscription, re-read the account once: an update published while
+        # the socket was down is otherwise never seen.
+        def resync() -> None:
+            self._spawn(self._refresh_quietly(), "solana-resync")
+
+        async for data in account_updates(
+            url, self.account, delay=self._ws_delay, on_connect=resync
+        ):
+            try:
+                await self._accept(self.codec.decode_account(data))
+            except BackendError as e:
+                log.warning("ignored an undecodable coordinator update from %s: %s", url, e)
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except BackendError as e:
+            log.warning("re-reading the coordinator account failed: %s", e)
+
+    async def _accept(self, snap: RunSnapshot) -> bool:
+        """Keep ``snap`` if its nonce increased; then apply the gate, join and exit rules."""
+        if self.latest is not None and snap.nonce <= self.latest.nonce:
+            return False
+        self.latest = snap
+        coord = snap.coordinator
+        self._states.append(coord)
+        required = snap.client_version
+        if required != "test" and required != self.client_version:
+            await self._fail(
+                ClientVersionMismatchError(
+                    f"this client is version {self.client_version!r} but the run requires "
+                    f"{required!r}; install that version"
+                )
+            )
+            return True
+        reason = self._exit_reason(coord)
+        if reason is not None:
+            await self._fail(LeftRunError(reason))
+            return True
+        self._maybe_join(snap)
+        await self._notify()
+        return True
+
+    def _exit_reason(self, coord: Coordinator) -> str | None:
+        if self.joined_epoch is None or coord.progress.epoch != self.joined_epoch:
+            return None
+        state = coord.run_state
+        if state is RunState.WaitingForMembers:
+            return None
+        if state.halted:
+            return f"the run is {state.name}"
+        i = coord.index_of(self.identity)
+        if i is None:
+            return f"not selected into epoch {coord.progress.epoch}"
+        if coord.epoch_state.clients[i].state is not ClientState.Healthy:
+            return f"{coord.epoch_state.clients[i].state.name} in epoch {coord.progress.epoch}"
+        return None
+
+    def _maybe_join(self, snap: RunSnapshot) -> None:
+        coord = snap.coordinator
+        if coord.run_state is not RunState.WaitingForMembers or self._joining:
+            return
+        if self.joined_epoch == coord.progress.epoch:
+            return
+        self._joining = True
+        self._spawn(self._join(coord.progress.epoch), "solana-join")
+
+    async def _join(self, epoch: int) -> None:
+        ix = self.ixs.join_run(self.wallet.pubkey(), self.identity, self.authorization)
+        try:
+            await self.sender.send([ix], label="join_run", confirm_timeout=self.join_timeout)
+            self.joined_epoch = epoch
+            self.sent.append("join_run")
+            log.info("joined epoch %d of the run", epoch)
+        except BackendError as e:
+            log.warning("join_run for epoch %d failed (will retry): %s", epoch, e)
+            self._rejections.append(f"join_run: {e}")
+        finally:
+            self._joining = False
+            await self._notify()
+
+    def _send(self, ixs: list[Instruction], label: str) -> None:
+        self._spawn(self._send_now(ixs, label), f"solana-{label}")
+
+    async def _send_now(self, ixs: list[Instruction], label: str) -> None:
+        try:
+            await self.sender.send(ixs, label=label)
+            self.sent.append(label)
+        except BackendError as e:
+            log.warning("%s transaction failed: %s", label, e)
+            self._rejections.append(f"{label}: {e}")
+            await self._notify()
+
+    async def _tick_loop(self) -> None:
+        while not self._ended:
+            await asyncio.sleep(self.tick_interval)
+            snap = self.latest
+            if snap is None:
+                continue
+            try:
+                if snap.coordinator.run_state is RunState.WaitingForMembers:
+                    snap = await self.refresh()
+                self._maybe_join(snap)
+                self._maybe_tick(snap)
+            except BackendError as e:
+                log.warning("tick loop: %s", e)
+
+    def _maybe_tick(self, snap: RunSnapshot) -> None:
+        now = self.clock()
+        if self._tick_sent is not None:
+            nonce, at = self._tick_sent
+            if nonce == snap.nonce and now - at < self.tick_resend_s:
+                return
+        if not predicts_transition(snap, int(now)):
+            return
+        if self.rng.random() >= tick_probability(snap):
+            return
+        self._tick_sent = (snap.nonce, now)
+        self._send([self.ixs.tick(self.wallet.pubkey())], "tick")

@@ -1,0 +1,212 @@
+"""Instructions of the coordinator and authorizer programs, built from their IDLs.
+
+:class:`ProgramClient` turns ``(instruction name, args, named accounts)`` into a solders
+``Instruction``: the discriminator, borsh arguments and account order, signer and writable flags
+all come from the IDL, so only the *meaning* of each account is written here. An instruction whose
+IDL takes a single ``params`` struct gets its arguments wrapped into it, so both Anchor styles
+work. :class:`RunInstructions` binds one run's accounts and implements the client's
+:class:`~psyche.backends.solana.snapshot.ClientInstructions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from solders.instruction import AccountMeta, Instruction
+from solders.pubkey import Pubkey
+
+from psyche.backends.base import HealthCheckEntries
+from psyche.backends.solana.idl import IdlCodec, IdlError
+from psyche.coordinator import Witness, WitnessMetadata
+from psyche.protocol.config import Checkpoint
+from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.serde import to_obj
+
+__all__ = [
+    "COORDINATOR_SEED",
+    "JOIN_RUN_SCOPE",
+    "ProgramClient",
+    "RunInstructions",
+    "authorization_pda",
+    "default_idl_dir",
+    "instance_pda",
+]
+
+COORDINATOR_SEED = b"coordinator"
+AUTHORIZATION_SEED = b"Authorization"
+JOIN_RUN_SCOPE = b"CoordinatorJoinRun"
+SYSTEM_PROGRAM = Pubkey.from_string("11111111111111111111111111111111")
+MAX_HEALTH_CHECKS_PER_INSTRUCTION = 8
+
+
+def default_idl_dir() -> Path:
+    """``idl/`` at the repository root (this file is client/psyche/backends/solana/...)."""
+    return Path(__file__).resolve().parents[4] / "idl"
+
+
+def instance_pda(program: Pubkey, run_id: str) -> Pubkey:
+    return Pubkey.find_program_address([COORDINATOR_SEED, run_id.encode()], program)[0]
+
+
+def authorization_pda(program: Pubkey, grantor: Pubkey, grantee: Pubkey, scope: bytes) -> Pubkey:
+    seeds = [AUTHORIZATION_SEED, bytes(grantor), bytes(grantee), scope]
+    return Pubkey.find_program_address(seeds, program)[0]
+
+
+class ProgramClient:
+    """One program: its id and its IDL codec."""
+
+    def __init__(self, idl: IdlCodec, program_id: Pubkey | None = None) -> None:
+        self.idl = idl
+        if program_id is None:
+            if not idl.address:
+                raise IdlError("the IDL has no address; pass the program id")
+            program_id = Pubkey.from_string(idl.address)
+        self.program_id = program_id
+
+    def args(self, name: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        ix = self.idl.instruction(name)
+        names = [a for a, _ in ix.args]
+        if names == ["params"] and "params" not in values:
+            return {"params": dict(values)}
+        return dict(values)
+
+    def build(
+        self, name: str, args: Mapping[str, Any], accounts: Mapping[str, Pubkey]
+    ) -> Instruction:
+        ix = self.idl.instruction(name)
+        metas = []
+        for acc in ix.accounts:
+            key = accounts.get(acc.name)
+            if key is None and acc.address is not None:
+                key = Pubkey.from_string(acc.address)
+            if key is None and acc.name == "system_program":
+                key = SYSTEM_PROGRAM
+            if key is None:
+                if acc.optional:
+                    key = self.program_id  # Anchor's "None" for an optional account
+                else:
+                    raise IdlError(f"{name}: no value for account {acc.name!r}")
+            metas.append(AccountMeta(key, acc.signer, acc.writable))
+        data = self.idl.instruction_data(name, self.args(name, args))
+        return Instruction(self.program_id, data, metas)
+
+
+def identity_value(i: NodeIdentity) -> dict[str, bytes]:
+    return {"signer": i.signer, "p2p_identity": i.p2p_identity}
+
+
+def witness_value(w: Witness) -> dict[str, Any]:
+    from psyche.backends.solana.layout import _bloom_dict
+
+    return {
+        "proof": {"position": w.proof.position, "index": w.proof.index, "witness": w.proof.witness},
+        "participant_bloom": _bloom_dict(w.participant_bloom),
+        "broadcast_bloom": _bloom_dict(w.broadcast_bloom),
+    }
+
+
+def metadata_value(m: WitnessMetadata) -> dict[str, Any]:
+    import math
+
+    def f(x: float) -> float:
+        return x if math.isfinite(x) else 0.0
+
+    return {
+        "step": m.step,
+        "tokens_per_sec": f(m.tokens_per_sec),
+        "bandwidth_per_sec": f(m.bandwidth_per_sec),
+        "loss": f(m.loss),
+        "efficiency": f(m.efficiency),
+        "evals": [{"task": e.task, "value": f(e.value)} for e in m.evals],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RunAccounts:
+    instance: Pubkey
+    account: Pubkey
+
+
+class RunInstructions:
+    """The coordinator instructions of one run (``ClientInstructions`` and the admin ones)."""
+
+    def __init__(self, program: ProgramClient, run: RunAccounts) -> None:
+        self.p = program
+        self.run = run
+
+    def _accounts(self, **signers: Pubkey) -> dict[str, Pubkey]:
+        return {
+            "coordinator_instance": self.run.instance,
+            "coordinator_account": self.run.account,
+            **signers,
+        }
+
+    def _client(
+        self, name: str, user: Pubkey, args: Mapping[str, Any], **more: Pubkey
+    ) -> Instruction:
+        return self.p.build(name, args, self._accounts(user=user, **more))
+
+    # --- ClientInstructions ---------------------------------------------------------------------
+
+    def join_run(self, user: Pubkey, client_id: NodeIdentity, authorization: Pubkey) -> Instruction:
+        args = {"client_id": identity_value(client_id)}
+        return self._client("join_run", user, args, authorization=authorization)
+
+    def tick(self, user: Pubkey) -> Instruction:
+        return self._client("tick", user, {})
+
+    def witness(self, user: Pubkey, witness: Witness, metadata: WitnessMetadata) -> Instruction:
+        args = {**witness_value(witness), "metadata": metadata_value(metadata)}
+        return self._client("witness", user, args)
+
+    def warmup_witness(self, user: Pubkey, witness: Witness) -> Instruction:
+        return self._client("warmup_witness", user, witness_value(witness))
+
+    def health_check(self, user: Pubkey, checks: HealthCheckEntries) -> list[Instruction]:
+        out = []
+        for i in range(0, len(checks), MAX_HEALTH_CHECKS_PER_INSTRUCTION):
+            chunk = checks[i : i + MAX_HEALTH_CHECKS_PER_INSTRUCTION]
+            entries = [
+                {
+                    "id": identity_value(who),
+                    "proof": {
+                        "committee": proof.committee.name,
+                        "position": proof.position,
+                        "index": proof.index,
+                    },
+                }
+                for who, proof in chunk
+            ]
+            out.append(self._client("health_check", user, {"checks": entries}))
+        return out
+
+    def checkpoint(self, user: Pubkey, index: int, checkpoint: Checkpoint) -> Instruction:
+        # The program finds the signer's index itself; ``index`` is for the centralized server.
+        return self._client("checkpoint", user, {"checkpoint": to_obj(checkpoint)})
+
+    # --- run administration ---------------------------------------------------------------------
+
+    def init_coordinator(
+        self,
+        payer: Pubkey,
+        main_authority: Pubkey,
+        join_authority: Pubkey,
+        run_id: str,
+        client_version: str,
+    ) -> Instruction:
+        args = {
+            "main_authority": main_authority,
+            "join_authority": join_authority,
+            "run_id": run_id,
+            "client_version": client_version,
+        }
+        return self.p.build("init_coordinator", args, self._accounts(payer=payer))
+
+    def owner(
+        self, name: str, authority: Pubkey, args: Mapping[str, Any], **more: Pubkey
+    ) -> Instruction:
+        return self.p.build(name, args, self._accounts(authority=authority, **more))

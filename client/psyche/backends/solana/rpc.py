@@ -1,0 +1,267 @@
+"""Solana JSON-RPC over HTTP (httpx) and ``accountSubscribe`` over websocket, with retries.
+
+Only the handful of methods the client needs, written directly against the JSON-RPC API so the
+retry, timeout and fallback policy is ours and visible (SPEC §9.6):
+
+* :class:`SolanaRpc` — one endpoint: ``getAccountInfo`` (base64), ``getLatestBlockhash``,
+  ``sendTransaction`` (preflight on, so a program error comes back at once with its custom code),
+  ``getSignatureStatuses``, ``getMinimumBalanceForRentExemption``.
+* :class:`TxSender` — signs and sends one transaction through a list of endpoints: 3 attempts per
+  endpoint with a backoff of 500 ms ×1.5 (at most 10 s), then the next endpoint. A transaction
+  the *program* rejects is not retried (the same transaction fails the same way); the error names
+  the program's error from the IDL.
+* :func:`account_updates` — one websocket subscription with reconnects after
+  ``min(30, 2·retries)`` s; the backend runs one per websocket endpoint (primary and fallback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import httpx
+from solders.hash import Hash
+from solders.instruction import Instruction
+from solders.keypair import Keypair
+from solders.message import Message
+from solders.pubkey import Pubkey
+from solders.transaction import Transaction
+
+from psyche.backends.base import BackendError
+
+__all__ = [
+    "ProgramRejectedError",
+    "RpcError",
+    "SolanaRpc",
+    "TxSender",
+    "account_updates",
+    "reconnect_delay",
+]
+
+log = logging.getLogger(__name__)
+
+COMMITMENT = "confirmed"
+
+
+class RpcError(BackendError):
+    """An endpoint failed or answered with a JSON-RPC error (worth retrying elsewhere)."""
+
+
+class ProgramRejectedError(BackendError):
+    """The program rejected the transaction (``code``: custom error, ``name``: its IDL name)."""
+
+    def __init__(self, code: int | None, name: str | None, message: str) -> None:
+        self.code = code
+        self.name = name
+        what = f"{name} ({code})" if name else (str(code) if code is not None else "error")
+        super().__init__(f"the program rejected the transaction: {what}: {message}")
+
+
+def reconnect_delay(retries: int) -> float:
+    """Websocket reconnect backoff (SPEC §9.6): ``min(30, 2·retries)`` seconds."""
+    return float(min(30, 2 * retries))
+
+
+def custom_error_code(err: Any) -> int | None:
+    """The custom program error code in a transaction error, e.g.
+    ``{"InstructionError": [0, {"Custom": 6003}]}``."""
+    if isinstance(err, dict) and "InstructionError" in err:
+        detail = err["InstructionError"]
+        if isinstance(detail, list) and len(detail) == 2 and isinstance(detail[1], dict):
+            code = detail[1].get("Custom")
+            return int(code) if isinstance(code, int) else None
+    return None
+
+
+class SolanaRpc:
+    """One JSON-RPC endpoint."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url
+        self._timeout = timeout
+        self._http: httpx.AsyncClient | None = None
+        self._next_id = 0
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def call(self, method: str, params: list[Any]) -> Any:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self._timeout)
+        self._next_id += 1
+        body = {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
+        try:
+            resp = await self._http.post(self.url, json=body)
+            resp.raise_for_status()
+            reply = resp.json()
+        except (httpx.HTTPError, ValueError) as e:
+            raise RpcError(f"{self.url}: {method}: {type(e).__name__}: {e}") from e
+        if not isinstance(reply, dict):
+            raise RpcError(f"{self.url}: {method}: malformed reply")
+        if "error" in reply:
+            err: dict[str, Any] = reply["error"] if isinstance(reply["error"], dict) else {}
+            data = err.get("data")
+            code = custom_error_code(data.get("err")) if isinstance(data, dict) else None
+            if code is not None:
+                raise ProgramRejectedError(code, None, str(err.get("message", "")))
+            raise RpcError(f"{self.url}: {method}: {err.get('message', reply['error'])}")
+        return reply.get("result")
+
+    async def get_account(self, pubkey: Pubkey) -> bytes | None:
+        """The account's data, or None if it does not exist."""
+        res = await self.call(
+            "getAccountInfo", [str(pubkey), {"encoding": "base64", "commitment": COMMITMENT}]
+        )
+        value = res.get("value") if isinstance(res, dict) else None
+        if value is None:
+            return None
+        return decode_account_data(value)
+
+    async def latest_blockhash(self) -> Hash:
+        res = await self.call("getLatestBlockhash", [{"commitment": COMMITMENT}])
+        return Hash.from_string(res["value"]["blockhash"])
+
+    async def minimum_balance(self, size: int) -> int:
+        return int(await self.call("getMinimumBalanceForRentExemption", [size]))
+
+    async def send_transaction(self, tx: Transaction) -> str:
+        data = base64.b64encode(bytes(tx)).decode()
+        opts = {"encoding": "base64", "preflightCommitment": COMMITMENT}
+        return str(await self.call("sendTransaction", [data, opts]))
+
+    async def confirm(self, signature: str, timeout: float) -> None:
+        """Wait until the signature is confirmed; a failed transaction raises."""
+        deadline = time.monotonic() + timeout
+        while True:
+            res = await self.call("getSignatureStatuses", [[signature]])
+            status = (res.get("value") or [None])[0] if isinstance(res, dict) else None
+            if status is not None:
+                if status.get("err") is not None:
+                    code = custom_error_code(status["err"])
+                    raise ProgramRejectedError(code, None, json.dumps(status["err"]))
+                if status.get("confirmationStatus") in ("confirmed", "finalized"):
+                    return
+            if time.monotonic() > deadline:
+                raise RpcError(f"{self.url}: transaction {signature} not confirmed in {timeout} s")
+            await asyncio.sleep(0.4)
+
+
+def decode_account_data(value: dict[str, Any]) -> bytes:
+    data = value.get("data")
+    if not (isinstance(data, list) and len(data) == 2 and data[1] == "base64"):
+        raise RpcError(f"account data in an unexpected encoding: {str(data)[:80]}")
+    return base64.b64decode(data[0])
+
+
+class TxSender:
+    """Sends transactions with the retry policy of SPEC §9.6 through ``rpcs`` in order."""
+
+    def __init__(
+        self,
+        rpcs: Sequence[SolanaRpc],
+        payer: Keypair,
+        *,
+        error_names: Callable[[int], str | None] = lambda _: None,
+        attempts: int = 3,
+        backoff: float = 0.5,
+        backoff_factor: float = 1.5,
+        max_backoff: float = 10.0,
+        confirm_timeout: float = 30.0,
+    ) -> None:
+        if not rpcs:
+            raise ValueError("at least one RPC endpoint is needed")
+        self.rpcs = list(rpcs)
+        self.payer = payer
+        self._names = error_names
+        self._attempts = attempts
+        self._backoff = (backoff, backoff_factor, max_backoff)
+        self._confirm_timeout = confirm_timeout
+
+    async def send(
+        self,
+        ixs: Sequence[Instruction],
+        extra_signers: Sequence[Keypair] = (),
+        *,
+        label: str = "",
+        confirm_timeout: float | None = None,
+    ) -> str:
+        """Sign (payer first) and send; returns the confirmed signature."""
+        timeout = self._confirm_timeout if confirm_timeout is None else confirm_timeout
+        last: Exception | None = None
+        delay, factor, cap = self._backoff
+        for rpc in self.rpcs:
+            wait = delay
+            for attempt in range(1, self._attempts + 1):
+                try:
+                    blockhash = await rpc.latest_blockhash()
+                    msg = Message.new_with_blockhash(list(ixs), self.payer.pubkey(), blockhash)
+                    signers = [self.payer, *[s for s in extra_signers if s != self.payer]]
+                    tx = Transaction(signers, msg, blockhash)
+                    sig = await rpc.send_transaction(tx)
+                    await rpc.confirm(sig, timeout)
+                    return sig
+                except ProgramRejectedError as e:
+                    name = self._names(e.code) if e.code is not None else None
+                    raise ProgramRejectedError(e.code, name, f"{label}: {e}") from None
+                except BackendError as e:
+                    last = e
+                    log.warning(
+                        "%s: attempt %d/%d on %s failed: %s",
+                        label or "transaction",
+                        attempt,
+                        self._attempts,
+                        rpc.url,
+                        e,
+                    )
+                if attempt < self._attempts:
+                    await asyncio.sleep(wait)
+                    wait = min(cap, wait * factor)
+        raise RpcError(f"{label or 'transaction'} failed on every RPC endpoint: {last}")
+
+
+async def account_updates(
+    ws_url: str,
+    pubkey: Pubkey,
+    *,
+    delay: Callable[[int], float] = reconnect_delay,
+    on_connect: Callable[[], None] | None = None,
+) -> AsyncIterator[bytes]:
+    """Account data from ``accountSubscribe`` at ``ws_url``, forever, reconnecting on failure."""
+    from websockets.asyncio.client import connect
+
+    retries = 0
+    while True:
+        try:
+            async with connect(ws_url, open_timeout=10, close_timeout=2, max_size=16 * 2**20) as ws:
+                params = [str(pubkey), {"encoding": "base64", "commitment": COMMITMENT}]
+                req = {"jsonrpc": "2.0", "id": 1, "method": "accountSubscribe", "params": params}
+                await ws.send(json.dumps(req))
+                ack = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                if "result" not in ack:
+                    raise RpcError(f"{ws_url}: accountSubscribe refused: {ack.get('error')}")
+                log.info("subscribed to %s at %s", pubkey, ws_url)
+                retries = 0
+                if on_connect is not None:
+                    on_connect()
+                async for raw in ws:
+                    msg = json.loads(raw)
+                    if msg.get("method") != "accountNotification":
+                        continue
+                    value = msg["params"]["result"]["value"]
+                    yield decode_account_data(value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # any transport or protocol failure: reconnect
+            retries += 1
+            wait = delay(retries)
+            log.warning("websocket %s: %s; reconnecting in %.0f s", ws_url, e, wait)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.sleep(wait)

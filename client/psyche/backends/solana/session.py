@@ -1,0 +1,157 @@
+"""Everything a Solana command needs, assembled once: wallet, endpoints, IDLs, the run's accounts.
+
+Used by ``psyche-solana-client`` (every subcommand) and by ``train`` to build a
+:class:`~psyche.backends.solana.backend.SolanaBackend`. Wallets are read in the two forms Solana
+tools use: a ``solana-keygen`` JSON array of 64 bytes (file), or the same array / base58 text in
+``RAW_WALLET_PRIVATE_KEY``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from psyche.backends.base import BackendError
+from psyche.backends.solana.idl import IdlCodec
+from psyche.backends.solana.instructions import (
+    JOIN_RUN_SCOPE,
+    ProgramClient,
+    RunAccounts,
+    RunInstructions,
+    authorization_pda,
+    default_idl_dir,
+    instance_pda,
+)
+from psyche.backends.solana.layout import CoordinatorLayout
+from psyche.backends.solana.rpc import SolanaRpc, TxSender
+from psyche.backends.solana.snapshot import RunSnapshot
+
+__all__ = ["Endpoints", "Session", "WalletError", "load_wallet"]
+
+
+class WalletError(ValueError):
+    """The wallet key could not be read."""
+
+
+def _keypair_from_text(text: str, source: str) -> Keypair:
+    text = text.strip()
+    try:
+        if text.startswith("["):
+            raw = bytes(json.loads(text))
+            return Keypair.from_bytes(raw) if len(raw) == 64 else Keypair.from_seed(raw)
+        return Keypair.from_base58_string(text)
+    except Exception as e:
+        raise WalletError(
+            f"{source}: not a Solana keypair (JSON byte array or base58): {e}"
+        ) from None
+
+
+def load_wallet(path: str | None, raw: str | None) -> Keypair:
+    """``raw`` (env ``RAW_WALLET_PRIVATE_KEY``) wins over the key file at ``path``."""
+    if raw:
+        return _keypair_from_text(raw, "RAW_WALLET_PRIVATE_KEY")
+    if path:
+        try:
+            return _keypair_from_text(Path(path).expanduser().read_text(), path)
+        except OSError as e:
+            raise WalletError(f"{path}: cannot read the wallet: {e.strerror}") from None
+    raise WalletError("no wallet: pass --wallet-private-key-path or set RAW_WALLET_PRIVATE_KEY")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    rpc: str
+    ws_rpc: str | None = None
+    rpc_2: str | None = None
+    ws_rpc_2: str | None = None
+
+    @property
+    def rpc_urls(self) -> list[str]:
+        return [u for u in (self.rpc, self.rpc_2) if u]
+
+    @property
+    def ws_urls(self) -> list[str]:
+        out = []
+        for http, ws in ((self.rpc, self.ws_rpc), (self.rpc_2, self.ws_rpc_2)):
+            if ws:
+                out.append(ws)
+            elif http:
+                out.append(http.replace("https://", "wss://").replace("http://", "ws://"))
+        return out
+
+
+@dataclass
+class Session:
+    endpoints: Endpoints
+    wallet: Keypair
+    idl_dir: Path = field(default_factory=default_idl_dir)
+    coordinator_program_id: Pubkey | None = None
+    authorizer_program_id: Pubkey | None = None
+
+    @cached_property
+    def rpcs(self) -> list[SolanaRpc]:
+        return [SolanaRpc(u) for u in self.endpoints.rpc_urls]
+
+    @cached_property
+    def coordinator(self) -> ProgramClient:
+        idl = IdlCodec.load(self.idl_dir / "psyche_coordinator.json")
+        return ProgramClient(idl, self.coordinator_program_id)
+
+    @cached_property
+    def authorizer(self) -> ProgramClient:
+        idl = IdlCodec.load(self.idl_dir / "psyche_authorizer.json")
+        return ProgramClient(idl, self.authorizer_program_id)
+
+    @cached_property
+    def layout(self) -> CoordinatorLayout:
+        return CoordinatorLayout(self.coordinator.idl)
+
+    def sender(self, program: ProgramClient) -> TxSender:
+        return TxSender(self.rpcs, self.wallet, error_names=program.idl.error_name)
+
+    async def close(self) -> None:
+        for r in self.rpcs:
+            await r.close()
+
+    async def read(self, key: Pubkey) -> bytes | None:
+        last: Exception | None = None
+        for rpc in self.rpcs:
+            try:
+                return await rpc.get_account(key)
+            except BackendError as e:
+                last = e
+        raise BackendError(f"no RPC endpoint answered: {last}")
+
+    async def run_accounts(self, run_id: str) -> RunAccounts:
+        instance = instance_pda(self.coordinator.program_id, run_id)
+        data = await self.read(instance)
+        if data is None:
+            raise BackendError(f"run {run_id!r} does not exist (no account at {instance})")
+        inst = self.coordinator.idl.decode_account("CoordinatorInstance", data)
+        return RunAccounts(instance, Pubkey.from_bytes(inst["coordinator_account"]))
+
+    async def run(self, run_id: str) -> tuple[RunInstructions, RunSnapshot]:
+        accounts = await self.run_accounts(run_id)
+        data = await self.read(accounts.account)
+        if data is None:
+            raise BackendError(f"coordinator account {accounts.account} does not exist")
+        return RunInstructions(self.coordinator, accounts), self.layout.decode_account(data)
+
+    async def instance(self, run_id: str) -> dict[str, Any]:
+        data = await self.read(instance_pda(self.coordinator.program_id, run_id))
+        if data is None:
+            raise BackendError(f"run {run_id!r} does not exist")
+        value: dict[str, Any] = self.coordinator.idl.decode_account("CoordinatorInstance", data)
+        return value
+
+    def join_authorization(self, join_authority: Pubkey, grantee: Pubkey | None) -> Pubkey:
+        """The authorization PDA a client presents to ``join_run`` (SPEC §9.3)."""
+        return authorization_pda(
+            self.authorizer.program_id, join_authority, grantee or Pubkey.default(), JOIN_RUN_SCOPE
+        )

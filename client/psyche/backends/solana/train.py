@@ -1,0 +1,69 @@
+"""``psyche-solana-client train``: the client daemon on a Solana run.
+
+The process is assembled by :func:`psyche.daemon.runner.run_client` exactly as for the centralized
+backend; only the backend differs. The daemon's key is the wallet's own ed25519 key, so one key
+is the coordinator ``signer`` (wallet) and the P2P identity: the daemon finds itself in the
+epoch by that key and signs its gossip with it.
+"""
+
+from __future__ import annotations
+
+from solders.pubkey import Pubkey
+
+from psyche.backends.solana.backend import SolanaBackend
+from psyche.backends.solana.peers import BootstrapDirectory, parse_bootstrap_peers
+from psyche.backends.solana.session import Session
+from psyche.protocol.identity import SecretKey
+
+__all__ = ["train_on_solana"]
+
+
+async def train_on_solana(
+    session: Session,
+    *,
+    run_id: str,
+    grantee: Pubkey | None,
+    client_version: str,
+    micro_batch_size: int = 2,
+    bootstrap_peers: str | None = None,
+    bind_p2p_port: int = 0,
+    bind_p2p_host: str = "0.0.0.0",
+    checkpoint_dir: str | None = None,
+    device: str = "auto",
+    event_log: str | None = None,
+) -> int:
+    from psyche.daemon.checkpointing import CheckpointOptions
+    from psyche.daemon.runner import ClientOptions, run_client
+
+    ixs, _ = await session.run(run_id)
+    inst = await session.instance(run_id)
+    join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
+    key = SecretKey.from_bytes(session.wallet.secret())
+    directory = BootstrapDirectory(parse_bootstrap_peers(bootstrap_peers))
+
+    def make_backend(key: SecretKey) -> SolanaBackend:
+        return SolanaBackend(
+            rpcs=session.rpcs,
+            ws_urls=session.endpoints.ws_urls,
+            coordinator_account=ixs.run.account,
+            codec=session.layout,
+            instructions=ixs,
+            wallet=session.wallet,
+            p2p_identity=key.public_key(),
+            authorization=session.join_authorization(join_authority, grantee),
+            client_version=client_version,
+            directory=directory,
+            sender=session.sender(session.coordinator),
+        )
+
+    options = ClientOptions(
+        run_id=run_id,
+        server_addr=session.endpoints.rpc,
+        p2p_host=bind_p2p_host,
+        p2p_port=bind_p2p_port,
+        micro_batch_size=micro_batch_size,
+        checkpoint=CheckpointOptions(checkpoint_dir=checkpoint_dir),
+        device=device,
+        event_log=event_log,
+    )
+    return await run_client(options, key=key, make_backend=make_backend)

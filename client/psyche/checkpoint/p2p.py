@@ -1,0 +1,299 @@
+"""Sharing the model with joining clients over P2P, and fetching it (SPEC §4.2, §4.8, §6.4).
+
+Serving (:class:`ModelSharer`): after a cooldown a client serves a :class:`~.manifest.Snapshot`
+as blobs through the ordinary blob protocol (which answers only the epoch's peers, refuses
+oversize requests and caps concurrent uploads) and announces ``ModelAvailable{step,
+manifest_hash, manifest_size}`` on gossip while the next epoch warms up.
+
+Trust (written down in docs/protocol.md): a joiner counts the offers of the *previous epoch's*
+clients only (the members it saw at that epoch's end; if it did not watch that epoch, the
+current epoch's other clients) and accepts the manifest hash that a strict majority of the
+offers it received name (:func:`choose_offer`). Honest peers hold bit-identical weights and so
+announce the same hash; a minority cannot steer the joiner. Everything after that is content
+addressed: each piece must hash to what the manifest says, then each tensor's bytes, shape and
+dtype are checked, and the rebuilt model's :func:`model_hash` must equal the manifest's.
+
+Fetching (:func:`fetch_snapshot`): the manifest from any agreeing peer, then the pieces in
+parallel — at most ``max_concurrent`` requests at once, each to one peer with a per-request
+timeout, spread over the least-busy peers; a failed request is retried on another peer, and a
+peer that fails ``max_peer_errors`` times is dropped. If every peer is dropped the load fails
+with :class:`PeerFetchError` ("peers unreachable"), as in the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from psyche.checkpoint.manifest import (
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    ManifestError,
+    Snapshot,
+    decode_manifest,
+    tensors_from_stream,
+)
+from psyche.p2p.errors import FetchError
+from psyche.p2p.identity import peer_id_for
+from psyche.p2p.messages import ModelAvailable
+from psyche.p2p.node import P2PNode
+
+__all__ = [
+    "Choice",
+    "ModelSharer",
+    "PeerFetchError",
+    "PeerPool",
+    "ReceivedModel",
+    "choose_offer",
+    "fetch_snapshot",
+]
+
+log = logging.getLogger(__name__)
+
+
+class PeerFetchError(Exception):
+    """The model could not be fetched from peers (no agreement, bad data, peers unreachable)."""
+
+
+class ModelSharer:
+    """Serves at most one snapshot at a time through ``node``."""
+
+    def __init__(self, node: P2PNode) -> None:
+        self.node = node
+        self.snapshot: Snapshot | None = None
+        self._blobs: list[bytes] = []
+        self._nonce = 0
+
+    def share(self, snapshot: Snapshot) -> None:
+        self.clear()
+        blobs = [self.node.serve(snapshot.manifest_bytes)]
+        blobs += [self.node.serve(p) for p in snapshot.pieces]
+        blobs += [self.node.serve(f) for f in snapshot.files.values()]
+        self.snapshot, self._blobs = snapshot, blobs
+
+    def clear(self) -> None:
+        for h in self._blobs:
+            self.node.unserve(h)
+        self.snapshot, self._blobs = None, []
+
+    def blobs(self) -> list[bytes]:
+        """Hashes of every blob served for the current snapshot."""
+        return list(self._blobs)
+
+    def offer(self, step: int) -> ModelAvailable | None:
+        """The announcement for ``step``, if the snapshot held is that step's."""
+        s = self.snapshot
+        if s is None or s.manifest.step != step:
+            return None
+        self._nonce = (self._nonce + 1) % 2**32
+        return ModelAvailable(
+            step=step,
+            manifest_hash=s.manifest_hash,
+            manifest_size=len(s.manifest_bytes),
+            nonce=self._nonce,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    manifest_hash: bytes
+    manifest_size: int
+    peers: list[bytes]
+    """P2P keys of the clients that offered this manifest."""
+    votes: int
+    answers: int
+
+
+def choose_offer(
+    offers: Mapping[bytes, ModelAvailable], trusted: Collection[bytes], step: int
+) -> Choice:
+    """The manifest a strict majority of the trusted peers' offers for ``step`` name."""
+    valid = {k: o for k, o in offers.items() if k in trusted and o.step == step}
+    if not valid:
+        raise PeerFetchError(f"no previous-epoch peer offered the model of step {step}")
+    tally = Counter((o.manifest_hash, o.manifest_size) for o in valid.values())
+    (best, size), votes = tally.most_common(1)[0]
+    if 2 * votes <= len(valid):
+        raise PeerFetchError(
+            f"previous-epoch peers disagree on the model of step {step}: "
+            f"{len(tally)} different manifests among {len(valid)} offers, none has a majority"
+        )
+    if size > MAX_MANIFEST_BYTES:
+        raise PeerFetchError(f"offered manifest of {size} bytes exceeds {MAX_MANIFEST_BYTES}")
+    peers = sorted(k for k, o in valid.items() if o.manifest_hash == best)
+    return Choice(best, size, peers, votes, len(valid))
+
+
+@dataclass
+class PeerPool:
+    """Which peer to ask next: the least busy live one; dropped after ``max_errors`` failures."""
+
+    peers: list[str]
+    max_errors: int = 5
+    in_flight: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    served: Counter[str] = field(default_factory=Counter)
+    removed: set[str] = field(default_factory=set)
+    _turn: int = 0
+
+    def live(self) -> list[str]:
+        return [p for p in self.peers if p not in self.removed]
+
+    def pick(self, avoid: Collection[str] = ()) -> str | None:
+        live = self.live()
+        if not live:
+            return None
+        fresh = [p for p in live if p not in avoid] or live
+        self._turn += 1
+        n = len(self.peers)
+        return min(
+            fresh,
+            key=lambda p: (
+                self.in_flight[p],
+                self.errors[p],
+                (self.peers.index(p) - self._turn) % n,
+            ),
+        )
+
+    def failed(self, peer: str, reason: str) -> None:
+        self.errors[peer] += 1
+        if self.errors[peer] >= self.max_errors and peer not in self.removed:
+            self.removed.add(peer)
+            log.warning(
+                "dropping peer %s after %d errors (last: %s)", peer, self.errors[peer], reason
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedModel:
+    """A model fetched from peers and fully verified against its manifest."""
+
+    manifest: Manifest
+    manifest_hash: bytes
+    tensors: dict[str, torch.Tensor]
+    files: dict[str, bytes]
+    sources: dict[str, int]
+    """Peer id → pieces and files it delivered."""
+    failures: dict[str, int]
+    """Peer id → requests to it that failed (and were retried elsewhere)."""
+    seconds: float
+
+
+async def _fetch_one(
+    node: P2PNode,
+    pool: PeerPool,
+    blob_hash: bytes,
+    size: int,
+    *,
+    what: str,
+    timeout: float,
+) -> bytes:
+    tried: set[str] = set()
+    while True:
+        peer = pool.pick(avoid=tried)
+        if peer is None:
+            raise PeerFetchError(f"peers unreachable: every peer failed while fetching {what}")
+        tried.add(peer)
+        pool.in_flight[peer] += 1
+        try:
+            res = await node.fetch_detailed(
+                blob_hash,
+                from_any_of=[peer],
+                max_size=size,
+                timeout=timeout,
+                attempt_timeout=timeout,
+            )
+        except FetchError as e:
+            log.info("%s from %s failed: %s; retrying elsewhere", what, peer, e)
+            pool.failed(peer, str(e))
+            continue
+        finally:
+            pool.in_flight[peer] -= 1
+        if len(res.data) != size:
+            pool.failed(peer, f"{what} has {len(res.data)} bytes, {size} expected")
+            continue
+        pool.served[res.from_peer] += 1
+        return res.data
+
+
+async def fetch_snapshot(
+    node: P2PNode,
+    choice: Choice,
+    *,
+    step: int,
+    max_concurrent: int = 8,
+    request_timeout: float = 30.0,
+    max_peer_errors: int = 5,
+    keep: Collection[bytes] = (),
+) -> ReceivedModel:
+    """Fetch and verify the manifest ``choice`` names and everything it lists."""
+    t0 = time.perf_counter()
+    pool = PeerPool([peer_id_for(k) for k in choice.peers], max_errors=max_peer_errors)
+    data = await _fetch_one(
+        node,
+        pool,
+        choice.manifest_hash,
+        choice.manifest_size,
+        what="the manifest",
+        timeout=request_timeout,
+    )
+    try:
+        manifest = decode_manifest(data, step=step)
+    except ManifestError as e:
+        raise PeerFetchError(f"the agreed manifest is invalid: {e}") from e
+    stream = bytearray(manifest.total_bytes)
+
+    def _unserve(blob_hash: bytes) -> None:
+        # A fetched blob is served from then on; this client serves its own copy after its
+        # first cooldown instead (and keeps any blob it already served itself).
+        if blob_hash not in keep:
+            node.unserve(blob_hash)
+
+    gate = asyncio.Semaphore(max(1, max_concurrent))
+    files: dict[str, bytes] = {}
+
+    async def piece(i: int) -> None:
+        entry = manifest.pieces[i]
+        async with gate:
+            blob = await _fetch_one(
+                node, pool, entry.sha256, entry.size, what=f"piece {i}", timeout=request_timeout
+            )
+        start = i * manifest.piece_size
+        stream[start : start + len(blob)] = blob
+        _unserve(entry.sha256)
+
+    async def file(name: str, sha: bytes, size: int) -> None:
+        async with gate:
+            files[name] = await _fetch_one(
+                node, pool, sha, size, what=f"file {name}", timeout=request_timeout
+            )
+        _unserve(sha)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for i in range(len(manifest.pieces)):
+                tg.create_task(piece(i))
+            for f in manifest.files:
+                tg.create_task(file(f.name, f.sha256, f.size))
+    except* PeerFetchError as group:
+        raise group.exceptions[0] from None
+    _unserve(choice.manifest_hash)
+    try:
+        tensors = await asyncio.to_thread(tensors_from_stream, manifest, stream)
+    except ManifestError as e:
+        raise PeerFetchError(f"the received model does not match its manifest: {e}") from e
+    return ReceivedModel(
+        manifest=manifest,
+        manifest_hash=choice.manifest_hash,
+        tensors=tensors,
+        files=files,
+        sources=dict(pool.served),
+        failures=dict(pool.errors),
+        seconds=time.perf_counter() - t0,
+    )

@@ -1,0 +1,151 @@
+"""The elected checkpointer's work at cooldown: save, upload, report (SPEC §1.9, §4.8).
+
+In Cooldown the coordinator elects ``max(1, ⌊n/3⌋)`` checkpointers (docs/protocol.md item 7).
+Each one that runs with ``--checkpoint-dir`` starts a background task that
+
+1. saves ``{dir}/{run_id}-step{N}/`` in Hugging Face format (N = the epoch's last step) from a
+   copy of the weights taken when Cooldown began, and keeps the newest ``--keep-steps``;
+2. with ``--hub-repo`` (and ``HF_TOKEN``), uploads it as the commit ``"step N"`` in a child
+   process and reports ``checkpoint(Hub{repo, revision = commit id})``; without one it reports
+   the local directory (``Hub{repo = path}``), which a later cold start loads.
+
+The first accepted checkpoint ends Cooldown. When Cooldown ends (by someone's checkpoint or by
+time) a checkpointer still uploading cancels cleanly: the upload child is terminated before its
+commit, so the repository is unchanged. A run that ends (Finished) lets the upload complete —
+the final model is worth having — and :meth:`Checkpointer.close` waits for it on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from psyche.backends.base import Backend, BackendError
+from psyche.checkpoint.hub import HubUploader, HubUploadError
+from psyche.checkpoint.local import prune_checkpoints, save_checkpoint
+from psyche.events import EventLog
+from psyche.protocol.config import HubCheckpoint, HubRepo
+
+__all__ = ["CheckpointOptions", "Checkpointer"]
+
+log = logging.getLogger("psyche.daemon")
+
+REPO_ID_MAX_BYTES = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointOptions:
+    checkpoint_dir: str | None = None
+    """Where elected checkpointers save (``--checkpoint-dir``); nothing is saved without it."""
+    keep_steps: int = 3
+    """Newest local checkpoints kept per run (``--keep-steps``; 0 keeps all)."""
+    hub_repo: str | None = None
+    """Hugging Face repo to upload to (``--hub-repo``; needs ``HF_TOKEN``)."""
+    hub_token: str | None = None
+
+
+class Checkpointer:
+    def __init__(self, options: CheckpointOptions, backend: Backend, events: EventLog) -> None:
+        self.options = options
+        self.backend = backend
+        self.events = events
+        self.uploader = (
+            HubUploader(options.hub_repo, token=options.hub_token) if options.hub_repo else None
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.options.checkpoint_dir is not None
+
+    def start(
+        self,
+        *,
+        run_id: str,
+        step: int,
+        epoch: int,
+        index: int,
+        tensors: Mapping[str, torch.Tensor],
+        files: Mapping[str, bytes],
+        model_hash: str,
+    ) -> None:
+        """Save (and upload) in the background, then report to the coordinator."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        meta = {"epoch": epoch, "model_hash": model_hash}
+        self._task = asyncio.create_task(
+            self._run(run_id, step, index, dict(tensors), dict(files), meta)
+        )
+        self._task.add_done_callback(_log_failure)
+
+    async def _run(
+        self,
+        run_id: str,
+        step: int,
+        index: int,
+        tensors: dict[str, torch.Tensor],
+        files: dict[str, bytes],
+        meta: dict[str, object],
+    ) -> None:
+        assert self.options.checkpoint_dir is not None
+        directory = self.options.checkpoint_dir
+        path = await asyncio.to_thread(
+            save_checkpoint, tensors, directory, run_id=run_id, step=step, files=files, meta=meta
+        )
+        del tensors
+        await asyncio.to_thread(prune_checkpoints, directory, run_id, self.options.keep_steps)
+        self.events.write("checkpoint", step=step, path=str(path))
+        log.info("saved checkpoint %s", path)
+        if self.uploader is not None:
+            oid = await self.uploader.upload(path, step)
+            self.events.write("upload", step=step, repo=self.uploader.repo_id, revision=oid)
+            log.info("uploaded step %d to %s@%s", step, self.uploader.repo_id, oid)
+            repo = HubRepo(repo_id=self.uploader.repo_id, revision=oid)
+        else:
+            # The coordinator stores repo ids in 64 bytes: prefer the shorter relative form.
+            repo_id = min(str(path), os.path.relpath(path), key=len)
+            if len(repo_id.encode()) > REPO_ID_MAX_BYTES:
+                log.warning(
+                    "checkpoint path %s is longer than %d bytes; not reported to the "
+                    "coordinator (use a shorter --checkpoint-dir)",
+                    repo_id,
+                    REPO_ID_MAX_BYTES,
+                )
+                return
+            repo = HubRepo(repo_id=repo_id)
+        try:
+            await asyncio.shield(self.backend.send_checkpoint(index, HubCheckpoint(repo)))
+        except BackendError as e:
+            log.warning("the coordinator did not take our checkpoint: %s", e)
+
+    def cooldown_over(self, *, finished: bool) -> None:
+        """Cooldown ended: cancel an unfinished upload, unless the run itself is over."""
+        task = self._task
+        if task is None or task.done() or finished:
+            return
+        log.info("cooldown ended before our checkpoint was reported; cancelling it")
+        task.cancel()
+
+    async def close(self) -> None:
+        """Wait for a save or upload still in progress (client shutdown)."""
+        task = self._task
+        if task is not None and not task.done():
+            log.info("waiting for the checkpoint upload to finish")
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    e = task.exception()
+    if isinstance(e, HubUploadError):
+        log.error("%s", e)
+    elif e is not None:
+        log.error("checkpointing failed: %r", e)

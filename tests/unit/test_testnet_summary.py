@@ -1,0 +1,96 @@
+"""The testnet summary's per-epoch entries, built from hand-written event files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from psyche.testnet.summary import ClientTally, build_summary
+
+
+def _write(path: Path, events: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def _state(t: float, epoch: int, step: int, run_state: str, ck: str, clients: list[str]) -> dict:
+    return {
+        "t": t,
+        "event": "state",
+        "run_state": run_state,
+        "epoch": epoch,
+        "step": step,
+        "height": 0,
+        "witnesses": 0,
+        "witness_target": 1,
+        "clients": {c: "Healthy" for c in clients},
+        "checkpoint": ck,
+    }
+
+
+def test_epochs_list_checkpoint_sources_joiners_and_kills(tmp_path: Path) -> None:
+    hub, p2p = "Hub:runs/model", "P2P:runs/model"
+    states = [
+        _state(100, 0, 1, "WaitingForMembers", hub, []),
+        _state(101, 0, 1, "Warmup", hub, ["a", "b"]),
+        _state(105, 0, 1, "RoundTrain", hub, ["a", "b"]),
+        _state(110, 0, 2, "RoundTrain", hub, ["a", "b"]),
+        _state(115, 0, 4, "Cooldown", hub, ["a", "b"]),
+        _state(120, 1, 4, "WaitingForMembers", p2p, []),
+        _state(121, 1, 4, "Warmup", p2p, ["a", "b", "c"]),
+        _state(130, 1, 4, "RoundTrain", p2p, ["a", "b", "c"]),
+    ]
+    server = _write(tmp_path / "server.jsonl", states)
+    a = _write(
+        tmp_path / "a.jsonl",
+        [{"t": 102, "event": "model_loaded", "client": "a", "source": "Hub", "peers": []}],
+    )
+    b = _write(
+        tmp_path / "b.jsonl",
+        [
+            {"t": 102.5, "event": "model_loaded", "client": "b", "source": "Hub", "peers": []},
+            {
+                "t": 124,
+                "event": "model_loaded",
+                "client": "b",
+                "source": "p2p",
+                "peers": ["a", "c"],
+                "seconds": 0.8,
+            },
+        ],
+    )
+    c = _write(
+        tmp_path / "c.jsonl",
+        [
+            {
+                "t": 126,
+                "event": "model_loaded",
+                "client": "c",
+                "source": "p2p",
+                "peers": ["a"],
+                "seconds": 1.5,
+            }
+        ],
+    )
+    tallies = {
+        "client-a": ClientTally(joins=1, started_at=[99.0]),
+        "client-b": ClientTally(joins=2, kills=1, started_at=[99.0, 112.0], killed_at=[112.0]),
+        "client-c": ClientTally(joins=1, started_at=[118.0]),
+    }
+    logs = {"client-a": a, "client-b": b, "client-c": c}
+    s = build_summary(server, logs, tallies).to_json()
+    e0, e1 = s["epochs"]
+    assert e0["epoch"] == 0 and e0["duration_s"] == 20 and e0["clients"] == ["client-a", "client-b"]
+    assert e0["checkpoint"] == hub and e0["checkpoint_after"] == p2p
+    assert e0["model_sources"] == {"client-a": "Hub", "client-b": "Hub"}
+    assert e0["joiners"] == [] and e0["kills"] == [{"client": "client-b", "after_s": 12.0}]
+    assert e1["checkpoint"] == p2p and e1["checkpoint_after"] is None and e1["duration_s"] is None
+    assert e1["clients"] == ["client-a", "client-b", "client-c"]
+    # The restarted client and the late joiner, with the time from their process start.
+    assert [(j["client"], j["source"], j["peers"], j["ready_s"]) for j in e1["joiners"]] == [
+        ("client-b", "p2p", 2, 12.0),
+        ("client-c", "p2p", 1, 8.0),
+    ]
+    assert e1["joiners"][0]["ready_after_warmup_s"] == 3.0 and e1["kills"] == []
+    assert s["clients"]["client-b"]["killed_at"] == [112.0]

@@ -48,7 +48,9 @@ from psyche.protocol.config import (
     P2PCheckpoint,
     ServerData,
 )
+from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.shuffle import deterministic_shuffle
 
 OUT_DIR = Path(__file__).resolve().parent / "coordinator"
 UNCHANGED = "unchanged"
@@ -1256,6 +1258,249 @@ def health_check_after_middle_client_left() -> Scenario:
     return s
 
 
+# No lost work (docs/protocol.md): intervals of ejected and leaving clients are queued in
+# epoch_state.lost and re-assigned in later rounds as round.retries.
+
+
+def assignment_now(s: Scenario) -> dict[BatchId, NodeIdentity]:
+    """The current round's assignment from its live client list (all still listed while the
+    round runs), computed here independently of the coordinator's lost-work code."""
+    c = s.c
+    rnd = c.current_round()
+    assert rnd.clients_len == len(c.epoch_state.clients)
+    return assign_data_for_state(
+        [x.id for x in c.epoch_state.clients],
+        c.committee_selection(rnd),
+        rnd.data_index,
+        c.batch_size_for_round(rnd),
+        rnd.random_seed,
+        rnd.retries,
+    )
+
+
+def batch_of(assignment: dict[BatchId, NodeIdentity], who: NodeIdentity) -> BatchId:
+    return next(b for b, node in assignment.items() if node == who)
+
+
+def _size(batches: Sequence[BatchId]) -> int:
+    return sum(b.size for b in batches)
+
+
+def _ejected_plan(s: Scenario, pair: tuple[int, int]) -> bool:
+    """4 clients, batch 6. Client x (never a witness while silent) stops delivering in round 2;
+    the health check in round 3 ejects it; client w withdraws in round 4."""
+    x, w = pair
+    s.begin(ids(4))
+    a = [assignment_now(s)]
+    for _ in range(2):
+        s.round()
+        a.append(assignment_now(s))
+    if x in s.witness_of_round():
+        return False
+    xid = s.client(x)
+    s.sim.silent.add(xid)
+    s.round()
+    s.expect(RS.RoundTrain)
+    a.append(assignment_now(s))
+    if x in s.witness_of_round():
+        return False
+    s.start()
+    es = s.c.epoch_state
+    reporter = s.client(next(i for i in range(4) if i != x))
+    s.sim.health_check(reporter, [(xid, prev_proof(s, x))])
+    s.expect(RS.RoundTrain, "Dropped(1)")
+    lost_1 = batch_of(a[1], xid)
+    assert es.lost == [lost_1], es.lost
+    d3 = s.c.current_round().data_index
+    s.round()
+    s.expect(RS.RoundTrain, "Ticked")
+    lost_2, lost_3 = batch_of(a[2], xid), batch_of(a[3], xid)
+    assert es.exited_clients[-1].id == xid
+    # Round 4: 3 clients → at most 2 retries, both fit the batch of 6.
+    rnd = s.c.current_round()
+    assert rnd.retries == [lost_1, lost_2] and es.lost == [lost_3], (rnd.retries, es.lost)
+    assert rnd.data_index == d3 + 6
+    a.append(assignment_now(s))
+    first = deterministic_shuffle([c.id for c in es.clients], rnd.random_seed)
+    assert [a[4][lost_1], a[4][lost_2]] == first[:2]
+    if w >= len(es.clients) or w in s.witness_of_round():
+        return False
+    wid = s.client(w)
+    s.sim.withdraw(w)
+    s.expect(RS.RoundTrain, "Ok")
+    d4 = rnd.data_index
+    s.round()
+    s.expect(RS.RoundTrain, "Ticked")
+    # w delivered round 3 (attested by round 4's witness): only its round-4 interval is queued.
+    lost_4 = batch_of(a[4], wid)
+    rnd = s.c.current_round()
+    assert rnd.retries == [lost_3] and es.lost == [lost_4], (rnd.retries, es.lost)
+    assert rnd.data_index == d4 + 6 - _size([lost_1, lost_2])
+    d5 = rnd.data_index
+    s.round()
+    s.expect(RS.RoundTrain, "Ticked")
+    rnd = s.c.current_round()
+    assert rnd.retries == [lost_4] and es.lost == []
+    assert rnd.data_index == d5 + 6 - lost_3.size
+    d6 = rnd.data_index
+    s.round()
+    s.expect(RS.RoundTrain, "Ticked")
+    rnd = s.c.current_round()
+    assert rnd.retries == [] and rnd.data_index == d6 + 6 - lost_4.size
+    return True
+
+
+@scenario
+def lost_work_ejected_client_retried() -> Scenario:
+    s = new(
+        "lost_work_ejected_client_retried",
+        "4 clients, batch 6. Client x stops delivering in round 2 (round 2's witness does not see "
+        "its round-1 result). The health check in round 3 ejects it and queues its round-1 "
+        "interval in epoch_state.lost; at round 3's witness timeout it leaves and queues its "
+        "round-2 interval (round 3's witness did not attest it) and its round-3 interval. Round 4 "
+        "(3 clients: at most n-1 = 2 retries) re-assigns the first two to its first two shuffled "
+        "trainers; client w withdraws in round 4 and leaves at its timeout: its round-3 result "
+        "was attested, so only its round-4 interval is queued. Rounds 5 (2 clients: 1 retry) "
+        "and 6 take the rest; each round's data_index advances only by the previous round's "
+        "fresh samples (batch size minus retried samples).",
+        config(init_min_clients=4),
+    )
+    cands = [(x, w) for x in (3, 2, 1, 0) for w in range(3)]
+    s.try_plan(cands, _ejected_plan)
+    return s
+
+
+def _bounds_plan(s: Scenario, _: int) -> bool:
+    """42 clients, batch 84 (2 samples each); 33 go silent and withdraw in round 1."""
+    s.begin(ids(42))
+    s.round()
+    w = s.elected_witness()
+    leaving = [i for i in range(42) if i != w][:33]
+    ids_before = [c.id for c in s.c.epoch_state.clients]
+    cur = assignment_now(s)
+    prev_rnd = s.c.previous_round()
+    assert prev_rnd is not None
+    prev = assign_data_for_state(
+        ids_before,
+        s.c.committee_selection(prev_rnd),
+        prev_rnd.data_index,
+        s.c.batch_size_for_round(prev_rnd),
+        prev_rnd.random_seed,
+    )
+    for i in leaving:
+        s.sim.silent.add(ids_before[i])
+        s.sim.withdraw(i)
+    s.start()
+    es = s.c.epoch_state
+    s.round()
+    s.expect(RS.RoundTrain, "Ticked")
+    # 33 leaving clients queue 2 intervals each (round 0 unattested, round 1): 64 kept.
+    want = [batch_of(a, ids_before[i]) for i in leaving for a in (prev, cur)]
+    rnd = s.c.current_round()
+    assert len(es.clients) == 9 and len(want) == 66
+    assert rnd.retries == want[:8] and es.lost == want[8:64], (rnd.retries, es.lost)
+    d2 = rnd.data_index
+    # 6 more withdraw (still delivering): only their round-2 intervals are queued.
+    w2 = s.elected_witness()
+    a2 = assignment_now(s)
+    more = [i for i in range(9) if i != w2][:6]
+    more_ids = [s.client(i) for i in more]
+    for i in more:
+        s.sim.withdraw(i)
+    s.round()
+    s.expect(RS.RoundTrain, "Ticked")
+    rnd = s.c.current_round()
+    assert len(es.clients) == 3
+    assert rnd.retries == want[8:10], rnd.retries
+    assert es.lost == want[10:64] + [batch_of(a2, who) for who in more_ids]
+    assert rnd.data_index == d2 + 84 - 16
+    return True
+
+
+@scenario
+def lost_work_queue_and_round_bounds() -> Scenario:
+    s = new(
+        "lost_work_queue_and_round_bounds",
+        "42 clients, batch 84 (2 samples each). In round 1, 33 clients stop delivering and "
+        "withdraw; at round 1's witness timeout each queues its round-0 interval (not attested) "
+        "and its round-1 interval, in client order: 66 intervals, of which the queue keeps 64 "
+        "(the last two are dropped). Round 2 (9 clients) takes 8 retries, the per-round bound; "
+        "then 6 more clients withdraw, queueing only their round-2 intervals (their round-1 "
+        "results were attested), and round 3 (3 clients) takes n-1 = 2.",
+        config(
+            init_min_clients=42,
+            global_batch_size_start=84,
+            global_batch_size_end=84,
+        ),
+    )
+    s.try_plan([0], _bounds_plan)
+    return s
+
+
+def _carry_plan(s: Scenario, cand: tuple[int, int]) -> bool:
+    """2 clients, batch 6 (3 each). Client y goes silent in round r ≥ 1 and is ejected, then
+    leaves at the next timeout, which ends the epoch at once (1 < min_clients)."""
+    y, r = cand
+    s.begin(ids(2))
+    a = [assignment_now(s)]
+    for _ in range(r):
+        s.round()
+        a.append(assignment_now(s))
+    if y in s.witness_of_round():
+        return False
+    yid = s.client(y)
+    s.sim.silent.add(yid)
+    s.round()
+    s.expect(RS.RoundTrain)
+    a.append(assignment_now(s))
+    if y in s.witness_of_round():
+        return False
+    s.start()
+    es = s.c.epoch_state
+    h = s.c.current_round().height
+    s.sim.health_check(s.client(1 - y), [(yid, prev_proof(s, y))])
+    s.expect(RS.RoundTrain, "Dropped(1)")
+    d = s.c.current_round().data_index
+    s.round()
+    s.expect(RS.Cooldown, "Ticked")
+    want = [batch_of(a[h - 2], yid), batch_of(a[h - 1], yid), batch_of(a[h], yid)]
+    assert es.lost == want and [b.size for b in want] == [3, 3, 3], es.lost
+    s.cooldown_timeout()
+    s.expect(RS.WaitingForMembers, "EpochEnd(true)")
+    assert s.c.progress.epoch_start_data_index == d + 6
+    assert s.c.epoch_state.lost == want
+    s.begin(ids(4, first=10))
+    es = s.c.epoch_state
+    # 4 clients allow 3 retries, but the third would exceed the batch of 6: fresh = 0.
+    rnd = s.c.current_round()
+    assert rnd.data_index == d + 6 and rnd.retries == want[:2] and es.lost == want[2:]
+    assert sorted(assignment_now(s)) == sorted(want[:2])
+    s.round()
+    rnd = s.c.current_round()
+    assert rnd.data_index == d + 6 and rnd.retries == want[2:] and es.lost == []
+    s.round()
+    rnd = s.c.current_round()
+    assert rnd.data_index == d + 9 and rnd.retries == []
+    return True
+
+
+@scenario
+def lost_work_carried_into_next_epoch() -> Scenario:
+    s = new(
+        "lost_work_carried_into_next_epoch",
+        "2 clients, batch 6 (3 samples each). Client y stops delivering; the health check "
+        "ejects it (queueing its interval of the round checked) and it leaves at the next "
+        "witness timeout (queueing its last two intervals), which ends the epoch at once "
+        "(1 < min_clients). The queue survives Cooldown and the new epoch: its round 0 "
+        "(4 clients, so up to 3 retries) takes the first two (6 samples: no fresh samples, "
+        "data_index of round 1 equals round 0's), the third would exceed the batch; round 1 "
+        "takes it and 3 fresh samples.",
+        config(init_min_clients=2),
+    )
+    s.try_plan([(y, r) for r in (1, 2, 3, 4) for y in (1, 0)], _carry_plan)
+    return s
+
+
 # withdraw
 
 
@@ -1479,7 +1724,8 @@ def multi_epoch_three_epochs() -> Scenario:
         "multi_epoch_three_epochs",
         "Three short epochs, each ended early by the elected checkpointer's report. Epoch 1 adds "
         "a fourth client; one client withdraws during epoch 1's first round, leaves at its "
-        "witness timeout and does not come back for epoch 2.",
+        "witness timeout (queueing its round-0 interval as lost work; epoch 1's other rounds "
+        "drain, so epoch 2's round 0 re-assigns it) and does not come back for epoch 2.",
         config(
             epoch_time=6,
             warmup_time=3,

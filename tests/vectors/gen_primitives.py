@@ -19,7 +19,7 @@ from pathlib import Path
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import Commitment, make_commitment, sha256, sha256v
 from psyche.protocol.committee import CommitteeSelection, CommitteeSelectionError
-from psyche.protocol.data_selection import assign_data_for_state, get_batch_ids_for_round
+from psyche.protocol.data_selection import BatchId, assign_data_for_state, get_batch_ids_for_round
 from psyche.protocol.identity import NodeIdentity, SecretKey
 from psyche.protocol.shuffle import Lcg, compute_shuffled_index, deterministic_shuffle
 
@@ -142,33 +142,41 @@ def committee_selection() -> dict[str, object]:
 
 
 def data_assignment() -> dict[str, object]:
-    # (n_clients, random_seed, data_index, batch_size)
-    configs = [
-        (0, 3, 0, 8),
-        (1, 0, 0, 1),
-        (3, 42, 0, 10),
-        (5, 7, 17, 3),
-        (7, 11, 5, 0),
-        (8, 1, 1000, 64),
-        (16, U64_MAX, 123, 100),
-        (32, 0xABCDEF, 1 << 40, 256),
+    # (n_clients, random_seed, data_index, batch_size, retries)
+    configs: list[tuple[int, int, int, int, list[tuple[int, int]]]] = [
+        (0, 3, 0, 8, []),
+        (1, 0, 0, 1, []),
+        (3, 42, 0, 10, []),
+        (5, 7, 17, 3, []),
+        (7, 11, 5, 0, []),
+        (8, 1, 1000, 64, []),
+        (16, U64_MAX, 123, 100, []),
+        (32, 0xABCDEF, 1 << 40, 256, []),
+        # Retried intervals (no lost work): the first k shuffled trainers get them whole.
+        (4, 9, 100, 12, [(3, 5), (40, 41)]),
+        (3, 5, 50, 10, [(0, 4), (10, 14)]),  # k = n - 1, no fresh samples: one gets nothing
+        (2, 77, 7, 5, [(0, 2), (20, 21)]),  # k = n, no fresh samples
+        (5, U64_MAX, 1000, 7, [(1, 1)]),
+        (9, 123456789, 4096, 20, [(7, 8), (0, 1), (30, 30), (12, 13), (2, 3), (9, 9), (4, 5)]),
     ]
     cases = []
-    for n, seed, data_index, batch_size in configs:
+    for n, seed, data_index, batch_size, pairs in configs:
         clients = [NodeIdentity.from_single_key(label(f"psyche client {i}")) for i in range(n)]
         sel = CommitteeSelection(
             tie_breaker_nodes=0, witness_nodes=0, verification_percent=0, total_nodes=n, seed=seed
         )
-        assignment = assign_data_for_state(clients, sel, data_index, batch_size, seed)
+        retries = [BatchId(a, b) for a, b in pairs]
+        assignment = assign_data_for_state(clients, sel, data_index, batch_size, seed, retries)
         cases.append(
             {
                 "clients": [c.signer.hex() for c in clients],
                 "random_seed": seed,
                 "data_index": data_index,
                 "batch_size": batch_size,
+                "retries": [{"start": b.start, "end": b.end} for b in retries],
                 "batch_ids": [
                     {"start": b.start, "end": b.end}
-                    for b in get_batch_ids_for_round(data_index, batch_size, n)
+                    for b in get_batch_ids_for_round(data_index, batch_size, n, retries)
                 ],
                 "assignment": [
                     {"start": b.start, "end": b.end, "signer": node.signer.hex()}
@@ -176,9 +184,33 @@ def data_assignment() -> dict[str, object]:
                 ],
             }
         )
+    # Retries that break the preconditions: more than n, more samples than the batch, or one
+    # per trainer while fresh samples remain. Both sides refuse them.
+    bad: list[tuple[int, int, list[tuple[int, int]]]] = [
+        (1, 4, [(0, 0), (1, 1)]),
+        (0, 4, [(0, 0)]),
+        (3, 2, [(0, 2)]),
+        (2, 8, [(0, 1), (2, 3)]),
+    ]
+    errors = []
+    for n, batch_size, pairs in bad:
+        try:
+            get_batch_ids_for_round(0, batch_size, n, [BatchId(a, b) for a, b in pairs])
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"retry precondition not enforced: {n, batch_size, pairs}")
+        errors.append(
+            {
+                "n_clients": n,
+                "batch_size": batch_size,
+                "retries": [{"start": a, "end": b} for a, b in pairs],
+            }
+        )
     return {
         "selection": {"tie_breaker_nodes": 0, "witness_nodes": 0, "verification_percent": 0},
         "cases": cases,
+        "retry_errors": errors,
     }
 
 

@@ -16,6 +16,9 @@ Deviations from the reference, each recorded in docs/protocol.md:
   checkpointers from the round seed; only they may ``checkpoint``, only in Cooldown, and the first
   accepted checkpoint ends Cooldown at once.
 * Health checks eject (``Ejected``), and the previous round's client list is rebuilt exactly.
+* No lost work: intervals of ejected or leaving clients are queued and re-assigned in later
+  rounds (``Round.retries``); the data index advances only by a round's fresh samples
+  (:mod:`psyche.coordinator.lost_work`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from psyche.coordinator import consensus
+from psyche.coordinator import consensus, lost_work
 from psyche.coordinator.types import (
     MAX_CLIENTS,
     MAX_WITNESSES,
@@ -154,20 +157,24 @@ class Coordinator:
             raise _fail(E.InvalidCommitteeSelection, str(e)) from None
 
     def previous_round_clients(self) -> list[NodeIdentity]:
-        """The epoch client list as it was during the previous round, rebuilt exactly.
-
-        Clients only ever leave during an epoch, so the ``k = prev.clients_len - len(clients)``
-        newest entries of ``exited_clients`` are exactly those removed since the previous round
-        started. Undo their removals newest boundary first; within one boundary, re-insert in
-        ascending ``exited_index`` (each index is relative to the list before that removal).
-        """
+        """The epoch client list as it was during the previous round, rebuilt exactly."""
         prev = self.previous_round()
-        ids = [c.id for c in self.epoch_state.clients]
         if prev is None:
-            return ids
-        k = min(prev.clients_len - len(ids), len(self.epoch_state.exited_clients))
+            return [c.id for c in self.epoch_state.clients]
+        return self.round_clients(prev)
+
+    def round_clients(self, rnd: Round) -> list[NodeIdentity]:
+        """The epoch client list as it was during ``rnd`` (a stored round of this epoch).
+
+        Clients only ever leave during an epoch, so the ``k = rnd.clients_len - len(clients)``
+        newest entries of ``exited_clients`` are exactly those removed since ``rnd`` started.
+        Undo their removals newest boundary first; within one boundary, re-insert in ascending
+        ``exited_index`` (each index is relative to the list before that removal).
+        """
+        ids = [c.id for c in self.epoch_state.clients]
+        k = min(rnd.clients_len - len(ids), len(self.epoch_state.exited_clients))
         if k <= 0:
-            return ids[: prev.clients_len]
+            return ids[: rnd.clients_len]
         recent = self.epoch_state.exited_clients[-k:]
         for height in sorted({c.exited_height for c in recent}, reverse=True):
             batch = sorted(
@@ -242,8 +249,13 @@ class Coordinator:
             es.rounds_head = (es.rounds_head + 1) % NUM_STORED_ROUNDS
             rnd = es.rounds[es.rounds_head]
             rnd.height = prev.height + 1
-            rnd.data_index = prev.data_index + self.batch_size_for_round(prev)
+            rnd.data_index = prev.data_index + lost_work.fresh_size(self, prev)
         rnd.clients_len = len(es.clients)
+        rnd.retries = []
+        if not self.last_step_set():
+            rnd.retries = lost_work.take_retries(
+                es, len(es.clients), self.batch_size_for_round(rnd)
+            )
         rnd.tie_breaker_tasks = 0
         rnd.random_seed = seed
         rnd.witnesses = []
@@ -293,6 +305,7 @@ class Coordinator:
             start_step=self.progress.step,
             start_timestamp=now,
             cold_start_epoch=cold,
+            lost=es.lost,
         )
         self._change_state(now, RunState.Warmup)
         return TICKED
@@ -315,6 +328,7 @@ class Coordinator:
         self.progress.step += 1
         rnd = self.current_round()
         n_w = len(rnd.witnesses)
+        lost_work.queue_leaving_work(self)
         self._move_clients_to_exited(rnd.height)
         if n_w == 0:
             # Without witnesses nobody can tell which clients are alive.
@@ -343,7 +357,7 @@ class Coordinator:
 
     def _end_cooldown(self, now: int) -> TickResult:
         rnd = self.current_round()
-        self.progress.epoch_start_data_index = rnd.data_index + self.batch_size_for_round(rnd)
+        self.progress.epoch_start_data_index = rnd.data_index + lost_work.fresh_size(self, rnd)
         self.progress.epoch += 1
         self._move_clients_to_exited(rnd.height)
         self._checkpoint_to_p2p()
@@ -444,7 +458,8 @@ class Coordinator:
     def health_check(
         self, sender: NodeIdentity, checks: Iterable[tuple[NodeIdentity, CommitteeProof]]
     ) -> int:
-        """Eject clients that the previous round's witnesses did not see; returns how many."""
+        """Eject clients that the previous round's witnesses did not see; returns how many.
+        Each ejected client's interval of the round the check is about is queued as lost."""
         self._check_not_halted()
         if self.run_state not in (RunState.RoundTrain, RunState.RoundWitness, RunState.Cooldown):
             raise _fail(E.NoActiveRound, f"no round in {self.run_state.name}")
@@ -472,12 +487,15 @@ class Coordinator:
                 raise _fail(E.InvalidCommitteeProof, "only trainers can be health-checked")
             if self.trainer_healthy(who):
                 raise _fail(E.InvalidHealthCheck, f"client {who} is healthy")
+        checked = self.previous_previous_round()
         dropped = 0
         for who, _ in checks:
             i = self.index_of(who)
             if i is not None and self.epoch_state.clients[i].state is ClientState.Healthy:
                 self.epoch_state.clients[i].state = ClientState.Ejected
                 dropped += 1
+                if checked is not None:
+                    lost_work.push_lost(self.epoch_state, lost_work.interval_of(self, checked, who))
         return dropped
 
     def checkpoint(self, sender: NodeIdentity, index: int, ck: Checkpoint, now: int) -> TickResult:
@@ -517,6 +535,7 @@ class Coordinator:
         """Leave Paused (or Uninitialized, resetting the step to 1) for WaitingForMembers."""
         if self.run_state is RunState.Uninitialized:
             self.progress.step = 1
+            self.epoch_state.lost = []
         elif self.run_state is not RunState.Paused:
             raise _fail(E.CannotResume, f"cannot resume from {self.run_state.name}")
         self._start_waiting_for_members(now)

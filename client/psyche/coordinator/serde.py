@@ -4,8 +4,9 @@ This is the form of the shared test vectors (``tests/vectors/coordinator/``), wh
 replays and compares field by field, and the form the centralized server sends to clients. Shapes
 follow serde's defaults so the Rust side derives them: structs are objects in field order, unit
 enums are their variant name, tagged enums are ``{"Variant": …}``; byte strings (identities, blooms)
-are lowercase hex; a bloom is the hex of its 392-byte encoding. ``from_obj`` validates everything,
-because a client must never trust a state it decodes.
+are lowercase hex; a bloom is the hex of its 392-byte encoding; a ``BatchId`` is the pair
+``[start, end]``. ``from_obj`` validates everything, because a client must never trust a state it
+decodes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Annotated, Any
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import (
     MAX_CLIENTS,
+    MAX_LOST_BATCHES,
+    MAX_ROUND_RETRIES,
     MAX_WITNESSES,
     NUM_STORED_ROUNDS,
     Client,
@@ -29,6 +32,7 @@ from psyche.coordinator.types import (
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.config import RUN_ID_MAX_LEN, CoordinatorConfig, Model
+from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.serde import U16, U32, U64, ConfigError, MaxBytes, from_obj, to_obj
 
@@ -47,6 +51,10 @@ def witness_obj(w: Witness) -> dict[str, Any]:
         "participant_bloom": w.participant_bloom.to_bytes().hex(),
         "broadcast_bloom": w.broadcast_bloom.to_bytes().hex(),
     }
+
+
+def batch_ids_obj(batches: list[BatchId]) -> list[list[int]]:
+    return [[b.start, b.end] for b in batches]
 
 
 def _client_obj(c: Client) -> dict[str, Any]:
@@ -79,6 +87,7 @@ def to_obj_state(c: Coordinator) -> dict[str, Any]:
                     "height": r.height,
                     "clients_len": r.clients_len,
                     "tie_breaker_tasks": r.tie_breaker_tasks,
+                    "retries": batch_ids_obj(r.retries),
                 }
                 for r in es.rounds
             ],
@@ -90,6 +99,7 @@ def to_obj_state(c: Coordinator) -> dict[str, Any]:
             "start_timestamp": es.start_timestamp,
             "first_round": es.first_round,
             "cold_start_epoch": es.cold_start_epoch,
+            "lost": batch_ids_obj(es.lost),
         },
         "run_state_start_unix_timestamp": c.run_state_start_unix_timestamp,
         "pending_pause": c.pending_pause,
@@ -169,8 +179,24 @@ def _witness(obj: Any, path: str) -> Witness:
     )
 
 
+def _batch_ids(obj: Any, path: str, limit: int) -> list[BatchId]:
+    out = []
+    for i, b in enumerate(_list(obj, path, limit)):
+        if not isinstance(b, list) or len(b) != 2:
+            raise ConfigError(f"{path}[{i}]: expected [start, end]")
+        start = from_obj(U64, b[0], f"{path}[{i}][0]")
+        end = from_obj(U64, b[1], f"{path}[{i}][1]")
+        if end < start:
+            raise ConfigError(f"{path}[{i}]: end {end} is before start {start}")
+        out.append(BatchId(start, end))
+    return out
+
+
 def _round(obj: Any, path: str) -> Round:
-    keys = ("witnesses", "data_index", "random_seed", "height", "clients_len", "tie_breaker_tasks")
+    keys = (
+        "witnesses", "data_index", "random_seed", "height", "clients_len", "tie_breaker_tasks",
+        "retries",
+    )  # fmt: skip
     t = _table(obj, path, keys)
     ws = _list(t["witnesses"], f"{path}.witnesses", MAX_WITNESSES)
     return Round(
@@ -180,6 +206,7 @@ def _round(obj: Any, path: str) -> Round:
         height=from_obj(U32, t["height"], f"{path}.height"),
         clients_len=from_obj(U16, t["clients_len"], f"{path}.clients_len"),
         tie_breaker_tasks=from_obj(U16, t["tie_breaker_tasks"], f"{path}.tie_breaker_tasks"),
+        retries=_batch_ids(t["retries"], f"{path}.retries", MAX_ROUND_RETRIES),
     )
 
 
@@ -193,7 +220,7 @@ def from_obj_state(obj: Any) -> Coordinator:
     pr = _table(t["progress"], "progress", ("epoch", "step", "epoch_start_data_index"))
     ek = (
         "rounds", "clients", "exited_clients", "rounds_head", "start_step", "last_step",
-        "start_timestamp", "first_round", "cold_start_epoch",
+        "start_timestamp", "first_round", "cold_start_epoch", "lost",
     )  # fmt: skip
     es = _table(t["epoch_state"], "epoch_state", ek)
     rounds = _list(es["rounds"], "epoch_state.rounds", NUM_STORED_ROUNDS)
@@ -229,6 +256,7 @@ def from_obj_state(obj: Any) -> Coordinator:
             start_timestamp=from_obj(U64, es["start_timestamp"], "epoch_state.start_timestamp"),
             first_round=from_obj(bool, es["first_round"], "epoch_state.first_round"),
             cold_start_epoch=from_obj(bool, es["cold_start_epoch"], "epoch_state.cold_start_epoch"),
+            lost=_batch_ids(es["lost"], "epoch_state.lost", MAX_LOST_BATCHES),
         ),
         run_state_start_unix_timestamp=from_obj(
             U64, t["run_state_start_unix_timestamp"], "run_state_start_unix_timestamp"

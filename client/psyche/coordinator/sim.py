@@ -163,7 +163,12 @@ class Sim:
             prev_clients = c.previous_round_clients()
             psel = c.committee_selection(prev)
             assignment = assign_data_for_state(
-                prev_clients, psel, prev.data_index, c.batch_size_for_round(prev), prev.random_seed
+                prev_clients,
+                psel,
+                prev.data_index,
+                c.batch_size_for_round(prev),
+                prev.random_seed,
+                prev.retries,
             )
             step = c.progress.step - 1
             for batch, trainer in assignment.items():

@@ -8,6 +8,9 @@ They mirror the on-chain layout of the Rust program field for field, with our de
 * ``Client`` also records ``exited_index``, its index in ``clients`` when it left, so the list of
   any past round can be rebuilt exactly (the reference guessed, wrongly when clients left from
   the middle of the list).
+* ``Round.retries`` and ``EpochState.lost`` implement "no lost work" (docs/protocol.md): intervals
+  whose results cannot reach consensus wait in ``lost`` (FIFO, at most ``MAX_LOST_BATCHES``) and
+  are re-assigned, at most ``MAX_ROUND_RETRIES`` per round, in later training rounds.
 """
 
 from __future__ import annotations
@@ -17,12 +20,17 @@ from dataclasses import dataclass, field
 
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
+from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
 
 NUM_STORED_ROUNDS = 4
 MAX_CLIENTS = 256
 MAX_WITNESSES = 32
 MAX_EVALS = 8
+MAX_ROUND_RETRIES = 8
+"""At most this many lost intervals are re-assigned in one round."""
+MAX_LOST_BATCHES = 64
+"""Capacity of ``EpochState.lost``; an interval lost while it is full is dropped."""
 
 
 class RunState(enum.Enum):
@@ -133,6 +141,8 @@ class Round:
     height: int = 0
     clients_len: int = 0
     tie_breaker_tasks: int = 0
+    retries: list[BatchId] = field(default_factory=list)
+    """Lost intervals re-assigned in this round, to its first shuffled trainers (in order)."""
 
 
 @dataclass(slots=True)
@@ -153,3 +163,5 @@ class EpochState:
     start_timestamp: int = 0
     first_round: bool = True
     cold_start_epoch: bool = False
+    lost: list[BatchId] = field(default_factory=list)
+    """Intervals waiting for re-assignment, oldest first; kept across epochs."""

@@ -72,7 +72,12 @@ def assignment_for(
 ) -> dict[BatchId, NodeIdentity]:
     sel = coord.committee_selection(rnd)
     return assign_data_for_state(
-        clients, sel, rnd.data_index, coord.batch_size_for_round(rnd), rnd.random_seed
+        clients,
+        sel,
+        rnd.data_index,
+        coord.batch_size_for_round(rnd),
+        rnd.random_seed,
+        rnd.retries,
     )
 
 
@@ -115,7 +120,8 @@ def results_to_apply(
     applied: RoundState, witnesses: Sequence[Witness], coord: Coordinator
 ) -> list[ReceivedResult]:
     """The results of round ``applied`` that a quorum of ``witnesses`` voted for, in batch order.
-    Batches with no result or no consensus are skipped (their data is not retrained here)."""
+    Batches with no result or no consensus are skipped here; the coordinator re-assigns the
+    intervals of ejected and leaving trainers in later rounds (``Round.retries``)."""
     out: list[ReceivedResult] = []
     for batch in applied.assignment:
         res = applied.results.get(batch)

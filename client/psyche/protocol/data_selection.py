@@ -16,6 +16,15 @@ Trade-offs and deliberate limits:
   order get no interval and no entry (SPEC §11.7: they then look unhealthy to witnesses).
 * With zero trainers the result is empty instead of the reference's division by zero.
 
+**Retries** (docs/protocol.md, "no lost work"): a round may re-assign up to a few intervals of
+earlier rounds whose results never reached consensus. The first ``k = len(retries)`` trainers in
+the shuffled order each get one retry whole (in order); the other ``n - k`` share the
+``fresh = batch_size - sum(retry sizes)`` new samples from ``data_index`` by the rule above. The
+round's ``batch_size`` therefore counts retried and fresh samples together. Preconditions (else
+``ValueError``): ``k <= n``, ``sum(retry sizes) <= batch_size``, and ``k == n`` only when
+``fresh == 0`` (no fresh samples may be left without a trainer). With no retries the result is
+exactly the assignment without them.
+
 ``BatchId`` is a closed interval ``[start, end]`` as in the reference: ``size = end - start + 1``.
 """
 
@@ -28,7 +37,14 @@ from psyche.protocol.committee import Committee, CommitteeSelection
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.shuffle import deterministic_shuffle
 
-__all__ = ["BatchId", "assign_data_for_state", "get_batch_ids_for_round"]
+__all__ = [
+    "BatchId",
+    "assign_data_for_state",
+    "fresh_size",
+    "get_batch_ids_for_round",
+    "interval_for_slot",
+    "trainer_order",
+]
 
 _U64_MAX = (1 << 64) - 1
 
@@ -92,9 +108,53 @@ def _intervals(data_index: int, batch_size: int, n_trainers: int) -> list[BatchI
     return out
 
 
-def get_batch_ids_for_round(data_index: int, batch_size: int, n_trainers: int) -> list[BatchId]:
-    """The round's intervals in ascending order, without saying who trains them."""
-    return [b for b in _intervals(data_index, batch_size, n_trainers) if b is not None]
+def fresh_size(batch_size: int, n_trainers: int, retries: Sequence[BatchId] = ()) -> int:
+    """New samples of a round: ``batch_size`` minus the retried ones; checks the preconditions
+    of a round with ``retries`` (``ValueError`` when they fail)."""
+    _check_u64("batch_size", batch_size)
+    _check_u64("n_trainers", n_trainers)
+    k = len(retries)
+    retried = sum(b.size for b in retries)
+    if k > n_trainers:
+        raise ValueError(f"{k} retried intervals for only {n_trainers} trainers")
+    if retried > batch_size:
+        raise ValueError(f"retried intervals hold {retried} samples, more than the batch size")
+    fresh = batch_size - retried
+    if k > 0 and k == n_trainers and fresh > 0:
+        raise ValueError(f"every trainer has a retried interval but {fresh} fresh samples remain")
+    return fresh
+
+
+def get_batch_ids_for_round(
+    data_index: int, batch_size: int, n_trainers: int, retries: Sequence[BatchId] = ()
+) -> list[BatchId]:
+    """The round's intervals (retries and fresh ones) in ascending order of start, without
+    saying who trains them."""
+    fresh = fresh_size(batch_size, n_trainers, retries)
+    out = list(retries)
+    out += [b for b in _intervals(data_index, fresh, n_trainers - len(retries)) if b is not None]
+    return sorted(out)
+
+
+def trainer_order(n_trainers: int, random_seed: int) -> list[int]:
+    """Trainer indices (into the round's client list) in slot order: the LCG Fisher–Yates
+    shuffle of ``range(n_trainers)`` by the round seed."""
+    _check_u64("n_trainers", n_trainers)
+    return deterministic_shuffle(list(range(n_trainers)), random_seed)
+
+
+def interval_for_slot(
+    slot: int, n_trainers: int, data_index: int, batch_size: int, retries: Sequence[BatchId] = ()
+) -> BatchId | None:
+    """The interval of the trainer in shuffled position ``slot`` (None: it has no samples).
+    ``ValueError`` when the round's parameters break the preconditions."""
+    fresh = fresh_size(batch_size, n_trainers, retries)
+    if not 0 <= slot < n_trainers:
+        raise ValueError(f"slot {slot} is out of range for {n_trainers} trainers")
+    k = len(retries)
+    if slot < k:
+        return retries[slot]
+    return _intervals(data_index, fresh, n_trainers - k)[slot - k]
 
 
 def assign_data_for_state(
@@ -103,13 +163,16 @@ def assign_data_for_state(
     data_index: int,
     batch_size: int,
     random_seed: int,
+    retries: Sequence[BatchId] = (),
 ) -> dict[BatchId, NodeIdentity]:
     """Map each of the round's intervals to the trainer that must train it.
 
     ``clients`` is the epoch's client list (index order); ``selection`` is the round's
-    committee selection, whose ``total_nodes`` must cover every index in ``clients``.
-    The dict is insertion-ordered by ``start``. Raises ``ValueError`` if any client is a
-    tie-breaker or verifier (not supported; config validation forbids them).
+    committee selection, whose ``total_nodes`` must cover every index in ``clients``;
+    ``retries`` the round's re-assigned intervals (``Round.retries``). The dict is
+    insertion-ordered by ``start``. Raises ``ValueError`` if any client is a tie-breaker or
+    verifier (not supported; config validation forbids them) or the retries break the
+    preconditions in the module docstring.
     """
     trainers: list[NodeIdentity] = []
     for index, client in enumerate(clients):
@@ -120,6 +183,9 @@ def assign_data_for_state(
                 "supported: set verification_percent = 0 and no tie-breakers"
             )
         trainers.append(client)
+    fresh = fresh_size(batch_size, len(trainers), retries)
     shuffled = deterministic_shuffle(trainers, random_seed)
-    slots = _intervals(data_index, batch_size, len(shuffled))
-    return {batch: node for batch, node in zip(slots, shuffled, strict=True) if batch is not None}
+    k = len(retries)
+    slots: list[BatchId | None] = [*retries, *_intervals(data_index, fresh, len(shuffled) - k)]
+    pairs = [(b, node) for b, node in zip(slots, shuffled, strict=True) if b is not None]
+    return dict(sorted(pairs, key=lambda p: p[0]))

@@ -5,7 +5,7 @@
 pub const COORDINATOR_INSTANCE_SEEDS_PREFIX: &[u8] = b"coordinator";
 
 /// Layout version of `CoordinatorAccount`; bump it (and migrate) whenever the layout changes.
-pub const COORDINATOR_ACCOUNT_VERSION: u64 = 1;
+pub const COORDINATOR_ACCOUNT_VERSION: u64 = 2;
 
 /// Scope of the authorizer's `Authorization` that `join_run` requires from the run's
 /// `join_authority`.

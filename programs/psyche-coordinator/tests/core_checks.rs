@@ -195,3 +195,39 @@ fn malformed_input_is_rejected_without_panicking() {
     s.epoch_state.rounds_head = 77;
     let _ = s.current_round();
 }
+
+#[test]
+fn lost_work_queue_bounds_and_corrupted_counts() {
+    let doc = scenario("lost_work_carried_into_next_epoch");
+    let mut s = boxed_state_from_json(&doc["initial"]).unwrap();
+    assert!(s.epoch_state.lost().is_empty());
+    let mut queue = Vec::new();
+    for i in 0..70u64 {
+        if s.epoch_state.push_lost(data_selection::BatchId { start: i, end: i }) {
+            queue.push(i);
+        }
+    }
+    assert_eq!(queue.len(), MAX_LOST_BATCHES);
+    s.epoch_state.pop_lost(3);
+    assert_eq!(s.epoch_state.lost()[0].start, 3);
+    assert_eq!(s.epoch_state.lost().len(), MAX_LOST_BATCHES - 3);
+    // The freed tail is zero, so stale bytes never linger.
+    assert_eq!(s.epoch_state.lost[MAX_LOST_BATCHES - 1], BatchIdPod { start: 0, end: 0 });
+    // Counts past the arrays and malformed intervals are clamped, never a panic.
+    s.epoch_state.num_lost = u32::MAX;
+    assert_eq!(s.epoch_state.lost().len(), MAX_LOST_BATCHES);
+    s.epoch_state.pop_lost(usize::MAX);
+    assert!(s.epoch_state.lost().is_empty());
+    let head = s.epoch_state.head();
+    let rnd = &mut s.epoch_state.rounds[head];
+    rnd.num_retries = u8::MAX;
+    rnd.retries[0] = BatchIdPod { start: 9, end: 2 };
+    assert_eq!(rnd.retries().len(), MAX_ROUND_RETRIES);
+    let rnd = *s.current_round();
+    let _ = s.fresh_size(&rnd);
+    if let Some(slots) = s.round_slots(&rnd) {
+        for i in 0..8 {
+            let _ = slots.interval(i);
+        }
+    }
+}

@@ -33,7 +33,7 @@ async fn init_coordinator_creates_an_uninitialized_run() {
     assert_eq!(instance.bump, CoordinatorInstance::find_pda("run-a").1);
 
     let account = env.coordinator(&run).await;
-    assert_eq!(account.version, 1);
+    assert_eq!(account.version, 2); // layout v2: Round.retries and EpochState.lost
     assert_eq!(account.nonce, 0);
     assert_eq!(account.state.coordinator.run_id.as_str(), Some("run-a"));
     assert_eq!(account.state.client_version.as_str(), Some("test"));

@@ -14,9 +14,9 @@ use psyche_coordinator::{
 
 #[test]
 fn coordinator_account_size_is_pinned() {
-    assert_eq!(size_of::<CoordinatorAccount>(), 164_656);
+    assert_eq!(size_of::<CoordinatorAccount>(), 166_200);
     // With Anchor's 8-byte discriminator: what the creator allocates.
-    assert_eq!(CoordinatorAccount::SPACE, 164_664);
+    assert_eq!(CoordinatorAccount::SPACE, 166_208);
     assert_eq!(std::mem::align_of::<CoordinatorAccount>(), 8);
 }
 
@@ -28,15 +28,15 @@ fn coordinator_account_offsets_are_pinned() {
 
     assert_eq!(offset_of!(CoordinatorInstanceState, metadata), 0);
     assert_eq!(offset_of!(CoordinatorInstanceState, coordinator), 360);
-    assert_eq!(offset_of!(CoordinatorInstanceState, clients_state), 141_960);
-    assert_eq!(offset_of!(CoordinatorInstanceState, client_version), 164_536);
-    assert_eq!(offset_of!(CoordinatorInstanceState, is_warmup_first_tick), 164_632);
-    assert_eq!(offset_of!(CoordinatorInstanceState, is_training_first_tick), 164_633);
-    assert_eq!(offset_of!(CoordinatorInstanceState, _pad), 164_634);
-    assert_eq!(size_of::<CoordinatorInstanceState>(), 164_640);
+    assert_eq!(offset_of!(CoordinatorInstanceState, clients_state), 143_504);
+    assert_eq!(offset_of!(CoordinatorInstanceState, client_version), 166_080);
+    assert_eq!(offset_of!(CoordinatorInstanceState, is_warmup_first_tick), 166_176);
+    assert_eq!(offset_of!(CoordinatorInstanceState, is_training_first_tick), 166_177);
+    assert_eq!(offset_of!(CoordinatorInstanceState, _pad), 166_178);
+    assert_eq!(size_of::<CoordinatorInstanceState>(), 166_184);
 
     assert_eq!(size_of::<RunMetadata>(), 360);
-    assert_eq!(size_of::<CoordinatorState>(), 141_600);
+    assert_eq!(size_of::<CoordinatorState>(), 143_144);
 
     assert_eq!(offset_of!(ClientsState, clients), 0);
     assert_eq!(offset_of!(ClientsState, num_clients), 22_528);

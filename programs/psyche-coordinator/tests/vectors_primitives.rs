@@ -8,7 +8,10 @@ use psyche_coordinator::core::bloom::{
     splitmix64_keys, Bloom, BLOOM_BITS, BLOOM_KEYS, BLOOM_WORDS,
 };
 use psyche_coordinator::core::committee::{Committee, CommitteeSelection};
-use psyche_coordinator::core::data_selection::{assign_data_for_state, get_batch_ids_for_round};
+use psyche_coordinator::core::data_selection::{
+    assign_data_for_state, get_batch_ids_for_round, interval_for_slot, trainer_order, BatchId,
+    DataSelectionError,
+};
 use psyche_coordinator::core::hash::sha256v;
 use psyche_coordinator::core::shuffle::{compute_shuffled_index, deterministic_shuffle, Lcg};
 use psyche_coordinator::core::NodeIdentity;
@@ -130,8 +133,9 @@ fn data_assignment() {
         let seed = u64_of(&c["random_seed"]).unwrap();
         let data_index = u64_of(&c["data_index"]).unwrap();
         let batch_size = u64_of(&c["batch_size"]).unwrap();
+        let retries = batch_ids(&c["retries"]);
         let sel = CommitteeSelection::new(0, 0, 0, clients.len() as u64, seed).unwrap();
-        let ids = get_batch_ids_for_round(data_index, batch_size, clients.len()).unwrap();
+        let ids = get_batch_ids_for_round(data_index, batch_size, clients.len(), &retries).unwrap();
         let got: Vec<(u64, u64)> = ids.iter().map(|b| (b.start, b.end)).collect();
         let want: Vec<(u64, u64)> = c["batch_ids"]
             .as_array()
@@ -141,7 +145,7 @@ fn data_assignment() {
             .collect();
         assert_eq!(got, want, "{c}");
         let assignment =
-            assign_data_for_state(&clients, &sel, data_index, batch_size, seed).unwrap();
+            assign_data_for_state(&clients, &sel, data_index, batch_size, seed, &retries).unwrap();
         let got: Vec<(u64, u64, String)> =
             assignment.iter().map(|(b, n)| (b.start, b.end, hex_encode(&n.signer))).collect();
         let want: Vec<(u64, u64, String)> = c["assignment"]
@@ -154,7 +158,38 @@ fn data_assignment() {
             })
             .collect();
         assert_eq!(got, want, "{c}");
+        // One trainer's interval, as the program computes it for lost work, agrees.
+        let order = trainer_order(clients.len(), seed);
+        let mut found = 0;
+        for (slot, &index) in order.iter().enumerate() {
+            let mine = interval_for_slot(slot, clients.len(), data_index, batch_size, &retries);
+            if let Some(b) = mine.unwrap() {
+                let who = hex_encode(&clients[usize::from(index)].signer);
+                assert!(want.contains(&(b.start, b.end, who)), "{c}: slot {slot}");
+                found += 1;
+            }
+        }
+        assert_eq!(found, want.len(), "{c}");
     }
+    assert!(cases(&doc, "cases").iter().any(|c| !batch_ids(&c["retries"]).is_empty()));
+    for e in cases(&doc, "retry_errors") {
+        let n = u64_of(&e["n_clients"]).unwrap() as usize;
+        let batch_size = u64_of(&e["batch_size"]).unwrap();
+        let retries = batch_ids(&e["retries"]);
+        assert_eq!(
+            get_batch_ids_for_round(0, batch_size, n, &retries),
+            Err(DataSelectionError::InvalidRetries),
+            "{e}"
+        );
+    }
+}
+
+fn batch_ids(v: &Value) -> Vec<BatchId> {
+    v.as_array()
+        .expect("retries is an array")
+        .iter()
+        .map(|b| BatchId { start: u64_of(&b["start"]).unwrap(), end: u64_of(&b["end"]).unwrap() })
+        .collect()
 }
 
 #[test]

@@ -167,6 +167,7 @@ async def _fetch(data_port: int, key: SecretKey, s: Coordinator) -> torch.Tensor
         rnd.data_index,
         s.batch_size_for_round(rnd),
         rnd.random_seed,
+        rnd.retries,
     )
     with TcpDataProvider(f"127.0.0.1:{data_port}", key, 16, retries=0) as data:
         try:

@@ -14,6 +14,7 @@ from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import sim_identity
 from psyche.coordinator.types import Client, RunState
 from psyche.protocol.config import HubCheckpoint, HubRepo, P2PCheckpoint
+from psyche.protocol.data_selection import BatchId
 
 from .support import Clock, make_coordinator
 
@@ -73,7 +74,10 @@ def test_restore_keeps_progress_and_checkpoint_and_clears_the_epoch() -> None:
     base = make_coordinator(epoch_time=40)
     saved = _after_epoch()
     saved.run_state = RunState.WaitingForMembers
+    saved.epoch_state.lost = [BatchId(30, 31)]
     out = restore_progress(base, saved)
+    assert out.epoch_state.lost == [BatchId(30, 31)], "queued lost work survives a restart"
+    assert out.epoch_state.lost is not saved.epoch_state.lost
     assert (out.progress.epoch, out.progress.step, out.progress.epoch_start_data_index) == (
         2,
         7,

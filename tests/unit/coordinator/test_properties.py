@@ -26,9 +26,17 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from psyche.coordinator import lost_work
 from psyche.coordinator.serde import from_obj_state, to_obj_state
 from psyche.coordinator.sim import Sim, sim_identity
-from psyche.coordinator.types import MAX_CLIENTS, MAX_WITNESSES, CoordinatorException, Witness
+from psyche.coordinator.types import (
+    MAX_CLIENTS,
+    MAX_LOST_BATCHES,
+    MAX_ROUND_RETRIES,
+    MAX_WITNESSES,
+    CoordinatorException,
+    Witness,
+)
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.config import (
@@ -226,6 +234,9 @@ def check_invariants(sim: Sim, m: Model) -> None:
     assert 0 <= len(es.clients) <= MAX_CLIENTS
     assert len({x.id for x in es.clients}) == len(es.clients)
     assert all(len(r.witnesses) <= MAX_WITNESSES for r in es.rounds)
+    assert len(es.lost) <= MAX_LOST_BATCHES
+    # No (round, client) is queued twice, so no interval waits twice.
+    assert len(set(es.lost)) == len(es.lost), es.lost
     if state in (RS.Warmup, RS.RoundTrain, RS.RoundWitness):
         idx = [w.proof.index for w in c.current_round().witnesses]
         assert all(0 <= i < len(es.clients) for i in idx), idx
@@ -246,13 +257,25 @@ def check_invariants(sim: Sim, m: Model) -> None:
             else:
                 assert rnd.height == 0
             assert rnd.data_index == m.next_data_index, (rnd.data_index, m.next_data_index)
-            m.next_data_index = rnd.data_index + c.batch_size_for_round(rnd)
+            # Retried intervals (no lost work) take part of the batch; only fresh samples advance.
+            retried = sum(b.size for b in rnd.retries)
+            batch = c.batch_size_for_round(rnd)
+            assert len(rnd.retries) <= min(MAX_ROUND_RETRIES, max(0, len(es.clients) - 1))
+            assert retried <= batch
+            assert not (rnd.retries and c.last_step_set())
+            m.next_data_index = rnd.data_index + batch - retried
             m.last_round = key
             m.round_lists[key] = [x.id for x in es.clients]
         if rnd.height >= 2:
             prev = m.round_lists.get((key[0], rnd.height - 1))
             if prev is not None:
                 assert c.previous_round_clients() == prev
+        # Every stored round of this epoch rebuilds its own list (lost work needs h−1, h−2).
+        for back in range(min(rnd.height, 3) + 1):
+            past = es.rounds[(es.rounds_head - back) % len(es.rounds)]
+            want = m.round_lists.get((key[0], rnd.height - back))
+            if want is not None and past.height == rnd.height - back:
+                assert c.round_clients(past) == want
     if state is RS.Warmup:
         assert c.progress.epoch_start_data_index == m.next_data_index
     # serde round trip
@@ -293,7 +316,7 @@ def test_random_event_sequences(start: str, cfg: CoordinatorConfig, acts: list[A
         # The fixture's history is not in the model: adopt the current round as the last one.
         rnd = sim.coord.current_round()
         m.last_round = (sim.coord.progress.epoch, rnd.height)
-        m.next_data_index = rnd.data_index + sim.coord.batch_size_for_round(rnd)
+        m.next_data_index = rnd.data_index + lost_work.fresh_size(sim.coord, rnd)
         if sim.coord.run_state is RS.Warmup:
             m.next_data_index = sim.coord.progress.epoch_start_data_index
             m.last_round = None

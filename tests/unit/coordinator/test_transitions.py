@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
+from psyche.coordinator import lost_work
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.types import ClientState, CoordinatorException, TickResult
 from psyche.protocol.committee import CommitteeProof
@@ -298,7 +299,7 @@ def test_cooldown_tick_after_switches_checkpoint_and_epoch() -> None:
     sim = fresh("Cooldown")
     c = sim.coord
     rnd = c.current_round()
-    end = rnd.data_index + c.batch_size_for_round(rnd)
+    end = rnd.data_index + lost_work.fresh_size(c, rnd)
     _tick(sim, advance=True)
     assert c.progress.epoch == 1
     assert c.progress.epoch_start_data_index == end

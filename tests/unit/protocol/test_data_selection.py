@@ -189,3 +189,76 @@ def test_tie_breakers_are_rejected() -> None:
 def test_more_clients_than_the_selection_covers_is_an_error() -> None:
     with pytest.raises(ValueError):
         assign_data_for_state(clients(5), selection(3, 1), 0, 10, 1)
+
+
+# --- retries (no lost work) --------------------------------------------------------------
+
+
+def _ids(pairs: list[tuple[int, int]]) -> list[BatchId]:
+    return [BatchId(a, b) for a, b in pairs]
+
+
+@pytest.mark.parametrize(
+    ("n", "data_index", "batch_size", "retries", "fresh_ids"),
+    [
+        # k = 0: exactly the assignment without retries.
+        (4, 100, 10, [], [(100, 102), (103, 105), (106, 107), (108, 109)]),
+        # 0 < k < n - 1: the others share the fresh samples from data_index.
+        (4, 100, 10, [(0, 1), (50, 52)], [(100, 102), (103, 104)]),
+        # k = n - 1: one trainer takes all the fresh samples.
+        (3, 20, 9, [(0, 2), (5, 6)], [(20, 23)]),
+        # k = n - 1 with no fresh samples left: the last trainer gets nothing.
+        (3, 20, 5, [(0, 2), (5, 6)], []),
+        # k = n with fresh = 0: every trainer retries one interval.
+        (2, 20, 5, [(0, 2), (5, 6)], []),
+        # more fresh slots than fresh samples: zero-size slots get no entry.
+        (6, 7, 4, [(0, 1)], [(7, 7), (8, 8)]),
+    ],
+)
+def test_assignment_with_retries(
+    n: int,
+    data_index: int,
+    batch_size: int,
+    retries: list[tuple[int, int]],
+    fresh_ids: list[tuple[int, int]],
+) -> None:
+    seed = 0xC0FFEE
+    nodes = clients(n)
+    retry_ids = _ids(retries)
+    result = assign_data_for_state(
+        nodes, selection(n, seed), data_index, batch_size, seed, retry_ids
+    )
+    shuffled = deterministic_shuffle(nodes, seed)
+    # The first k shuffled trainers get the retries whole, in order.
+    assert [result[b] for b in retry_ids] == shuffled[: len(retries)]
+    fresh = [b for b in result if b not in retry_ids]
+    assert [(b.start, b.end) for b in fresh] == fresh_ids
+    assert [result[b] for b in fresh] == shuffled[len(retries) : len(retries) + len(fresh)]
+    # Ordered by start; one interval per trainer; retried + fresh samples = batch size.
+    assert list(result) == sorted(result)
+    assert len(set(result.values())) == len(result)
+    assert sum(b.size for b in result) == batch_size
+    assert list(result) == get_batch_ids_for_round(data_index, batch_size, n, retry_ids)
+
+
+@pytest.mark.parametrize(
+    ("n", "batch_size", "retries", "message"),
+    [
+        (1, 4, [(0, 0), (1, 1)], "2 retried intervals for only 1 trainers"),
+        (0, 4, [(0, 0)], "1 retried intervals for only 0 trainers"),
+        (3, 2, [(0, 2)], "more than the batch size"),
+        (2, 8, [(0, 1), (2, 3)], "4 fresh samples remain"),
+    ],
+)
+def test_retries_that_break_the_preconditions_are_rejected(
+    n: int, batch_size: int, retries: list[tuple[int, int]], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        assign_data_for_state(clients(n), selection(n, 1), 0, batch_size, 1, _ids(retries))
+    with pytest.raises(ValueError, match=message):
+        get_batch_ids_for_round(0, batch_size, n, _ids(retries))
+
+
+def test_no_retries_and_no_trainers_is_still_empty() -> None:
+    assert assign_data_for_state([], selection(0, 1), 0, 16, 1, []) == {}
+    assert get_batch_ids_for_round(0, 16, 0, []) == []

@@ -18,7 +18,7 @@ import pytest
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import Commitment, sha256v, verify_commitment
 from psyche.protocol.committee import Committee, CommitteeSelection, CommitteeSelectionError
-from psyche.protocol.data_selection import assign_data_for_state, get_batch_ids_for_round
+from psyche.protocol.data_selection import BatchId, assign_data_for_state, get_batch_ids_for_round
 from psyche.protocol.identity import NodeIdentity, SecretKey, verify_signature
 from psyche.protocol.shuffle import Lcg, compute_shuffled_index, deterministic_shuffle
 
@@ -98,15 +98,21 @@ def test_data_assignment() -> None:
     for case in data["cases"]:
         clients = [NodeIdentity.from_single_key(bytes.fromhex(h)) for h in case["clients"]]
         sel = CommitteeSelection(**config, total_nodes=len(clients), seed=case["random_seed"])
+        retries = [BatchId(r["start"], r["end"]) for r in case["retries"]]
         result = assign_data_for_state(
-            clients, sel, case["data_index"], case["batch_size"], case["random_seed"]
+            clients, sel, case["data_index"], case["batch_size"], case["random_seed"], retries
         )
         got = [
             {"start": b.start, "end": b.end, "signer": n.signer.hex()} for b, n in result.items()
         ]
         assert got == case["assignment"]
-        ids = get_batch_ids_for_round(case["data_index"], case["batch_size"], len(clients))
+        ids = get_batch_ids_for_round(case["data_index"], case["batch_size"], len(clients), retries)
         assert [{"start": b.start, "end": b.end} for b in ids] == case["batch_ids"]
+    assert any(case["retries"] for case in data["cases"])
+    for case in data["retry_errors"]:
+        retries = [BatchId(r["start"], r["end"]) for r in case["retries"]]
+        with pytest.raises(ValueError):
+            get_batch_ids_for_round(0, case["batch_size"], case["n_clients"], retries)
 
 
 def test_bloom() -> None:

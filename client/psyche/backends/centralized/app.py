@@ -120,13 +120,17 @@ def data_authorization(c: Coordinator) -> tuple[list[bytes], dict[BatchId, bytes
     if prev is not None:
         rounds.append((prev, c.previous_round_clients()))
     assigned: dict[BatchId, bytes] = {}
-    for rnd, clients in rounds:
+    # Previous round first: a retried interval (Round.retries) can be in both rounds, and the
+    # current round's trainer is the one that fetches it now.
+    for rnd, clients in reversed(rounds):
         if len(clients) != rnd.clients_len:
             continue
         try:
             sel = c.committee_selection(rnd)
             batch = c.batch_size_for_round(rnd)
-            got = assign_data_for_state(clients, sel, rnd.data_index, batch, rnd.random_seed)
+            got = assign_data_for_state(
+                clients, sel, rnd.data_index, batch, rnd.random_seed, rnd.retries
+            )
         except (ValueError, CoordinatorException) as e:
             log.debug("no data assignment for round %d: %s", rnd.height, e)
             continue

@@ -10,10 +10,11 @@ so it round-trips every field exactly (TOML has no null, and the reference lost 
 ``reset_ephemeral`` before writing) and is read back through the same strict validating decoder.
 
 What a restore takes from the file, and why only that: epoch, step, checkpoint and the data index
-(plus the cold-start flag) are the run's *progress*; the config and the rest of the model come
-from the ``state.toml`` the server was started with, so an operator can change timings between
-restarts. Nobody is connected after a restart, so the run goes back to WaitingForMembers with no
-epoch clients (a Paused or Finished run stays so).
+(plus the cold-start flag and the queue of lost intervals still to re-assign) are the run's
+*progress*; the config and the rest of the model come from the ``state.toml`` the server was
+started with, so an operator can change timings between restarts. Nobody is connected after a
+restart, so the run goes back to WaitingForMembers with no epoch clients (a Paused or Finished run
+stays so).
 
 Files are written atomically (temporary file, then rename), so a crash never leaves a truncated
 newest state; unreadable or foreign files are skipped with a warning rather than blocking a start.
@@ -103,7 +104,10 @@ def restore_progress(base: Coordinator, saved: Coordinator) -> Coordinator:
     out.progress = dataclasses.replace(saved.progress)
     assert isinstance(saved.model, type(out.model))
     out.model = dataclasses.replace(out.llm, checkpoint=saved.llm.checkpoint)
-    out.epoch_state = EpochState(cold_start_epoch=saved.epoch_state.cold_start_epoch)
+    # The lost-work queue is progress too: intervals nobody trained yet (docs/protocol.md #15).
+    out.epoch_state = EpochState(
+        cold_start_epoch=saved.epoch_state.cold_start_epoch, lost=list(saved.epoch_state.lost)
+    )
     out.pending_pause = False
     if saved.run_state in (RunState.Paused, RunState.Finished):
         out.run_state = saved.run_state

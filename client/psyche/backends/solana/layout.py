@@ -28,7 +28,7 @@ from psyche.protocol.serde import ConfigError, to_obj
 __all__ = ["ACCOUNT_VERSION", "CoordinatorLayout", "fixed_str", "model_from_obj_idl"]
 
 ACCOUNT = "CoordinatorAccount"
-ACCOUNT_VERSION = 1
+ACCOUNT_VERSION = 2
 _BLOOM = struct.Struct(f"<Q{Bloom.WORDS}Q")
 
 
@@ -139,6 +139,8 @@ class CoordinatorLayout:
             raise AccountLayoutError(f"invalid run_state tag {c['run_state']}") from None
         if es["num_clients"] > 256 or es["num_exited_clients"] > 256:
             raise AccountLayoutError("client count out of range")
+        if es["num_lost"] > len(es["lost"]):
+            raise AccountLayoutError(f"num_lost {es['num_lost']} out of range")
         return {
             "run_id": fixed_str(c["run_id"]["bytes"]),
             "run_state": state,
@@ -157,6 +159,7 @@ class CoordinatorLayout:
                 "start_timestamp": es["start_timestamp"],
                 "first_round": _flag(es["first_round"]),
                 "cold_start_epoch": _flag(es["cold_start_epoch"]),
+                "lost": [[b["start"], b["end"]] for b in es["lost"][: es["num_lost"]]],
             },
             "run_state_start_unix_timestamp": c["run_state_start_unix_timestamp"],
             "pending_pause": _flag(c["pending_pause"]),
@@ -166,6 +169,8 @@ class CoordinatorLayout:
     def _round_obj(r: dict[str, Any]) -> dict[str, Any]:
         if r["num_witnesses"] > len(r["witnesses"]):
             raise AccountLayoutError(f"num_witnesses {r['num_witnesses']} out of range")
+        if r["num_retries"] > len(r["retries"]):
+            raise AccountLayoutError(f"num_retries {r['num_retries']} out of range")
         return {
             "witnesses": [
                 {
@@ -184,6 +189,7 @@ class CoordinatorLayout:
             "height": r["height"],
             "clients_len": r["clients_len"],
             "tie_breaker_tasks": r["tie_breaker_tasks"],
+            "retries": [[b["start"], b["end"]] for b in r["retries"][: r["num_retries"]]],
         }
 
     # --- snapshot → bytes (tests, RPC test double) ----------------------------------------------
@@ -238,7 +244,10 @@ class CoordinatorLayout:
                 clients_len=pr.clients_len,
                 tie_breaker_tasks=pr.tie_breaker_tasks,
                 num_witnesses=len(pr.witnesses),
+                num_retries=len(pr.retries),
             )
+            for i, b in enumerate(pr.retries):
+                r["retries"][i] = {"start": b.start, "end": b.end}
             for i, w in enumerate(pr.witnesses):
                 r["witnesses"][i] = {
                     "proof": {
@@ -268,7 +277,10 @@ class CoordinatorLayout:
             last_step=pes.last_step,
             first_round=int(pes.first_round),
             cold_start_epoch=int(pes.cold_start_epoch),
+            num_lost=len(pes.lost),
         )
+        for i, b in enumerate(pes.lost):
+            es["lost"][i] = {"start": b.start, "end": b.end}
 
     def _zero(self, name: str) -> Any:
         """The all-zero value of a fixed-size IDL type (as :meth:`IdlCodec.decode` shapes it)."""

@@ -1,7 +1,8 @@
 //! The coordinator state machine: initialization, internal transitions and `tick`
 //! (`client/psyche/coordinator/coordinator.py`, SPEC §1.7, with our deviations: drain rounds
-//! also at `total_steps` and on a pending pause, Warmup witness index remapping). Read-only
-//! helpers are in `queries.rs`, message handlers in `handlers.rs`.
+//! also at `total_steps` and on a pending pause, Warmup witness index remapping, no lost work).
+//! Read-only helpers are in `queries.rs`, message handlers in `handlers.rs`, the lost-work
+//! queue in `lost_work.rs`.
 //!
 //! Python's integers are unbounded; here the few counters that could in principle pass their
 //! width (step, height, epoch, data index) saturate instead of wrapping or panicking. Python
@@ -11,8 +12,8 @@ use super::config::CoordinatorConfig;
 use super::error::{CoordinatorError, TickResult};
 use super::model::Checkpoint;
 use super::types::{
-    Client, ClientState, CoordinatorState, FixedString32, NodeIdentity, RunState, MAX_CLIENTS,
-    MAX_EXITED_CLIENTS, NUM_STORED_ROUNDS,
+    Client, ClientState, CoordinatorState, EpochState, FixedString32, NodeIdentity, RunState,
+    MAX_CLIENTS, MAX_EXITED_CLIENTS, NUM_STORED_ROUNDS,
 };
 
 impl CoordinatorState {
@@ -106,7 +107,7 @@ impl CoordinatorState {
             (0, self.progress.epoch_start_data_index)
         } else {
             let prev = self.current_round();
-            let next = prev.data_index.saturating_add(self.batch_size_for_round(prev));
+            let next = prev.data_index.saturating_add(self.fresh_size(prev));
             let height = prev.height.saturating_add(1);
             self.epoch_state.rounds_head =
                 ((self.epoch_state.head() + 1) % NUM_STORED_ROUNDS) as u32;
@@ -120,6 +121,11 @@ impl CoordinatorState {
         rnd.tie_breaker_tasks = 0;
         rnd.random_seed = seed;
         rnd.clear_witnesses();
+        rnd.set_retries(&[]);
+        if !self.last_step_set() {
+            let batch_size = self.batch_size_for_round(self.current_round());
+            self.take_retries(batch_size);
+        }
         self.change_state(now, RunState::RoundTrain);
     }
 
@@ -131,7 +137,7 @@ impl CoordinatorState {
     pub(crate) fn end_cooldown(&mut self, now: u64) -> TickResult {
         let rnd = self.current_round();
         let height = rnd.height;
-        let next_epoch_start = rnd.data_index.saturating_add(self.batch_size_for_round(rnd));
+        let next_epoch_start = rnd.data_index.saturating_add(self.fresh_size(rnd));
         self.progress.epoch_start_data_index = next_epoch_start;
         self.progress.epoch = self.progress.epoch.saturating_add(1);
         self.move_clients_to_exited(height);
@@ -200,7 +206,8 @@ impl CoordinatorState {
         }
         let cold = self.epoch_state.cold_start_epoch;
         let es = &mut self.epoch_state;
-        bytemuck::bytes_of_mut(es).fill(0);
+        // A new epoch: everything but the lost-work queue (the last fields) starts at zero.
+        bytemuck::bytes_of_mut(es)[..core::mem::offset_of!(EpochState, num_lost)].fill(0);
         es.first_round = 1;
         es.start_step = self.progress.step;
         es.start_timestamp = now;
@@ -242,6 +249,7 @@ impl CoordinatorState {
         self.progress.step = self.progress.step.saturating_add(1);
         let rnd = self.current_round();
         let (height, n_w) = (rnd.height, rnd.witnesses().len());
+        self.queue_leaving_work();
         self.move_clients_to_exited(height);
         if n_w == 0 {
             // Without witnesses nobody can tell which clients are alive.

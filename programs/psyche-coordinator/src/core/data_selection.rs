@@ -1,6 +1,8 @@
 //! Which samples each trainer trains in a round (`client/psyche/protocol/data_selection.py`,
-//! SPEC §3.3). Clients and data servers use this; the program does not, but it ships here so the
-//! Rust side can replay the shared vectors and so off-chain Rust tools agree with Python.
+//! SPEC §3.3), including the round's retried lost intervals (docs/protocol.md, "no lost work").
+//! Clients and data servers use the whole assignment (here: the shared vectors and off-chain
+//! Rust tools); the program itself only needs one trainer's interval (`trainer_order`,
+//! `interval_for_slot`) when it queues lost work, without the committee checks.
 
 use super::committee::{Committee, CommitteeSelection};
 use super::shuffle::deterministic_shuffle;
@@ -21,6 +23,57 @@ pub enum DataSelectionError {
     UnsupportedCommittee(Committee),
     /// An index outside the selection's `total_nodes`.
     IndexOutOfRange,
+    /// The retries break a precondition: more of them than trainers, more retried samples
+    /// than the batch size, or one per trainer while fresh samples remain.
+    InvalidRetries,
+}
+
+impl BatchId {
+    /// Number of samples (u128: `[0, u64::MAX]` holds 2^64; 0 for a malformed `end < start`).
+    pub fn size(&self) -> u128 {
+        (u128::from(self.end) + 1).saturating_sub(u128::from(self.start))
+    }
+}
+
+/// New samples of a round with `retries` (`batch_size` minus the retried samples), after
+/// checking the preconditions (Python's `fresh_size`).
+pub fn fresh_size(
+    batch_size: u64,
+    n_trainers: usize,
+    retries: &[BatchId],
+) -> Result<u64, DataSelectionError> {
+    let k = retries.len();
+    let retried: u128 = retries.iter().map(BatchId::size).sum();
+    if k > n_trainers || retried > u128::from(batch_size) {
+        return Err(DataSelectionError::InvalidRetries);
+    }
+    // retried <= batch_size, so this fits.
+    let fresh = batch_size - retried as u64;
+    if k > 0 && k == n_trainers && fresh > 0 {
+        return Err(DataSelectionError::InvalidRetries);
+    }
+    Ok(fresh)
+}
+
+fn check_overflow(data_index: u64, fresh: u64) -> Result<(), DataSelectionError> {
+    if fresh > 0 && data_index.checked_add(fresh - 1).is_none() {
+        return Err(DataSelectionError::Overflow);
+    }
+    Ok(())
+}
+
+/// The fresh interval of slot `j` of `m` fresh slots sharing `fresh` samples from
+/// `data_index` (sizes differ by at most one, larger first); `None` for an empty slot.
+/// The caller has checked `check_overflow(data_index, fresh)`.
+fn fresh_interval(data_index: u64, fresh: u64, m: u64, j: u64) -> Option<BatchId> {
+    let (base, rem) = (fresh / m, fresh % m);
+    let size = base + u64::from(j < rem);
+    if size == 0 {
+        return None;
+    }
+    // start + size - 1 <= data_index + fresh - 1, checked by the caller.
+    let start = data_index + j * base + j.min(rem);
+    Some(BatchId { start, end: start + (size - 1) })
 }
 
 /// One entry per shuffled trainer slot (sizes differ by at most one); `None` for empty slots.
@@ -29,46 +82,64 @@ fn intervals(
     batch_size: u64,
     n_trainers: usize,
 ) -> Result<Vec<Option<BatchId>>, DataSelectionError> {
-    if batch_size > 0 && data_index.checked_add(batch_size - 1).is_none() {
-        return Err(DataSelectionError::Overflow);
-    }
-    if n_trainers == 0 {
-        return Ok(Vec::new());
-    }
-    let n = n_trainers as u64;
-    let (base, rem) = (batch_size / n, batch_size % n);
-    let mut start = data_index;
-    let mut out = Vec::with_capacity(n_trainers);
-    for i in 0..n {
-        let size = base + u64::from(i < rem);
-        if size == 0 {
-            out.push(None);
-            continue;
-        }
-        // Bounded by data_index + batch_size - 1, checked above.
-        out.push(Some(BatchId { start, end: start + (size - 1) }));
-        start = start.saturating_add(size);
-    }
-    Ok(out)
+    check_overflow(data_index, batch_size)?;
+    let m = n_trainers as u64;
+    Ok((0..m).map(|j| fresh_interval(data_index, batch_size, m, j)).collect())
 }
 
-/// The round's intervals in ascending order, without saying who trains them.
+/// The round's intervals (retries and fresh ones) in ascending order of start, without saying
+/// who trains them.
 pub fn get_batch_ids_for_round(
     data_index: u64,
     batch_size: u64,
     n_trainers: usize,
+    retries: &[BatchId],
 ) -> Result<Vec<BatchId>, DataSelectionError> {
-    Ok(intervals(data_index, batch_size, n_trainers)?.into_iter().flatten().collect())
+    let fresh = fresh_size(batch_size, n_trainers, retries)?;
+    let mut out = retries.to_vec();
+    out.extend(intervals(data_index, fresh, n_trainers - retries.len())?.into_iter().flatten());
+    out.sort();
+    Ok(out)
+}
+
+/// Trainer indices (into the round's client list) in slot order: the LCG Fisher–Yates shuffle
+/// of `0..n_trainers` by the round seed (`n_trainers <= 65536`).
+pub fn trainer_order(n_trainers: usize, random_seed: u64) -> Vec<u16> {
+    let mut order: Vec<u16> = (0..n_trainers).map(|i| i as u16).collect();
+    deterministic_shuffle(&mut order, random_seed);
+    order
+}
+
+/// The interval of the trainer in shuffled position `slot` (`Ok(None)`: it has no samples).
+pub fn interval_for_slot(
+    slot: usize,
+    n_trainers: usize,
+    data_index: u64,
+    batch_size: u64,
+    retries: &[BatchId],
+) -> Result<Option<BatchId>, DataSelectionError> {
+    let fresh = fresh_size(batch_size, n_trainers, retries)?;
+    if slot >= n_trainers {
+        return Err(DataSelectionError::IndexOutOfRange);
+    }
+    let k = retries.len();
+    if slot < k {
+        return Ok(Some(retries[slot]));
+    }
+    check_overflow(data_index, fresh)?;
+    Ok(fresh_interval(data_index, fresh, (n_trainers - k) as u64, (slot - k) as u64))
 }
 
 /// Map each of the round's intervals (ascending) to the trainer that must train it: trainers in
-/// epoch order, Fisher–Yates shuffled by the round seed, cut into contiguous intervals.
+/// epoch order, Fisher–Yates shuffled by the round seed; the first `retries.len()` get the
+/// retries whole, the others share the fresh samples in contiguous intervals.
 pub fn assign_data_for_state(
     clients: &[NodeIdentity],
     selection: &CommitteeSelection,
     data_index: u64,
     batch_size: u64,
     random_seed: u64,
+    retries: &[BatchId],
 ) -> Result<Vec<(BatchId, NodeIdentity)>, DataSelectionError> {
     let mut trainers = Vec::with_capacity(clients.len());
     for (index, client) in clients.iter().enumerate() {
@@ -79,7 +150,13 @@ pub fn assign_data_for_state(
         }
         trainers.push(*client);
     }
+    let fresh = fresh_size(batch_size, trainers.len(), retries)?;
     deterministic_shuffle(&mut trainers, random_seed);
-    let slots = intervals(data_index, batch_size, trainers.len())?;
-    Ok(slots.into_iter().zip(trainers).filter_map(|(b, node)| Some((b?, node))).collect())
+    let k = retries.len();
+    let slots =
+        retries.iter().copied().map(Some).chain(intervals(data_index, fresh, trainers.len() - k)?);
+    let mut out: Vec<(BatchId, NodeIdentity)> =
+        slots.zip(trainers).filter_map(|(b, node)| Some((b?, node))).collect();
+    out.sort_by_key(|(b, _)| *b);
+    Ok(out)
 }

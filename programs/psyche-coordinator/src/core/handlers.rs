@@ -1,7 +1,7 @@
 //! Message handlers (`client/psyche/coordinator/coordinator.py`, SPEC §1.8, with our deviations:
 //! validated warmup witnesses, elected-witness-only `witness`, checkpointer election with the
 //! first accepted checkpoint ending Cooldown, `Ejected` health checks judged against the exactly
-//! rebuilt previous-round client list).
+//! rebuilt previous-round client list, ejected clients' work queued as lost).
 //!
 //! Each handler runs every check before its first write, in Python's order, so an `Err` leaves
 //! the state exactly as it was.
@@ -101,7 +101,8 @@ impl CoordinatorState {
         Ok(())
     }
 
-    /// Ejects clients that the previous round's witnesses did not see; returns how many.
+    /// Ejects clients that the previous round's witnesses did not see; returns how many. Each
+    /// ejected client's interval of the round the check is about is queued as lost work.
     pub fn health_check(
         &mut self,
         from: &NodeIdentity,
@@ -141,6 +142,8 @@ impl CoordinatorState {
             }
         }
         drop(prev_clients);
+        // The round the check is about: an ejected client's interval there is lost work.
+        let checked = self.previous_previous_round().and_then(|r| self.round_slots(r));
         let mut dropped = 0u32;
         for check in checks {
             if let Some(i) = self.index_of(&check.id) {
@@ -148,6 +151,9 @@ impl CoordinatorState {
                 if client.is_healthy() {
                     client.state = ClientState::Ejected as u8;
                     dropped += 1;
+                    if let Some(batch) = checked.as_ref().and_then(|s| s.interval(i)) {
+                        self.epoch_state.push_lost(batch);
+                    }
                 }
             }
         }
@@ -213,7 +219,10 @@ impl CoordinatorState {
     /// Finished when the step budget is spent.
     pub fn resume(&mut self, now: u64) -> Result<(), CoordinatorError> {
         match self.state() {
-            RunState::Uninitialized => self.progress.step = 1,
+            RunState::Uninitialized => {
+                self.progress.step = 1;
+                self.epoch_state.clear_lost();
+            }
             RunState::Paused => {}
             _ => return Err(E::CannotResume),
         }

@@ -3,7 +3,7 @@
 //! in `tests/vectors/` prove the two agree.
 //!
 //! Everything the program stores lives in `repr(C)` Pod types without implicit padding, enums or
-//! bools (docs/solana.md), and the state machine mutates them in place: the account is ~140 KB
+//! bools (docs/solana.md), and the state machine mutates them in place: the account is ~165 KB
 //! while SBF has a 4 KB stack frame and a 32 KB heap. Every public handler validates before it
 //! mutates, so an `Err` leaves the state untouched.
 
@@ -16,6 +16,7 @@ pub mod data_selection;
 pub mod error;
 pub mod handlers;
 pub mod hash;
+pub mod lost_work;
 pub mod model;
 pub mod queries;
 pub mod rewards;
@@ -29,6 +30,6 @@ pub use committee::{
 pub use config::{CoordinatorConfig, Progress};
 pub use error::{CoordinatorError, TickResult};
 pub use model::{Checkpoint, Model, ModelBlob};
-pub use queries::PrevClients;
+pub use queries::{PrevClients, RoundClients};
 pub use rewards::{epoch_points, EpochPoints};
 pub use types::*;

@@ -14,15 +14,24 @@ use super::types::{
 
 pub const CHECKPOINTER_SALT: &[u8] = b"checkpointer";
 
-/// The previous round's client list, rebuilt exactly (see `previous_round_clients`). Entries are
-/// references (`< 256`: `clients[i]`, else `exited_clients[i - 256]`) so the list costs 1 KB of
-/// heap at most instead of 32 KB of identities.
-pub struct PrevClients<'a> {
+/// A stored round's client list, rebuilt exactly (see `round_clients`). Entries are references
+/// (`< 256`: `clients[i]`, else `exited_clients[i - 256]`) so the list costs 1 KB of heap at
+/// most instead of 32 KB of identities.
+pub struct RoundClients<'a> {
     state: &'a CoordinatorState,
     refs: Vec<u16>,
 }
 
-impl PrevClients<'_> {
+/// The previous round's list (`previous_round_clients`).
+pub type PrevClients<'a> = RoundClients<'a>;
+
+impl RoundClients<'_> {
+    /// The index in the current `clients` of entry `i`, if that client is still listed.
+    pub fn current_index(&self, i: usize) -> Option<usize> {
+        let r = usize::from(*self.refs.get(i)?);
+        (r < MAX_CLIENTS).then_some(r)
+    }
+
     pub fn len(&self) -> usize {
         self.refs.len()
     }
@@ -144,24 +153,32 @@ impl CoordinatorState {
     }
 
     /// The epoch client list as it was during the previous round, rebuilt exactly.
-    ///
-    /// Clients only ever leave during an epoch, so the `k = prev.clients_len - len(clients)`
-    /// newest entries of `exited_clients` are exactly those removed since the previous round
-    /// started. Their removals are undone newest boundary first; within one boundary, in
-    /// ascending `exited_index` (each index is relative to the list before that removal).
     pub fn previous_round_clients(&self) -> PrevClients<'_> {
+        match self.previous_round() {
+            Some(prev) => self.round_clients(prev),
+            None => {
+                let n = self.epoch_state.clients().len() as u16;
+                RoundClients { state: self, refs: (0..n).collect() }
+            }
+        }
+    }
+
+    /// The epoch client list as it was during `rnd` (a stored round of this epoch).
+    ///
+    /// Clients only ever leave during an epoch, so the `k = rnd.clients_len - len(clients)`
+    /// newest entries of `exited_clients` are exactly those removed since `rnd` started. Their
+    /// removals are undone newest boundary first; within one boundary, in ascending
+    /// `exited_index` (each index is relative to the list before that removal).
+    pub fn round_clients(&self, rnd: &Round) -> RoundClients<'_> {
         let es = &self.epoch_state;
         let n = es.clients().len();
         let mut refs: Vec<u16> = (0..n as u16).collect();
-        let Some(prev) = self.previous_round() else {
-            return PrevClients { state: self, refs };
-        };
         let exited = es.exited_clients();
-        let missing = i64::from(prev.clients_len) - n as i64;
+        let missing = i64::from(rnd.clients_len) - n as i64;
         let k = missing.min(exited.len() as i64);
         if k <= 0 {
-            refs.truncate(usize::from(prev.clients_len));
-            return PrevClients { state: self, refs };
+            refs.truncate(usize::from(rnd.clients_len));
+            return RoundClients { state: self, refs };
         }
         let first = exited.len() - k as usize;
         let mut order: Vec<usize> = (first..exited.len()).collect();
@@ -174,7 +191,7 @@ impl CoordinatorState {
             let at = usize::from(exited[j].exited_index).min(refs.len());
             refs.insert(at, (MAX_CLIENTS + j) as u16);
         }
-        PrevClients { state: self, refs }
+        RoundClients { state: self, refs }
     }
 
     fn checkpointer_seed(&self) -> [u8; 32] {

@@ -10,6 +10,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::bloom::Bloom;
 use super::config::{CoordinatorConfig, Progress};
+use super::data_selection::BatchId;
 use super::model::ModelBlob;
 
 pub const NUM_STORED_ROUNDS: usize = 4;
@@ -17,6 +18,10 @@ pub const MAX_CLIENTS: usize = 256;
 pub const MAX_EXITED_CLIENTS: usize = 256;
 pub const MAX_WITNESSES: usize = 32;
 pub const MAX_EVALS: usize = 8;
+/// At most this many lost intervals are re-assigned in one round (`Round::retries`).
+pub const MAX_ROUND_RETRIES: usize = 8;
+/// Capacity of `EpochState::lost`; an interval lost while it is full is dropped.
+pub const MAX_LOST_BATCHES: usize = 64;
 pub const RUN_ID_MAX_LEN: usize = 32;
 pub const MAX_STRING_LEN: usize = 64;
 pub const MAX_URL_LEN: usize = 192;
@@ -215,10 +220,30 @@ pub struct Witness {
     pub broadcast_bloom: Bloom,
 }
 
+/// A stored closed interval `[start, end]` of sample indices (`data_selection::BatchId`).
+#[zero_copy]
+#[derive(Debug, PartialEq, Eq)]
+pub struct BatchIdPod {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl From<BatchId> for BatchIdPod {
+    fn from(b: BatchId) -> Self {
+        Self { start: b.start, end: b.end }
+    }
+}
+
+impl From<BatchIdPod> for BatchId {
+    fn from(b: BatchIdPod) -> Self {
+        Self { start: b.start, end: b.end }
+    }
+}
+
 #[zero_copy]
 #[derive(Debug, PartialEq)]
 pub struct Round {
-    /// First sample index of the round.
+    /// First fresh sample index of the round.
     pub data_index: u64,
     pub random_seed: u64,
     pub height: u32,
@@ -226,8 +251,11 @@ pub struct Round {
     pub clients_len: u16,
     pub tie_breaker_tasks: u16,
     pub num_witnesses: u32,
-    pub _pad: [u8; 4],
+    pub num_retries: u8,
+    pub _pad: [u8; 3],
     pub witnesses: [Witness; MAX_WITNESSES],
+    /// Lost intervals re-assigned in this round, to its first shuffled trainers (in order).
+    pub retries: [BatchIdPod; MAX_ROUND_RETRIES],
 }
 
 impl Round {
@@ -261,6 +289,23 @@ impl Round {
         self.num_witnesses += 1;
         true
     }
+
+    pub fn retries(&self) -> &[BatchIdPod] {
+        &self.retries[..usize::from(self.num_retries).min(MAX_ROUND_RETRIES)]
+    }
+
+    /// Samples in the retried intervals (u128: a corrupted account cannot overflow it).
+    pub fn retried_samples(&self) -> u128 {
+        self.retries().iter().map(|b| BatchId::from(*b).size()).sum()
+    }
+
+    /// Sets the retries to `batches` (at most `MAX_ROUND_RETRIES`), zeroing the rest.
+    pub fn set_retries(&mut self, batches: &[BatchIdPod]) {
+        let n = batches.len().min(MAX_ROUND_RETRIES);
+        self.retries[..n].copy_from_slice(&batches[..n]);
+        bytemuck::cast_slice_mut::<BatchIdPod, u8>(&mut self.retries[n..]).fill(0);
+        self.num_retries = n as u8;
+    }
 }
 
 #[zero_copy]
@@ -282,6 +327,11 @@ pub struct EpochState {
     pub first_round: u8,
     pub cold_start_epoch: u8,
     pub _pad: [u8; 2],
+    /// Kept across epochs, so it stays last: a new epoch zeroes everything before `num_lost`.
+    pub num_lost: u32,
+    pub _pad_lost: [u8; 4],
+    /// Intervals waiting for re-assignment, oldest first (`client/psyche/coordinator/lost_work.py`).
+    pub lost: [BatchIdPod; MAX_LOST_BATCHES],
 }
 
 impl EpochState {
@@ -301,6 +351,35 @@ impl EpochState {
     pub fn head(&self) -> usize {
         // Masked so a corrupted head can never index out of bounds (decoding rejects >= 4).
         self.rounds_head as usize % NUM_STORED_ROUNDS
+    }
+
+    pub fn lost(&self) -> &[BatchIdPod] {
+        &self.lost[..(self.num_lost as usize).min(MAX_LOST_BATCHES)]
+    }
+
+    /// Queues `batch` for re-assignment; `false` (dropped) when the queue is full.
+    pub fn push_lost(&mut self, batch: BatchId) -> bool {
+        let n = self.lost().len();
+        if n >= MAX_LOST_BATCHES {
+            return false;
+        }
+        self.lost[n] = batch.into();
+        self.num_lost = (n + 1) as u32;
+        true
+    }
+
+    /// Removes the first `k` queued intervals, zeroing the freed slots.
+    pub fn pop_lost(&mut self, k: usize) {
+        let n = self.lost().len();
+        let k = k.min(n);
+        self.lost.copy_within(k..n, 0);
+        bytemuck::cast_slice_mut::<BatchIdPod, u8>(&mut self.lost[n - k..n]).fill(0);
+        self.num_lost = (n - k) as u32;
+    }
+
+    pub fn clear_lost(&mut self) {
+        bytemuck::cast_slice_mut::<BatchIdPod, u8>(&mut self.lost).fill(0);
+        self.num_lost = 0;
     }
 }
 

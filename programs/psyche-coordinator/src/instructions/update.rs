@@ -67,6 +67,8 @@ pub fn update_processor(
     }
     if let Some(progress) = progress {
         state.coordinator.progress = progress;
+        // Queued lost intervals index the data of the old progress; a restart drops them.
+        state.coordinator.epoch_state.clear_lost();
     }
     account.bump_nonce()
 }

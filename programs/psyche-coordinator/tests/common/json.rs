@@ -184,6 +184,24 @@ pub fn list(v: &Value, limit: usize) -> R<&Vec<Value>> {
     Ok(items)
 }
 
+/// `[[start, end], ...]`.
+pub fn batch_ids_to_json(batches: &[BatchIdPod]) -> Value {
+    Value::Array(batches.iter().map(|b| json!([b.start, b.end])).collect())
+}
+
+pub fn batch_ids_from_json(v: &Value, limit: usize) -> R<Vec<BatchIdPod>> {
+    let mut out = Vec::new();
+    for b in list(v, limit)? {
+        let pair = b.as_array().filter(|p| p.len() == 2).ok_or("expected [start, end]")?;
+        let (start, end) = (u64_of(&pair[0])?, u64_of(&pair[1])?);
+        if end < start {
+            return Err(format!("interval [{start}, {end}] ends before it starts"));
+        }
+        out.push(BatchIdPod { start, end });
+    }
+    Ok(out)
+}
+
 fn round_to_json(r: &Round) -> Value {
     json!({
         "witnesses": r.witnesses().iter().map(witness_to_json).collect::<Vec<_>>(),
@@ -192,12 +210,20 @@ fn round_to_json(r: &Round) -> Value {
         "height": r.height,
         "clients_len": r.clients_len,
         "tie_breaker_tasks": r.tie_breaker_tasks,
+        "retries": batch_ids_to_json(r.retries()),
     })
 }
 
 fn round_from_json(v: &Value, r: &mut Round) -> R<()> {
-    let keys =
-        ["witnesses", "data_index", "random_seed", "height", "clients_len", "tie_breaker_tasks"];
+    let keys = [
+        "witnesses",
+        "data_index",
+        "random_seed",
+        "height",
+        "clients_len",
+        "tie_breaker_tasks",
+        "retries",
+    ];
     let t = table(v, &keys)?;
     r.clear_witnesses();
     for w in list(&t["witnesses"], MAX_WITNESSES)? {
@@ -208,6 +234,7 @@ fn round_from_json(v: &Value, r: &mut Round) -> R<()> {
     r.height = uint(&t["height"])?;
     r.clients_len = uint(&t["clients_len"])?;
     r.tie_breaker_tasks = uint(&t["tie_breaker_tasks"])?;
+    r.set_retries(&batch_ids_from_json(&t["retries"], MAX_ROUND_RETRIES)?);
     Ok(())
 }
 
@@ -301,6 +328,7 @@ pub fn state_to_json(s: &CoordinatorState) -> Value {
             "start_timestamp": es.start_timestamp,
             "first_round": es.first_round != 0,
             "cold_start_epoch": es.cold_start_epoch != 0,
+            "lost": batch_ids_to_json(es.lost()),
         },
         "run_state_start_unix_timestamp": s.run_state_start_unix_timestamp,
         "pending_pause": s.pending_pause != 0,
@@ -348,6 +376,7 @@ pub fn state_from_json(v: &Value, s: &mut CoordinatorState) -> R<()> {
         "start_timestamp",
         "first_round",
         "cold_start_epoch",
+        "lost",
     ];
     let e = table(&t["epoch_state"], &ek)?;
     let es = &mut s.epoch_state;
@@ -377,6 +406,9 @@ pub fn state_from_json(v: &Value, s: &mut CoordinatorState) -> R<()> {
     es.start_timestamp = u64_of(&e["start_timestamp"])?;
     es.first_round = u8::from(boolean(&e["first_round"])?);
     es.cold_start_epoch = u8::from(boolean(&e["cold_start_epoch"])?);
+    for b in batch_ids_from_json(&e["lost"], MAX_LOST_BATCHES)? {
+        es.push_lost(b.into());
+    }
     Ok(())
 }
 

@@ -68,7 +68,7 @@ def decoded(
     n_keys, n_sig = len(msg.account_keys), h.num_required_signatures
 
     def writable(i: int) -> bool:
-        # solders 0.26's Message has no writability query: read it off the header as the runtime does.
+        # solders 0.26 has no writability query on Message: read it off the header.
         if i < n_sig:
             return i < n_sig - h.num_readonly_signed_accounts
         return i - n_sig < n_keys - n_sig - h.num_readonly_unsigned_accounts

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from psyche.backends.solana.layout import CoordinatorLayout
+from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout
 from psyche.backends.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 from psyche.coordinator import CoordinatorError
 from psyche.coordinator.serde import to_obj_state
@@ -72,7 +72,7 @@ def test_wrong_size_discriminator_or_version_is_rejected() -> None:
     with pytest.raises(AccountLayoutError, match="discriminator"):
         layout.decode_account(bytes(8) + data[8:])
     with pytest.raises(AccountLayoutError, match="version"):
-        layout.decode_account(layout.encode_account(_snap(coord), version=2))
+        layout.decode_account(layout.encode_account(_snap(coord), version=ACCOUNT_VERSION + 1))
 
 
 def test_every_coordinator_error_has_an_idl_error() -> None:

@@ -123,6 +123,12 @@ def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(
     assert s["clients"]["client-3"]["kills"] == 1 and s["clients"]["client-3"]["drops"] >= 1
     # Once the crashed client has left, rounds end early again.
     assert any(r["end_reason"] == "opportunistic" for r in after)
+    # No lost work: the crashed client's intervals were handed out again and trained.
+    retried = [(r["step"], b) for r in s["rounds"] for b in r["retries"]]
+    assert retried, "no interval of the crashed client was re-assigned"
+    for step, b in retried:
+        r = next(r for r in s["rounds"] if r["step"] == step)
+        assert b in r["trained"], (step, b, r["trained"])
 
 
 def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weights(

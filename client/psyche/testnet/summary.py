@@ -2,8 +2,9 @@
 
 Sources: the server's ``--events-file`` (one line per published coordinator state) and each
 client's ``--event-log`` (``train`` with loss and pure compute time, ``apply`` with the model hash
-right after the round's apply). Rounds are keyed by (epoch, step). A round ends
-``opportunistic``-ally when its RoundWitness began with the full witness count, else by
+right after the round's apply). Rounds are keyed by (epoch, step); each lists the intervals
+re-assigned in it (``retries``, docs/protocol.md #15) and the intervals its clients trained. A
+round ends ``opportunistic``-ally when its RoundWitness began with the full witness count, else by
 ``timeout``. Reading logs after the fact keeps the launcher free of protocol logic and makes the
 summary reproducible from the files alone.
 """
@@ -85,6 +86,7 @@ def build_summary(
                 "started_at": e["t"],
                 "end_reason": "timeout",
                 "witnesses": 0,
+                "retries": e.get("retries", []),
                 "_target": e["witness_target"],
             }
             order.append(key)
@@ -121,6 +123,10 @@ def build_summary(
                 "compute_s": round(statistics.median(compute), 4) if compute else 0.0,
                 "end_reason": r["end_reason"],
                 "witnesses": r["witnesses"],
+                "retries": r["retries"],
+                "trained": sorted(
+                    t["batch"] for (s, c), t in train.items() if s == step and "batch" in t
+                ),
                 "loss": dict(sorted(losses.items())),
                 "model_hash": dict(
                     sorted((ids[c], h) for (s, c), h in apply.items() if s == step and c in ids)

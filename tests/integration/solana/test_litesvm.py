@@ -35,7 +35,8 @@ def test_create_run_then_read_it_back() -> None:
         RunInstructions,
         instance_pda,
     )
-    from psyche.backends.solana.layout import CoordinatorLayout
+    from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
+    from psyche.backends.solana.snapshot import AccountLayoutError
     from psyche.coordinator import RunState
 
     program = ProgramClient(IdlCodec.load(IDL))
@@ -61,7 +62,12 @@ def test_create_run_then_read_it_back() -> None:
     assert not hasattr(res, "err"), res
     acc = svm.get_account(account.pubkey())
     assert acc is not None
-    snap = layout.decode_account(bytes(acc.data))
-    assert snap.coordinator.run_id == "svm"
-    assert snap.coordinator.run_state is RunState.Uninitialized
-    assert snap.client_version == "test" and snap.nonce == 0
+    data = bytes(acc.data)
+    raw = program.idl.decode_account("CoordinatorAccount", data)
+    assert raw["version"] == ACCOUNT_VERSION and raw["nonce"] == 0
+    state = raw["state"]["coordinator"]
+    assert fixed_str(bytes(state["run_id"]["bytes"])) == "svm"
+    assert state["run_state"] == RunState.Uninitialized.value
+    # A created but unconfigured run has no model: the client says so instead of guessing one.
+    with pytest.raises(AccountLayoutError, match="no model yet"):
+        layout.decode_account(data)

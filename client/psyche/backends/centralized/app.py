@@ -191,6 +191,8 @@ def state_event(c: Coordinator) -> dict[str, Any]:
         "witness_target": c.witness_count(),
         "clients": {x.id.hex(): x.state.name for x in c.epoch_state.clients},
         "checkpoint": checkpoint_label(c),
+        "retries": [[b.start, b.end] for b in rnd.retries],
+        "lost": len(c.epoch_state.lost),
     }
 
 

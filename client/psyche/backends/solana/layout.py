@@ -93,7 +93,12 @@ class CoordinatorLayout:
             )
         st = d["state"]
         try:
-            coord = from_obj_state(self._coordinator_obj(st["coordinator"]))
+            obj = self._coordinator_obj(st["coordinator"])
+            if obj["model"] is None:
+                raise AccountLayoutError(
+                    "the run has no model yet: it was created but never configured (`update`)"
+                )
+            coord = from_obj_state(obj)
         except (ConfigError, ValueError, KeyError) as e:
             raise AccountLayoutError(f"invalid coordinator state: {e}") from None
         cs = st["clients_state"]
@@ -132,7 +137,14 @@ class CoordinatorLayout:
         blob = c["model"]
         if blob["len"] > self.model_capacity:
             raise AccountLayoutError(f"model blob length {blob['len']} exceeds its capacity")
-        model = self.idl.decode("Model", blob["bytes"][: blob["len"]])
+        # An empty blob is a run that was never configured: its State form has "model": null,
+        # as the program writes it (tests/vectors/solana/accounts/01_initialized.json).
+        model = None
+        if blob["len"]:
+            try:
+                model = model_from_obj_idl(self.idl.decode("Model", blob["bytes"][: blob["len"]]))
+            except (IdlError, IndexError, struct.error, UnicodeDecodeError) as e:
+                raise AccountLayoutError(f"invalid model blob: {e}") from None
         try:
             state = RunState(c["run_state"]).name
         except ValueError:
@@ -145,7 +157,7 @@ class CoordinatorLayout:
             "run_id": fixed_str(c["run_id"]["bytes"]),
             "run_state": state,
             "config": _public(c["config"]),
-            "model": model_from_obj_idl(model),
+            "model": model,
             "progress": _public(c["progress"]),
             "epoch_state": {
                 "rounds": [self._round_obj(r) for r in es["rounds"]],

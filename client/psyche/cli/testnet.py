@@ -136,6 +136,8 @@ def start(
         sys.exit(1)
     path, png = finish(net, result)
     for ep in result.epochs:
+        if not ep["steps"] and not ep["kills"]:
+            continue  # the state the run ended in, not a trained epoch
         joiners = ", ".join(
             f"{j['client']} from {j['source']} ready in {j['ready_s']:.1f}s" for j in ep["joiners"]
         )

@@ -159,7 +159,8 @@ def epoch_entries(
     for e in states:
         by_epoch[e["epoch"]].append(e)
     epochs = sorted(by_epoch)
-    first_t = states[0]["t"] if states else 0.0
+    # Clients started before the run's first Warmup are its founders; later starts are joiners.
+    first_t = next((e["t"] for e in states if e["run_state"] == "Warmup"), float("inf"))
     out: list[dict[str, Any]] = []
     for i, epoch in enumerate(epochs):
         es = by_epoch[epoch]

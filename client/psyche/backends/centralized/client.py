@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable
 
 from psyche.backends.base import (
@@ -60,6 +59,7 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
+from psyche.backends.inbox import Inbox
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import Witness, WitnessMetadata
 from psyche.data.tcp_client import parse_address
@@ -104,14 +104,10 @@ class CentralizedBackend:
         self._reconnect_attempts = reconnect_attempts
         self._backoff = (backoff, max_backoff)
         self._send_timeout = send_timeout
-        self._states: deque[Coordinator] = deque(maxlen=max_buffered_states)
-        self._rejections: deque[str] = deque(maxlen=max_buffered_rejections)
+        self._inbox = Inbox(max_buffered_states, max_buffered_rejections)
         self._last_seq: int | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._fatal: BackendError | None = None
-        self._closed = False
         self._task: asyncio.Task[None] | None = None
-        self._cond = asyncio.Condition()
         self._write_lock = asyncio.Lock()
         self.connections = 0
         """How many times a join succeeded (1 + reconnects)."""
@@ -126,12 +122,7 @@ class CentralizedBackend:
 
     async def wait_for_new_state(self) -> Coordinator:
         self._start()
-        async with self._cond:
-            await self._cond.wait_for(lambda: bool(self._states) or self._ended)
-            if self._states:
-                return self._states.popleft()
-        self._raise_if_ended()
-        raise AssertionError("unreachable")
+        return await self._inbox.next_state()
 
     async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
         await self._send(frame(WitnessMsg.of(witness, metadata), MAX_CLIENT_FRAME))
@@ -155,14 +146,13 @@ class CentralizedBackend:
         await self._send(frame(CheckpointMsg.of(index, checkpoint), MAX_CLIENT_FRAME))
 
     async def close(self) -> None:
-        self._closed = True
+        self._inbox.closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
         await self._drop_connection()
-        async with self._cond:
-            self._cond.notify_all()
+        await self._inbox.notify()
 
     async def __aenter__(self) -> CentralizedBackend:
         await self.connect()
@@ -180,39 +170,25 @@ class CentralizedBackend:
     async def next_rejection(self) -> str:
         """The reason of the next ``Error`` the server answered (oldest first)."""
         self._start()
-        async with self._cond:
-            await self._cond.wait_for(lambda: bool(self._rejections) or self._ended)
-            if self._rejections:
-                return self._rejections.popleft()
-        self._raise_if_ended()
-        raise AssertionError("unreachable")
+        return await self._inbox.next_rejection()
 
     # --- internals ------------------------------------------------------------------------------
 
-    @property
-    def _ended(self) -> bool:
-        return self._closed or self._fatal is not None
-
-    def _raise_if_ended(self) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed:
-            raise BackendClosedError("the backend is closed")
-
     def _start(self) -> None:
-        self._raise_if_ended()
+        self._inbox.raise_if_ended()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"centralized-backend-{self.run_id}")
 
     async def _wait_for(self, ready: Callable[[], bool], timeout: float | None) -> None:
         self._start()
-        async with self._cond:
+        cond = self._inbox.cond
+        async with cond:
             try:
-                await asyncio.wait_for(self._cond.wait_for(lambda: ready() or self._ended), timeout)
+                await asyncio.wait_for(cond.wait_for(lambda: ready() or self._inbox.ended), timeout)
             except TimeoutError:
                 host, port = self.address
                 raise BackendError(f"not connected to the server at {host}:{port}") from None
-        self._raise_if_ended()
+        self._inbox.raise_if_ended()
 
     async def _send(self, data: bytes) -> None:
         await self._wait_for(lambda: self._writer is not None, self._send_timeout)
@@ -226,14 +202,10 @@ class CentralizedBackend:
             except (OSError, TimeoutError) as e:
                 raise BackendError(f"sending to the server failed: {e or type(e).__name__}") from e
 
-    async def _notify(self) -> None:
-        async with self._cond:
-            self._cond.notify_all()
-
     async def _run(self) -> None:
         failures, last = 0, ""
         try:
-            while not self._closed:
+            while not self._inbox.closed:
                 try:
                     reader = await self._open()
                     failures = 0
@@ -245,7 +217,7 @@ class CentralizedBackend:
                     last = str(e) or type(e).__name__
                 finally:
                     await self._drop_connection()
-                if self._closed:
+                if self._inbox.closed:
                     return
                 failures += 1
                 limit = self._reconnect_attempts if self.connections else self._connect_attempts
@@ -259,9 +231,9 @@ class CentralizedBackend:
                 await asyncio.sleep(delay)
         except BackendError as e:
             log.error("centralized backend stopped: %s", e)
-            self._fatal = e
+            await self._inbox.fail(e)
         finally:
-            await self._notify()
+            await self._inbox.notify()
 
     async def _recv(self, reader: asyncio.StreamReader, timeout: float | None) -> ServerMessage:
         data = await asyncio.wait_for(read_message(reader, MAX_SERVER_FRAME), timeout)
@@ -305,7 +277,7 @@ class CentralizedBackend:
         self._writer = writer
         self.connections += 1
         log.info("joined run %r at %s:%d as %s", self.run_id, host, port, self.identity.hex())
-        await self._notify()
+        await self._inbox.notify()
         return reader
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
@@ -318,12 +290,12 @@ class CentralizedBackend:
                 self._deliver(msg, new_connection=False)
             elif isinstance(msg, ErrorMsg):
                 log.warning("server rejected a message: %s", msg.reason)
-                self._rejections.append(msg.reason)
+                self._inbox.rejections.append(msg.reason)
             elif isinstance(msg, PeersMsg):
                 self._peers = {e.key: list(e.addrs) for e in msg.entries}
             else:
                 raise ProtocolError(f"unexpected {type(msg).__name__} after joining")
-            await self._notify()
+            await self._inbox.notify()
 
     def _deliver(self, msg: StateMsg, *, new_connection: bool) -> None:
         last = self._last_seq
@@ -336,9 +308,10 @@ class CentralizedBackend:
         state = msg.to_coordinator()
         if state.run_id != self.run_id:
             raise ProtocolError(f"the server sent a state of run {state.run_id!r}")
-        if len(self._states) == self._states.maxlen:
+        states = self._inbox.states
+        if len(states) == states.maxlen:
             log.warning("dropping an unread coordinator state: the daemon is falling behind")
-        self._states.append(state)
+        states.append(state)
         self._last_seq = msg.seq
 
     async def _drop_connection(self) -> None:

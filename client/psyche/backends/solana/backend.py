@@ -28,7 +28,6 @@ import asyncio
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -36,7 +35,8 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendClosedError, BackendError, HealthCheckEntries
+from psyche.backends.base import BackendError, HealthCheckEntries
+from psyche.backends.inbox import Inbox
 from psyche.backends.solana.peers import BootstrapDirectory
 from psyche.backends.solana.rpc import SolanaRpc, TxSender, account_updates, reconnect_delay
 from psyche.backends.solana.snapshot import ClientInstructions, CoordinatorCodec, RunSnapshot
@@ -118,12 +118,8 @@ class SolanaBackend:
         self.join_timeout = join_timeout
         self._ws_delay = ws_delay
         self.latest: RunSnapshot | None = None
-        self._states: deque[Coordinator] = deque(maxlen=max_buffered_states)
-        self._rejections: deque[str] = deque(maxlen=64)
-        self._cond = asyncio.Condition()
+        self._inbox = Inbox(max_states=max_buffered_states)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._fatal: BackendError | None = None
-        self._closed = False
         self._started = False
         self.joined_epoch: int | None = None
         self._joining = False
@@ -160,7 +156,7 @@ class SolanaBackend:
         raise BackendError(f"no RPC endpoint answered: {last}")
 
     async def close(self) -> None:
-        self._closed = True
+        self._inbox.closed = True
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
@@ -172,7 +168,7 @@ class SolanaBackend:
                 log.debug("%d background task(s) still stopping at close", len(stuck))
         for rpc in self.rpcs:
             await rpc.close()
-        await self._notify()
+        await self._inbox.notify()
 
     async def __aenter__(self) -> SolanaBackend:
         await self.connect()
@@ -184,14 +180,9 @@ class SolanaBackend:
     # --- Backend --------------------------------------------------------------------------------
 
     async def wait_for_new_state(self) -> Coordinator:
-        if not self._started and not self._closed:
+        if not self._started and not self._inbox.closed:
             await self.connect()
-        async with self._cond:
-            await self._cond.wait_for(lambda: bool(self._states) or self._ended)
-            if self._states:
-                return self._states.popleft()
-        self._raise_if_ended()
-        raise AssertionError("unreachable")
+        return await self._inbox.next_state()
 
     async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
         self._send([self.ixs.witness(self.wallet.pubkey(), witness, metadata)], "witness")
@@ -220,42 +211,21 @@ class SolanaBackend:
 
     async def next_rejection(self) -> str:
         """The next transaction failure (oldest first), as a message."""
-        async with self._cond:
-            await self._cond.wait_for(lambda: bool(self._rejections) or self._ended)
-            if self._rejections:
-                return self._rejections.popleft()
-        self._raise_if_ended()
-        raise AssertionError("unreachable")
+        return await self._inbox.next_rejection()
 
     # --- internals ------------------------------------------------------------------------------
 
-    @property
-    def _ended(self) -> bool:
-        return self._closed or self._fatal is not None
-
-    def _raise_if_ended(self) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed:
-            raise BackendClosedError("the backend is closed")
-
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
-        if self._closed:
+        if self._inbox.closed:
             coro.close()
             return
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _notify(self) -> None:
-        async with self._cond:
-            self._cond.notify_all()
-
     async def _fail(self, error: BackendError) -> None:
-        if self._fatal is None:
+        if await self._inbox.fail(error):
             log.error("%s", error)
-            self._fatal = error
-        await self._notify()
 
     async def _follow(self, url: str) -> None:
         # After every (re)subscription, re-read the account once: an update published while
@@ -283,7 +253,7 @@ class SolanaBackend:
             return False
         self.latest = snap
         coord = snap.coordinator
-        self._states.append(coord)
+        self._inbox.states.append(coord)
         required = snap.client_version
         if required != "test" and required != self.client_version:
             await self._fail(
@@ -298,7 +268,7 @@ class SolanaBackend:
             await self._fail(LeftRunError(reason))
             return True
         self._maybe_join(snap)
-        await self._notify()
+        await self._inbox.notify()
         return True
 
     def _exit_reason(self, coord: Coordinator) -> str | None:
@@ -334,10 +304,10 @@ class SolanaBackend:
             log.info("joined epoch %d of the run", epoch)
         except BackendError as e:
             log.warning("join_run for epoch %d failed (will retry): %s", epoch, e)
-            self._rejections.append(f"join_run: {e}")
+            self._inbox.rejections.append(f"join_run: {e}")
         finally:
             self._joining = False
-            await self._notify()
+            await self._inbox.notify()
 
     def _send(self, ixs: list[Instruction], label: str) -> None:
         self._spawn(self._send_now(ixs, label), f"solana-{label}")
@@ -348,11 +318,11 @@ class SolanaBackend:
             self.sent.append(label)
         except BackendError as e:
             log.warning("%s transaction failed: %s", label, e)
-            self._rejections.append(f"{label}: {e}")
-            await self._notify()
+            self._inbox.rejections.append(f"{label}: {e}")
+            await self._inbox.notify()
 
     async def _tick_loop(self) -> None:
-        while not self._ended:
+        while not self._inbox.ended:
             await asyncio.sleep(self.tick_interval)
             snap = self.latest
             if snap is None:

@@ -188,7 +188,7 @@ def test_selected_client_keeps_running() -> None:
             await node.set_account(ACCOUNT, encode(snapshot(c, 2, client_version="v1")))
             await env.backend.wait_for_new_state()
             assert (await env.backend.wait_for_new_state()).run_state is RunState.Warmup
-            assert env.backend._fatal is None
+            assert env.backend._inbox.fatal is None
             await env.backend.close()
 
     run(go)
@@ -207,7 +207,7 @@ def test_client_version_gate(mine: str, theirs: str, ok: bool) -> None:
             await env.backend.connect()
             await env.backend.wait_for_new_state()
             if ok:
-                assert env.backend._fatal is None
+                assert env.backend._inbox.fatal is None
                 # The version changing while the run is paused also ends the client.
                 await node.set_account(ACCOUNT, encode(snapshot(c, 2, client_version="v9")))
             with pytest.raises(ClientVersionMismatchError) as err:

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from psyche.cli.daemon_options import daemon_options, take_checkpoint_and_sharing
 from psyche.cli.logs import setup_logging
 
 
@@ -370,25 +371,13 @@ def ja_delete_cmd(session: Any, authorizer: str | None):
 )
 @click.option("--data-parallelism", envvar="DATA_PARALLELISM", type=int, default=1)
 @click.option("--tensor-parallelism", envvar="TENSOR_PARALLELISM", type=int, default=1)
-@click.option("--micro-batch-size", default=2, show_default=True, envvar="MICRO_BATCH_SIZE")
 @click.option(
     "--bootstrap-peers",
     envvar="PSYCHE_BOOTSTRAP_PEERS",
     default=None,
     help="Multiaddrs (/…/p2p/<peer id>) of other clients, comma or space separated.",
 )
-@click.option("--bind-p2p-port", default=0, show_default=True, envvar="BIND_P2P_PORT")
-@click.option("--bind-p2p-host", default="0.0.0.0", show_default=True, envvar="BIND_P2P_HOST")
-@click.option("--checkpoint-dir", default=None, envvar="CHECKPOINT_DIR")
-@click.option("--device", default="auto", show_default=True, envvar="PSYCHE_DEVICE")
-@click.option(
-    "--logs",
-    type=click.Choice(["console", "json", "tui"]),
-    default="console",
-    show_default=True,
-    envvar="LOGS",
-)
-@click.option("--event-log", default=None, envvar="EVENT_LOG", help="JSON-lines event file.")
+@daemon_options(p2p_host="0.0.0.0")
 def train(
     session: Any,
     run_id: str,
@@ -412,6 +401,8 @@ def train(
     from psyche import __version__
     from psyche.backends.solana.train import train_on_solana
 
+    checkpoint, sharing = take_checkpoint_and_sharing(kw)
+
     try:
         code = _run(
             session,
@@ -420,6 +411,8 @@ def train(
                 run_id=run_id,
                 grantee=_pubkey(authorizer),
                 client_version=client_version or __version__,
+                checkpoint=checkpoint,
+                sharing=sharing,
                 **kw,
             ),
         )

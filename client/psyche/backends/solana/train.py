@@ -8,12 +8,18 @@ epoch by that key and signs its gossip with it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from solders.pubkey import Pubkey
 
 from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.peers import BootstrapDirectory, parse_bootstrap_peers
 from psyche.backends.solana.session import Session
 from psyche.protocol.identity import SecretKey
+
+if TYPE_CHECKING:
+    from psyche.daemon.checkpointing import CheckpointOptions
+    from psyche.daemon.sharing import SharingOptions
 
 __all__ = ["train_on_solana"]
 
@@ -28,12 +34,14 @@ async def train_on_solana(
     bootstrap_peers: str | None = None,
     bind_p2p_port: int = 0,
     bind_p2p_host: str = "0.0.0.0",
-    checkpoint_dir: str | None = None,
+    checkpoint: CheckpointOptions | None = None,
+    sharing: SharingOptions | None = None,
     device: str = "auto",
     event_log: str | None = None,
 ) -> int:
     from psyche.daemon.checkpointing import CheckpointOptions
     from psyche.daemon.runner import ClientOptions, run_client
+    from psyche.daemon.sharing import SharingOptions
 
     ixs, _ = await session.run(run_id)
     inst = await session.instance(run_id)
@@ -62,7 +70,8 @@ async def train_on_solana(
         p2p_host=bind_p2p_host,
         p2p_port=bind_p2p_port,
         micro_batch_size=micro_batch_size,
-        checkpoint=CheckpointOptions(checkpoint_dir=checkpoint_dir),
+        checkpoint=checkpoint or CheckpointOptions(),
+        sharing=sharing or SharingOptions(),
         device=device,
         event_log=event_log,
     )

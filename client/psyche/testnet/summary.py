@@ -107,12 +107,19 @@ def build_summary(
         out.final_state = e["run_state"]
     next_start = {k: rounds[n]["started_at"] for k, n in itertools.pairwise(order)}
     last_t = states[-1]["t"] if states else 0.0
+    # Index the client events by step once (the summary is rebuilt while a run goes on).
+    train_at: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for (s, c), t in train.items():
+        train_at[s].append((c, t))
+    apply_at: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for (s, c), h in apply.items():
+        apply_at[s].append((c, h))
     for key in order:
         r = rounds[key]
         end = next_start.get(key, r.get("_ended_at", last_t))
         step = r["step"]
-        losses = {ids[c]: t["loss"] for (s, c), t in train.items() if s == step and c in ids}
-        compute = [t["compute_s"] for (s, c), t in train.items() if s == step]
+        losses = {ids[c]: t["loss"] for c, t in train_at[step] if c in ids}
+        compute = [t["compute_s"] for _, t in train_at[step]]
         out.rounds.append(
             {
                 "epoch": r["epoch"],
@@ -124,13 +131,9 @@ def build_summary(
                 "end_reason": r["end_reason"],
                 "witnesses": r["witnesses"],
                 "retries": r["retries"],
-                "trained": sorted(
-                    t["batch"] for (s, c), t in train.items() if s == step and "batch" in t
-                ),
+                "trained": sorted(t["batch"] for _, t in train_at[step] if "batch" in t),
                 "loss": dict(sorted(losses.items())),
-                "model_hash": dict(
-                    sorted((ids[c], h) for (s, c), h in apply.items() if s == step and c in ids)
-                ),
+                "model_hash": dict(sorted((ids[c], h) for c, h in apply_at[step] if c in ids)),
             }
         )
     trained = [r for r in out.rounds if r["loss"]]

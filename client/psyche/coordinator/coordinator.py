@@ -488,14 +488,14 @@ class Coordinator:
             if self.trainer_healthy(who):
                 raise _fail(E.InvalidHealthCheck, f"client {who} is healthy")
         checked = self.previous_previous_round()
+        intervals = lost_work.intervals_of(self, checked) if checked is not None else {}
         dropped = 0
         for who, _ in checks:
             i = self.index_of(who)
             if i is not None and self.epoch_state.clients[i].state is ClientState.Healthy:
                 self.epoch_state.clients[i].state = ClientState.Ejected
                 dropped += 1
-                if checked is not None:
-                    lost_work.push_lost(self.epoch_state, lost_work.interval_of(self, checked, who))
+                lost_work.push_lost(self.epoch_state, intervals.get(who))
         return dropped
 
     def checkpoint(self, sender: NodeIdentity, index: int, ck: Checkpoint, now: int) -> TickResult:

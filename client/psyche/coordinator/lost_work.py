@@ -34,7 +34,7 @@ from psyche.coordinator.types import (
     EpochState,
     Round,
 )
-from psyche.protocol.data_selection import BatchId, interval_for_slot, trainer_order
+from psyche.protocol.data_selection import BatchId, slot_intervals, trainer_order
 from psyche.protocol.identity import NodeIdentity
 
 if TYPE_CHECKING:
@@ -54,20 +54,18 @@ def fresh_size(c: Coordinator, rnd: Round) -> int:
     return max(0, c.batch_size_for_round(rnd) - sum(b.size for b in rnd.retries))
 
 
-def interval_of(c: Coordinator, rnd: Round, who: NodeIdentity) -> BatchId | None:
-    """``who``'s interval in ``rnd`` (a stored round of this epoch); None when the round did
-    not train, ``who`` was not in it or had no samples (or the stored round is inconsistent)."""
+def intervals_of(c: Coordinator, rnd: Round) -> dict[NodeIdentity, BatchId]:
+    """Each client's interval in ``rnd`` (a stored round of this epoch), computed once for the
+    round; empty when the round did not train (or the stored round is inconsistent)."""
     if not round_trained(c, rnd):
-        return None
+        return {}
     ids = c.round_clients(rnd)
-    if who not in ids:
-        return None
-    n = len(ids)
     try:
-        slot = trainer_order(n, rnd.random_seed).index(ids.index(who))
-        return interval_for_slot(slot, n, rnd.data_index, c.batch_size_for_round(rnd), rnd.retries)
+        slots = slot_intervals(len(ids), rnd.data_index, c.batch_size_for_round(rnd), rnd.retries)
     except ValueError:
-        return None
+        return {}
+    order = trainer_order(len(ids), rnd.random_seed)
+    return {ids[i]: b for i, b in zip(order, slots, strict=True) if b is not None}
 
 
 def push_lost(es: EpochState, batch: BatchId | None) -> None:
@@ -93,16 +91,14 @@ def take_retries(es: EpochState, n_clients: int, batch_size: int) -> list[BatchI
 def queue_leaving_work(c: Coordinator) -> None:
     """At the witness timeout ending the current round ``h``, before clients leave: queue the
     work of every client that is not Healthy (in index order), as the module docstring says."""
+    leaving = [cl.id for cl in c.epoch_state.clients if cl.state is not ClientState.Healthy]
+    if not leaving:
+        return
     rnd = c.current_round()
     prev = c.previous_round() if rnd.height >= 1 else None
-    es = c.epoch_state
-    for client in es.clients:
-        if client.state is ClientState.Healthy:
-            continue
-        if prev is not None:
-            batch = interval_of(c, prev, client.id)
-            if batch is not None and not consensus.trainer_healthy(
-                client.id, rnd.witnesses, c.config
-            ):
-                push_lost(es, batch)
-        push_lost(es, interval_of(c, rnd, client.id))
+    prev_intervals = intervals_of(c, prev) if prev is not None else {}
+    intervals = intervals_of(c, rnd)
+    for who in leaving:
+        if who in prev_intervals and not consensus.trainer_healthy(who, rnd.witnesses, c.config):
+            push_lost(c.epoch_state, prev_intervals[who])
+        push_lost(c.epoch_state, intervals.get(who))

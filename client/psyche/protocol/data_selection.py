@@ -42,7 +42,7 @@ __all__ = [
     "assign_data_for_state",
     "fresh_size",
     "get_batch_ids_for_round",
-    "interval_for_slot",
+    "slot_intervals",
     "trainer_order",
 ]
 
@@ -143,18 +143,14 @@ def trainer_order(n_trainers: int, random_seed: int) -> list[int]:
     return deterministic_shuffle(list(range(n_trainers)), random_seed)
 
 
-def interval_for_slot(
-    slot: int, n_trainers: int, data_index: int, batch_size: int, retries: Sequence[BatchId] = ()
-) -> BatchId | None:
-    """The interval of the trainer in shuffled position ``slot`` (None: it has no samples).
-    ``ValueError`` when the round's parameters break the preconditions."""
+def slot_intervals(
+    n_trainers: int, data_index: int, batch_size: int, retries: Sequence[BatchId] = ()
+) -> list[BatchId | None]:
+    """One interval per shuffled trainer slot (None: that slot has no samples): the retries
+    first, then the fresh samples. ``ValueError`` when the round's parameters break the
+    preconditions."""
     fresh = fresh_size(batch_size, n_trainers, retries)
-    if not 0 <= slot < n_trainers:
-        raise ValueError(f"slot {slot} is out of range for {n_trainers} trainers")
-    k = len(retries)
-    if slot < k:
-        return retries[slot]
-    return _intervals(data_index, fresh, n_trainers - k)[slot - k]
+    return [*retries, *_intervals(data_index, fresh, n_trainers - len(retries))]
 
 
 def assign_data_for_state(
@@ -183,9 +179,7 @@ def assign_data_for_state(
                 "supported: set verification_percent = 0 and no tie-breakers"
             )
         trainers.append(client)
-    fresh = fresh_size(batch_size, len(trainers), retries)
+    slots = slot_intervals(len(trainers), data_index, batch_size, retries)
     shuffled = deterministic_shuffle(trainers, random_seed)
-    k = len(retries)
-    slots: list[BatchId | None] = [*retries, *_intervals(data_index, fresh, len(shuffled) - k)]
     pairs = [(b, node) for b, node in zip(slots, shuffled, strict=True) if b is not None]
     return dict(sorted(pairs, key=lambda p: p[0]))

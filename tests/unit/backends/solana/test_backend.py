@@ -94,6 +94,18 @@ class Env:
         return out
 
 
+async def paused_run(
+    node: SolanaRpcDouble, *, nonce: int = 1, version: str = "v1", **env_kw: Any
+) -> tuple[Coordinator, Env]:
+    """A paused run's account on ``node`` and a connected backend following it."""
+    c = wfm()
+    c.run_state = RunState.Paused
+    await node.set_account(ACCOUNT, encode(snapshot(c, nonce, client_version=version)))
+    env = Env([node], **env_kw)
+    await env.backend.connect()
+    return c, env
+
+
 async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not cond():
@@ -107,11 +119,7 @@ def test_backend_satisfies_the_seam() -> None:
 def test_initial_state_by_rpc_then_only_newer_nonces_from_the_subscription() -> None:
     async def go() -> None:
         async with SolanaRpcDouble() as node:
-            c = wfm()
-            c.run_state = RunState.Paused
-            await node.set_account(ACCOUNT, encode(snapshot(c, 5, client_version="v1")))
-            env = Env([node])
-            await env.backend.connect()
+            c, env = await paused_run(node, nonce=5)
             assert (await env.backend.wait_for_new_state()).run_state is RunState.Paused
             await until(lambda: node.subscribers == 1)
             for nonce in (5, 4, 6):
@@ -200,11 +208,7 @@ def test_selected_client_keeps_running() -> None:
 def test_client_version_gate(mine: str, theirs: str, ok: bool) -> None:
     async def go() -> None:
         async with SolanaRpcDouble() as node:
-            c = wfm()
-            c.run_state = RunState.Paused
-            await node.set_account(ACCOUNT, encode(snapshot(c, 1, client_version=theirs)))
-            env = Env([node], client_version=mine)
-            await env.backend.connect()
+            c, env = await paused_run(node, version=theirs, client_version=mine)
             await env.backend.wait_for_new_state()
             if ok:
                 assert env.backend._inbox.fatal is None
@@ -222,11 +226,7 @@ def test_client_version_gate(mine: str, theirs: str, ok: bool) -> None:
 def test_websocket_reconnects_after_a_drop() -> None:
     async def go() -> None:
         async with SolanaRpcDouble() as node:
-            c = wfm()
-            c.run_state = RunState.Paused
-            await node.set_account(ACCOUNT, encode(snapshot(c, 1, client_version="v1")))
-            env = Env([node])
-            await env.backend.connect()
+            c, env = await paused_run(node)
             await env.backend.wait_for_new_state()
             await until(lambda: node.subscribers == 1)
             await node.drop_websockets()
@@ -319,11 +319,7 @@ def test_sends_witness_health_check_and_checkpoint_transactions() -> None:
 
     async def go() -> None:
         async with SolanaRpcDouble() as node:
-            c = wfm()
-            c.run_state = RunState.Paused
-            await node.set_account(ACCOUNT, encode(snapshot(c, 1, client_version="v1")))
-            env = Env([node])
-            await env.backend.connect()
+            _, env = await paused_run(node)
             w = Witness(WitnessProof(3, 1, True), Bloom.empty(1), Bloom.empty(2))
             await env.backend.send_witness(w, WitnessMetadata(step=4))
             await env.backend.send_warmup_witness(w)
@@ -352,11 +348,7 @@ def test_sends_witness_health_check_and_checkpoint_transactions() -> None:
 def test_rejected_send_is_reported_not_raised() -> None:
     async def go() -> None:
         async with SolanaRpcDouble() as node:
-            c = wfm()
-            c.run_state = RunState.Paused
-            await node.set_account(ACCOUNT, encode(snapshot(c, 1, client_version="v1")))
-            env = Env([node])
-            await env.backend.connect()
+            _, env = await paused_run(node)
             node.program = lambda tx: 6001
             await env.backend.send_checkpoint(0, HubCheckpoint(HubRepo(repo_id="x")))
             assert "checkpoint" in await env.backend.next_rejection()

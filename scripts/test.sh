@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install everything and run the whole test suite: the Rust programs (fmt, clippy, cargo test, IDL
-# freshness), then Python lint, types and tests. This is the command the README gives and .ci/run
-# calls; arguments go to pytest.
+# Install everything and run the whole test suite: the SBF build of the programs, the Rust tests
+# (fmt, clippy, cargo test natively and against the SBF build, IDL freshness), then Python lint,
+# types and tests (the Solana ones run the SBF build in a real SVM). This is the command the
+# README gives and .ci/run calls; arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -9,6 +10,7 @@ bash scripts/setup.sh
 export PATH="$root/.venv/bin:$PATH"
 paths=(client tests)
 [ -d bench ] && paths+=(bench)
+bash scripts/build-sbf.sh
 bash scripts/rust-test.sh
 echo "== ruff"
 ruff check "${paths[@]}"

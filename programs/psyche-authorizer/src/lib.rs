@@ -6,6 +6,9 @@
 //! there with `[signer]` / `[writable]`), params and processor; this file only dispatches.
 
 use anchor_lang::prelude::*;
+// Links the libcalls of solana-compiler-builtins (see Cargo.toml) into the SBF build.
+#[cfg(target_os = "solana")]
+use solana_compiler_builtins as _;
 
 pub mod constants;
 pub mod error;

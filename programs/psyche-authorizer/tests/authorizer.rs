@@ -43,12 +43,19 @@ struct Env {
 
 impl Env {
     async fn new() -> Self {
-        let mut pt = ProgramTest::new(
-            "psyche_authorizer",
-            psyche_authorizer::ID,
-            processor!(authorizer_entry),
-        );
-        pt.prefer_bpf(false);
+        // `PSYCHE_SBF=1`: the runtime's VM runs the SBF build (`psyche_authorizer.so` from
+        // `SBF_OUT_DIR`, made by scripts/build-sbf.sh) instead of the native entrypoint.
+        let sbf = std::env::var("PSYCHE_SBF").is_ok_and(|v| v == "1");
+        let mut pt = if sbf {
+            ProgramTest::new("psyche_authorizer", psyche_authorizer::ID, None)
+        } else {
+            ProgramTest::new(
+                "psyche_authorizer",
+                psyche_authorizer::ID,
+                processor!(authorizer_entry),
+            )
+        };
+        pt.prefer_bpf(sbf);
         Env { ctx: pt.start_with_context().await, nonce: 0 }
     }
 

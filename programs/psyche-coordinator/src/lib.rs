@@ -7,6 +7,9 @@
 //! file per instruction with its documented accounts. This file only dispatches.
 
 use anchor_lang::prelude::*;
+// Links the libcalls of solana-compiler-builtins (see Cargo.toml) into the SBF build.
+#[cfg(target_os = "solana")]
+use solana_compiler_builtins as _;
 
 pub mod constants;
 pub mod core;

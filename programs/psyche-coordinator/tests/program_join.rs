@@ -23,7 +23,7 @@ async fn join_registers_and_rejoin_refreshes_the_p2p_key() {
     assert_eq!(cs.clients()[0].id.signer, client.wallet.pubkey().to_bytes());
     assert_eq!(cs.clients()[0].id.p2p_identity, [1; 32]);
     assert_eq!(cs.clients()[0].active, cs.next_active);
-    assert_eq!(cs.pending().len(), 1);
+    assert_eq!(cs.pending().count(), 1);
 
     // Same wallet, new P2P key: one registration, the key refreshed.
     let restarted = Client { wallet: client.wallet.insecure_clone(), p2p: [2; 32] };
@@ -207,7 +207,7 @@ async fn a_full_registered_list_reuses_stale_entries() {
     assert_eq!(cs.clients()[0].id, newcomer.id());
     assert_eq!(cs.clients()[0].earned, 0);
     assert_eq!(cs.clients()[5].id, clients[5].id());
-    assert_eq!(cs.pending().len(), 2);
+    assert_eq!(cs.pending().count(), 2);
     assert_eq!(env.run_state(&run).await, RunState::WaitingForMembers);
 }
 

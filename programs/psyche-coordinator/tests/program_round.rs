@@ -75,7 +75,7 @@ async fn warmup_witness_is_validated_and_starts_training() {
     let account = env.coordinator(&run).await;
     assert_eq!(account.state.run_state(), RunState::RoundTrain);
     // Training started: the join generation moved on.
-    assert_eq!(account.state.clients_state.pending().len(), 0);
+    assert_eq!(account.state.clients_state.pending().count(), 0);
 }
 
 #[tokio::test]

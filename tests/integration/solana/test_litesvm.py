@@ -1,7 +1,8 @@
-"""The backend's instructions run by the real SVM (``solders.litesvm``) on the built program.
+"""The backend's instructions run by the real SVM (``solders.litesvm``) on the SBF build.
 
-Needs ``target/deploy/psyche_coordinator.so`` (``anchor build``), which cannot be built here: the
-Solana SBF toolchain is not installable in this environment (DESIGN.md §5). Skipped without it.
+Needs ``target/deploy/psyche_coordinator.so`` and ``psyche_authorizer.so``, which
+``scripts/build-sbf.sh`` makes (``scripts/test.sh`` runs it first). Without them the test fails
+and says so: a skipped SVM test would hide that the programs were never run.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ SO = ROOT / "target" / "deploy" / "psyche_coordinator.so"
 AUTH_SO = ROOT / "target" / "deploy" / "psyche_authorizer.so"
 IDL = ROOT / "idl" / "psyche_coordinator.json"
 
-pytestmark = pytest.mark.skipif(
-    not (SO.is_file() and AUTH_SO.is_file() and IDL.is_file()),
-    reason="no SBF build of the programs (target/deploy/*.so): cargo build-sbf cannot run here",
-)
+
+@pytest.fixture(autouse=True)
+def _sbf_build() -> None:
+    missing = [p.name for p in (SO, AUTH_SO) if not p.is_file()]
+    if missing:
+        pytest.fail(f"no SBF build ({', '.join(missing)}): run scripts/build-sbf.sh")
 
 
 def test_create_run_then_read_it_back() -> None:

@@ -175,7 +175,10 @@ class TxSender:
         backoff_factor: float = 1.5,
         max_backoff: float = 10.0,
         confirm_timeout: float = 30.0,
+        prepare: Callable[[Sequence[Instruction]], list[Instruction]] | None = None,
     ) -> None:
+        """``prepare`` rewrites each instruction list before signing (the session's
+        :class:`~psyche.backends.solana.budget.ComputeBudget` prepends the compute-unit limit)."""
         if not rpcs:
             raise ValueError("at least one RPC endpoint is needed")
         self.rpcs = list(rpcs)
@@ -184,6 +187,7 @@ class TxSender:
         self._attempts = attempts
         self._backoff = (backoff, backoff_factor, max_backoff)
         self._confirm_timeout = confirm_timeout
+        self._prepare = prepare
 
     async def send(
         self,
@@ -195,6 +199,8 @@ class TxSender:
     ) -> str:
         """Sign (payer first) and send; returns the confirmed signature."""
         timeout = self._confirm_timeout if confirm_timeout is None else confirm_timeout
+        if self._prepare is not None:
+            ixs = self._prepare(ixs)
         last: Exception | None = None
         delay, factor, cap = self._backoff
         for rpc in self.rpcs:

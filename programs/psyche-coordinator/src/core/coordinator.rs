@@ -10,6 +10,7 @@
 
 use super::config::CoordinatorConfig;
 use super::error::{CoordinatorError, TickResult};
+use super::indices::Indices;
 use super::model::Checkpoint;
 use super::types::{
     Client, ClientState, CoordinatorState, EpochState, FixedString32, NodeIdentity, RunState,
@@ -171,9 +172,41 @@ impl CoordinatorState {
         now: u64,
         seed: u64,
     ) -> Result<TickResult, CoordinatorError> {
+        self.tick_pending(pending.map(|p| p.iter().copied()), false, now, seed)
+    }
+
+    /// [`Self::tick`] reading the pending list (in join order) from an iterator of *distinct*
+    /// identities, so that a caller that keeps it inside other storage (the program's
+    /// registration list, one entry per wallet) makes no copy and skips the duplicate checks:
+    /// on SBF a copy of 256 identities would not fit the 32 KB bump heap, and the pairwise
+    /// duplicate checks of 256 pending clients would not fit a transaction's compute budget.
+    pub fn tick_with<P>(
+        &mut self,
+        pending: Option<P>,
+        now: u64,
+        seed: u64,
+    ) -> Result<TickResult, CoordinatorError>
+    where
+        P: Iterator<Item = NodeIdentity> + Clone,
+    {
+        self.tick_pending(pending, true, now, seed)
+    }
+
+    fn tick_pending<P>(
+        &mut self,
+        pending: Option<P>,
+        distinct: bool,
+        now: u64,
+        seed: u64,
+    ) -> Result<TickResult, CoordinatorError>
+    where
+        P: Iterator<Item = NodeIdentity> + Clone,
+    {
         match self.state() {
             s if s.halted() => Err(CoordinatorError::Halted),
-            RunState::WaitingForMembers => Ok(self.tick_waiting_for_members(pending, now)),
+            RunState::WaitingForMembers => {
+                Ok(self.tick_waiting_for_members(pending, distinct, now))
+            }
             RunState::Warmup => Ok(self.tick_warmup(now, seed)),
             RunState::RoundTrain => {
                 if self.check_timeout(now, self.config.max_round_train_time) {
@@ -186,22 +219,30 @@ impl CoordinatorState {
         }
     }
 
-    fn tick_waiting_for_members(
+    fn tick_waiting_for_members<P>(
         &mut self,
-        pending: Option<&[NodeIdentity]>,
+        pending: Option<P>,
+        distinct: bool,
         now: u64,
-    ) -> TickResult {
+    ) -> TickResult
+    where
+        P: Iterator<Item = NodeIdentity> + Clone,
+    {
         let Some(pending) = pending else { return TickResult::Ticked };
+        let need = usize::from(self.config.init_min_clients);
+        let have = if distinct {
+            pending.clone().take(need).count()
+        } else {
+            count_distinct(pending.clone(), need)
+        };
         if !self.check_timeout(now, u64::from(self.config.waiting_for_members_extra_time))
-            || count_distinct(pending, usize::from(self.config.init_min_clients))
-                < usize::from(self.config.init_min_clients)
+            || have < need
         {
             return TickResult::Ticked;
         }
         let height = self.current_round().height;
         self.move_clients_to_exited(height);
-        let survivors = self.epoch_state.clients();
-        if !pending.iter().any(|p| survivors.iter().any(|c| c.id == *p)) {
+        if !any_listed(self.epoch_state.clients(), pending.clone()) {
             self.replace_checkpoint(Checkpoint::to_central_store);
         }
         let cold = self.epoch_state.cold_start_epoch;
@@ -217,10 +258,10 @@ impl CoordinatorState {
             if n == MAX_CLIENTS {
                 break;
             }
-            if es.clients[..n].iter().any(|c| c.id == *p) {
+            if !distinct && es.clients[..n].iter().any(|c| c.id == p) {
                 continue;
             }
-            es.clients[n] = Client::new(*p);
+            es.clients[n] = Client::new(p);
             n += 1;
         }
         es.num_clients = n as u32;
@@ -291,13 +332,36 @@ impl CoordinatorState {
 }
 
 /// Distinct identities (by signer) in `items`, counting no further than `limit`.
-fn count_distinct(items: &[NodeIdentity], limit: usize) -> usize {
+/// Whether any of `items` is among `clients`: the clients sorted by a word of their key (in a
+/// fixed array), then one binary search per item, so 256 × 256 stays a few thousand compares.
+fn any_listed<P>(clients: &[Client], mut items: P) -> bool
+where
+    P: Iterator<Item = NodeIdentity>,
+{
+    let mut order = Indices::range(clients.len());
+    order.as_mut_slice().sort_unstable_by_key(|&i| clients[usize::from(i)].id.key_word());
+    let sorted = order.as_slice();
+    items.any(|p| {
+        let k = p.key_word();
+        let first = sorted.partition_point(|&i| clients[usize::from(i)].id.key_word() < k);
+        sorted[first..]
+            .iter()
+            .map(|&i| &clients[usize::from(i)].id)
+            .take_while(|c| c.key_word() == k)
+            .any(|c| *c == p)
+    })
+}
+
+fn count_distinct<P>(items: P, limit: usize) -> usize
+where
+    P: Iterator<Item = NodeIdentity> + Clone,
+{
     let mut count = 0;
-    for (i, p) in items.iter().enumerate() {
+    for (i, p) in items.clone().enumerate() {
         if count >= limit {
             break;
         }
-        if !items[..i].iter().any(|q| q == p) {
+        if !items.clone().take(i).any(|q| q == p) {
             count += 1;
         }
     }

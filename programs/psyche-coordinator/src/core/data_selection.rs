@@ -5,6 +5,7 @@
 //! `interval_for_slot`) when it queues lost work, without the committee checks.
 
 use super::committee::{Committee, CommitteeSelection};
+use super::indices::Indices;
 use super::shuffle::deterministic_shuffle;
 use super::types::NodeIdentity;
 
@@ -98,7 +99,9 @@ pub fn get_batch_ids_for_round(
     let fresh = fresh_size(batch_size, n_trainers, retries)?;
     let mut out = retries.to_vec();
     out.extend(intervals(data_index, fresh, n_trainers - retries.len())?.into_iter().flatten());
-    out.sort();
+    // Unstable: equal intervals are indistinguishable, and std's stable sort keeps a 4 KB
+    // scratch buffer on the stack, over SBF's frame limit.
+    out.sort_unstable();
     Ok(out)
 }
 
@@ -107,6 +110,14 @@ pub fn get_batch_ids_for_round(
 pub fn trainer_order(n_trainers: usize, random_seed: u64) -> Vec<u16> {
     let mut order: Vec<u16> = (0..n_trainers).map(|i| i as u16).collect();
     deterministic_shuffle(&mut order, random_seed);
+    order
+}
+
+/// [`trainer_order`] without the heap, for the program (`n_trainers <= 256`, an epoch's
+/// client list).
+pub fn trainer_order_fixed(n_trainers: usize, random_seed: u64) -> Indices {
+    let mut order = Indices::range(n_trainers);
+    deterministic_shuffle(order.as_mut_slice(), random_seed);
     order
 }
 
@@ -157,6 +168,8 @@ pub fn assign_data_for_state(
         retries.iter().copied().map(Some).chain(intervals(data_index, fresh, trainers.len() - k)?);
     let mut out: Vec<(BatchId, NodeIdentity)> =
         slots.zip(trainers).filter_map(|(b, node)| Some((b?, node))).collect();
-    out.sort_by_key(|(b, _)| *b);
+    // Intervals are disjoint, so the key is unique and an unstable sort (no 4 KB stack scratch,
+    // unlike std's stable sort) gives the one order.
+    out.sort_unstable_by_key(|(b, _)| *b);
     Ok(out)
 }

@@ -141,7 +141,6 @@ impl CoordinatorState {
                 return Err(E::InvalidHealthCheck);
             }
         }
-        drop(prev_clients);
         // The round the check is about: an ejected client's interval there is lost work.
         let checked = self.previous_previous_round().and_then(|r| self.round_slots(r));
         let mut dropped = 0u32;

@@ -7,16 +7,17 @@
 //! entry, which would not fit a transaction's compute budget): a health check's ejected
 //! clients, and the clients leaving at a witness timeout. A stored round's assignment is
 //! recomputed once per call (`RoundSlots`: its client list rebuilt from `exited_clients`, the
-//! trainer shuffle inverted) and then read per client in O(1), with three small heap vectors.
+//! trainer shuffle inverted) and then read per client in O(1), in fixed arrays (no heap).
 
 use super::consensus;
-use super::data_selection::{interval_for_slot, trainer_order, BatchId};
+use super::data_selection::{interval_for_slot, trainer_order_fixed, BatchId};
+use super::indices::Indices;
 use super::types::{BatchIdPod, Client, CoordinatorState, Round, MAX_ROUND_RETRIES};
 
 /// Where each current epoch client sat in a stored training round, and that round's data.
 pub struct RoundSlots {
     /// Slot of the client at each current `clients` index; `u16::MAX`: not in the round.
-    slot_of: Vec<u16>,
+    slot_of: Indices,
     n_trainers: usize,
     data_index: u64,
     batch_size: u64,
@@ -28,7 +29,7 @@ impl RoundSlots {
     /// The interval of the current client `index` in this round (`None`: none, or the stored
     /// round breaks the assignment's preconditions).
     pub fn interval(&self, index: usize) -> Option<BatchId> {
-        let slot = *self.slot_of.get(index)?;
+        let slot = self.slot_of.get(index)?;
         if slot == u16::MAX {
             return None;
         }
@@ -69,10 +70,12 @@ impl CoordinatorState {
         }
         let list = self.round_clients(rnd);
         let n_trainers = list.len();
-        let mut slot_of = vec![u16::MAX; self.epoch_state.clients().len()];
-        for (slot, &entry) in trainer_order(n_trainers, rnd.random_seed).iter().enumerate() {
-            if let Some(cell) =
-                list.current_index(usize::from(entry)).and_then(|i| slot_of.get_mut(i))
+        let mut slot_of = Indices::filled(self.epoch_state.clients().len(), u16::MAX);
+        let order = trainer_order_fixed(n_trainers, rnd.random_seed);
+        for (slot, &entry) in order.as_slice().iter().enumerate() {
+            if let Some(cell) = list
+                .current_index(usize::from(entry))
+                .and_then(|i| slot_of.as_mut_slice().get_mut(i))
             {
                 *cell = slot as u16;
             }

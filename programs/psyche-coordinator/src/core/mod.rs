@@ -16,6 +16,7 @@ pub mod data_selection;
 pub mod error;
 pub mod handlers;
 pub mod hash;
+pub mod indices;
 pub mod lost_work;
 pub mod model;
 pub mod queries;
@@ -33,3 +34,12 @@ pub use model::{Checkpoint, Model, ModelBlob};
 pub use queries::{PrevClients, RoundClients};
 pub use rewards::{epoch_points, EpochPoints};
 pub use types::*;
+
+/// Anchor's `#[program]` expands `custom_panic_default!` on SBF (`target_os = "solana"`), and its
+/// `core::panic::PanicInfo` resolves from the crate root, where this module shadows the `core`
+/// crate. A module rather than `pub use ::core::panic`: that would also re-export the `panic!`
+/// macro and make `panic!` ambiguous wherever `psyche_coordinator::core::*` is glob-imported.
+#[doc(hidden)]
+pub mod panic {
+    pub use ::core::panic::PanicInfo;
+}

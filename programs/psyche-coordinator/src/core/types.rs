@@ -167,7 +167,18 @@ pub struct NodeIdentity {
 
 impl PartialEq for NodeIdentity {
     fn eq(&self, other: &Self) -> bool {
-        self.signer == other.signer
+        // One word compare settles almost every mismatch: client lists are searched often, and
+        // a 32-byte compare costs several times more compute on SBF.
+        self.key_word() == other.key_word() && self.signer == other.signer
+    }
+}
+
+impl NodeIdentity {
+    /// The first 8 bytes of `signer`: equal for equal identities, so a cheap first test and a
+    /// sort key.
+    pub fn key_word(&self) -> u64 {
+        let k = &self.signer;
+        u64::from_le_bytes([k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]])
     }
 }
 

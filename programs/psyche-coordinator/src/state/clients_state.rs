@@ -75,8 +75,10 @@ impl ClientsState {
 
     /// The clients that joined for the next epoch, in registration order (the coordinator's
     /// pending list in WaitingForMembers).
-    pub fn pending(&self) -> Vec<NodeIdentity> {
-        self.clients().iter().filter(|c| self.is_pending(c)).map(|c| c.id).collect()
+    /// An iterator, not a `Vec`: the program must not allocate in proportion to the client list
+    /// (a collected list overflowed the 32 KB SBF heap at the 129th pending join).
+    pub fn pending(&self) -> impl Iterator<Item = NodeIdentity> + Clone + '_ {
+        self.clients().iter().filter(|c| self.is_pending(c)).map(|c| c.id)
     }
 
     /// Registers `id` as pending for the next epoch.

@@ -97,16 +97,15 @@ impl CoordinatorInstanceState {
     /// WaitingForMembers the pending list is the clients that joined for the next epoch.
     pub fn tick(&mut self, clock: &Clock) -> Result<()> {
         let now = unix_now(clock)?;
-        let pending = if self.run_state() == RunState::WaitingForMembers {
+        let waiting = self.run_state() == RunState::WaitingForMembers;
+        if waiting {
             self.is_warmup_first_tick = 1;
             self.is_training_first_tick = 1;
-            Some(self.clients_state.pending())
-        } else {
-            None
-        };
+        }
+        let pending = waiting.then(|| self.clients_state.pending());
         let result = self
             .coordinator
-            .tick(pending.as_deref(), now, random_seed(clock))
+            .tick_with(pending, now, random_seed(clock))
             .map_err(CoordinatorProgramError::from)?;
         self.after_transition(result)
     }

@@ -1,5 +1,6 @@
-//! Program-test harness: both programs registered natively in solana-program-test (SBF cannot be
-//! built here), instruction builders, clock warping and account readers. Used by the
+//! Program-test harness: both programs in solana-program-test, natively registered or, with
+//! `PSYCHE_SBF=1`, as the SBF builds of scripts/build-sbf.sh; instruction builders, clock warping
+//! and account readers. Used by the
 //! `program_*.rs` tests (`mod harness;`).
 
 #![allow(dead_code)]
@@ -41,7 +42,170 @@ fn coordinator_entry<'a, 'b>(
     // SAFETY: only shortens 'b to 'a ('b: 'a); the infos outlive this call.
     let accounts =
         unsafe { std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts) };
-    psyche_coordinator::entry(program_id, accounts, data)
+    heap::start();
+    let result = psyche_coordinator::entry(program_id, accounts, data);
+    heap::stop();
+    result
+}
+
+/// What the coordinator's code allocates while it runs natively, counted the way SBF's bump
+/// allocator spends its 32 KB heap: it never frees, so every allocation (rounded up to its
+/// alignment) counts, and a `realloc` is a fresh allocation. Only allocations on the thread that
+/// runs the program, between entry and exit, are counted (the runtime's own are not the
+/// program's heap). What the SBF entrypoint itself allocates (the `AccountInfo` list) happens
+/// before `entry` and is not counted here; `program_costs.rs` adds it per account.
+pub mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    thread_local! {
+        static COUNTING: Cell<bool> = const { Cell::new(false) };
+    }
+    static USED: AtomicUsize = AtomicUsize::new(0);
+    static LAST: AtomicUsize = AtomicUsize::new(0);
+
+    pub struct BumpCounter;
+
+    // SAFETY: forwards to the system allocator; only counts.
+    unsafe impl GlobalAlloc for BumpCounter {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            if COUNTING.with(Cell::get) {
+                USED.fetch_add(layout.size().next_multiple_of(layout.align()), Ordering::Relaxed);
+            }
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: BumpCounter = BumpCounter;
+
+    /// Syscalls are the runtime's work, not the program's: natively they run as program-test's
+    /// stubs on the program's thread (a log line grows the log collector), so counting pauses
+    /// inside them. Wraps the stubs program-test installed; call after its first start.
+    pub fn exclude_syscalls() {
+        use std::sync::Once;
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            let inner = stubs::set_syscall_stubs(Box::new(Paused(None)));
+            stubs::set_syscall_stubs(Box::new(Paused(Some(inner))));
+        });
+    }
+
+    use anchor_lang::solana_program::instruction::Instruction;
+    use anchor_lang::solana_program::{account_info::AccountInfo, pubkey::Pubkey};
+    use solana_sdk::program_stubs as stubs;
+
+    struct Paused(Option<Box<dyn stubs::SyscallStubs>>);
+
+    impl Paused {
+        fn run<T>(&self, f: impl FnOnce(&dyn stubs::SyscallStubs) -> T) -> T {
+            let was = COUNTING.with(|c| c.replace(false));
+            let out = f(self.0.as_deref().expect("wrapped stubs"));
+            COUNTING.with(|c| c.set(was));
+            out
+        }
+    }
+
+    impl stubs::SyscallStubs for Paused {
+        fn sol_log(&self, message: &str) {
+            self.run(|s| s.sol_log(message))
+        }
+        fn sol_log_compute_units(&self) {
+            self.run(|s| s.sol_log_compute_units())
+        }
+        fn sol_remaining_compute_units(&self) -> u64 {
+            self.run(|s| s.sol_remaining_compute_units())
+        }
+        fn sol_invoke_signed(
+            &self,
+            instruction: &Instruction,
+            account_infos: &[AccountInfo],
+            signers_seeds: &[&[&[u8]]],
+        ) -> anchor_lang::solana_program::entrypoint::ProgramResult {
+            self.run(|s| s.sol_invoke_signed(instruction, account_infos, signers_seeds))
+        }
+        fn sol_get_sysvar(
+            &self,
+            sysvar_id_addr: *const u8,
+            var_addr: *mut u8,
+            offset: u64,
+            length: u64,
+        ) -> u64 {
+            self.run(|s| s.sol_get_sysvar(sysvar_id_addr, var_addr, offset, length))
+        }
+        fn sol_get_clock_sysvar(&self, var_addr: *mut u8) -> u64 {
+            self.run(|s| s.sol_get_clock_sysvar(var_addr))
+        }
+        fn sol_get_epoch_schedule_sysvar(&self, var_addr: *mut u8) -> u64 {
+            self.run(|s| s.sol_get_epoch_schedule_sysvar(var_addr))
+        }
+        fn sol_get_fees_sysvar(&self, var_addr: *mut u8) -> u64 {
+            self.run(|s| s.sol_get_fees_sysvar(var_addr))
+        }
+        fn sol_get_rent_sysvar(&self, var_addr: *mut u8) -> u64 {
+            self.run(|s| s.sol_get_rent_sysvar(var_addr))
+        }
+        fn sol_get_epoch_rewards_sysvar(&self, var_addr: *mut u8) -> u64 {
+            self.run(|s| s.sol_get_epoch_rewards_sysvar(var_addr))
+        }
+        fn sol_get_last_restart_slot(&self, var_addr: *mut u8) -> u64 {
+            self.run(|s| s.sol_get_last_restart_slot(var_addr))
+        }
+        fn sol_get_epoch_stake(&self, vote_address: *const u8) -> u64 {
+            self.run(|s| s.sol_get_epoch_stake(vote_address))
+        }
+        unsafe fn sol_memcpy(&self, dst: *mut u8, src: *const u8, n: usize) {
+            // SAFETY: forwarded with the caller's guarantees.
+            self.run(|s| unsafe { s.sol_memcpy(dst, src, n) })
+        }
+        unsafe fn sol_memmove(&self, dst: *mut u8, src: *const u8, n: usize) {
+            // SAFETY: forwarded with the caller's guarantees.
+            self.run(|s| unsafe { s.sol_memmove(dst, src, n) })
+        }
+        unsafe fn sol_memcmp(&self, s1: *const u8, s2: *const u8, n: usize, result: *mut i32) {
+            // SAFETY: forwarded with the caller's guarantees.
+            self.run(|s| unsafe { s.sol_memcmp(s1, s2, n, result) })
+        }
+        unsafe fn sol_memset(&self, p: *mut u8, c: u8, n: usize) {
+            // SAFETY: forwarded with the caller's guarantees.
+            self.run(|s| unsafe { s.sol_memset(p, c, n) })
+        }
+        fn sol_get_return_data(&self) -> Option<(Pubkey, Vec<u8>)> {
+            self.run(|s| s.sol_get_return_data())
+        }
+        fn sol_set_return_data(&self, data: &[u8]) {
+            self.run(|s| s.sol_set_return_data(data))
+        }
+        fn sol_log_data(&self, fields: &[&[u8]]) {
+            self.run(|s| s.sol_log_data(fields))
+        }
+        fn sol_get_processed_sibling_instruction(&self, index: usize) -> Option<Instruction> {
+            self.run(|s| s.sol_get_processed_sibling_instruction(index))
+        }
+        fn sol_get_stack_height(&self) -> u64 {
+            self.run(|s| s.sol_get_stack_height())
+        }
+    }
+
+    pub fn start() {
+        USED.store(0, Ordering::Relaxed);
+        COUNTING.with(|c| c.set(true));
+    }
+
+    pub fn stop() {
+        COUNTING.with(|c| c.set(false));
+        LAST.store(USED.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Bytes the last coordinator instruction run natively allocated.
+    pub fn last() -> usize {
+        LAST.load(Ordering::Relaxed)
+    }
 }
 
 /// Same wrapper for the authorizer.
@@ -57,6 +221,15 @@ fn authorizer_entry<'a, 'b>(
 }
 
 pub type TxResult = Result<(), BanksClientError>;
+
+/// What one transaction cost (`Env::send_measured`).
+pub struct Measured {
+    pub result: Result<(), TransactionError>,
+    pub compute_units: u64,
+    pub tx_bytes: usize,
+    pub heap: usize,
+    pub logs: Vec<String>,
+}
 
 /// Clock of a fresh `Env`.
 pub const START_TIME: i64 = 1_700_000_000;
@@ -98,6 +271,11 @@ impl Client {
     }
 }
 
+/// Whether the program tests run the SBF builds (`PSYCHE_SBF=1`) rather than native code.
+pub fn sbf_mode() -> bool {
+    std::env::var("PSYCHE_SBF").is_ok_and(|v| v == "1")
+}
+
 pub struct Env {
     pub ctx: ProgramTestContext,
     /// Fee payer and rent payer of every transaction: derived from a fixed seed (not
@@ -110,13 +288,27 @@ pub struct Env {
 
 impl Env {
     pub async fn new() -> Self {
-        let mut pt = ProgramTest::new(
-            "psyche_coordinator",
-            psyche_coordinator::ID,
-            processor!(coordinator_entry),
-        );
-        pt.add_program("psyche_authorizer", psyche_authorizer::ID, processor!(authorizer_entry));
-        pt.prefer_bpf(false);
+        // `PSYCHE_SBF=1`: the runtime's VM runs the SBF builds (`<name>.so` from `SBF_OUT_DIR`,
+        // made by scripts/build-sbf.sh) instead of the natively registered entrypoints.
+        let sbf = sbf_mode();
+        let mut pt = if sbf {
+            let mut pt = ProgramTest::new("psyche_coordinator", psyche_coordinator::ID, None);
+            pt.add_program("psyche_authorizer", psyche_authorizer::ID, None);
+            pt
+        } else {
+            let mut pt = ProgramTest::new(
+                "psyche_coordinator",
+                psyche_coordinator::ID,
+                processor!(coordinator_entry),
+            );
+            pt.add_program(
+                "psyche_authorizer",
+                psyche_authorizer::ID,
+                processor!(authorizer_entry),
+            );
+            pt
+        };
+        pt.prefer_bpf(sbf);
         let payer = seeded_keypair(b"payer");
         pt.add_account(
             payer.pubkey(),
@@ -127,6 +319,9 @@ impl Env {
             },
         );
         let mut env = Env { ctx: pt.start_with_context().await, payer, tx_counter: 0 };
+        if !sbf {
+            heap::exclude_syscalls();
+        }
         // Start from a fixed time and slot so seeds and timestamps are reproducible.
         env.set_time(START_TIME).await;
         env
@@ -152,6 +347,43 @@ impl Env {
         let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
         let tx = Transaction::new_signed_with_payer(&list, Some(&payer.pubkey()), &all, blockhash);
         self.ctx.banks_client.process_transaction(tx).await
+    }
+
+    /// Sends `ix` with a compute-unit limit, as a client would, and reports what it cost:
+    /// compute units (what the runtime's metadata says: meaningful for the SBF build only, a
+    /// native builtin consumes none), the serialized transaction size and, natively, the heap
+    /// the program allocated.
+    pub async fn send_measured(
+        &mut self,
+        ix: Instruction,
+        signers: &[&Keypair],
+        cu_limit: u32,
+    ) -> Measured {
+        self.tx_counter += 1;
+        let payer = self.payer();
+        let mut all: Vec<&Keypair> = vec![&payer];
+        for k in signers {
+            if !all.iter().any(|a| a.pubkey() == k.pubkey()) {
+                all.push(k);
+            }
+        }
+        let list = [
+            ComputeBudgetInstruction::set_compute_unit_limit(cu_limit),
+            ComputeBudgetInstruction::set_compute_unit_price(self.tx_counter),
+            ix,
+        ];
+        let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
+        let tx = Transaction::new_signed_with_payer(&list, Some(&payer.pubkey()), &all, blockhash);
+        let tx_bytes = bincode::serialize(&tx).unwrap().len();
+        let out = self.ctx.banks_client.process_transaction_with_metadata(tx).await.unwrap();
+        let meta = out.metadata.expect("transaction metadata");
+        Measured {
+            result: out.result,
+            compute_units: meta.compute_units_consumed,
+            tx_bytes,
+            heap: heap::last(),
+            logs: meta.log_messages,
+        }
     }
 
     pub async fn send(&mut self, ix: Instruction, signers: &[&Keypair]) -> TxResult {

@@ -1,11 +1,46 @@
-#!/usr/bin/env bash
-# Authorize joiners of the runs whose join authority is this wallet (SPEC §9.3, §9.5).
-#   scripts/join-authorization-create.sh [GRANTEE]   # no GRANTEE: anyone may join (permissionless)
-# Needs RPC and WALLET_PRIVATE_KEY_PATH (or RAW_WALLET_PRIVATE_KEY) in the environment; extra
-# flags go through to `psyche-solana-client join-authorization-create`.
-set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bin="${PSYCHE_SOLANA_CLIENT:-$root/.venv/bin/psyche-solana-client}"
-args=()
-if [ $# -gt 0 ] && [[ "$1" != -* ]]; then args+=(--authorizer "$1"); shift; fi
-exec "$bin" join-authorization-create "${args[@]}" "$@"
+#!/bin/sh
+# As a run's join authority (the grantor), authorize a grantee to join its runs (SPEC §9.3, §9.5):
+# creates the authorization and activates it (one transaction, both instructions).
+#
+#   sh scripts/join-authorization-create.sh CLUSTER GRANTOR_KEYPAIR [GRANTEE_PUBKEY]
+#
+# CLUSTER          devnet, mainnet-beta, testnet, localnet, or an http(s) RPC URL.
+# GRANTOR_KEYPAIR  solana-keygen JSON file of the join authority; it signs and pays.
+# GRANTEE_PUBKEY   who may join (and name delegates); omitted or `everyone`: anyone may join
+#                  (a permissionless authorization, grantee 11111111111111111111111111111111).
+#
+# The client is $PSYCHE_SOLANA_CLIENT, else the repository's .venv/bin/psyche-solana-client, else
+# psyche-solana-client on PATH. POSIX sh (runs under dash).
+set -eu
+
+usage() {
+  echo "usage: sh $0 CLUSTER GRANTOR_KEYPAIR [GRANTEE_PUBKEY|everyone]" >&2
+  exit 2
+}
+[ $# -ge 2 ] && [ $# -le 3 ] || usage
+cluster=$1
+grantor=$2
+grantee=${3:-everyone}
+[ -r "$grantor" ] || { echo "$0: cannot read the grantor keypair file: $grantor" >&2; exit 2; }
+
+here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd -P)
+if [ -n "${PSYCHE_SOLANA_CLIENT:-}" ]; then
+  client=$PSYCHE_SOLANA_CLIENT
+elif [ -x "$here/../.venv/bin/psyche-solana-client" ]; then
+  client=$here/../.venv/bin/psyche-solana-client
+elif command -v psyche-solana-client >/dev/null 2>&1; then
+  client=psyche-solana-client
+else
+  echo "$0: psyche-solana-client not found (set PSYCHE_SOLANA_CLIENT)" >&2
+  exit 127
+fi
+
+# Only the arguments decide the cluster, the signer and the grantee: a joiner's environment
+# (fallback endpoints, its own key, its AUTHORIZER) must not leak into this transaction.
+unset WS_RPC RPC_2 WS_RPC_2 RAW_WALLET_PRIVATE_KEY AUTHORIZER
+
+if [ "$grantee" = everyone ]; then
+  exec "$client" join-authorization-create --rpc "$cluster" --wallet-private-key-path "$grantor"
+fi
+exec "$client" join-authorization-create --rpc "$cluster" --wallet-private-key-path "$grantor" \
+  --authorizer "$grantee"

@@ -1,16 +1,51 @@
-#!/usr/bin/env bash
-# As a grantee, replace the delegate wallets that may join in your place (SPEC §9.3, §9.5).
-#   scripts/join-authorization-set-delegates.sh JOIN_AUTHORITY [DELEGATE ...]
-# Clears the current delegates, then adds the given ones (none given: just clears). Needs RPC and
-# WALLET_PRIVATE_KEY_PATH (or RAW_WALLET_PRIVATE_KEY) in the environment.
-set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bin="${PSYCHE_SOLANA_CLIENT:-$root/.venv/bin/psyche-solana-client}"
-if [ $# -lt 1 ]; then
-  echo "usage: $0 JOIN_AUTHORITY [DELEGATE ...]" >&2
+#!/bin/sh
+# As a grantee (a client's authorizer), replace the delegate keys that may join a run in its
+# place, under the authorization GRANTOR -> GRANTEE (SPEC §9.3, §9.5).
+#
+#   sh scripts/join-authorization-set-delegates.sh CLUSTER GRANTOR_PUBKEY GRANTEE_KEYPAIR \
+#       [DELEGATE_KEYPAIR ...]
+#
+# CLUSTER           devnet, mainnet-beta, testnet, localnet, or an http(s) RPC URL.
+# GRANTOR_PUBKEY    the run's join authority, who created the authorization.
+# GRANTEE_KEYPAIR   solana-keygen JSON file of the grantee; it signs and pays.
+# DELEGATE_KEYPAIR  solana-keygen JSON files; their public keys become the delegates (at most 64).
+#                   The current delegates are cleared first; none given: only clears.
+#
+# The client is $PSYCHE_SOLANA_CLIENT, else the repository's .venv/bin/psyche-solana-client, else
+# psyche-solana-client on PATH. POSIX sh (runs under dash).
+set -eu
+
+usage() {
+  echo "usage: sh $0 CLUSTER GRANTOR_PUBKEY GRANTEE_KEYPAIR [DELEGATE_KEYPAIR ...]" >&2
   exit 2
+}
+[ $# -ge 3 ] || usage
+cluster=$1
+grantor=$2
+grantee=$3
+shift 3
+[ -r "$grantee" ] || { echo "$0: cannot read the grantee keypair file: $grantee" >&2; exit 2; }
+
+here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd -P)
+if [ -n "${PSYCHE_SOLANA_CLIENT:-}" ]; then
+  client=$PSYCHE_SOLANA_CLIENT
+elif [ -x "$here/../.venv/bin/psyche-solana-client" ]; then
+  client=$here/../.venv/bin/psyche-solana-client
+elif command -v psyche-solana-client >/dev/null 2>&1; then
+  client=psyche-solana-client
+else
+  echo "$0: psyche-solana-client not found (set PSYCHE_SOLANA_CLIENT)" >&2
+  exit 127
 fi
-authority="$1"; shift
-args=(--join-authority "$authority" --delegates-clear)
-for d in "$@"; do args+=(--delegates-added "$d"); done
-exec "$bin" join-authorization-delegate "${args[@]}"
+
+# Only the arguments decide the cluster, the signer and the delegates (see the create script).
+unset WS_RPC RPC_2 WS_RPC_2 RAW_WALLET_PRIVATE_KEY AUTHORIZER DELEGATES_ADDED DELEGATE_KEYPAIRS
+
+# No arrays in POSIX sh: the positional parameters become the client's argument list, each
+# delegate file turned into `--delegate-keypair FILE` (files with spaces in their names survive).
+for delegate do
+  shift
+  set -- "$@" --delegate-keypair "$delegate"
+done
+exec "$client" join-authorization-delegate --rpc "$cluster" --wallet-private-key-path "$grantee" \
+  --join-authority "$grantor" --delegates-clear "$@"

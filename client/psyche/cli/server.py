@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -41,12 +42,21 @@ def server() -> None:
     type=click.Path(dir_okay=False),
     help="TCP data server settings (data.toml); needed when data_location is Server.",
 )
-def validate_config(state_path: str, data_path: str | None) -> None:
+@click.option(
+    "--run-id",
+    default=None,
+    help="Run id for a file without run_id (a Solana run config, whose id is given to "
+    "psyche-solana-client --run-id); a run_id in the file wins.",
+)
+def validate_config(state_path: str, data_path: str | None, run_id: str | None) -> None:
     """Check STATE (and DATA) against every rule; exit 0 with a summary, 1 naming the bad key."""
     out = Console()
     err = Console(stderr=True, soft_wrap=True)
     try:
-        rc = load_run_config(state_path, require_run_id=True)
+        rc = load_run_config(state_path, require_run_id=run_id is None)
+        if rc.run_id is None:
+            rc = dataclasses.replace(rc, run_id=run_id)
+            rc.check()
         data = load_data_config(data_path) if data_path else None
     except ConfigError as e:
         err.print(f"[bold red]invalid config[/]: {e}")

@@ -9,7 +9,10 @@ there).
 A user must be able to bring a reference config unchanged, so two later reference layouts are also
 accepted: a ``[model_extra_data]`` table (merged into ``[model.LLM]``) and the keys
 ``round_apply_time`` / ``checkpoint_source``, which do not exist in this protocol and are dropped
-with a warning. Everything else unknown is an error naming the key.
+with a warning. Older reference configs (the user documentation's sample) are accepted too
+(:func:`_older_keys`): ``config.rounds_per_epoch`` becomes ``config.epoch_time`` and an absent
+``model.LLM.cold_start_warmup_steps`` is 0 (docs/protocol.md, "Older config keys"). Everything
+else unknown is an error naming the key.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from psyche.protocol.config import RUN_ID_MAX_LEN, CoordinatorConfig, Model, Tok
 from psyche.protocol.serde import U8, U32, ConfigError, from_obj
 
 IGNORED_KEYS = {"config": ("round_apply_time",), "model.LLM": ("checkpoint_source",)}
+DRAIN_ROUNDS = 2
+"""Rounds at the end of every epoch that apply earlier results instead of training (item 6 of
+docs/protocol.md's differences)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +89,7 @@ def run_config_from_obj(doc: dict[str, Any], *, require_run_id: bool = False) ->
                 if key in node:
                     node = _drop(doc, table, key)
                     warnings.append(f"{table}.{key} is not part of this protocol and was ignored")
+    _older_keys(doc, warnings)
     known = {"run_id", "run_state", "config", "model", "progress", "epoch_state", "metadata"}
     for key in doc:
         if key not in known:
@@ -93,7 +100,10 @@ def run_config_from_obj(doc: dict[str, Any], *, require_run_id: bool = False) ->
         raise ConfigError("model: missing [model.LLM] table")
     run_id = doc.get("run_id")
     if run_id is None and require_run_id:
-        raise ConfigError('run_id: missing key (a state file needs run_id = "...")')
+        raise ConfigError(
+            'run_id: missing key (a state file needs run_id = "..."; validate-config also '
+            "takes --run-id for a Solana run config)"
+        )
     if run_id is not None and not isinstance(run_id, str):
         raise ConfigError(f"run_id: expected a string, got {run_id!r}")
     run_state = doc.get("run_state", "WaitingForMembers")
@@ -107,6 +117,61 @@ def run_config_from_obj(doc: dict[str, Any], *, require_run_id: bool = False) ->
         extra={k: doc[k] for k in ("progress", "epoch_state", "metadata") if k in doc},
         warnings=tuple(warnings),
     )
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _older_keys(doc: dict[str, Any], warnings: list[str]) -> None:
+    """Rewrite, in place, the keys of older reference configs into this protocol's keys.
+
+    ``config.rounds_per_epoch = R`` (the epoch ended after R rounds) becomes
+    ``config.epoch_time = warmup_time + (R - 2) * (max_round_train_time + round_witness_time)``:
+    the epoch timer starts with Warmup and is checked at the end of each round, after which two
+    drain rounds run, so when Warmup and every round run to their time limits the epoch has R
+    rounds, as before (faster rounds fit more into the same time). An absent
+    ``model.LLM.cold_start_warmup_steps`` is 0: no extra LR ramp after a cold start, which
+    those configs did not have.
+    """
+    config = doc.get("config")
+    if isinstance(config, dict) and "rounds_per_epoch" in config:
+        config = doc["config"] = dict(config)
+        rounds = config.pop("rounds_per_epoch")
+        if "epoch_time" in config:
+            raise ConfigError(
+                "config.rounds_per_epoch: give either it (older configs) or config.epoch_time"
+            )
+        if not _int(rounds) or rounds <= DRAIN_ROUNDS:
+            raise ConfigError(
+                f"config.rounds_per_epoch ({rounds!r}) must be an integer greater than "
+                f"{DRAIN_ROUNDS}: the last {DRAIN_ROUNDS} rounds of an epoch apply results "
+                "instead of training"
+            )
+        needed = ("warmup_time", "max_round_train_time", "round_witness_time")
+        missing = [k for k in needed if not _int(config.get(k))]
+        if missing:
+            raise ConfigError(
+                "config.rounds_per_epoch is converted to config.epoch_time from "
+                + ", ".join(f"config.{k}" for k in needed)
+                + "; missing or not an integer: "
+                + ", ".join(f"config.{k}" for k in missing)
+            )
+        round_time = config["max_round_train_time"] + config["round_witness_time"]
+        epoch_time = config["warmup_time"] + (rounds - DRAIN_ROUNDS) * round_time
+        config["epoch_time"] = epoch_time
+        warnings.append(
+            f"config.rounds_per_epoch = {rounds} became config.epoch_time = {epoch_time} "
+            f"(warmup_time + ({rounds} - {DRAIN_ROUNDS}) x (max_round_train_time + "
+            "round_witness_time)): epochs are timed now, so faster rounds fit more per epoch"
+        )
+    model = doc.get("model")
+    if not isinstance(model, dict):
+        return
+    llm = model.get("LLM")
+    if isinstance(llm, dict) and "cold_start_warmup_steps" not in llm:
+        doc["model"] = {**model, "LLM": {**llm, "cold_start_warmup_steps": 0}}
+        warnings.append("model.LLM.cold_start_warmup_steps is absent: using 0")
 
 
 def _drop(doc: dict[str, Any], table: str, key: str) -> Any:

@@ -82,3 +82,11 @@ def test_missing_run_id_is_reported(tmp_path: Path) -> None:
     bad.write_text(TINY.read_text().replace('run_id = "tiny"\n', ""))
     code, out = run("--state", str(bad))
     assert code == 1 and "run_id: missing key" in out
+
+
+def test_a_solana_run_config_without_run_id_takes_one_from_the_command_line() -> None:
+    sample = Path(__file__).resolve().parents[3] / "config" / "seed-sample" / "config.toml"
+    code, out = run("--state", str(sample), "--run-id", "seed")
+    assert code == 0 and "run 'seed' is valid" in out
+    code, out = run("--state", str(sample))
+    assert code == 1 and "--run-id" in out

@@ -8,6 +8,7 @@ directly or through the CLI against the RPC test double.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from solders.keypair import Keypair
@@ -15,9 +16,16 @@ from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.instructions import JOIN_RUN_SCOPE, RunAccounts, instance_pda
+from psyche.backends.solana.instructions import (
+    JOIN_RUN_SCOPE,
+    RunAccounts,
+    RunInstructions,
+    instance_pda,
+)
+from psyche.backends.solana.layout import fixed_str
 from psyche.backends.solana.session import Session
-from psyche.backends.solana.snapshot import RunSnapshot
+from psyche.backends.solana.snapshot import AccountLayoutError, RunSnapshot
+from psyche.coordinator import RunState
 from psyche.coordinator.serde import identity_obj, to_obj_state
 from psyche.protocol.config import HubCheckpoint, HubRepo, P2PCheckpoint
 from psyche.protocol.runconfig import load_run_config
@@ -28,10 +36,12 @@ __all__ = [
     "checkpoint",
     "close_run",
     "create_run",
+    "dump_run",
     "join_authorization_create",
     "join_authorization_delegate",
     "join_authorization_delete",
     "join_authorization_read",
+    "metadata_arg",
     "run_json",
     "set_future_epoch_rates",
     "set_paused",
@@ -40,18 +50,51 @@ __all__ = [
 ]
 
 
+METADATA_NAME_BYTES = 64
+METADATA_DESCRIPTION_BYTES = 280
+# Delegates added per authorization_grantee_update: 32 bytes each, and a transaction holds
+# 1232 bytes of which ~250 are the signature, accounts and header.
+DELEGATES_PER_TRANSACTION = 24
+MAX_DELEGATES = 64
+
+
+def metadata_arg(
+    name: str = "", description: str = "", num_parameters: int = 0, vocab_size: int = 0
+) -> dict[str, Any]:
+    """The ``RunMetadata`` argument of ``update`` (NUL-padded fixed strings)."""
+    fields = (
+        ("name", name, METADATA_NAME_BYTES),
+        ("description", description, METADATA_DESCRIPTION_BYTES),
+    )
+    out: dict[str, Any] = {}
+    for key, text, size in fields:
+        raw = text.encode()
+        if len(raw) > size:
+            raise BackendError(f"the run's {key} is {len(raw)} bytes; at most {size} fit on chain")
+        out[key] = {"bytes": raw.ljust(size, b"\0")}
+    return {**out, "num_parameters": num_parameters, "vocab_size": vocab_size}
+
+
 async def create_run(
-    s: Session, run_id: str, client_version: str, join_authority: Pubkey | None = None
+    s: Session,
+    run_id: str,
+    client_version: str,
+    join_authority: Pubkey | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
 ) -> dict[str, Any]:
     """Create the zero-copy account (system ``create_account``) and ``init_coordinator`` it in
-    the same transaction; the wallet pays and becomes the main authority."""
+    the same transaction; the wallet pays and becomes the main authority. A name or description
+    is stored by an ``update`` in that transaction too, so the run never exists without it."""
     me = s.wallet.pubkey()
     account = Keypair()
     size = s.layout.size
+    metadata = None
+    if name is not None or description is not None:
+        metadata = metadata_arg(name or "", description or "")
     lamports = await s.rpcs[0].minimum_balance(size)
     run = RunAccounts(instance_pda(s.coordinator.program_id, run_id), account.pubkey())
-    from psyche.backends.solana.instructions import RunInstructions
-
     ixs = RunInstructions(s.coordinator, run)
     create = create_account(
         CreateAccountParams(
@@ -63,7 +106,11 @@ async def create_run(
         )
     )
     init = ixs.init_coordinator(me, me, join_authority or me, run_id, client_version)
-    sig = await s.sender(s.coordinator).send([create, init], [account], label="create-run")
+    sent = [create, init]
+    if metadata is not None:
+        update = {"metadata": metadata, "config": None, "model": None, "progress": None}
+        sent.append(ixs.owner("update", me, update))
+    sig = await s.sender(s.coordinator).send(sent, [account], label="create-run")
     return {
         "run_id": run_id,
         "coordinator_instance": str(run.instance),
@@ -73,8 +120,13 @@ async def create_run(
     }
 
 
+async def _instructions(s: Session, run_id: str) -> RunInstructions:
+    # Only the accounts: decoding the state would refuse a run that was never configured.
+    return RunInstructions(s.coordinator, await s.run_accounts(run_id))
+
+
 async def _owner(s: Session, run_id: str, name: str, args: dict[str, Any], **more: Pubkey) -> str:
-    ixs, _ = await s.run(run_id)
+    ixs = await _instructions(s, run_id)
     ix = ixs.owner(name, s.wallet.pubkey(), args, **more)
     return await s.sender(s.coordinator).send([ix], label=name)
 
@@ -88,11 +140,16 @@ async def update_config(
     switch_to_hub: bool = False,
     metadata: dict[str, Any] | None = None,
     client_version: str | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> list[str]:
-    ixs, snap = await s.run(run_id)
+    """``on_warning`` hears what loading the config file converted or dropped (older keys)."""
+    ixs = await _instructions(s, run_id)
     args: dict[str, Any] = {"metadata": None, "config": None, "model": None, "progress": None}
     if config_path is not None:
         rc = load_run_config(config_path)
+        for w in rc.warnings:
+            if on_warning is not None:
+                on_warning(f"{config_path}: {w}")
         args["config"] = to_obj(rc.config)
         model = rc.model
         ck = getattr(model, "checkpoint", None)
@@ -102,20 +159,17 @@ async def update_config(
             model = replace(model, checkpoint=HubCheckpoint(ck.repo))  # type: ignore[type-var]
         args["model"] = to_obj(model)
     if restart_from_step is not None:
+        _, snap = await s.run(run_id)
         coord = snap.coordinator
         progress = {"epoch": coord.progress.epoch, "step": restart_from_step}
         progress["epoch_start_data_index"] = _data_index_for_step(snap, restart_from_step)
         args["progress"] = {**progress, "_pad": bytes(2)}
     if metadata is not None:
-        current = snap.extra.get("metadata", {})
-        assert isinstance(current, dict)
+        current = await _current_metadata(s, ixs.run)
         m = {**current, **{k: v for k, v in metadata.items() if v is not None}}
-        args["metadata"] = {
-            "name": {"bytes": str(m.get("name", "")).encode().ljust(64, b"\0")},
-            "description": {"bytes": str(m.get("description", "")).encode().ljust(280, b"\0")},
-            "num_parameters": int(m.get("num_parameters", 0)),
-            "vocab_size": int(m.get("vocab_size", 0)),
-        }
+        args["metadata"] = metadata_arg(
+            str(m["name"]), str(m["description"]), int(m["num_parameters"]), int(m["vocab_size"])
+        )
     sigs = []
     sender = s.sender(s.coordinator)
     if any(v is not None for v in args.values()):
@@ -125,6 +179,25 @@ async def update_config(
         ix = ixs.owner("update_client_version", s.wallet.pubkey(), {"new_version": client_version})
         sigs.append(await sender.send([ix], label="update_client_version"))
     return sigs
+
+
+async def _current_metadata(s: Session, run: RunAccounts) -> dict[str, Any]:
+    """The stored metadata, read without decoding the rest of the state (which a run that was
+    never configured cannot be)."""
+    data = await s.read(run.account)
+    if data is None:
+        raise BackendError(f"coordinator account {run.account} does not exist")
+    return _metadata_obj(s.coordinator.idl.decode_account("CoordinatorAccount", data))
+
+
+def _metadata_obj(account: dict[str, Any]) -> dict[str, Any]:
+    meta = account["state"]["metadata"]
+    return {
+        "name": fixed_str(meta["name"]["bytes"]),
+        "description": fixed_str(meta["description"]["bytes"]),
+        "num_parameters": meta["num_parameters"],
+        "vocab_size": meta["vocab_size"],
+    }
 
 
 def _data_index_for_step(snap: RunSnapshot, target: int) -> int:
@@ -156,7 +229,7 @@ async def close_run(s: Session, run_id: str, spill: Pubkey | None = None) -> str
 async def tick(s: Session, run_id: str, ms_interval: int = 1000, count: int | None = None) -> int:
     """Send ``tick`` every ``ms_interval`` ms, ``count`` times (forever if None); returns how
     many were confirmed. A rejected tick (e.g. a halted run) is reported and does not stop it."""
-    ixs, _ = await s.run(run_id)
+    ixs = await _instructions(s, run_id)
     sender = s.sender(s.coordinator)
     done = sent = 0
     while count is None or sent < count:
@@ -172,7 +245,7 @@ async def tick(s: Session, run_id: str, ms_interval: int = 1000, count: int | No
 
 
 async def checkpoint(s: Session, run_id: str, repo: str, revision: str | None) -> str:
-    ixs, _ = await s.run(run_id)
+    ixs = await _instructions(s, run_id)
     ck = HubCheckpoint(HubRepo(repo_id=repo, revision=revision))
     ix = ixs.checkpoint(s.wallet.pubkey(), 0, ck)
     return await s.sender(s.coordinator).send([ix], label="checkpoint")
@@ -195,6 +268,36 @@ def run_json(snap: RunSnapshot, accounts: RunAccounts) -> dict[str, Any]:
     }
 
 
+async def dump_run(s: Session, run_id: str) -> dict[str, Any]:
+    """What ``json-dump-run`` prints: :func:`run_json`, or for a run that was created but never
+    configured (no model, so no coordinator state to decode) its metadata, version and state."""
+    accounts = await s.run_accounts(run_id)
+    data = await s.read(accounts.account)
+    if data is None:
+        raise BackendError(f"coordinator account {accounts.account} does not exist")
+    try:
+        return run_json(s.layout.decode_account(data), accounts)
+    except AccountLayoutError:
+        # Size, discriminator and version passed if only the model is missing.
+        if len(data) != s.layout.size:
+            raise
+        raw = s.coordinator.idl.decode_account("CoordinatorAccount", data)
+        coord = raw["state"]["coordinator"]
+        if coord["model"]["len"] != 0 or coord["run_state"] not in {r.value for r in RunState}:
+            raise
+    return {
+        "coordinator_instance": str(accounts.instance),
+        "coordinator_account": str(accounts.account),
+        "nonce": raw["nonce"],
+        "client_version": fixed_str(raw["state"]["client_version"]["bytes"]),
+        "metadata": _metadata_obj(raw),
+        "run_id": fixed_str(coord["run_id"]["bytes"]),
+        "run_state": RunState(coord["run_state"]).name,
+        "coordinator": None,
+        "note": "created but never configured: set its config with update-config",
+    }
+
+
 async def can_join(
     s: Session, run_id: str, address: Pubkey, grantee: Pubkey | None
 ) -> dict[str, Any]:
@@ -205,7 +308,11 @@ async def can_join(
     auth = await _read_authorization(s, pda)
     reasons = []
     if auth is None:
-        reasons.append(f"no authorization account at {pda}")
+        whom = grantee if grantee is not None else "everyone"
+        reasons.append(
+            f"the run's join authority {join_authority} has not authorized {whom} "
+            f"(no authorization account at {pda})"
+        )
     else:
         if not auth["active"]:
             reasons.append("the authorization is not active")
@@ -254,15 +361,27 @@ async def join_authorization_create(s: Session, grantee: Pubkey | None) -> dict[
 
 async def join_authorization_delegate(
     s: Session, join_authority: Pubkey, delegates_clear: bool, delegates_added: list[Pubkey]
-) -> str:
-    """The wallet (a grantee) sets the delegates that may join in its place."""
+) -> list[str]:
+    """The wallet (a grantee) sets the delegates that may join in its place: one transaction per
+    :data:`DELEGATES_PER_TRANSACTION` delegates (the clear, if asked, goes with the first)."""
+    if len(delegates_added) > MAX_DELEGATES:
+        raise BackendError(
+            f"{len(delegates_added)} delegates: an authorization holds at most {MAX_DELEGATES}"
+        )
     me = s.wallet.pubkey()
     pda = s.join_authorization(join_authority, me)
-    args = {"delegates_clear": delegates_clear, "delegates_added": delegates_added}
-    ix = s.authorizer.build(
-        "authorization_grantee_update", args, {"payer": me, "grantee": me, "authorization": pda}
-    )
-    return await s.sender(s.authorizer).send([ix], label="join-authorization-delegate")
+    accounts = {"payer": me, "grantee": me, "authorization": pda}
+    sender = s.sender(s.authorizer)
+    chunks = [
+        delegates_added[i : i + DELEGATES_PER_TRANSACTION]
+        for i in range(0, len(delegates_added), DELEGATES_PER_TRANSACTION)
+    ] or [[]]
+    sigs = []
+    for n, chunk in enumerate(chunks):
+        args = {"delegates_clear": delegates_clear and n == 0, "delegates_added": chunk}
+        ix = s.authorizer.build("authorization_grantee_update", args, accounts)
+        sigs.append(await sender.send([ix], label="join-authorization-delegate"))
+    return sigs
 
 
 async def join_authorization_read(

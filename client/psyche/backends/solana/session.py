@@ -3,7 +3,9 @@
 Used by ``psyche-solana-client`` (every subcommand) and by ``train`` to build a
 :class:`~psyche.backends.solana.backend.SolanaBackend`. Wallets are read in the two forms Solana
 tools use: a ``solana-keygen`` JSON array of 64 bytes (file), or the same array / base58 text in
-``RAW_WALLET_PRIVATE_KEY``.
+``RAW_WALLET_PRIVATE_KEY``. Endpoints are URLs or the cluster monikers of the Solana tools
+(``devnet``, ``mainnet-beta``, ``testnet``, ``localnet``); a websocket URL left out is derived from
+its RPC URL as those tools do (:func:`websocket_url`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
@@ -32,7 +35,25 @@ from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.rpc import SolanaRpc, TxSender
 from psyche.backends.solana.snapshot import RunSnapshot
 
-__all__ = ["Endpoints", "Session", "WalletError", "load_wallet"]
+__all__ = [
+    "CLUSTERS",
+    "Endpoints",
+    "Session",
+    "WalletError",
+    "load_keypair_file",
+    "load_wallet",
+    "resolve_rpc_url",
+    "websocket_url",
+]
+
+CLUSTERS = {
+    "devnet": "https://api.devnet.solana.com",
+    "mainnet-beta": "https://api.mainnet-beta.solana.com",
+    "testnet": "https://api.testnet.solana.com",
+    "localnet": "http://127.0.0.1:8899",
+    "localhost": "http://127.0.0.1:8899",
+}
+"""The monikers ``solana config set --url`` accepts, and the RPC URLs they stand for."""
 
 
 class WalletError(ValueError):
@@ -52,16 +73,43 @@ def _keypair_from_text(text: str, source: str) -> Keypair:
         ) from None
 
 
+def load_keypair_file(path: str) -> Keypair:
+    """A ``solana-keygen`` keypair file (JSON array of 64 bytes; base58 text also accepted)."""
+    try:
+        return _keypair_from_text(Path(path).expanduser().read_text(), path)
+    except OSError as e:
+        raise WalletError(f"{path}: cannot read the keypair: {e.strerror}") from None
+
+
 def load_wallet(path: str | None, raw: str | None) -> Keypair:
     """``raw`` (env ``RAW_WALLET_PRIVATE_KEY``) wins over the key file at ``path``."""
     if raw:
         return _keypair_from_text(raw, "RAW_WALLET_PRIVATE_KEY")
     if path:
-        try:
-            return _keypair_from_text(Path(path).expanduser().read_text(), path)
-        except OSError as e:
-            raise WalletError(f"{path}: cannot read the wallet: {e.strerror}") from None
+        return load_keypair_file(path)
     raise WalletError("no wallet: pass --wallet-private-key-path or set RAW_WALLET_PRIVATE_KEY")
+
+
+def resolve_rpc_url(value: str) -> str:
+    """A cluster moniker's RPC URL, or ``value`` itself if it is an http(s) URL."""
+    if value in CLUSTERS:
+        return CLUSTERS[value]
+    parts = urlsplit(value)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return value
+    raise ValueError(f"{value!r} is neither an http(s) URL nor a cluster ({', '.join(CLUSTERS)})")
+
+
+def websocket_url(rpc_url: str) -> str:
+    """The websocket URL of an RPC URL, as the Solana CLI computes it: http→ws, https→wss, and
+    an explicit port is incremented (a validator serves websockets on its RPC port + 1)."""
+    parts = urlsplit(rpc_url)
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    netloc = parts.netloc
+    if parts.port is not None:
+        host = netloc.rsplit(":", 1)[0]
+        netloc = f"{host}:{parts.port + 1}"
+    return urlunsplit((scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +130,7 @@ class Endpoints:
             if ws:
                 out.append(ws)
             elif http:
-                out.append(http.replace("https://", "wss://").replace("http://", "ws://"))
+                out.append(websocket_url(http))
         return out
 
 
@@ -113,7 +161,11 @@ class Session:
         return CoordinatorLayout(self.coordinator.idl)
 
     def sender(self, program: ProgramClient) -> TxSender:
-        return TxSender(self.rpcs, self.wallet, error_names=program.idl.error_name)
+        from psyche.backends.solana.budget import ComputeBudget
+
+        # Every transaction asks for the compute its instructions need at their worst case.
+        budget = ComputeBudget([self.coordinator, self.authorizer])
+        return TxSender(self.rpcs, self.wallet, error_names=program.idl.error_name, prepare=budget)
 
     async def close(self) -> None:
         for r in self.rpcs:

@@ -33,6 +33,7 @@ from .rpc_double import SolanaRpcDouble
 from .test_layout import _snap
 
 pytestmark = [needs_coordinator_idl, needs_authorizer_idl]
+COMPUTE_BUDGET = "ComputeBudget111111111111111111111111111111"
 
 
 class Node:
@@ -76,6 +77,8 @@ def decoded(
     out = []
     for cix in msg.instructions:
         program = msg.account_keys[cix.program_id_index]
+        if str(program) == COMPUTE_BUDGET:
+            continue  # the compute-unit limit every transaction asks for (test_budget.py)
         metas = [(msg.account_keys[i], msg.is_signer(i), writable(i)) for i in cix.accounts]
         data = bytes(cix.data)
         for idl in (coordinator_idl(), authorizer_idl()):

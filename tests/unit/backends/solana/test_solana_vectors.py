@@ -184,8 +184,11 @@ class RecordingSession(Session):
     account: Pubkey = field(default_factory=Pubkey.default)
     sent: list[list[Instruction]] = field(default_factory=list)
 
+    async def run_accounts(self, run_id: str) -> RunAccounts:
+        return RunAccounts(instance_pda(self.coordinator.program_id, run_id), self.account)
+
     async def run(self, run_id: str) -> tuple[RunInstructions, RunSnapshot]:
-        run = RunAccounts(instance_pda(self.coordinator.program_id, run_id), self.account)
+        run = await self.run_accounts(run_id)
         # No admin path used here reads the snapshot (no restart step, no metadata merge).
         return RunInstructions(self.coordinator, run), None  # type: ignore[return-value]
 

@@ -36,6 +36,7 @@ from solders.transaction import Transaction
 from psyche.backends.base import BackendError
 
 __all__ = [
+    "AlreadyProcessedError",
     "ProgramRejectedError",
     "RpcError",
     "SolanaRpc",
@@ -66,6 +67,18 @@ class ProgramRejectedError(BackendError):
 def reconnect_delay(retries: int) -> float:
     """Websocket reconnect backoff (SPEC §9.6): ``min(30, 2·retries)`` seconds."""
     return float(min(30, 2 * retries))
+
+
+class AlreadyProcessedError(RpcError):
+    """The node has already processed this very transaction (same signature)."""
+
+
+def deterministic_error(err: Any) -> bool:
+    """Whether a transaction error would recur on every retry: an instruction failed, or an
+    account would be left below rent exemption (unlike a stale blockhash or a busy node)."""
+    return isinstance(err, dict) and (
+        "InstructionError" in err or "InsufficientFundsForRent" in err
+    )
 
 
 def custom_error_code(err: Any) -> int | None:
@@ -109,9 +122,12 @@ class SolanaRpc:
         if "error" in reply:
             err: dict[str, Any] = reply["error"] if isinstance(reply["error"], dict) else {}
             data = err.get("data")
-            code = custom_error_code(data.get("err")) if isinstance(data, dict) else None
-            if code is not None:
-                raise ProgramRejectedError(code, None, str(err.get("message", "")))
+            tx_err = data.get("err") if isinstance(data, dict) else None
+            message = str(err.get("message", ""))
+            if deterministic_error(tx_err):
+                raise ProgramRejectedError(custom_error_code(tx_err), None, message)
+            if tx_err == "AlreadyProcessed":
+                raise AlreadyProcessedError(f"{self.url}: {method}: {message}")
             raise RpcError(f"{self.url}: {method}: {err.get('message', reply['error'])}")
         return reply.get("result")
 
@@ -136,6 +152,12 @@ class SolanaRpc:
         data = base64.b64encode(bytes(tx)).decode()
         opts = {"encoding": "base64", "preflightCommitment": COMMITMENT}
         return str(await self.call("sendTransaction", [data, opts]))
+
+    async def status(self, signature: str) -> dict[str, Any] | None:
+        """The signature's status, or None if this node has not seen it land."""
+        res = await self.call("getSignatureStatuses", [[signature]])
+        status = (res.get("value") or [None])[0] if isinstance(res, dict) else None
+        return status if isinstance(status, dict) else None
 
     async def confirm(self, signature: str, timeout: float) -> None:
         """Wait until the signature is confirmed; a failed transaction raises."""
@@ -203,15 +225,25 @@ class TxSender:
             ixs = self._prepare(ixs)
         last: Exception | None = None
         delay, factor, cap = self._backoff
+        # Signatures already sent: a send or confirm that failed on our side may still have
+        # landed, and signing anew (with a newer blockhash) would run the instructions twice.
+        sent: list[str] = []
         for rpc in self.rpcs:
             wait = delay
             for attempt in range(1, self._attempts + 1):
                 try:
+                    landed = await self._landed(rpc, sent, timeout)
+                    if landed is not None:
+                        return landed
                     blockhash = await rpc.latest_blockhash()
                     msg = Message.new_with_blockhash(list(ixs), self.payer.pubkey(), blockhash)
                     signers = [self.payer, *[s for s in extra_signers if s != self.payer]]
                     tx = Transaction(signers, msg, blockhash)
-                    sig = await rpc.send_transaction(tx)
+                    sig = str(tx.signatures[0])
+                    sent.append(sig)
+                    # AlreadyProcessed: this very transaction landed before; confirm it.
+                    with contextlib.suppress(AlreadyProcessedError):
+                        await rpc.send_transaction(tx)
                     await rpc.confirm(sig, timeout)
                     return sig
                 except ProgramRejectedError as e:
@@ -231,6 +263,17 @@ class TxSender:
                     await asyncio.sleep(wait)
                     wait = min(cap, wait * factor)
         raise RpcError(f"{label or 'transaction'} failed on every RPC endpoint: {last}")
+
+    @staticmethod
+    async def _landed(rpc: SolanaRpc, sent: Sequence[str], timeout: float) -> str | None:
+        """The signature among ``sent`` that landed (confirmed), if any; a landed one that
+        failed raises its error."""
+        for sig in sent:
+            status = await rpc.status(sig)
+            if status is not None:
+                await rpc.confirm(sig, timeout)
+                return sig
+        return None
 
 
 async def account_updates(

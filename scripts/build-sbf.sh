@@ -8,7 +8,7 @@
 # with the Solana tools (see docs/sbf-build.md for why each piece below exists).
 #
 # usage: scripts/build-sbf.sh
-# env:   SBF_WORK  caches and tools   (default: ~/.cache/psyche/sbf; delete it to start over)
+# env:   SBF_WORK  caches and tools   (default: $PSYCHE_CACHE_DIR/sbf, i.e. ~/.cache/psyche/sbf)
 #        SBF_OUT   where the .so go   (default: <repo>/target/deploy)
 #        SBF_JOBS  cargo -j           (default: 2)
 # Idempotent: every step is skipped when its result is present; a warm run only re-links.
@@ -16,7 +16,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KIT="$ROOT/scripts/sbf"
-SBF_WORK="${SBF_WORK:-$HOME/.cache/psyche/sbf}"
+SBF_WORK="${SBF_WORK:-${PSYCHE_CACHE_DIR:-$HOME/.cache/psyche}/sbf}"
 SBF_OUT="${SBF_OUT:-$ROOT/target/deploy}"
 JOBS="${SBF_JOBS:-2}"
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/psyche/cargo-target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${PSYCHE_CACHE_DIR:-$HOME/.cache/psyche}/cargo-target}"
 # solana-program-test logs every instruction at debug level unless told otherwise.
 export RUST_LOG="${RUST_LOG:-error}"
 sbf_dir="${SBF_OUT:-$root/target/deploy}"

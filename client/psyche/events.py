@@ -11,7 +11,10 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psyche.coordinator import Coordinator
 
 
 class EventLog:
@@ -73,3 +76,31 @@ class EventTail:
                 continue
         self.events.extend(new)
         return new
+
+
+def state_event(c: Coordinator) -> dict[str, Any]:
+    """The fields of a coordinator state worth logging (the centralized server's events file,
+    the Solana testnet's chain follower): enough to rebuild rounds and their end reasons."""
+    rnd = c.current_round()
+    return {
+        "run_state": c.run_state.name,
+        "epoch": c.progress.epoch,
+        "step": c.progress.step,
+        "height": rnd.height,
+        "witnesses": len(rnd.witnesses),
+        "witness_target": c.witness_count(),
+        "clients": {x.id.hex(): x.state.name for x in c.epoch_state.clients},
+        "checkpoint": checkpoint_label(c),
+        "retries": [[b.start, b.end] for b in rnd.retries],
+        "lost": len(c.epoch_state.lost),
+    }
+
+
+def checkpoint_label(c: Coordinator) -> str | None:
+    """``Kind`` or ``Kind:repo`` for the run's checkpoint (the summary's checkpoint source)."""
+    ck = getattr(c.model, "checkpoint", None)
+    if ck is None:
+        return None
+    repo = getattr(ck, "repo", None)
+    name = getattr(repo, "repo_id", None) or getattr(repo, "bucket", None)
+    return f"{ck.TAG}:{name}" if name else str(ck.TAG)

@@ -94,3 +94,25 @@ def test_epochs_list_checkpoint_sources_joiners_and_kills(tmp_path: Path) -> Non
     ]
     assert e1["joiners"][0]["ready_after_warmup_s"] == 3.0 and e1["kills"] == []
     assert s["clients"]["client-b"]["killed_at"] == [112.0]
+
+
+def test_rebuilding_the_summary_counts_a_drop_once(tmp_path: Path) -> None:
+    """The launcher rebuilds the summary while the run goes on, from its live tallies."""
+    hub = "Hub:runs/model"
+    states = [
+        _state(101, 0, 1, "RoundTrain", hub, ["a", "b"]),
+        {
+            **_state(102, 0, 2, "RoundTrain", hub, ["a", "b"]),
+            "clients": {"a": "Healthy", "b": "Ejected"},
+        },
+    ]
+    server = _write(tmp_path / "server.jsonl", states)
+    logs = {
+        label: _write(tmp_path / f"{c}.jsonl", [{"t": 100, "event": "hello", "client": c}])
+        for label, c in (("client-a", "a"), ("client-b", "b"))
+    }
+    tallies = {"client-a": ClientTally(joins=1), "client-b": ClientTally(joins=1)}
+    for _ in range(3):
+        s = build_summary(server, logs, tallies).to_json()
+    assert s["clients"]["client-b"]["drops"] == 1 and s["clients"]["client-a"]["drops"] == 0
+    assert tallies["client-b"].drops == 0

@@ -1,16 +1,28 @@
-"""Local testnet launcher (psyche-centralized-local-testnet): a server plus N clients here."""
+"""Local testnet launcher (psyche-centralized-local-testnet): a server plus N clients here.
+
+The flags, the per-round lines, the TUI and the closing report are shared with
+``psyche-solana-local-testnet`` (:mod:`psyche.cli.solana_testnet`), which imports them from here.
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from psyche.testnet.base import LocalTestnet
+
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny"
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group()
@@ -19,47 +31,69 @@ def testnet() -> None:
     this machine."""
 
 
-def _ints(text: str) -> tuple[int, ...]:
+def ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
 
 
+def testnet_options(default_config: Path) -> Callable[[F], F]:
+    """The flags both testnets take, with the same names and environment twins."""
+    options = [
+        click.option("--num-clients", default=3, show_default=True, envvar="NUM_CLIENTS"),
+        click.option(
+            "--config-path",
+            default=str(default_config),
+            show_default=True,
+            envvar="CONFIG_PATH",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Directory with state.toml (and data.toml for a Server data location).",
+        ),
+        click.option("--random-kill-num", default=0, show_default=True, envvar="RANDOM_KILL_NUM"),
+        click.option(
+            "--random-kill-interval",
+            default=120.0,
+            show_default=True,
+            envvar="RANDOM_KILL_INTERVAL",
+        ),
+        click.option(
+            "--allowed-to-kill",
+            default="",
+            envvar="ALLOWED_TO_KILL",
+            help="1-based client numbers.",
+        ),
+        click.option("--tui", default=None, type=click.BOOL, envvar="PSYCHE_TUI"),
+        click.option(
+            "--epochs", default=None, type=int, envvar="EPOCHS", help="Stop after E epochs."
+        ),
+        click.option(
+            "--summary",
+            default=None,
+            type=click.Path(dir_okay=False, path_type=Path),
+            envvar="SUMMARY_PATH",
+            help="Summary JSON path (PNG written beside it).",
+        ),
+        click.option(
+            "--out",
+            default=None,
+            type=click.Path(file_okay=False, path_type=Path),
+            envvar="TESTNET_OUT",
+            help="Logs, keys and events (default runs/<run>-testnet).",
+        ),
+        click.option("--device", default="cpu", show_default=True, envvar="PSYCHE_DEVICE"),
+        click.option("--micro-batch-size", default=2, show_default=True, envvar="MICRO_BATCH_SIZE"),
+        click.option("--timeout", default=3600.0, show_default=True, envvar="TESTNET_TIMEOUT"),
+    ]
+
+    def decorate(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
 @testnet.command("start")
-@click.option("--num-clients", default=3, show_default=True, envvar="NUM_CLIENTS")
-@click.option(
-    "--config-path",
-    default=str(DEFAULT_CONFIG),
-    show_default=True,
-    envvar="CONFIG_PATH",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Directory with state.toml (and data.toml for a Server data location).",
-)
+@testnet_options(DEFAULT_CONFIG)
 @click.option("--server-port", default=20000, show_default=True, envvar="PSYCHE_SERVER_PORT")
-@click.option("--random-kill-num", default=0, show_default=True, envvar="RANDOM_KILL_NUM")
-@click.option(
-    "--random-kill-interval", default=120.0, show_default=True, envvar="RANDOM_KILL_INTERVAL"
-)
-@click.option(
-    "--allowed-to-kill", default="", envvar="ALLOWED_TO_KILL", help="1-based client numbers."
-)
-@click.option("--tui", default=None, type=click.BOOL, envvar="PSYCHE_TUI")
-@click.option("--epochs", default=None, type=int, envvar="EPOCHS", help="Stop after E epochs.")
-@click.option(
-    "--summary",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="SUMMARY_PATH",
-    help="Summary JSON path (PNG written beside it).",
-)
-@click.option(
-    "--out",
-    default=None,
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="TESTNET_OUT",
-    help="Logs, keys and events (default runs/<run>-testnet).",
-)
-@click.option("--device", default="cpu", show_default=True, envvar="PSYCHE_DEVICE")
-@click.option("--micro-batch-size", default=2, show_default=True, envvar="MICRO_BATCH_SIZE")
-@click.option("--timeout", default=3600.0, show_default=True, envvar="TESTNET_TIMEOUT")
 def start(
     num_clients: int,
     config_path: Path,
@@ -77,7 +111,7 @@ def start(
 ) -> None:
     """Start the server and NUM_CLIENTS clients, follow the run, write the summary and plot."""
     from psyche.protocol.serde import ConfigError
-    from psyche.testnet.launcher import TestnetOptions, finish, make_testnet
+    from psyche.testnet.launcher import TestnetOptions, make_testnet
 
     console = Console(soft_wrap=True)
     options = TestnetOptions(
@@ -89,7 +123,7 @@ def start(
         epochs=epochs,
         random_kill_num=random_kill_num,
         random_kill_interval=random_kill_interval,
-        allowed_to_kill=_ints(allowed_to_kill),
+        allowed_to_kill=ints(allowed_to_kill),
         device=device,
         micro_batch_size=micro_batch_size,
         timeout_s=timeout,
@@ -99,6 +133,16 @@ def start(
     except ConfigError as e:
         console.print(f"[red]invalid config[/]: {e}")
         sys.exit(1)
+    run_and_report(net, console, tui)
+
+
+def run_and_report(net: LocalTestnet, console: Console, tui: bool | None) -> None:
+    """Run the testnet, print one line per round (or the TUI), then one per epoch and the end;
+    write the summary and the plot. Exits 1 if the run failed or timed out."""
+    from psyche.testnet.base import finish
+
+    # SIGTERM (a supervisor, a test's cleanup) unwinds like Ctrl-C, so every child is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     use_tui = console.is_terminal if tui is None else tui
     console.print(f"testnet for run {net.config.run_id!r}: logs in {net.out}/logs")
     seen: set[tuple[int, int]] = set()
@@ -106,7 +150,7 @@ def start(
     logged = [0]
 
     def lines(n: object) -> None:
-        # Rebuilding the summary reads every client log: only do it when the server moved on.
+        # Rebuilding the summary reads every client log: only do it when the run moved on.
         if len(net.states()) == logged[0]:
             return
         logged[0] = len(net.states())
@@ -116,14 +160,7 @@ def start(
             if key in seen:
                 continue
             seen.add(key)
-            losses = " ".join(f"{c}={v:.3f}" for c, v in r["loss"].items()) or "drain"
-            hashes = set(r["model_hash"].values())
-            agree = "identical" if len(hashes) == 1 else f"{len(hashes)} distinct"
-            console.print(
-                f"epoch {r['epoch']} step {r['step']:3d} round {r['height']:2d} "
-                f"{r['duration_s']:6.2f}s ({r['end_reason']}, {r['witnesses']} witnesses) "
-                f"loss {losses} weights {agree}"
-            )
+            console.print(round_line(r))
 
     try:
         if use_tui:
@@ -155,10 +192,18 @@ def start(
     )
 
 
-def _status(net: object) -> Group:
-    from psyche.testnet.launcher import Testnet
+def round_line(r: dict[str, Any]) -> str:
+    losses = " ".join(f"{c}={v:.3f}" for c, v in r["loss"].items()) or "drain"
+    hashes = set(r["model_hash"].values())
+    agree = "identical" if len(hashes) == 1 else f"{len(hashes)} distinct"
+    return (
+        f"epoch {r['epoch']} step {r['step']:3d} round {r['height']:2d} "
+        f"{r['duration_s']:6.2f}s ({r['end_reason']}, {r['witnesses']} witnesses) "
+        f"loss {losses} weights {agree}"
+    )
 
-    assert isinstance(net, Testnet)
+
+def _status(net: LocalTestnet) -> Group:
     s = net.summary()
     table = Table(title=f"run {net.config.run_id!r} — {s.final_state or 'starting'}")
     for col in ("epoch", "step", "round", "time s", "end", "witnesses", "mean loss", "weights"):

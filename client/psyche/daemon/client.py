@@ -195,6 +195,16 @@ class ClientDaemon:
         view = self.view
         if view.dropped:
             return
+        if state is not RunState.Warmup and self.trained is None:
+            # Listed in an epoch whose warmup this process never saw (restarted mid-epoch with
+            # the same key, still listed until a health check): without the epoch's model it can
+            # neither train nor apply, so it sits the epoch out instead of failing in _apply.
+            log.warning(
+                "listed in epoch %d but started after its warmup; waiting for the next one",
+                coord.progress.epoch,
+            )
+            self._drop_out()
+            return
         if state is RunState.Warmup:
             if self.trained is None:
                 self.trained = await self._load_model(coord)

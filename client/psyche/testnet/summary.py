@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,10 @@ class Summary:
         }
 
 
+def _copy(t: ClientTally) -> ClientTally:
+    return replace(t, started_at=list(t.started_at), killed_at=list(t.killed_at))
+
+
 def build_summary(
     server_events: Path, client_logs: dict[str, Path], tallies: dict[str, ClientTally]
 ) -> Summary:
@@ -71,7 +75,11 @@ def build_summary(
                 train[(e["step"], e["client"])] = e
             elif e["event"] == "apply":
                 apply[(e["step"], e["client"])] = e["model_hash"]
-    out = Summary(clients={label: tallies.get(label, ClientTally()) for label in client_logs})
+    # Copies: drops are counted here, and the launcher rebuilds the summary while the run goes
+    # on; counting into its own tallies would add the same drops again at every rebuild.
+    out = Summary(
+        clients={label: _copy(tallies.get(label, ClientTally())) for label in client_logs}
+    )
     rounds: dict[tuple[int, int], dict[str, Any]] = {}
     order: list[tuple[int, int]] = []
     prev_state: str | None = None

@@ -32,7 +32,7 @@ from psyche.backends.centralized.status import render_status
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import ClientState, CoordinatorException, Progress, RunState
 from psyche.data.tcp_server import DataServer, RoundAuthorizer
-from psyche.events import EventLog
+from psyche.events import EventLog, state_event
 from psyche.protocol.config import LLM, SeededShuffle, ServerData
 from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
@@ -177,34 +177,6 @@ def build(settings: ServerSettings) -> Built:
     options = ServerOptions(host=settings.host, port=settings.port)
     server = CentralizedServer(hub, options, on_state=on_state)
     return Built(server, data_server, data_port)
-
-
-def state_event(c: Coordinator) -> dict[str, Any]:
-    """The fields of a state worth logging: enough to rebuild rounds and their end reasons."""
-    rnd = c.current_round()
-    return {
-        "run_state": c.run_state.name,
-        "epoch": c.progress.epoch,
-        "step": c.progress.step,
-        "height": rnd.height,
-        "witnesses": len(rnd.witnesses),
-        "witness_target": c.witness_count(),
-        "clients": {x.id.hex(): x.state.name for x in c.epoch_state.clients},
-        "checkpoint": checkpoint_label(c),
-        "retries": [[b.start, b.end] for b in rnd.retries],
-        "lost": len(c.epoch_state.lost),
-    }
-
-
-def checkpoint_label(c: Coordinator) -> str | None:
-    """``Kind`` or ``Kind:repo`` for the run's checkpoint (the summary's checkpoint source)."""
-    llm = c.model
-    if not isinstance(llm, LLM):
-        return None
-    ck = llm.checkpoint
-    repo = getattr(ck, "repo", None)
-    name = getattr(repo, "repo_id", None) or getattr(repo, "bucket", None)
-    return f"{ck.TAG}:{name}" if name else str(ck.TAG)
 
 
 def _data_server(

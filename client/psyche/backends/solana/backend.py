@@ -97,6 +97,7 @@ class SolanaBackend:
         join_timeout: float = 5.0,
         ws_delay: Callable[[int], float] = reconnect_delay,
         max_buffered_states: int = 64,
+        on_confirmed: Callable[[str, str], None] | None = None,
     ) -> None:
         if not rpcs:
             raise ValueError("at least one RPC endpoint is needed")
@@ -126,6 +127,9 @@ class SolanaBackend:
         self._tick_sent: tuple[int, float] | None = None
         self.sent: list[str] = []
         """Labels of the transactions confirmed so far (for tests and logs)."""
+        self.on_confirmed = on_confirmed
+        """Called with (label, signature) for every confirmed transaction, so a client's event
+        log can name the transactions it made (the local testnet looks them up on the chain)."""
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -298,9 +302,9 @@ class SolanaBackend:
     async def _join(self, epoch: int) -> None:
         ix = self.ixs.join_run(self.wallet.pubkey(), self.identity, self.authorization)
         try:
-            await self.sender.send([ix], label="join_run", confirm_timeout=self.join_timeout)
+            sig = await self.sender.send([ix], label="join_run", confirm_timeout=self.join_timeout)
             self.joined_epoch = epoch
-            self.sent.append("join_run")
+            self._confirmed("join_run", sig)
             log.info("joined epoch %d of the run", epoch)
         except BackendError as e:
             log.warning("join_run for epoch %d failed (will retry): %s", epoch, e)
@@ -314,12 +318,16 @@ class SolanaBackend:
 
     async def _send_now(self, ixs: list[Instruction], label: str) -> None:
         try:
-            await self.sender.send(ixs, label=label)
-            self.sent.append(label)
+            self._confirmed(label, await self.sender.send(ixs, label=label))
         except BackendError as e:
             log.warning("%s transaction failed: %s", label, e)
             self._inbox.rejections.append(f"{label}: {e}")
             await self._inbox.notify()
+
+    def _confirmed(self, label: str, signature: str) -> None:
+        self.sent.append(label)
+        if self.on_confirmed is not None:
+            self.on_confirmed(label, signature)
 
     async def _tick_loop(self) -> None:
         while not self._inbox.ended:

@@ -15,6 +15,7 @@ from solders.pubkey import Pubkey
 from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.peers import BootstrapDirectory, parse_bootstrap_peers
 from psyche.backends.solana.session import Session
+from psyche.events import EventLog
 from psyche.protocol.identity import SecretKey
 
 if TYPE_CHECKING:
@@ -48,6 +49,13 @@ async def train_on_solana(
     join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
     key = SecretKey.from_bytes(session.wallet.secret())
     directory = BootstrapDirectory(parse_bootstrap_peers(bootstrap_peers))
+    # The daemon's event log also names each confirmed transaction, so what a client did on the
+    # chain can be looked up there (getTransaction) after the run.
+    events = EventLog(event_log, key.node_identity().hex()) if event_log else None
+
+    def confirmed(label: str, signature: str) -> None:
+        if events is not None:
+            events.write("transaction", label=label, signature=signature)
 
     def make_backend(key: SecretKey) -> SolanaBackend:
         return SolanaBackend(
@@ -62,6 +70,7 @@ async def train_on_solana(
             client_version=client_version,
             directory=directory,
             sender=session.sender(session.coordinator),
+            on_confirmed=confirmed,
         )
 
     options = ClientOptions(

@@ -1,0 +1,87 @@
+"""Solana local testnet launcher (psyche-solana-local-testnet): a local SVM with both programs,
+the run creator's documented flow, and N ``psyche-solana-client train`` joiners on this machine.
+
+Same flags, per-round lines, TUI, summary and plot as ``psyche-centralized-local-testnet``
+(:mod:`psyche.cli.testnet`); what differs is the coordinator side (``psyche.testnet.solana``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from psyche.cli.testnet import ints, run_and_report, testnet_options
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny-solana"
+
+
+@click.group()
+def solana_testnet() -> None:
+    """Solana local testnet launcher (psyche-solana-local-testnet): a local SVM running the
+    programs plus N Solana clients on this machine."""
+
+
+@solana_testnet.command("start")
+@testnet_options(DEFAULT_CONFIG)
+@click.option("--run-id", default=None, envvar="RUN_ID", help="Default: the config's run_id.")
+@click.option("--rpc-port", default=0, show_default=True, envvar="SVM_RPC_PORT", help="0: free.")
+@click.option(
+    "--ws-port", default=0, show_default=True, envvar="SVM_WS_PORT", help="0: RPC port + 1 or free."
+)
+@click.option(
+    "--p2p-base-port",
+    default=0,
+    show_default=True,
+    envvar="P2P_BASE_PORT",
+    help="Client N listens on base + N (0: a free port each).",
+)
+def start(
+    num_clients: int,
+    config_path: Path,
+    run_id: str | None,
+    rpc_port: int,
+    ws_port: int,
+    p2p_base_port: int,
+    random_kill_num: int,
+    random_kill_interval: float,
+    allowed_to_kill: str,
+    tui: bool | None,
+    epochs: int | None,
+    summary: Path | None,
+    out: Path | None,
+    device: str,
+    micro_batch_size: int,
+    timeout: float,
+) -> None:
+    """Start a local SVM, create and configure the run as its creator, authorize NUM_CLIENTS
+    wallets, start them from their env files, follow the run, write the summary and plot."""
+    from psyche.protocol.serde import ConfigError
+    from psyche.testnet.solana import SolanaTestnetOptions, make_solana_testnet
+
+    console = Console(soft_wrap=True)
+    options = SolanaTestnetOptions(
+        config_path=config_path,
+        num_clients=num_clients,
+        run_id=run_id,
+        rpc_port=rpc_port,
+        ws_port=ws_port,
+        p2p_base_port=p2p_base_port,
+        out_dir=out,
+        summary_path=summary,
+        epochs=epochs,
+        random_kill_num=random_kill_num,
+        random_kill_interval=random_kill_interval,
+        allowed_to_kill=ints(allowed_to_kill),
+        device=device,
+        micro_batch_size=micro_batch_size,
+        timeout_s=timeout,
+    )
+    try:
+        net = make_solana_testnet(options, lambda m: console.print(m))
+    except (ConfigError, ValueError, RuntimeError) as e:
+        console.print(f"[red]cannot start[/]: {e}")
+        sys.exit(1)
+    run_and_report(net, console, tui)

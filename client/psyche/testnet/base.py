@@ -1,0 +1,241 @@
+"""What every local testnet shares: child processes, random kills, the follow loop, the summary.
+
+A local testnet is a coordinator side (the centralized server, or a local SVM holding the
+programs) and N client processes on this machine. Subclasses say how to start the coordinator side
+and how to start one client; this class owns the processes (a log file each under ``logs/``),
+kills random clients and restarts them, restarts clients that crash on their own, stops when the
+run finishes (or after E epochs, or a timeout) and kills every child on the way out.
+
+The coordinator's states come from one JSON-lines file of ``state`` events (the server's
+``--events-file``, or the chain follower's copy of the coordinator account), so the summary and
+the stop rules do not depend on which side produced them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from psyche.events import EventTail
+from psyche.protocol.runconfig import RunConfig
+from psyche.testnet.summary import ClientTally, Summary, build_summary, plot_losses
+
+__all__ = ["LocalTestnet", "NetOptions", "Proc", "epochs_completed", "finish", "stop_processes"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetOptions:
+    """The options both testnets take (the CLI flags they share)."""
+
+    config_path: Path
+    num_clients: int = 3
+    out_dir: Path | None = None
+    summary_path: Path | None = None
+    epochs: int | None = None
+    random_kill_num: int = 0
+    random_kill_interval: float = 120.0
+    allowed_to_kill: tuple[int, ...] = ()
+    device: str = "cpu"
+    micro_batch_size: int = 2
+    timeout_s: float = 3600.0
+    seed: int = 0
+    checkpoint_dir: Path | None = None
+    """Where elected checkpointers store the model (default ``<out>/checkpoints``); a client
+    joining a later epoch loads the run's last stored checkpoint from there."""
+
+
+@dataclass
+class Proc:
+    label: str
+    popen: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+
+@dataclass
+class LocalTestnet:
+    """The shared part; subclasses implement the four hooks at the end of the class."""
+
+    options: NetOptions
+    config: RunConfig
+    out: Path
+    clients: dict[str, Proc] = field(default_factory=dict)
+    tallies: dict[str, ClientTally] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
+    """Clients killed on purpose and not to be restarted."""
+    _tail: EventTail | None = None
+
+    def states(self) -> list[dict[str, Any]]:
+        """Every coordinator state logged so far (read incrementally)."""
+        if self._tail is None:
+            self._tail = EventTail(self.states_file)
+        self._tail.poll()
+        return [e for e in self._tail.events if e.get("event") == "state"]
+
+    def client_log(self, label: str) -> Path:
+        return self.out / "events" / f"{label}.jsonl"
+
+    # --- processes ----------------------------------------------------------------------------
+
+    def spawn(
+        self,
+        label: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Proc:
+        """Start ``argv`` with its output in ``logs/<label>.log`` (appended: restarts share it)."""
+        log = (self.out / "logs" / f"{label}.log").open("ab")
+        base = dict(os.environ) if env is None else dict(env)
+        # Every child is one of many sharing the cores: one BLAS thread each keeps them fair.
+        base.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+        popen = subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, env=base, cwd=cwd
+        )
+        return Proc(label, popen, log)
+
+    def start_client(self, slot: int) -> None:
+        label = f"client-{slot}"
+        self.down.discard(label)
+        self.clients[label] = self.client_process(slot, label)
+        tally = self.tallies.setdefault(label, ClientTally())
+        tally.joins += 1
+        tally.started_at.append(round(time.time(), 3))
+
+    def kill_client(self, label: str, *, restart: bool = False) -> None:
+        """SIGKILL a client (a crash, not a clean exit); restart it at once if asked."""
+        proc = self.clients[label]
+        with contextlib.suppress(ProcessLookupError):
+            proc.popen.send_signal(signal.SIGKILL)
+        proc.popen.wait(timeout=30)
+        proc.log.close()
+        self.tallies[label].kills += 1
+        self.tallies[label].killed_at.append(round(time.time(), 3))
+        if restart:
+            self.start_client(int(label.split("-")[1]))
+        else:
+            self.down.add(label)
+
+    def stop_all(self) -> None:
+        """Stop the clients, then the coordinator side (idempotent)."""
+        stop_processes([*self.clients.values()])
+        try:
+            self.stop_coordinator_side()
+        finally:
+            stop_processes(self.infrastructure())
+
+    # --- the run ------------------------------------------------------------------------------
+
+    def summary(self) -> Summary:
+        logs = {label: self.client_log(label) for label in sorted(self.tallies)}
+        return build_summary(self.states_file, logs, self.tallies)
+
+    def run(self, on_tick: Callable[[Any], bool | None] | None = None) -> Summary:
+        """Run until the run ends, ``epochs`` epochs pass, or ``on_tick`` (called every 0.5 s)
+        returns True."""
+        o = self.options
+        rng = random.Random(o.seed)
+        try:
+            self.start_coordinator_side()
+            for slot in range(1, o.num_clients + 1):
+                self.start_client(slot)
+            started = time.monotonic()
+            next_kill = started + o.random_kill_interval
+            while True:
+                time.sleep(0.5)
+                if on_tick is not None and on_tick(self):
+                    break
+                states = self.states()
+                last = states[-1]["run_state"] if states else ""
+                if last in ("Finished", "Paused"):
+                    break
+                if o.epochs is not None and epochs_completed(states) >= o.epochs:
+                    break
+                if time.monotonic() - started > o.timeout_s:
+                    raise TimeoutError(f"the run did not finish within {o.timeout_s:.0f} s")
+                self.check_coordinator_side()
+                if o.random_kill_num and time.monotonic() >= next_kill:
+                    next_kill = time.monotonic() + o.random_kill_interval
+                    allowed = [
+                        f"client-{i}" for i in (o.allowed_to_kill or range(1, o.num_clients + 1))
+                    ]
+                    for label in rng.sample(allowed, min(o.random_kill_num, len(allowed))):
+                        self.kill_client(label, restart=True)
+                for label, proc in list(self.clients.items()):
+                    # A client that crashed (not killed by us) is restarted too.
+                    if label not in self.down and proc.popen.poll() not in (None, 0):
+                        proc.log.close()
+                        self.start_client(int(label.split("-")[1]))
+        finally:
+            self.stop_all()
+        return self.summary()
+
+    # --- hooks --------------------------------------------------------------------------------
+
+    @property
+    def states_file(self) -> Path:
+        """The JSON-lines file of ``state`` events the summary is built from."""
+        raise NotImplementedError
+
+    def start_coordinator_side(self) -> None:
+        """Start what the clients connect to and return once they can."""
+        raise NotImplementedError
+
+    def check_coordinator_side(self) -> None:
+        """Raise RuntimeError if the coordinator side died."""
+
+    def stop_coordinator_side(self) -> None:
+        """Called once the clients are stopped and before the coordinator side's processes are:
+        stop in-process helpers, read what only a running coordinator side can tell."""
+
+    def infrastructure(self) -> list[Proc]:
+        """The coordinator side's processes, stopped after the clients."""
+        return []
+
+    def client_process(self, slot: int, label: str) -> Proc:
+        raise NotImplementedError
+
+
+def stop_processes(procs: Sequence[Proc], grace_s: float = 15.0) -> None:
+    """SIGTERM, wait up to ``grace_s`` for them all, then SIGKILL the rest."""
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+        if p.popen.poll() is None:
+            p.popen.kill()
+            p.popen.wait(timeout=10)
+        p.log.close()
+
+
+def epochs_completed(states: list[dict[str, Any]]) -> int:
+    return sum(
+        1
+        for a, b in itertools.pairwise(states)
+        if a["run_state"] == "Cooldown" and b["run_state"] != "Cooldown"
+    )
+
+
+def finish(testnet: LocalTestnet, summary: Summary) -> tuple[Path, Path]:
+    """Write ``summary.json`` (or ``--summary``) and the loss plot beside it."""
+    path = testnet.options.summary_path or testnet.out / "summary.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    png = path.with_suffix(".png")
+    plot_losses(
+        summary, png, f"run {testnet.config.run_id!r}: {testnet.options.num_clients} clients"
+    )
+    return path, png

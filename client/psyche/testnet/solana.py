@@ -1,0 +1,389 @@
+"""The Solana local testnet: a local SVM with both programs, the run creator's flow, N joiners.
+
+What a real deployment does, in its own processes, on 127.0.0.1:
+
+1. the chain: ``psyche-local-svm run`` (an SVM behind an RPC front: JSON-RPC + websocket pubsub
+   in front of ``solders.litesvm`` running ``target/deploy/*.so`` with a validator's rules), its
+   own process like a validator, with the run creator's, the grantor's, the grantee's and every
+   client's wallet funded;
+2. the run creator's flow, exactly as the user documentation writes it: ``psyche-solana-client
+   create-run``, ``update-config``, ``scripts/join-authorization-create.sh``,
+   ``scripts/join-authorization-set-delegates.sh`` (the delegates are the clients' wallets) and
+   ``set-paused … resume``, each a subprocess with its output in ``logs/setup.log``;
+3. N joiners: ``psyche-solana-client train`` configured only by an env file written as a joiner
+   writes one (``env/client-N.env``, quoted values) and read as ``docker run --env-file`` reads
+   it. The clients send every join, tick, witness, warmup witness, health check and checkpoint
+   as transactions the SBF program executes; the clients tick (as on a real cluster, nobody else
+   does: see :mod:`psyche.backends.solana.ticker`).
+
+Stood in for now: the P2P rendezvous. The coordinator account holds keys, not addresses, so the
+launcher gives each client a fixed P2P port and hands every client the others' multiaddrs
+(``PSYCHE_BOOTSTRAP_PEERS``), as a run operator would publish its own clients' addresses.
+
+The run's states come from the coordinator account (:class:`~psyche.testnet.chain.ChainFollower`),
+written in the centralized server's event format, so the summary, the per-round lines and the
+plot are the centralized testnet's. At the end, before the SVM stops, every confirmed transaction
+of the run is looked up on it and ``program-calls.json`` tallies the instructions the programs
+executed (:mod:`psyche.testnet.program_calls`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from solders.keypair import Keypair
+
+from psyche.events import read_events
+from psyche.p2p.identity import peer_id_for
+from psyche.protocol.config import LLM, ServerData
+from psyche.protocol.runconfig import load_run_config
+from psyche.testnet.base import LocalTestnet, NetOptions, Proc
+from psyche.testnet.chain import ChainFollower
+from psyche.testnet.envfile import read_env_file, write_env_file
+from psyche.testnet.inputs import prepare_local_inputs
+from psyche.testnet.program_calls import SIGNATURE, tally_program_calls
+
+__all__ = ["SolanaTestnet", "SolanaTestnetOptions", "make_solana_testnet"]
+
+ROOT = Path(__file__).resolve().parents[3]
+PROGRAMS = ("psyche_coordinator", "psyche_authorizer")
+LAMPORTS = 1_000 * 10**9
+"""Each funded wallet's airdrop (1000 SOL): the run creator pays ~1.2 SOL of rent for the
+coordinator account; a client pays 5000 lamports per transaction."""
+
+# What a container would inherit from its image: the launcher passes these on, and nothing else
+# of its own environment, so each client is configured by its env file alone.
+INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "XDG_CACHE_HOME",
+    "CUDA_VISIBLE_DEVICES",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SolanaTestnetOptions(NetOptions):
+    rpc_port: int = 0
+    """The SVM's JSON-RPC port; 0 picks a free one."""
+    ws_port: int = 0
+    """Its websocket port; 0 is the RPC port + 1, as a validator's (with ``rpc_port`` 0 the SVM
+    picks a free pair)."""
+    p2p_base_port: int = 0
+    """Client N listens for P2P on base + N; 0 picks a free port per client."""
+    run_id: str | None = None
+    """Default: the config's run_id."""
+    name: str = "local testnet"
+    description: str = "psyche-solana-local-testnet"
+
+
+@dataclass
+class SolanaTestnet(LocalTestnet):
+    svm: Proc | None = None
+    rpc_url: str = ""
+    ws_url: str = ""
+    follower: ChainFollower | None = None
+    p2p_ports: dict[int, int] = field(default_factory=dict)
+    setup_signatures: list[str] = field(default_factory=list)
+    log_line: Callable[[str], None] = print
+
+    @property
+    def opts(self) -> SolanaTestnetOptions:
+        assert isinstance(self.options, SolanaTestnetOptions)
+        return self.options
+
+    @property
+    def run_id(self) -> str:
+        return self.opts.run_id or self.config.run_id or ""
+
+    @property
+    def states_file(self) -> Path:
+        return self.out / "chain-events.jsonl"
+
+    @property
+    def keys(self) -> Path:
+        return self.out / "keys"
+
+    def wallet(self, name: str) -> Keypair:
+        """The keypair in ``keys/<name>.json`` (solana-keygen's format), made on first use."""
+        path = self.keys / f"{name}.json"
+        if path.exists():
+            return Keypair.from_bytes(bytes(json.loads(path.read_text())))
+        kp = Keypair()
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(list(bytes(kp))))
+        return kp
+
+    # --- the chain ----------------------------------------------------------------------------
+
+    def start_svm(self) -> None:
+        o = self.opts
+        ready = self.out / "svm-ready.json"
+        ready.unlink(missing_ok=True)
+        funded = [self.wallet(n) for n in ("creator", "grantor", "grantee")]
+        funded += [self.wallet(f"delegate{i}") for i in range(1, o.num_clients + 1)]
+        argv = [console_script("psyche-local-svm"), "run", "--rpc-port", str(o.rpc_port)]
+        if o.ws_port:
+            argv += ["--ws-port", str(o.ws_port)]
+        argv += ["--ready-file", str(ready)]
+        for name, program_id in program_ids().items():
+            so = ROOT / "target" / "deploy" / f"{name}.so"
+            argv += ["--program", f"{program_id}={so}"]
+        for kp in funded:
+            argv += ["--airdrop", f"{kp.pubkey()}={LAMPORTS}"]
+        self.svm = self.spawn("svm", argv)
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            if self.svm.popen.poll() is not None:
+                raise RuntimeError(f"the local SVM exited; see {self.out / 'logs' / 'svm.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the local SVM was not ready within 120 s")
+            time.sleep(0.2)
+        urls = json.loads(ready.read_text())
+        self.rpc_url, self.ws_url = urls["rpc"], urls["ws"]
+        self.log_line(f"local SVM at {self.rpc_url} (websocket {self.ws_url})")
+
+    # --- the run creator ----------------------------------------------------------------------
+
+    def setup(self, what: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        """Run one step of the run creator's flow; its output goes to ``logs/setup.log``."""
+        self.log_line(f"run creator: {what}")
+        log = self.out / "logs" / "setup.log"
+        try:
+            res = subprocess.run(
+                list(argv),
+                capture_output=True,
+                env=container_env(env or {}),
+                cwd=self.keys,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{what} did not finish within 120 s") from None
+        output = res.stdout.decode(errors="replace") + res.stderr.decode(errors="replace")
+        with log.open("a") as f:
+            f.write(f"$ {shlex.join(argv)}\n{output}")
+        self.setup_signatures += SIGNATURE.findall(res.stdout.decode(errors="replace"))
+        if res.returncode != 0:
+            raise RuntimeError(f"{what} failed (exit {res.returncode}); see {log}")
+
+    def create_run(self) -> None:
+        """The run creator's documented flow, one subprocess per step."""
+        o = self.opts
+        cli = console_script("psyche-solana-client")
+        endpoints = ["--rpc", self.rpc_url, "--ws-rpc", self.ws_url]
+        grantor = self.wallet("grantor").pubkey()
+        grantee = self.wallet("grantee").pubkey()
+        creator = {
+            "WALLET_PRIVATE_KEY_PATH": str(self.keys / "creator.json"),
+            # The creator (main authority) names the grantor as the run's join authority.
+            "JOIN_AUTHORITY": str(grantor),
+        }
+        run = ["--run-id", self.run_id]
+        self.setup(
+            f"create-run {self.run_id!r}",
+            [cli, "create-run", *endpoints, *run, "--name", o.name, "--description", o.description],
+            creator,
+        )
+        config = o.config_path / "state.toml"
+        self.setup(
+            f"update-config from {config}",
+            [cli, "update-config", *endpoints, *run, "--config-path", str(config.resolve())],
+            creator,
+        )
+        scripts = ROOT / "scripts"
+        tools = {"PSYCHE_SOLANA_CLIENT": cli}
+        create = scripts / "join-authorization-create.sh"
+        self.setup(
+            f"join-authorization-create.sh (grantor {grantor} → grantee {grantee})",
+            ["sh", str(create), self.rpc_url, "grantor.json", str(grantee)],
+            tools,
+        )
+        delegates = sorted(p.name for p in self.keys.glob("delegate*.json"))
+        set_delegates = scripts / "join-authorization-set-delegates.sh"
+        self.setup(
+            f"join-authorization-set-delegates.sh ({len(delegates)} client wallets)",
+            ["sh", str(set_delegates), self.rpc_url, str(grantor), "grantee.json", *delegates],
+            tools,
+        )
+        self.setup("set-paused resume", [cli, "set-paused", *endpoints, *run, "resume"], creator)
+
+    # --- the joiners --------------------------------------------------------------------------
+
+    def p2p_port(self, slot: int) -> int:
+        if slot not in self.p2p_ports:
+            base = self.opts.p2p_base_port
+            self.p2p_ports[slot] = base + slot if base else free_port()
+        return self.p2p_ports[slot]
+
+    def p2p_addr(self, slot: int) -> str:
+        key = bytes(self.wallet(f"delegate{slot}").pubkey())
+        return f"/ip4/127.0.0.1/tcp/{self.p2p_port(slot)}/p2p/{peer_id_for(key)}"
+
+    def env_file(self, slot: int) -> Path:
+        return self.out / "env" / f"client-{slot}.env"
+
+    def write_client_env(self, slot: int, label: str) -> Path:
+        """The .env a joiner writes (user documentation: joining a run), plus the testnet's
+        P2P settings, event log and checkpoint directory."""
+        o = self.opts
+        others = [self.p2p_addr(s) for s in range(1, o.num_clients + 1) if s != slot]
+        wallet = self.keys / f"delegate{slot}.json"
+        values = {
+            "RPC": self.rpc_url,
+            "WS_RPC": self.ws_url,
+            # One local SVM: the fallback pair is the same front (a joiner would name a second
+            # provider here).
+            "RPC_2": self.rpc_url,
+            "WS_RPC_2": self.ws_url,
+            "RUN_ID": self.run_id,
+            "AUTHORIZER": str(self.wallet("grantee").pubkey()),
+            "RAW_WALLET_PRIVATE_KEY": wallet.read_text().replace(" ", ""),
+            "DATA_PARALLELISM": "1",
+            "TENSOR_PARALLELISM": "1",
+            "MICRO_BATCH_SIZE": str(o.micro_batch_size),
+            "PSYCHE_DEVICE": o.device,
+            "BIND_P2P_HOST": "127.0.0.1",
+            "BIND_P2P_PORT": str(self.p2p_port(slot)),
+            "PSYCHE_BOOTSTRAP_PEERS": ",".join(others),
+            "EVENT_LOG": str(self.client_log(label).resolve()),
+            "CHECKPOINT_DIR": str((o.checkpoint_dir or self.out / "checkpoints").resolve()),
+            "LOGS": "console",
+        }
+        path = self.env_file(slot)
+        write_env_file(
+            path, values, f"{label} of the Solana local testnet (psyche-solana-local-testnet)"
+        )
+        return path
+
+    # --- LocalTestnet hooks -------------------------------------------------------------------
+
+    def start_coordinator_side(self) -> None:
+        self.start_svm()
+        self.create_run()
+        self.follower = ChainFollower(self.rpc_url, self.ws_url, self.run_id, self.states_file)
+        self.follower.start()
+        if self.follower.error:
+            raise RuntimeError(f"following the coordinator account failed: {self.follower.error}")
+        ports = ", ".join(str(self.p2p_port(s)) for s in range(1, self.opts.num_clients + 1))
+        self.log_line(
+            f"starting {self.opts.num_clients} clients from their env files in {self.out / 'env'}"
+            f" (P2P ports {ports})"
+        )
+
+    def check_coordinator_side(self) -> None:
+        if self.svm is not None and self.svm.popen.poll() is not None:
+            raise RuntimeError("the local SVM exited unexpectedly; see logs/svm.log")
+        if self.follower is not None and not self.follower.alive:
+            raise RuntimeError(f"the chain follower stopped: {self.follower.error}")
+
+    def stop_coordinator_side(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+        if self.svm is not None and self.svm.popen.poll() is None:
+            self.write_program_calls()
+
+    def write_program_calls(self) -> None:
+        """Tally the instructions the programs executed for this run (``program-calls.json``)."""
+        sigs = list(self.setup_signatures)
+        for label in sorted(self.tallies):
+            events = read_events(self.client_log(label))
+            sigs += [e["signature"] for e in events if e.get("event") == "transaction"]
+        try:
+            calls = tally_program_calls(self.rpc_url, sigs, program_ids())
+        except (httpx.HTTPError, ValueError) as e:
+            self.log_line(f"could not look the run's transactions up: {e}")
+            return
+        (self.out / "program-calls.json").write_text(json.dumps(calls, indent=1) + "\n")
+        done = calls["calls"]["psyche_coordinator"]
+        self.log_line(
+            f"{calls['transactions']} transactions ({calls['failed']} failed) executed by the "
+            "SBF programs; psyche_coordinator: "
+            + ", ".join(f"{name} {n}" for name, n in done.items())
+        )
+
+    def infrastructure(self) -> list[Proc]:
+        return [self.svm] if self.svm is not None else []
+
+    def client_process(self, slot: int, label: str) -> Proc:
+        env = read_env_file(self.write_client_env(slot, label))
+        argv = [console_script("psyche-solana-client"), "train"]
+        return self.spawn(label, argv, env=container_env(env))
+
+
+def container_env(values: Mapping[str, str]) -> dict[str, str]:
+    """``values`` over the few variables a container inherits (:data:`INHERITED_ENV`)."""
+    base = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+    return {**base, **values}
+
+
+def console_script(name: str) -> str:
+    """This environment's console script ``name`` (beside the running Python), else PATH's."""
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed (pip install -e . in this environment)")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (kept for the client's whole life, restarts included)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def program_ids() -> dict[str, str]:
+    """Program name → the id the clients address (the committed IDLs' ``address``)."""
+    return {
+        name: json.loads((ROOT / "idl" / f"{name}.json").read_text())["address"]
+        for name in PROGRAMS
+    }
+
+
+def make_solana_testnet(
+    options: SolanaTestnetOptions, log: Callable[[str], None] = print
+) -> SolanaTestnet:
+    run = load_run_config(options.config_path / "state.toml")
+    run_id = options.run_id or run.run_id
+    if not run_id:
+        raise ValueError("no run id: pass --run-id or set run_id in state.toml")
+    for so in PROGRAMS:
+        if not (ROOT / "target" / "deploy" / f"{so}.so").is_file():
+            raise RuntimeError(
+                f"target/deploy/{so}.so is missing: build it with scripts/build-sbf.sh"
+            )
+    llm = run.model
+    if isinstance(llm, LLM) and isinstance(llm.data_location, ServerData):
+        raise ValueError(
+            f"{options.config_path / 'state.toml'}: a Server data location needs a data server, "
+            "and a Solana run has none; use Local token files (see config/tiny-solana)"
+        )
+    out = options.out_dir or Path("runs") / f"{run_id}-testnet"
+    for sub in ("logs", "events", "keys", "env"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    for old in [*(out / "events").glob("*.jsonl"), out / "chain-events.jsonl"]:
+        old.unlink(missing_ok=True)
+    prepare_local_inputs(run, options.config_path, log)
+    return SolanaTestnet(options, run, out, log_line=log)

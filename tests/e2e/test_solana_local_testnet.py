@@ -1,0 +1,130 @@
+"""End to end on a local SVM: ``psyche-solana-local-testnet start`` with 3 clients, one epoch.
+
+The SBF builds of both programs run in ``psyche-local-svm`` (an SVM behind an RPC front); the run
+is created, configured, authorized and resumed by the run creator's documented commands, and 3
+``psyche-solana-client train`` processes configured by env files train it over real libp2p on
+127.0.0.1. The test checks the summary the launcher writes (an epoch completed, identical weights
+after every apply, an opportunistic round end, the loss plot) and that the coordinator program
+itself executed the clients' joins, ticks, witnesses and warmup witnesses (the SVM's transaction
+log, tallied by the launcher into ``program-calls.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+SOLANA_CONFIG = ROOT / "config" / "tiny-solana"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _sbf_build() -> None:
+    # Fail, not skip: scripts/test.sh builds the programs first, and a skipped run would hide
+    # that the decentralized path never ran.
+    missing = [
+        p
+        for p in ("psyche_coordinator", "psyche_authorizer")
+        if not (ROOT / "target" / "deploy" / f"{p}.so").is_file()
+    ]
+    if missing:
+        pytest.fail(f"no SBF build of {', '.join(missing)}: run scripts/build-sbf.sh")
+
+
+def solana_config(out: Path, inputs: tuple[Path, Path], **config: int) -> Path:
+    """config/tiny-solana with ``[config]`` overrides, reading the shared model and token files."""
+    model, data = inputs
+    text = (SOLANA_CONFIG / "state.toml").read_text()
+    head, sep, tail = text.partition("[model.LLM]")
+    for key, value in config.items():
+        head, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", head)
+        assert n == 1, key
+    tail = tail.replace('repo_id = "runs/tiny/model"', f'repo_id = "{model}"')
+    tail = tail.replace('Local = "runs/tiny/data"', f'Local = "{data}"')
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "state.toml").write_text(head + sep + tail)
+    return out
+
+
+def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
+    tmp_path: Path, local_inputs: tuple[Path, Path]
+) -> None:
+    cfg = solana_config(tmp_path / "cfg", local_inputs, total_steps=6)
+    summary = tmp_path / "summary.json"
+    out = tmp_path / "net"
+    cmd = [
+        str(Path(sys.executable).parent / "psyche-solana-local-testnet"),
+        "start",
+        "--config-path",
+        str(cfg),
+        "--num-clients",
+        "3",
+        "--epochs",
+        "1",
+        "--tui",
+        "false",
+        "--out",
+        str(out),
+        "--summary",
+        str(summary),
+        "--timeout",
+        "420",
+    ]
+    started = time.monotonic()
+    # Its own session: whatever happens, the launcher and every process it started are stopped.
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        output, _ = proc.communicate(timeout=480)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+    text = output.decode()
+    print(f"psyche-solana-local-testnet took {time.monotonic() - started:.0f} s\n{text[-4000:]}")
+    assert proc.returncode == 0, text[-4000:]
+
+    s = json.loads(summary.read_text())
+    rounds = s["rounds"]
+    assert s["epochs_completed"] >= 1, s["epochs"]
+    trained = [r for r in rounds if r["loss"]]
+    assert len(trained) >= 4, rounds
+    # Every client applied every round, and all three held the same weights after each apply.
+    assert all(len(r["model_hash"]) == 3 for r in trained), trained
+    assert all(len(set(r["model_hash"].values())) == 1 for r in rounds), rounds
+    assert any(r["end_reason"] == "opportunistic" for r in rounds), rounds
+    assert "weights identical after every apply: True" in text
+    assert summary.with_suffix(".png").stat().st_size > 1000
+    # The per-round lines the centralized testnet prints, from the coordinator account.
+    assert re.search(r"epoch 0 step +\d+ round +\d+ +[\d.]+s \(opportunistic", text), text
+
+    # Every instruction the clients sent ran in the coordinator's SBF program on the SVM: the
+    # launcher looked each confirmed transaction up (getTransaction) and read the programs' logs.
+    calls = json.loads((out / "program-calls.json").read_text())
+    assert calls["not_found"] == 0 and calls["failed"] == 0, calls
+    coordinator = calls["calls"]["psyche_coordinator"]
+    assert coordinator["JoinRun"] == 3, calls
+    for name in ("Tick", "Witness", "WarmupWitness"):
+        assert coordinator.get(name, 0) >= 1, (name, calls)
+    # Metered by the SBF VM: a real program execution reports the compute units it consumed.
+    assert calls["compute_units"]["psyche_coordinator"]["Witness"] > 1000, calls
+    # The run creator's documented flow ran through both programs.
+    assert {"InitCoordinator", "Update", "SetPaused"} <= set(coordinator), calls
+    authorizer = calls["calls"]["psyche_authorizer"]
+    assert authorizer == {
+        "AuthorizationCreate": 1,
+        "AuthorizationGrantorUpdate": 1,
+        "AuthorizationGranteeUpdate": 1,
+    }, calls

@@ -32,6 +32,13 @@ def solana_testnet() -> None:
     "--ws-port", default=0, show_default=True, envvar="SVM_WS_PORT", help="0: RPC port + 1 or free."
 )
 @click.option(
+    "--rpc",
+    default=None,
+    help="Use this chain (URL or moniker; e.g. a solana-test-validator holding both programs) "
+    "instead of starting a local SVM; wallets are funded with requestAirdrop.",
+)
+@click.option("--ws-rpc", default=None, help="Its websocket URL (default: derived from --rpc).")
+@click.option(
     "--p2p-base-port",
     default=0,
     show_default=True,
@@ -44,6 +51,8 @@ def start(
     run_id: str | None,
     rpc_port: int,
     ws_port: int,
+    rpc: str | None,
+    ws_rpc: str | None,
     p2p_base_port: int,
     random_kill_num: int,
     random_kill_interval: float,
@@ -68,6 +77,8 @@ def start(
         run_id=run_id,
         rpc_port=rpc_port,
         ws_port=ws_port,
+        rpc=rpc,
+        ws_rpc=ws_rpc,
         p2p_base_port=p2p_base_port,
         out_dir=out,
         summary_path=summary,

@@ -91,6 +91,12 @@ class SolanaTestnetOptions(NetOptions):
     picks a free pair)."""
     p2p_base_port: int = 0
     """Client N listens for P2P on base + N; 0 picks a free port per client."""
+    rpc: str | None = None
+    """An existing chain's JSON-RPC URL (e.g. ``solana-test-validator``, which must hold both
+    programs at their ids): no local SVM is started and the wallets are funded by
+    ``requestAirdrop``."""
+    ws_rpc: str | None = None
+    """Its websocket URL; default: derived from ``rpc`` as the Solana tools do."""
     run_id: str | None = None
     """Default: the config's run_id."""
     name: str = "local testnet"
@@ -136,12 +142,30 @@ class SolanaTestnet(LocalTestnet):
 
     # --- the chain ----------------------------------------------------------------------------
 
+    def funded_wallets(self) -> list[Keypair]:
+        names = ["creator", "grantor", "grantee"]
+        names += [f"delegate{i}" for i in range(1, self.opts.num_clients + 1)]
+        return [self.wallet(n) for n in names]
+
+    def use_chain(self, rpc: str, ws_rpc: str | None) -> None:
+        """An existing chain instead of the local SVM: every wallet is funded by the chain's
+        faucet (``requestAirdrop``)."""
+        from psyche.backends.solana.session import resolve_rpc_url, websocket_url
+
+        self.rpc_url = resolve_rpc_url(rpc)
+        self.ws_url = ws_rpc or websocket_url(self.rpc_url)
+        self.log_line(f"chain at {self.rpc_url} (websocket {self.ws_url})")
+        for kp in self.funded_wallets():
+            request_airdrop(self.rpc_url, str(kp.pubkey()), LAMPORTS)
+
     def start_svm(self) -> None:
         o = self.opts
+        if o.rpc:
+            self.use_chain(o.rpc, o.ws_rpc)
+            return
         ready = self.out / "svm-ready.json"
         ready.unlink(missing_ok=True)
-        funded = [self.wallet(n) for n in ("creator", "grantor", "grantee")]
-        funded += [self.wallet(f"delegate{i}") for i in range(1, o.num_clients + 1)]
+        funded = self.funded_wallets()
         argv = [console_script("psyche-local-svm"), "run", "--rpc-port", str(o.rpc_port)]
         if o.ws_port:
             argv += ["--ws-port", str(o.ws_port)]
@@ -345,6 +369,32 @@ def console_script(name: str) -> str:
     if found is None:
         raise RuntimeError(f"{name} is not installed (pip install -e . in this environment)")
     return found
+
+
+def request_airdrop(rpc_url: str, pubkey: str, lamports: int, timeout: float = 60.0) -> None:
+    """Fund ``pubkey`` from the chain's faucet and wait until the airdrop is confirmed."""
+
+    def call(method: str, params: list[object]) -> object:
+        reply = httpx.post(
+            rpc_url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        ).json()
+        if "error" in reply:
+            raise RuntimeError(f"{method} on {rpc_url}: {reply['error']}")
+        return reply.get("result")
+
+    sig = call("requestAirdrop", [pubkey, lamports])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        res = call("getSignatureStatuses", [[sig]])
+        value = res.get("value") if isinstance(res, dict) else None
+        status = value[0] if isinstance(value, list) and value else None
+        if isinstance(status, dict) and status.get("confirmationStatus") in (
+            "confirmed",
+            "finalized",
+        ):
+            return
+        time.sleep(0.4)
+    raise RuntimeError(f"the airdrop to {pubkey} was not confirmed within {timeout:.0f} s")
 
 
 def free_port() -> int:

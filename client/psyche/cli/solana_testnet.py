@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
-from psyche.cli.testnet import ints, run_and_report, testnet_options
+from psyche.cli.testnet import net_options, run_and_report, testnet_options
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny-solana"
 
@@ -45,51 +46,14 @@ def solana_testnet() -> None:
     envvar="P2P_BASE_PORT",
     help="Client N listens on base + N (0: a free port each).",
 )
-def start(
-    num_clients: int,
-    config_path: Path,
-    run_id: str | None,
-    rpc_port: int,
-    ws_port: int,
-    rpc: str | None,
-    ws_rpc: str | None,
-    p2p_base_port: int,
-    random_kill_num: int,
-    random_kill_interval: float,
-    allowed_to_kill: str,
-    tui: bool | None,
-    epochs: int | None,
-    summary: Path | None,
-    out: Path | None,
-    device: str,
-    micro_batch_size: int,
-    timeout: float,
-) -> None:
+def start(tui: bool | None, **kw: Any) -> None:
     """Start a local SVM, create and configure the run as its creator, authorize NUM_CLIENTS
     wallets, start them from their env files, follow the run, write the summary and plot."""
     from psyche.protocol.serde import ConfigError
     from psyche.testnet.solana import SolanaTestnetOptions, make_solana_testnet
 
     console = Console(soft_wrap=True)
-    options = SolanaTestnetOptions(
-        config_path=config_path,
-        num_clients=num_clients,
-        run_id=run_id,
-        rpc_port=rpc_port,
-        ws_port=ws_port,
-        rpc=rpc,
-        ws_rpc=ws_rpc,
-        p2p_base_port=p2p_base_port,
-        out_dir=out,
-        summary_path=summary,
-        epochs=epochs,
-        random_kill_num=random_kill_num,
-        random_kill_interval=random_kill_interval,
-        allowed_to_kill=ints(allowed_to_kill),
-        device=device,
-        micro_batch_size=micro_batch_size,
-        timeout_s=timeout,
-    )
+    options = SolanaTestnetOptions(**net_options(kw), **kw)
     try:
         net = make_solana_testnet(options, lambda m: console.print(m))
     except (ConfigError, ValueError, RuntimeError) as e:

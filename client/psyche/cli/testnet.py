@@ -91,43 +91,34 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
     return decorate
 
 
+def net_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of :class:`~psyche.testnet.base.NetOptions` from the flags of
+    :func:`testnet_options` (removed from ``kw``; ``tui`` stays, it is not an option of the net)."""
+    return {
+        "config_path": kw.pop("config_path"),
+        "num_clients": kw.pop("num_clients"),
+        "out_dir": kw.pop("out"),
+        "summary_path": kw.pop("summary"),
+        "epochs": kw.pop("epochs"),
+        "random_kill_num": kw.pop("random_kill_num"),
+        "random_kill_interval": kw.pop("random_kill_interval"),
+        "allowed_to_kill": ints(kw.pop("allowed_to_kill")),
+        "device": kw.pop("device"),
+        "micro_batch_size": kw.pop("micro_batch_size"),
+        "timeout_s": kw.pop("timeout"),
+    }
+
+
 @testnet.command("start")
 @testnet_options(DEFAULT_CONFIG)
 @click.option("--server-port", default=20000, show_default=True, envvar="PSYCHE_SERVER_PORT")
-def start(
-    num_clients: int,
-    config_path: Path,
-    server_port: int,
-    random_kill_num: int,
-    random_kill_interval: float,
-    allowed_to_kill: str,
-    tui: bool | None,
-    epochs: int | None,
-    summary: Path | None,
-    out: Path | None,
-    device: str,
-    micro_batch_size: int,
-    timeout: float,
-) -> None:
+def start(tui: bool | None, **kw: Any) -> None:
     """Start the server and NUM_CLIENTS clients, follow the run, write the summary and plot."""
     from psyche.protocol.serde import ConfigError
     from psyche.testnet.launcher import TestnetOptions, make_testnet
 
     console = Console(soft_wrap=True)
-    options = TestnetOptions(
-        config_path=config_path,
-        num_clients=num_clients,
-        server_port=server_port,
-        out_dir=out,
-        summary_path=summary,
-        epochs=epochs,
-        random_kill_num=random_kill_num,
-        random_kill_interval=random_kill_interval,
-        allowed_to_kill=ints(allowed_to_kill),
-        device=device,
-        micro_batch_size=micro_batch_size,
-        timeout_s=timeout,
-    )
+    options = TestnetOptions(**net_options(kw), **kw)
     try:
         net = make_testnet(options, lambda m: console.print(m))
     except ConfigError as e:

@@ -16,10 +16,7 @@ mod harness;
 use std::collections::BTreeMap;
 
 use harness::*;
-use psyche_coordinator::core::model::{
-    Checkpoint, DataLocation, HttpLocation, HubRepo, LLMArchitecture, LLMDataType,
-    LearningRateSchedule, Model, OptimizerDefinition, Shuffle, TokenSize, LLM,
-};
+use psyche_coordinator::core::model::{Checkpoint, HubRepo};
 use psyche_coordinator::core::{
     Bloom, ClientState, CoordinatorConfig, HealthCheck, Progress, RunState, MAX_CLIENTS,
     MAX_WITNESSES,
@@ -71,41 +68,6 @@ fn big_config(n: usize) -> CoordinatorConfig {
         verification_percent: 0,
         waiting_for_members_extra_time: 1,
     }
-}
-
-/// The largest model `update` takes (every string at its bound), with the DisTrO optimizer.
-fn largest_model() -> Model {
-    let s64 = "r".repeat(64);
-    Model::LLM(LLM {
-        max_seq_len: 4096,
-        cold_start_warmup_steps: 0,
-        architecture: LLMArchitecture::HfLlama,
-        checkpoint: Checkpoint::Hub(HubRepo { repo_id: s64.clone(), revision: Some(s64.clone()) }),
-        data_type: LLMDataType::Pretraining,
-        data_location: DataLocation::Http {
-            location: HttpLocation::Gcp { bucket_name: s64, filter_directory: "u".repeat(192) },
-            token_size_in_bytes: TokenSize::FourBytes,
-            shuffle: Shuffle::Seeded([3; 32]),
-        },
-        lr_schedule: LearningRateSchedule::WarmupStableDecay {
-            base_lr: 1.0,
-            warmup_init_lr: 0.0,
-            cosine_decay_final_lr: 0.5,
-            linear_decay_final_lr: 0.1,
-            warmup_steps: 1,
-            stable_steps: 2,
-            cosine_decay_steps: 3,
-            linear_decay_steps: 4,
-        },
-        optimizer: OptimizerDefinition::Distro {
-            clip_grad_norm: Some(1.0),
-            weight_decay: Some(0.1),
-            compression_decay: 0.999,
-            compression_topk: 8,
-            compression_chunk: 64,
-            quantize_1bit: true,
-        },
-    })
 }
 
 /// The worst case seen per row of the table.
@@ -161,7 +123,7 @@ async fn drive(n: usize, costs: &mut Costs) {
         &run.authority.pubkey(),
         None,
         Some(big_config(n)),
-        Some(largest_model()),
+        Some(largest_model(distro())),
         Some(Progress::new(0, 1, 0)),
     );
     let m = env.send_measured(ix, &[&run.authority], lim("update")).await;
@@ -291,27 +253,9 @@ async fn witness_all(
     costs: &mut Costs,
     limit: u32,
 ) {
-    let account = env.coordinator(run).await;
-    let coordinator = &account.state.coordinator;
-    let n = coordinator.epoch_state.clients().len();
-    let mut participants = Bloom::empty(7);
-    for c in coordinator.epoch_state.clients() {
-        if !unseen.iter().any(|u| u.id() == c.id) {
-            participants.add(&psyche_coordinator::core::hash::sha256(&c.id.signer));
-        }
-    }
-    for c in clients {
-        let Some(index) = coordinator.index_of(&c.id()) else { continue };
-        let Some(proof) = witness_proof(coordinator, index as u64) else { continue };
-        let ix = ix_witness(
-            run,
-            &c.wallet.pubkey(),
-            proof,
-            participants,
-            Bloom::empty(8),
-            empty_metadata(),
-        );
-        let m = env.send_measured(ix, &[&c.wallet], limit).await;
+    let n = env.coordinator(run).await.state.coordinator.epoch_state.clients().len();
+    for (ix, i) in env.witness_ixs(run, clients, unseen).await {
+        let m = env.send_measured(ix, &[&clients[i].wallet], limit).await;
         costs.record("witness: full witness set", "witness", &m, PERMISSIONLESS_ACCOUNTS, n);
     }
 }

@@ -5,10 +5,7 @@ mod harness;
 
 use harness::*;
 use psyche_coordinator::constants::MAX_HEALTH_CHECKS_PER_INSTRUCTION;
-use psyche_coordinator::core::model::{
-    Checkpoint, DataLocation, GcsRepo, HttpLocation, HubRepo, LLMArchitecture, LLMDataType,
-    LearningRateSchedule, Model, OptimizerDefinition, Shuffle, TokenSize, LLM,
-};
+use psyche_coordinator::core::model::{Checkpoint, GcsRepo};
 use psyche_coordinator::core::{
     Bloom, Committee, CommitteeProof, EvalResult, FixedString280, FixedString64, HealthCheck,
     NodeIdentity, Progress, RunMetadata, WitnessMetadata, WitnessProofArg, MAX_EVALS,
@@ -91,38 +88,6 @@ fn largest_warmup_witness_and_health_check_transactions_fit_a_packet() {
     assert!(size <= PACKET_DATA_SIZE, "health check transaction is {size} bytes");
 }
 
-fn longest_model() -> Model {
-    let s64 = "r".repeat(64);
-    Model::LLM(LLM {
-        max_seq_len: u32::MAX,
-        cold_start_warmup_steps: u32::MAX,
-        architecture: LLMArchitecture::Torchtitan,
-        checkpoint: Checkpoint::P2P(HubRepo { repo_id: s64.clone(), revision: Some(s64.clone()) }),
-        data_type: LLMDataType::Finetuning,
-        data_location: DataLocation::Http {
-            location: HttpLocation::Gcp { bucket_name: s64, filter_directory: "u".repeat(192) },
-            token_size_in_bytes: TokenSize::FourBytes,
-            shuffle: Shuffle::Seeded([3; 32]),
-        },
-        lr_schedule: LearningRateSchedule::WarmupStableDecay {
-            base_lr: 1.0,
-            warmup_init_lr: 0.0,
-            cosine_decay_final_lr: 0.5,
-            linear_decay_final_lr: 0.1,
-            warmup_steps: 1,
-            stable_steps: 2,
-            cosine_decay_steps: 3,
-            linear_decay_steps: 4,
-        },
-        optimizer: OptimizerDefinition::AdamW {
-            betas: [0.9, 0.95],
-            weight_decay: 0.1,
-            eps: 1e-8,
-            clip_grad_norm: Some(1.0),
-        },
-    })
-}
-
 /// The owner can set config, model and progress in one `update`, and metadata in another
 /// (all four together do not fit: `psyche-solana-client update-config` sends two).
 #[test]
@@ -136,7 +101,7 @@ fn largest_update_transactions_fit_a_packet() {
         &authority.pubkey(),
         None,
         Some(config),
-        Some(longest_model()),
+        Some(largest_model(adamw())),
         Some(progress),
     );
     let size = tx_size(&authority, ix);

@@ -11,8 +11,8 @@ use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
 use psyche_authorizer::Authorization;
 use psyche_coordinator::constants::JOIN_RUN_AUTHORIZATION_SCOPE;
 use psyche_coordinator::core::model::{
-    Checkpoint, DataLocation, HubRepo, LLMArchitecture, LLMDataType, LearningRateSchedule, Model,
-    OptimizerDefinition, LLM,
+    Checkpoint, DataLocation, HttpLocation, HubRepo, LLMArchitecture, LLMDataType,
+    LearningRateSchedule, Model, OptimizerDefinition, Shuffle, TokenSize, LLM,
 };
 use psyche_coordinator::core::{
     Bloom, CoordinatorConfig, CoordinatorState, HealthCheck, NodeIdentity, Progress, RunMetadata,
@@ -861,6 +861,55 @@ pub fn tiny_model() -> Model {
     })
 }
 
+/// The largest model `update` takes: every string at its bound, every option set, the widest
+/// variants (sizes depend on those, not on the values, which are valid ones).
+pub fn largest_model(optimizer: OptimizerDefinition) -> Model {
+    let s64 = "r".repeat(64);
+    Model::LLM(LLM {
+        max_seq_len: 4096,
+        cold_start_warmup_steps: 0,
+        architecture: LLMArchitecture::HfLlama,
+        checkpoint: Checkpoint::Hub(HubRepo { repo_id: s64.clone(), revision: Some(s64.clone()) }),
+        data_type: LLMDataType::Pretraining,
+        data_location: DataLocation::Http {
+            location: HttpLocation::Gcp { bucket_name: s64, filter_directory: "u".repeat(192) },
+            token_size_in_bytes: TokenSize::FourBytes,
+            shuffle: Shuffle::Seeded([3; 32]),
+        },
+        lr_schedule: LearningRateSchedule::WarmupStableDecay {
+            base_lr: 1.0,
+            warmup_init_lr: 0.0,
+            cosine_decay_final_lr: 0.5,
+            linear_decay_final_lr: 0.1,
+            warmup_steps: 1,
+            stable_steps: 2,
+            cosine_decay_steps: 3,
+            linear_decay_steps: 4,
+        },
+        optimizer,
+    })
+}
+
+pub fn adamw() -> OptimizerDefinition {
+    OptimizerDefinition::AdamW {
+        betas: [0.9, 0.95],
+        weight_decay: 0.1,
+        eps: 1e-8,
+        clip_grad_norm: Some(1.0),
+    }
+}
+
+pub fn distro() -> OptimizerDefinition {
+    OptimizerDefinition::Distro {
+        clip_grad_norm: Some(1.0),
+        weight_decay: Some(0.1),
+        compression_decay: 0.999,
+        compression_topk: 8,
+        compression_chunk: 64,
+        quantize_1bit: true,
+    }
+}
+
 /// The witness proof of epoch client `index` in the current round, if it is elected.
 pub fn witness_proof(state: &CoordinatorState, index: u64) -> Option<WitnessProofArg> {
     let sel = state.committee_selection(state.current_round()).ok()?;
@@ -926,6 +975,21 @@ impl Env {
         clients: &[Client],
         unseen: &[&Client],
     ) -> usize {
+        let ixs = self.witness_ixs(run, clients, unseen).await;
+        for (ix, i) in &ixs {
+            self.send(ix.clone(), &[&clients[*i].wallet]).await.expect("witness");
+        }
+        ixs.len()
+    }
+
+    /// The witness instructions of `witness_round`, each with the index in `clients` of the
+    /// elected witness that signs it.
+    pub async fn witness_ixs(
+        &mut self,
+        run: &Run,
+        clients: &[Client],
+        unseen: &[&Client],
+    ) -> Vec<(Instruction, usize)> {
         let account = self.coordinator(run).await;
         let coordinator = &account.state.coordinator;
         let mut participants = Bloom::empty(7);
@@ -934,8 +998,8 @@ impl Env {
                 participants.add(&psyche_coordinator::core::hash::sha256(&c.id.signer));
             }
         }
-        let mut sent = 0;
-        for c in clients {
+        let mut out = Vec::new();
+        for (i, c) in clients.iter().enumerate() {
             let Some(index) = coordinator.index_of(&c.id()) else { continue };
             let Some(proof) = witness_proof(coordinator, index as u64) else { continue };
             let ix = ix_witness(
@@ -946,10 +1010,9 @@ impl Env {
                 Bloom::empty(8),
                 empty_metadata(),
             );
-            self.send(ix, &[&c.wallet]).await.expect("witness");
-            sent += 1;
+            out.push((ix, i));
         }
-        sent
+        out
     }
 
     /// Witnesses for the current round, then the witness timeout: the next round starts.

@@ -29,7 +29,6 @@ import msgspec
 import numpy as np
 import torch
 
-from psyche.data.framing import decode_untrusted
 from psyche.data.provider import DataError
 from psyche.protocol.data_selection import BatchId
 
@@ -135,11 +134,17 @@ def encode(msg: _Msg) -> bytes:
 
 
 def decode_client(data: bytes) -> ClientMessage:
-    return decode_untrusted(_client_decoder.decode, data, WireError, "bad client message")
+    try:
+        return _client_decoder.decode(data)
+    except msgspec.MsgspecError as e:
+        raise WireError(f"bad client message: {e}") from None
 
 
 def decode_server(data: bytes) -> ServerMessage:
-    return decode_untrusted(_server_decoder.decode, data, WireError, "bad server message")
+    try:
+        return _server_decoder.decode(data)
+    except msgspec.MsgspecError as e:
+        raise WireError(f"bad server message: {e}") from None
 
 
 def auth_message(nonce: bytes) -> bytes:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# As a run's join authority (the grantor), authorize a grantee to join its runs (SPEC §9.3, §9.5):
+# As a run's join authority (the grantor), authorize a grantee to join its runs:
 # creates the authorization and activates it (one transaction, both instructions).
 #
 #   sh scripts/join-authorization-create.sh CLUSTER GRANTOR_KEYPAIR [GRANTEE_PUBKEY]
@@ -24,16 +24,7 @@ grantee=${3:-everyone}
 [ -r "$grantor" ] || { echo "$0: cannot read the grantor keypair file: $grantor" >&2; exit 2; }
 
 here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd -P)
-if [ -n "${PSYCHE_SOLANA_CLIENT:-}" ]; then
-  client=$PSYCHE_SOLANA_CLIENT
-elif [ -x "$here/../.venv/bin/psyche-solana-client" ]; then
-  client=$here/../.venv/bin/psyche-solana-client
-elif command -v psyche-solana-client >/dev/null 2>&1; then
-  client=psyche-solana-client
-else
-  echo "$0: psyche-solana-client not found (set PSYCHE_SOLANA_CLIENT)" >&2
-  exit 127
-fi
+. "$here/find-solana-client.sh"
 
 # Only the arguments decide the cluster, the signer and the grantee: a joiner's environment
 # (fallback endpoints, its own key, its AUTHORIZER) must not leak into this transaction.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # As a grantee (a client's authorizer), replace the delegate keys that may join a run in its
-# place, under the authorization GRANTOR -> GRANTEE (SPEC §9.3, §9.5).
+# place, under the authorization GRANTOR -> GRANTEE.
 #
 #   sh scripts/join-authorization-set-delegates.sh CLUSTER GRANTOR_PUBKEY GRANTEE_KEYPAIR \
 #       [DELEGATE_KEYPAIR ...]
@@ -27,16 +27,7 @@ shift 3
 [ -r "$grantee" ] || { echo "$0: cannot read the grantee keypair file: $grantee" >&2; exit 2; }
 
 here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd -P)
-if [ -n "${PSYCHE_SOLANA_CLIENT:-}" ]; then
-  client=$PSYCHE_SOLANA_CLIENT
-elif [ -x "$here/../.venv/bin/psyche-solana-client" ]; then
-  client=$here/../.venv/bin/psyche-solana-client
-elif command -v psyche-solana-client >/dev/null 2>&1; then
-  client=psyche-solana-client
-else
-  echo "$0: psyche-solana-client not found (set PSYCHE_SOLANA_CLIENT)" >&2
-  exit 127
-fi
+. "$here/find-solana-client.sh"
 
 # Only the arguments decide the cluster, the signer and the delegates (see the create script).
 unset WS_RPC RPC_2 WS_RPC_2 RAW_WALLET_PRIVATE_KEY AUTHORIZER DELEGATES_ADDED DELEGATE_KEYPAIRS

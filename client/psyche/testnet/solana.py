@@ -29,6 +29,7 @@ executed (:mod:`psyche.testnet.program_calls`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -373,28 +374,21 @@ def console_script(name: str) -> str:
 
 def request_airdrop(rpc_url: str, pubkey: str, lamports: int, timeout: float = 60.0) -> None:
     """Fund ``pubkey`` from the chain's faucet and wait until the airdrop is confirmed."""
+    from psyche.backends.base import BackendError
+    from psyche.backends.solana.rpc import SolanaRpc
 
-    def call(method: str, params: list[object]) -> object:
-        reply = httpx.post(
-            rpc_url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-        ).json()
-        if "error" in reply:
-            raise RuntimeError(f"{method} on {rpc_url}: {reply['error']}")
-        return reply.get("result")
+    async def go() -> None:
+        rpc = SolanaRpc(rpc_url)
+        try:
+            sig = await rpc.call("requestAirdrop", [pubkey, lamports])
+            await rpc.confirm(str(sig), timeout)
+        finally:
+            await rpc.close()
 
-    sig = call("requestAirdrop", [pubkey, lamports])
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        res = call("getSignatureStatuses", [[sig]])
-        value = res.get("value") if isinstance(res, dict) else None
-        status = value[0] if isinstance(value, list) and value else None
-        if isinstance(status, dict) and status.get("confirmationStatus") in (
-            "confirmed",
-            "finalized",
-        ):
-            return
-        time.sleep(0.4)
-    raise RuntimeError(f"the airdrop to {pubkey} was not confirmed within {timeout:.0f} s")
+    try:
+        asyncio.run(go())
+    except BackendError as e:  # the launcher reports start-up failures as RuntimeError
+        raise RuntimeError(f"the airdrop to {pubkey} failed: {e}") from None
 
 
 def free_port() -> int:

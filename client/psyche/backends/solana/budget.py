@@ -12,8 +12,9 @@ command are in bench/README.md).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from solders.compute_budget import set_compute_unit_limit
@@ -34,8 +35,10 @@ LIMITS_FILE = Path(__file__).with_name("compute_units.json")
 COMPUTE_BUDGET_PROGRAM = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
 
 
-def load_limits(path: Path = LIMITS_FILE) -> dict[str, int]:
-    """Instruction name → compute units it may use at its worst case."""
+@functools.cache
+def load_limits(path: Path = LIMITS_FILE) -> Mapping[str, int]:
+    """Instruction name → compute units it may use at its worst case (read once per file: every
+    session's sender uses it)."""
     limits = json.loads(path.read_text())["limits"]
     return {str(k): int(v) for k, v in limits.items()}
 
@@ -44,7 +47,7 @@ class ComputeBudget:
     """Prepends the compute-unit limit a list of instructions needs."""
 
     def __init__(
-        self, programs: Iterable[ProgramClient], limits: dict[str, int] | None = None
+        self, programs: Iterable[ProgramClient], limits: Mapping[str, int] | None = None
     ) -> None:
         table = load_limits() if limits is None else limits
         self._by_program: dict[Pubkey, list[tuple[bytes, int]]] = {}

@@ -8,13 +8,18 @@ few hundred bytes (the server accepts at most :data:`MAX_REQUEST_FRAME`), token 
 large (the client accepts at most :data:`MAX_RESPONSE_FRAME`, the reference's 64 MiB).
 
 Both an asyncio reader (server) and a blocking-socket reader (client) are provided; they share
-the wire format and the limit check.
+the wire format and the limit check. :func:`decode_untrusted` is the one place where decoding a
+payload (or text inside one) is made to fail only with the caller's protocol error type.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
+from typing import TypeVar
+
+import msgspec
 
 from psyche.data.provider import DataError
 
@@ -22,6 +27,7 @@ __all__ = [
     "MAX_REQUEST_FRAME",
     "MAX_RESPONSE_FRAME",
     "FrameError",
+    "decode_untrusted",
     "encode_frame",
     "read_frame",
     "recv_frame",
@@ -34,6 +40,33 @@ MAX_RESPONSE_FRAME = 64 * 1024 * 1024
 
 class FrameError(DataError):
     """The peer broke framing: an oversize length, or the stream ended inside a frame."""
+
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
+# A schema error is not all that hostile bytes can raise. msgspec and json recurse once per
+# nesting level, so a few kilobytes of nested arrays raise RecursionError before any schema check;
+# msgspec raises UnicodeDecodeError (not a MsgspecError) for invalid UTF-8 in a msgpack string;
+# json accepts lone surrogates ("\ud800") that blow up as UnicodeEncodeError wherever the text is
+# encoded later; validators raise ValueError. UnicodeError and JSONDecodeError are ValueErrors.
+_DECODE_ERRORS = (msgspec.MsgspecError, RecursionError, ValueError)
+
+
+def decode_untrusted(
+    decode: Callable[[_In], _Out], data: _In, error: Callable[[str], Exception], what: str
+) -> _Out:
+    """``decode(data)``, with anything hostile input can make it raise turned into ``error``.
+
+    The message is ``"{what}: {reason}"``, made safe to log and to put on the wire (a reason may
+    quote the peer's lone surrogates, which a UTF-8 log stream or encoder would choke on).
+    """
+    try:
+        return decode(data)
+    except _DECODE_ERRORS as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        safe = reason.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise error(f"{what}: {safe}") from None
 
 
 def _check_length(length: int, max_size: int) -> None:

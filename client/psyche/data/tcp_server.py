@@ -15,6 +15,9 @@ Robustness rules, because any host on the network can connect:
 * frames above :data:`MAX_REQUEST_FRAME` are refused before their payload is read, and every
   message is strictly decoded; on any protocol violation (garbage, oversize frame, bad signature,
   disconnect mid-frame) only that connection is closed and the server goes on serving the others;
+* a message that does not decode (including hostile nesting or invalid UTF-8) is a
+  :class:`WireError`, logged as one warning per peer host and then only counted
+  (``stats["malformed"]``), never as a traceback;
 * one request returns at most ``max_samples_per_request`` samples (default: what fits in the
   client's 64 MiB frame limit), larger intervals are ``Malformed``;
 * samples are read on one worker thread, so providers need not be thread-safe and a slow disk
@@ -54,6 +57,9 @@ from psyche.protocol.identity import verify_signature
 __all__ = ["Authorizer", "BackgroundDataServer", "DataServer", "RoundAuthorizer", "allow_all"]
 
 log = logging.getLogger(__name__)
+
+# Enough for every host of a real run; an attacker with more addresses only re-earns a warning.
+_MAX_TRACKED_HOSTS = 4096
 
 Authorizer = Callable[[bytes, BatchId], RejectReason | None]
 
@@ -110,7 +116,15 @@ class DataServer:
         self.idle_timeout = idle_timeout
         fit = (MAX_RESPONSE_FRAME - 1024) // (4 * provider.seq_len)
         self.max_samples = min(max_samples_per_request or fit, fit)
-        self.stats = {"connections": 0, "auth_failures": 0, "dropped": 0, "served": 0}
+        self.stats = {
+            "connections": 0,
+            "auth_failures": 0,
+            "dropped": 0,
+            "malformed": 0,
+            "served": 0,
+        }
+        self._malformed_hosts: dict[str, int] = {}
+        """Malformed messages per peer host; bounded by :data:`_MAX_TRACKED_HOSTS`."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="data-server-read")
@@ -162,6 +176,9 @@ class DataServer:
                 reply = await self._answer(key, msg.batch_id)
                 writer.write(encode_frame(encode(reply)))
                 await asyncio.wait_for(writer.drain(), self.idle_timeout)
+        except WireError as e:
+            self.stats["dropped"] += 1
+            self._malformed_from(peer, e)
         except (DataError, TimeoutError, OSError) as e:
             self.stats["dropped"] += 1
             log.info("data client %s dropped: %s", peer, e or type(e).__name__)
@@ -176,6 +193,23 @@ class DataServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _malformed_from(self, peer: object, e: WireError) -> None:
+        # A hostile host can reconnect and send garbage in a loop: one warning per host tells the
+        # operator who it is, the counters say how often, and the log does not grow with it.
+        self.stats["malformed"] += 1
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        seen = self._malformed_hosts.get(host, 0)
+        if not seen:
+            if len(self._malformed_hosts) >= _MAX_TRACKED_HOSTS:
+                del self._malformed_hosts[next(iter(self._malformed_hosts))]
+            log.warning(
+                "data client %s dropped: %s (further malformed messages from %s are only counted)",
+                peer,
+                e,
+                host,
+            )
+        self._malformed_hosts[host] = seen + 1
 
     async def _handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

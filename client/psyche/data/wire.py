@@ -29,6 +29,7 @@ import msgspec
 import numpy as np
 import torch
 
+from psyche.data.framing import decode_untrusted
 from psyche.data.provider import DataError
 from psyche.protocol.data_selection import BatchId
 
@@ -134,17 +135,11 @@ def encode(msg: _Msg) -> bytes:
 
 
 def decode_client(data: bytes) -> ClientMessage:
-    try:
-        return _client_decoder.decode(data)
-    except msgspec.MsgspecError as e:
-        raise WireError(f"bad client message: {e}") from None
+    return decode_untrusted(_client_decoder.decode, data, WireError, "bad client message")
 
 
 def decode_server(data: bytes) -> ServerMessage:
-    try:
-        return _server_decoder.decode(data)
-    except msgspec.MsgspecError as e:
-        raise WireError(f"bad server message: {e}") from None
+    return decode_untrusted(_server_decoder.decode, data, WireError, "bad server message")
 
 
 def auth_message(nonce: bytes) -> bytes:

@@ -24,7 +24,9 @@ keys, a checkpoint as the JSON text of its serde form, the coordinator as its se
 binary encoding for the state because one schema (with its strict validating decoder) then covers
 vectors, saved states and the wire, and the Rust side derives it with serde for free. Decoding is
 strict: unknown fields, wrong types, out-of-range integers, wrong-size keys and blooms,
-non-finite floats and malformed JSON all raise :class:`ProtocolError`.
+non-finite floats, malformed JSON, invalid UTF-8 or lone surrogates and absurdly deep nesting all
+raise :class:`ProtocolError` (through :func:`psyche.data.framing.decode_untrusted`), never a
+bare ``RecursionError`` or ``UnicodeError``.
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ from psyche.backends.base import BackendProtocolError
 from psyche.coordinator import serde
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import MAX_CLIENTS, MAX_EVALS, EvalResult, Witness, WitnessMetadata
-from psyche.data.framing import FrameError, encode_frame, read_frame
+from psyche.data.framing import FrameError, decode_untrusted, encode_frame, read_frame
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.config import RUN_ID_MAX_LEN, Checkpoint
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import ConfigError, from_obj, to_obj
+from psyche.protocol.serde import from_obj, to_obj
 
 __all__ = [
     "AUTH_DOMAIN",
@@ -243,11 +245,9 @@ class CheckpointMsg(_Msg, frozen=True, tag="Checkpoint"):
         return cls(index, json.dumps(to_obj(ck), separators=(",", ":")))
 
     def to_checkpoint(self) -> Checkpoint:
-        try:
-            ck: Checkpoint = from_obj(Checkpoint, json.loads(self.checkpoint), "checkpoint")
-        except (json.JSONDecodeError, ConfigError) as e:
-            raise ProtocolError(f"bad Checkpoint message: {e}") from None
-        return ck
+        return decode_untrusted(
+            _parse_checkpoint, self.checkpoint, ProtocolError, "bad Checkpoint message"
+        )
 
 
 class StateMsg(_Msg, frozen=True, tag="State"):
@@ -257,10 +257,12 @@ class StateMsg(_Msg, frozen=True, tag="State"):
     coordinator_json: bytes
 
     def to_coordinator(self) -> Coordinator:
-        try:
-            return serde.from_json(self.coordinator_json)
-        except ConfigError as e:
-            raise ProtocolError(f"bad coordinator state from the server: {e}") from None
+        return decode_untrusted(
+            serde.from_json,
+            self.coordinator_json,
+            ProtocolError,
+            "bad coordinator state from the server",
+        )
 
 
 class ErrorMsg(_Msg, frozen=True, tag="Error"):
@@ -301,6 +303,11 @@ ClientMessage = (
 ServerMessage = Challenge | JoinRejected | StateMsg | ErrorMsg | PeersMsg
 
 
+def _parse_checkpoint(text: str) -> Checkpoint:
+    ck: Checkpoint = from_obj(Checkpoint, json.loads(text), "checkpoint")
+    return ck
+
+
 def _witness_fields(w: Witness) -> tuple[WireWitnessProof, bytes, bytes]:
     p = w.proof
     proof = WireWitnessProof(p.position, p.index, p.witness)
@@ -337,17 +344,11 @@ def frame(msg: _Msg, max_size: int) -> bytes:
 
 
 def decode_client(data: bytes) -> ClientMessage:
-    try:
-        return _client_decoder.decode(data)
-    except msgspec.MsgspecError as e:
-        raise ProtocolError(f"malformed client message: {e}") from None
+    return decode_untrusted(_client_decoder.decode, data, ProtocolError, "malformed client message")
 
 
 def decode_server(data: bytes) -> ServerMessage:
-    try:
-        return _server_decoder.decode(data)
-    except msgspec.MsgspecError as e:
-        raise ProtocolError(f"malformed server message: {e}") from None
+    return decode_untrusted(_server_decoder.decode, data, ProtocolError, "malformed server message")
 
 
 async def read_message(reader: asyncio.StreamReader, max_size: int) -> bytes | None:

@@ -20,6 +20,24 @@ Robustness rules, because any host can connect:
   whose writes stall for ``send_timeout`` is dropped (it reconnects and gets the latest state).
 * A second connection with the same key replaces the first (a client reconnecting before the
   server noticed the old socket died); the replaced one closes without a disconnect/withdraw.
+
+A slow or abusive peer must cost only itself:
+
+* Peer-list (``Peers``) broadcasts are coalesced: a change marks the list dirty and one task sends
+  the latest list at most every ``peers_interval``. Each connection holds at most one unsent peer
+  list (a newer one replaces it), so peer-list churn can never fill anyone's backlog; before this,
+  one key sending ~70 ``P2PAddrs`` frames made the server queue ~70 lists on every connection and
+  drop (and withdraw) every client.
+* ``P2PAddrs`` is rate limited per connection (token bucket: ``p2p_addrs_burst`` frames, refilled
+  at ``p2p_addrs_per_second``); a connection above it is closed as a protocol violation.
+* The read loop yields to the event loop after every frame, so frames already buffered from one
+  socket cannot starve the send tasks and the tick.
+* Unauthenticated connections and joined clients have separate budgets, so idle sockets cannot
+  lock real clients out: at most ``max_handshakes`` handshakes in progress, at most
+  ``max_handshakes_per_address`` of them per source address. A new connection over either bound
+  evicts the oldest handshake of its own address, or else of the address holding the most, so a
+  flood mostly evicts itself while an honest handshake (one round trip) gets through. Joined
+  clients are capped by ``max_connections``, checked only after authentication.
 """
 
 from __future__ import annotations
@@ -81,21 +99,46 @@ class ServerOptions:
     max_backlog: int = 64
     """Frames queued for one client before it counts as too slow and is dropped."""
     max_connections: int = 1024
-    """Open connections (joined or still in the handshake) beyond this are refused."""
+    """Joined (authenticated) clients beyond this are refused; a reconnecting key does not count
+    twice. Handshakes in progress do not count here, so unauthenticated sockets cannot use it up."""
+    max_handshakes: int = 256
+    """Connections still in the handshake, all addresses together. Bounds the sockets and memory
+    strangers can hold for ``handshake_timeout``; an honest handshake needs only one round trip, so
+    evicting the oldest one when full costs honest clients at most a retry."""
+    max_handshakes_per_address: int = 8
+    """Connections still in the handshake from one source IP address. An honest host runs one
+    client (a few behind a NAT), so 8 leaves room while one address can hold only 8 of
+    ``max_handshakes``."""
+    peers_interval: float = 0.25
+    """Seconds between two peer-list broadcasts; changes in between are sent together."""
+    p2p_addrs_burst: int = 8
+    """``P2PAddrs`` frames a connection may send at once (honest clients send one per connection
+    and one per change of their listen addresses)."""
+    p2p_addrs_per_second: float = 1.0
+    """Rate at which that allowance refills; a connection sending faster is closed."""
 
 
 class _Refused(Exception):
     """The handshake failed; the message goes to the log and to the peer."""
 
 
+# Queued in place of a peer list: the sender takes the latest list from ``_Connection._peers``
+# when it reaches this item (real frames are never empty: they start with a 4-byte length).
+_PEERS_SLOT = b""
+
+
 class _Connection:
     def __init__(self, writer: asyncio.StreamWriter, options: ServerOptions) -> None:
         self.writer = writer
         host, port = (writer.get_extra_info("peername") or ("?", "?"))[:2]
+        self.host = str(host)
         self.peer = f"{host}:{port}"
         self.identity: NodeIdentity | None = None
         self._options = options
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._peers: bytes | None = None
+        self._p2p_tokens = float(options.p2p_addrs_burst)
+        self._p2p_at = time.monotonic()
         self._sender = asyncio.create_task(self._send_loop())
 
     @property
@@ -108,6 +151,24 @@ class _Connection:
             self.abort()
             return
         self._queue.put_nowait(data)
+
+    def send_peers(self, data: bytes) -> None:
+        """Queue a peer list; one still waiting in the queue is replaced, not added to."""
+        waiting = self._peers is not None
+        self._peers = data
+        if not waiting:
+            self.send(_PEERS_SLOT)
+
+    def take_p2p_token(self) -> bool:
+        """Whether one more ``P2PAddrs`` frame is within this connection's rate limit."""
+        now = time.monotonic()
+        rate, burst = self._options.p2p_addrs_per_second, self._options.p2p_addrs_burst
+        self._p2p_tokens = min(float(burst), self._p2p_tokens + (now - self._p2p_at) * rate)
+        self._p2p_at = now
+        if self._p2p_tokens < 1.0:
+            return False
+        self._p2p_tokens -= 1.0
+        return True
 
     def abort(self) -> None:
         self.writer.transport.abort()
@@ -125,6 +186,10 @@ class _Connection:
     async def _send_loop(self) -> None:
         try:
             while (data := await self._queue.get()) is not None:
+                if data == _PEERS_SLOT:
+                    data, self._peers = self._peers, None
+                    if data is None:
+                        continue
                 self.writer.write(data)
                 await asyncio.wait_for(self.writer.drain(), self._options.send_timeout)
         except (OSError, TimeoutError) as e:
@@ -149,10 +214,21 @@ class CentralizedServer:
         self.connections: dict[NodeIdentity, _Connection] = {}
         self.p2p_addrs: dict[NodeIdentity, list[str]] = {}
         """P2P listen addresses the connected clients published (relayed, never interpreted)."""
-        self.stats = {"connections": 0, "refused": 0, "protocol_errors": 0, "rejected": 0}
+        self.stats = {
+            "connections": 0,
+            "refused": 0,
+            "evicted": 0,
+            "protocol_errors": 0,
+            "rejected": 0,
+        }
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._open = 0
+        # Handshakes in progress per source address, oldest first (dicts keep insertion order).
+        self._handshaking: dict[str, dict[_Connection, None]] = {}
+        self._handshake_count = 0
+        self._peers_dirty = False
+        self._peers_sent_at = -float("inf")
+        self._peers_task: asyncio.Task[None] | None = None
         self._closing = False
 
     async def start(self) -> None:
@@ -192,6 +268,8 @@ class CentralizedServer:
         self._closing = True
         if self._server is not None:
             self._server.close()
+        if self._peers_task is not None:
+            self._peers_task.cancel()
         # Python 3.11's Server.close() leaves accepted connections open: end them ourselves.
         for task in list(self._tasks):
             task.cancel()
@@ -202,11 +280,29 @@ class CentralizedServer:
                 await self._server.wait_closed()
 
     def publish_peers(self) -> None:
-        """Send every connected client's P2P addresses to every connection."""
+        """Send every connected client's P2P addresses to every connection, soon.
+
+        Coalesced: calls within ``peers_interval`` of the last broadcast lead to one broadcast of
+        the latest list, so the cost of address churn does not grow with its rate.
+        """
+        self._peers_dirty = True
+        if self._peers_task is None or self._peers_task.done():
+            self._peers_task = asyncio.get_running_loop().create_task(self._broadcast_peers())
+
+    async def _broadcast_peers(self) -> None:
+        while self._peers_dirty and not self._closing:
+            # Sleep even when due, so that changes made in this loop iteration go out together.
+            due = self._peers_sent_at + self.options.peers_interval
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            self._peers_dirty = False
+            self._peers_sent_at = time.monotonic()
+            data = self._peers_frame()
+            for conn in list(self.connections.values()):
+                conn.send_peers(data)
+
+    def _peers_frame(self) -> bytes:
         entries = [PeerEntry(who.p2p_identity, addrs) for who, addrs in self.p2p_addrs.items()]
-        data = frame(PeersMsg(entries), MAX_SERVER_FRAME)
-        for conn in list(self.connections.values()):
-            conn.send(data)
+        return frame(PeersMsg(entries), MAX_SERVER_FRAME)
 
     def publish(self) -> None:
         """Send the hub's current state to every joined connection."""
@@ -226,7 +322,6 @@ class CentralizedServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        self._open += 1
         self.stats["connections"] += 1
         sock = writer.get_extra_info("socket")
         if sock is not None:
@@ -234,17 +329,23 @@ class CentralizedServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         conn = _Connection(writer, self.options)
+        self._admit_handshake(conn)
         try:
-            if self._open > self.options.max_connections:
-                raise _Refused(f"too many connections ({self.options.max_connections})")
             who = await asyncio.wait_for(
                 self._handshake(reader, conn), self.options.handshake_timeout
             )
+            self._end_handshake(conn)
             if who is None:
                 return
+            limit = self.options.max_connections
+            if who not in self.connections and len(self.connections) >= limit:
+                raise _Refused(f"too many clients ({limit})")
             self._register(conn, who)
             while (data := await read_message(reader, MAX_CLIENT_FRAME)) is not None:
                 self._dispatch(conn, who, decode_client(data))
+                # A socket's buffered frames are read without awaiting anything: yield, so the
+                # send tasks and the tick run between this peer's frames.
+                await asyncio.sleep(0)
         except _Refused as e:
             self.stats["refused"] += 1
             log.warning("%s refused: %s", conn.name, e)
@@ -262,12 +363,38 @@ class CentralizedServer:
         except Exception:
             log.exception("%s: internal error, connection closed", conn.name)
         finally:
-            self._open -= 1
+            self._end_handshake(conn)
             self._tasks.discard(task)
             self._unregister(conn)
             if self._closing:
                 conn.abort()  # do not wait for slow readers while shutting down
             await conn.close()
+
+    def _admit_handshake(self, conn: _Connection) -> None:
+        """Count ``conn`` as handshaking, first evicting one handshake if a budget is full."""
+        own = self._handshaking.get(conn.host, {})
+        victims: dict[_Connection, None] | None = None
+        if len(own) >= self.options.max_handshakes_per_address:
+            victims = own
+        elif self._handshake_count >= self.options.max_handshakes:
+            victims = max(self._handshaking.values(), key=len)
+        if victims:
+            old = next(iter(victims))
+            self._end_handshake(old)
+            self.stats["evicted"] += 1
+            log.debug("%s: handshake evicted for a newer connection", old.peer)
+            old.abort()
+        # Fetched again: the eviction may have dropped this address's (emptied) entry.
+        self._handshaking.setdefault(conn.host, {})[conn] = None
+        self._handshake_count += 1
+
+    def _end_handshake(self, conn: _Connection) -> None:
+        own = self._handshaking.get(conn.host)
+        if own is None or own.pop(conn, False) is False:
+            return
+        self._handshake_count -= 1
+        if not own:
+            del self._handshaking[conn.host]
 
     async def _handshake(
         self, reader: asyncio.StreamReader, conn: _Connection
@@ -307,8 +434,7 @@ class CentralizedServer:
         seq, state = self.hub.snapshot()
         conn.send(frame(StateMsg(seq, state), MAX_SERVER_FRAME))
         if self.p2p_addrs:
-            entries = [PeerEntry(w.p2p_identity, a) for w, a in self.p2p_addrs.items()]
-            conn.send(frame(PeersMsg(entries), MAX_SERVER_FRAME))
+            conn.send_peers(self._peers_frame())
         log.debug("%s joined from %s (%d connected)", who.hex(), conn.peer, len(self.connections))
 
     def _unregister(self, conn: _Connection) -> None:
@@ -335,8 +461,12 @@ class CentralizedServer:
             elif isinstance(msg, CheckpointMsg):
                 changed = self.hub.checkpoint(who, msg.index, msg.to_checkpoint(), now)
             elif isinstance(msg, P2PAddrsMsg):
-                self.p2p_addrs[who] = list(msg.addrs)
-                self.publish_peers()
+                if not conn.take_p2p_token():
+                    raise ProtocolError("P2PAddrs sent faster than the rate limit")
+                addrs = list(msg.addrs)
+                if self.p2p_addrs.get(who) != addrs:
+                    self.p2p_addrs[who] = addrs
+                    self.publish_peers()
                 return
             else:
                 raise ProtocolError(f"unexpected {type(msg).__name__} after the handshake")

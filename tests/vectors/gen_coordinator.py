@@ -1216,6 +1216,91 @@ def health_check_ejects_silent_client() -> Scenario:
     return s
 
 
+@scenario
+def health_check_forged_view_ejects_nobody() -> Scenario:
+    s = new(
+        "health_check_forged_view_ejects_nobody",
+        "witness_nodes = 2 (quorum 2 of 2). In round 2 one elected witness sends empty blooms "
+        "and the other an honest witness. In round 3 no trainer is agreed missing by a quorum, "
+        "so the honest witness's report of any other client is rejected (InvalidHealthCheck), "
+        "and so is a report naming the reporter itself; nobody is ejected.",
+        config(init_min_clients=4, witness_nodes=2),
+    )
+    s.begin(ids(4))
+    s.round()
+    s.round()
+    s.start()
+    elected = sorted(s.witness_of_round())
+    assert len(elected) == 2
+    forger, honest = elected
+    sel = s.c.committee_selection(s.c.current_round())
+    forged = Witness(sel.get_witness(forger), Bloom.empty(), Bloom.empty())
+    s.sim.witness(s.client(forger), forged)
+    s.expect(RS.RoundTrain, "Ok")
+    s.sim.witness(s.client(honest), s.sim.round_witness(honest))
+    s.expect(RS.RoundWitness)
+    s.witness_timeout()
+    s.expect(RS.RoundTrain)
+    for i in range(4):
+        s.sim.health_check(s.client(honest), [(s.client(i), prev_proof(s, i))])
+        s.expect(RS.RoundTrain, "InvalidHealthCheck")
+    assert all(c.state is ClientState.Healthy for c in s.c.epoch_state.clients)
+    return s
+
+
+@scenario
+def health_check_incomplete_bloom_ejects_nobody() -> Scenario:
+    s = new(
+        "health_check_incomplete_bloom_ejects_nobody",
+        "witness_nodes = 3 (quorum 2), 5 clients. In round 2 two of the three elected witnesses "
+        "report (enough to go on) and one of them missed client y's result (a slow download). y "
+        "is seen by one witness and missed by one: below the quorum of sightings, but one missing "
+        "vote is not a quorum, so in round 3 a report naming y is rejected (InvalidHealthCheck).",
+        config(init_min_clients=5, min_clients=3, witness_nodes=3),
+    )
+    s.begin(ids(5))
+    s.round()
+    s.round()
+    s.start()
+    elected = sorted(s.witness_of_round())
+    assert len(elected) == 3
+    full, partial = elected[0], elected[1]
+    y = next(i for i in range(5) if i not in (full, partial))
+    s.sim.witness(s.client(full), s.sim.round_witness(full))
+    s.sim.silent.add(s.client(y))
+    s.sim.witness(s.client(partial), s.sim.round_witness(partial))
+    s.sim.silent.discard(s.client(y))
+    s.expect(RS.RoundTrain, "Ok")
+    s.train_timeout()
+    s.witness_timeout()
+    s.expect(RS.RoundTrain)
+    assert not s.c.trainer_healthy(s.client(y))
+    s.sim.health_check(s.client(full), [(s.client(y), prev_proof(s, y))])
+    s.expect(RS.RoundTrain, "InvalidHealthCheck")
+    assert all(c.state is ClientState.Healthy for c in s.c.epoch_state.clients)
+    return s
+
+
+@scenario
+def health_check_agreeing_witnesses_eject() -> Scenario:
+    s = new(
+        "health_check_agreeing_witnesses_eject",
+        "witness_nodes = 2 (quorum 2). A client is silent from round 2 and both of round 2's "
+        "witnesses leave it out: a report naming it returns Dropped(1); a report naming the "
+        "reporter itself is rejected (InvalidHealthCheck).",
+        config(init_min_clients=4, witness_nodes=2),
+    )
+    x = s.try_plan([3, 2, 1, 0], _silent_plan)
+    s.start()
+    ok = next(i for i in range(4) if i != x)
+    s.sim.health_check(s.client(ok), [(s.client(ok), prev_proof(s, ok))])
+    s.expect(RS.RoundTrain, "InvalidHealthCheck")
+    s.sim.health_check(s.client(ok), [(s.client(x), prev_proof(s, x))])
+    s.expect(RS.RoundTrain, "Dropped(1)")
+    assert s.c.epoch_state.clients[x].state is ClientState.Ejected
+    return s
+
+
 def _middle_plan(s: Scenario, pair: tuple[int, int]) -> bool:
     """5 clients; in round 2 client m withdraws and client x (after m) goes silent; neither may
     be round 2's witness, and x must not be round 3's."""

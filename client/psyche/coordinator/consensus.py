@@ -31,6 +31,27 @@ def trainer_healthy(
     return trainer_healthy_score(who, witnesses) >= config.quorum(len(witnesses))
 
 
+def trainer_missing_score(who: NodeIdentity, witnesses: Sequence[Witness]) -> int:
+    """How many of the round's witnesses positively attest that this trainer did not deliver."""
+    return len(witnesses) - trainer_healthy_score(who, witnesses)
+
+
+def trainer_ejectable(
+    who: NodeIdentity, witnesses: Sequence[Witness], config: CoordinatorConfig
+) -> bool:
+    """A health check may eject this trainer: it is not healthy *and* at least a quorum of the
+    round's witnesses agree it is missing.
+
+    Not being healthy alone is not enough: with fewer witnesses than `witness_nodes` (one was
+    offline) or one witness that sends empty blooms, every trainer falls below the quorum of
+    sightings, and ejecting on that would let one party (or one absence) empty the run. A
+    missing vote counts only a witness that reported, so no witness can be outvoted by silence.
+    """
+    if trainer_healthy(who, witnesses, config):
+        return False
+    return trainer_missing_score(who, witnesses) >= config.quorum(len(witnesses))
+
+
 def select_consensus_commitment(
     data_hashes: Sequence[bytes], witnesses: Sequence[Witness], config: CoordinatorConfig
 ) -> int | None:

@@ -455,11 +455,19 @@ class Coordinator:
             return False
         return consensus.trainer_healthy(who, prev.witnesses, self.config)
 
+    def trainer_ejectable(self, who: NodeIdentity) -> bool:
+        """A quorum of the previous round's witnesses agree ``who`` delivered nothing."""
+        prev = self.previous_round()
+        if prev is None:
+            return False
+        return consensus.trainer_ejectable(who, prev.witnesses, self.config)
+
     def health_check(
         self, sender: NodeIdentity, checks: Iterable[tuple[NodeIdentity, CommitteeProof]]
     ) -> int:
-        """Eject clients that the previous round's witnesses did not see; returns how many.
-        Each ejected client's interval of the round the check is about is queued as lost."""
+        """Eject clients that a quorum of the previous round's witnesses agree delivered nothing;
+        returns how many. A reporter cannot name itself. Each ejected client's interval of the
+        round the check is about is queued as lost."""
         self._check_not_halted()
         if self.run_state not in (RunState.RoundTrain, RunState.RoundWitness, RunState.Cooldown):
             raise _fail(E.NoActiveRound, f"no round in {self.run_state.name}")
@@ -485,8 +493,13 @@ class Coordinator:
                 raise _fail(E.InvalidCommitteeProof, f"bad committee proof for client {who}")
             if proof.committee is not Committee.Trainer:
                 raise _fail(E.InvalidCommitteeProof, "only trainers can be health-checked")
-            if self.trainer_healthy(who):
-                raise _fail(E.InvalidHealthCheck, f"client {who} is healthy")
+            if who == sender:
+                raise _fail(E.InvalidHealthCheck, "a reporter cannot report itself")
+            if not self.trainer_ejectable(who):
+                raise _fail(
+                    E.InvalidHealthCheck,
+                    f"client {who} is not agreed missing by a quorum of witnesses",
+                )
         checked = self.previous_previous_round()
         intervals = lost_work.intervals_of(self, checked) if checked is not None else {}
         dropped = 0

@@ -199,7 +199,7 @@ class Sim:
         sel = c.committee_selection(prev)
         out = []
         for i, who in enumerate(c.previous_round_clients()):
-            if who in self.silent and not c.trainer_healthy(who):
+            if who in self.silent and c.trainer_ejectable(who):
                 idx = c.index_of(who)
                 if idx is not None and c.epoch_state.clients[idx].state.name == "Healthy":
                     out.append((who, sel.get_committee(i)))

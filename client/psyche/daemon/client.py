@@ -387,7 +387,8 @@ class ClientDaemon:
         )
 
     async def _health_check(self, coord: Coordinator, view: EpochView) -> None:
-        """A client that witnessed the previous round reports trainers nobody saw."""
+        """A client that witnessed the previous round reports the trainers that a quorum of its
+        witnesses agree delivered nothing (never itself: a forged view could name it too)."""
         prev = coord.previous_round()
         if prev is None or coord.current_round().height < 2 or coord.epoch_state.first_round:
             return
@@ -401,7 +402,7 @@ class ClientDaemon:
             idx = coord.index_of(who)
             if idx is None or coord.epoch_state.clients[idx].state is not ClientState.Healthy:
                 continue
-            if not coord.trainer_healthy(who):
+            if who != self.identity and coord.trainer_ejectable(who):
                 report.append((who, sel.get_committee(i)))
         if report:
             log.warning("health check: reporting %s", [w.hex() for w, _ in report])

@@ -111,7 +111,7 @@ fn coordinator_vectors_replay() {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     paths.sort();
-    assert!(paths.len() >= 52, "expected the 52 scenarios, found {}", paths.len());
+    assert!(paths.len() >= 55, "expected the 55 scenarios, found {}", paths.len());
     let mut failures = Vec::new();
     let mut steps = 0;
     let mut errors_seen = std::collections::BTreeSet::new();

@@ -24,6 +24,23 @@ pub fn trainer_healthy(
     trainer_healthy_score(who, witnesses) >= config.quorum(witnesses.len())
 }
 
+/// How many of the round's witnesses positively attest that this trainer delivered nothing.
+pub fn trainer_missing_score(who: &NodeIdentity, witnesses: &[Witness]) -> usize {
+    witnesses.len() - trainer_healthy_score(who, witnesses)
+}
+
+/// A health check may eject this trainer: not healthy *and* a quorum of the round's witnesses
+/// agree it is missing. Falling below the quorum of sightings alone is not enough: one witness
+/// with empty blooms (or one slow download) would otherwise make every trainer ejectable.
+pub fn trainer_ejectable(
+    who: &NodeIdentity,
+    witnesses: &[Witness],
+    config: &CoordinatorConfig,
+) -> bool {
+    !trainer_healthy(who, witnesses, config)
+        && trainer_missing_score(who, witnesses) >= config.quorum(witnesses.len())
+}
+
 /// Index of the commitment (in arrival order) that a quorum of witnesses voted for: each witness
 /// votes for the first hash in its broadcast bloom; the most votes at or above quorum wins, the
 /// later one on a tie; `None`: no consensus.

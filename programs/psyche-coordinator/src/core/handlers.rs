@@ -101,8 +101,9 @@ impl CoordinatorState {
         Ok(())
     }
 
-    /// Ejects clients that the previous round's witnesses did not see; returns how many. Each
-    /// ejected client's interval of the round the check is about is queued as lost work.
+    /// Ejects clients that a quorum of the previous round's witnesses agree delivered nothing;
+    /// returns how many. Each ejected client's interval of the round the check is about is
+    /// queued as lost work.
     pub fn health_check(
         &mut self,
         from: &NodeIdentity,
@@ -137,7 +138,9 @@ impl CoordinatorState {
             if proof.committee != Committee::Trainer {
                 return Err(E::InvalidCommitteeProof);
             }
-            if self.trainer_healthy(&check.id) {
+            // Never the reporter itself, and only on a view a quorum of witnesses agree on:
+            // a single forged or incomplete witness must not be able to eject anyone.
+            if check.id == *from || !self.trainer_ejectable(&check.id) {
                 return Err(E::InvalidHealthCheck);
             }
         }

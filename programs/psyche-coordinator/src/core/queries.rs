@@ -153,6 +153,12 @@ impl CoordinatorState {
             .is_some_and(|prev| consensus::trainer_healthy(who, prev.witnesses(), &self.config))
     }
 
+    /// A quorum of the previous round's witnesses agree `who` delivered nothing.
+    pub fn trainer_ejectable(&self, who: &NodeIdentity) -> bool {
+        self.previous_round()
+            .is_some_and(|prev| consensus::trainer_ejectable(who, prev.witnesses(), &self.config))
+    }
+
     /// The epoch client list as it was during the previous round, rebuilt exactly.
     pub fn previous_round_clients(&self) -> PrevClients<'_> {
         match self.previous_round() {

@@ -96,6 +96,35 @@ def test_epochs_list_checkpoint_sources_joiners_and_kills(tmp_path: Path) -> Non
     assert s["clients"]["client-b"]["killed_at"] == [112.0]
 
 
+def test_a_client_restarted_before_the_first_warmup_is_a_joiner(tmp_path: Path) -> None:
+    """Issue 12, finding 12: on a loaded machine the first kill can land while the run still
+    waits for members. The restarted process came back before the first Warmup, so it used to be
+    counted as a founder: its kill was in epoch 0 but no load of it was a join anywhere."""
+    hub = "Hub:runs/model"
+    states = [
+        _state(100, 0, 1, "WaitingForMembers", hub, []),
+        _state(150, 0, 1, "Warmup", hub, ["a", "b"]),
+        _state(155, 0, 1, "RoundTrain", hub, ["a", "b"]),
+    ]
+    server = _write(tmp_path / "server.jsonl", states)
+    a = _write(
+        tmp_path / "a.jsonl",
+        [{"t": 152, "event": "model_loaded", "client": "a", "source": "Hub", "peers": []}],
+    )
+    b = _write(
+        tmp_path / "b.jsonl",
+        [{"t": 153, "event": "model_loaded", "client": "b", "source": "Hub", "peers": []}],
+    )
+    tallies = {
+        "client-a": ClientTally(joins=1, started_at=[99.0]),
+        "client-b": ClientTally(joins=2, kills=1, started_at=[99.0, 145.0], killed_at=[145.0]),
+    }
+    s = build_summary(server, {"client-a": a, "client-b": b}, tallies).to_json()
+    (e0,) = s["epochs"]
+    assert e0["kills"] == [{"client": "client-b", "after_s": 45.0}]
+    assert [j["client"] for j in e0["joiners"]] == ["client-b"]
+
+
 def test_rebuilding_the_summary_counts_a_drop_once(tmp_path: Path) -> None:
     """The launcher rebuilds the summary while the run goes on, from its live tallies."""
     hub = "Hub:runs/model"

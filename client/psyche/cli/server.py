@@ -14,11 +14,23 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from psyche.protocol.config import LLM, DistroOptimizer, ServerData
 from psyche.protocol.runconfig import load_data_config, load_run_config
 from psyche.protocol.serde import ConfigError, to_obj
+
+
+def _printable(text: str) -> str:
+    """``text`` as one line of plain text: control characters (newlines from a quoted TOML key,
+    terminal escapes) shown as escapes, rich markup (``[/]`` in a value) escaped."""
+    return escape(
+        "".join(
+            ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode()
+            for ch in text
+        )
+    )
 
 
 @click.group()
@@ -49,17 +61,24 @@ def server() -> None:
     "psyche-solana-client --run-id); a run_id in the file wins.",
 )
 def validate_config(state_path: str, data_path: str | None, run_id: str | None) -> None:
-    """Check STATE (and DATA) against every rule; exit 0 with a summary, 1 naming the bad key."""
+    """Check STATE (and DATA) against every rule; exit 0 with a summary, 1 naming the bad key.
+
+    Risky but valid settings (a witness quorum one member can reach) are warnings in yellow.
+    File contents are printed escaped: a key or value like ``[/]`` is text, not rich markup."""
     out = Console()
-    err = Console(stderr=True, soft_wrap=True)
+    # No highlighting: a warning stays one colour, numbers in it included.
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
     try:
         rc = load_run_config(state_path, require_run_id=run_id is None)
         if rc.run_id is None:
             rc = dataclasses.replace(rc, run_id=run_id)
             rc.check()
         data = load_data_config(data_path) if data_path else None
+        if data is not None:
+            assert isinstance(rc.model, LLM)
+            data.check_model(rc.model, data_path or "")
     except ConfigError as e:
-        err.print(f"[bold red]invalid config[/]: {e}")
+        err.print(f"[bold red]invalid config[/]: {_printable(str(e))}")
         sys.exit(1)
     llm = rc.model
     assert isinstance(llm, LLM)
@@ -68,10 +87,10 @@ def validate_config(state_path: str, data_path: str | None, run_id: str | None) 
             "[yellow]note[/]: model.LLM.data_location is Server; pass --data-config data.toml "
             "to check the data server settings too"
         )
-    for w in rc.warnings:
-        err.print(f"[yellow]warning[/]: {w}")
+    for w in (*rc.warnings, *rc.advisories()):
+        err.print(f"[yellow]warning: {_printable(w)}[/]")
     c = rc.config
-    t = Table(title=f"run {rc.run_id!r} is valid", show_header=False)
+    t = Table(title=_printable(f"run {rc.run_id!r} is valid"), show_header=False)
     t.add_row("clients", f"start with {c.init_min_clients}, keep at least {c.min_clients}")
     t.add_row("witnesses", str(c.witness_nodes or "min(#clients, 32)"))
     t.add_row("batch", f"{c.global_batch_size_start} → {c.global_batch_size_end} samples")
@@ -82,9 +101,9 @@ def validate_config(state_path: str, data_path: str | None, run_id: str | None) 
         f"epoch {c.epoch_time}, cooldown {c.cooldown_time}",
     )
     t.add_row("model", f"{llm.architecture.name}, seq {llm.max_seq_len}")
-    t.add_row("checkpoint", str(to_obj(llm.checkpoint)))
-    t.add_row("data", str(to_obj(llm.data_location)))
-    t.add_row("lr", str(to_obj(llm.lr_schedule)))
+    t.add_row("checkpoint", _printable(str(to_obj(llm.checkpoint))))
+    t.add_row("data", _printable(str(to_obj(llm.data_location))))
+    t.add_row("lr", _printable(str(to_obj(llm.lr_schedule))))
     opt = llm.optimizer
     if isinstance(opt, DistroOptimizer):
         t.add_row(
@@ -93,7 +112,9 @@ def validate_config(state_path: str, data_path: str | None, run_id: str | None) 
             f"1-bit {opt.quantize_1bit}",
         )
     if data is not None:
-        t.add_row("data server", f"{data.dir} ({data.token_size.name}, seq {data.seq_len})")
+        t.add_row(
+            "data server", _printable(f"{data.dir} ({data.token_size.name}, seq {data.seq_len})")
+        )
     out.print(t)
 
 

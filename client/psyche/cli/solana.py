@@ -289,7 +289,13 @@ def create_run_cmd(
 @common
 @run_id_option
 @click.option("--config-path", envvar="CONFIG_PATH", default=None, help="state.toml / config.toml")
-@click.option("--restart-from-step", envvar="RESTART_FROM_STEP", type=int, default=None)
+@click.option(
+    "--restart-from-step",
+    envvar="RESTART_FROM_STEP",
+    type=click.IntRange(1, 2**32 - 1),
+    default=None,
+    help="Step to continue from (steps start at 1, as the program's progress check requires).",
+)
 @click.option("--switch-to-hub", envvar="SWITCH_TO_HUB", is_flag=True, default=False)
 @name_option
 @description_option

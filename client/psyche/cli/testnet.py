@@ -179,8 +179,16 @@ def run_and_report(net: LocalTestnet, console: Console, tui: bool | None) -> Non
     console.print(
         f"[bold]done[/]: {result.epochs_completed} epoch(s), {len(result.rounds)} rounds, "
         f"final loss {result.final_loss}, weights identical after every apply: {agree}; "
-        f"wrote {path} and {png}"
+        f"rejected from peers: {rejections_text(result.rejections)}; wrote {path} and {png}"
     )
+
+
+def rejections_text(counts: dict[str, int]) -> str:
+    """``none``, or the total and each kind (``3 (oversized_gossip=2, stale_result=1)``)."""
+    if not counts:
+        return "none"
+    kinds = ", ".join(f"{k}={n}" for k, n in sorted(counts.items()))
+    return f"{sum(counts.values())} ({kinds})"
 
 
 def round_line(r: dict[str, Any]) -> str:
@@ -213,12 +221,17 @@ def _status(net: LocalTestnet) -> Group:
             "identical" if agree else "DIFFER",
         )
     clients = Table(title="clients")
-    for col in ("client", "running", "joins", "kills", "drops"):
+    for col in ("client", "running", "joins", "kills", "drops", "rejected"):
         clients.add_column(col)
     for label, tally in sorted(s.clients.items()):
         proc = net.clients.get(label)
         running = proc is not None and proc.popen.poll() is None
         clients.add_row(
-            label, "yes" if running else "no", str(tally.joins), str(tally.kills), str(tally.drops)
+            label,
+            "yes" if running else "no",
+            str(tally.joins),
+            str(tally.kills),
+            str(tally.drops),
+            rejections_text(tally.rejections),
         )
     return Group(table, clients)

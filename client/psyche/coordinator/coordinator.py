@@ -38,6 +38,7 @@ from psyche.coordinator.types import (
     CoordinatorError,
     CoordinatorException,
     EpochState,
+    P2PIdentityTakenError,
     Progress,
     Round,
     RunState,
@@ -140,6 +141,37 @@ class Coordinator:
             if c.id == who:
                 return i
         return None
+
+    def claim_p2p_key(
+        self, who: NodeIdentity, pending: Iterable[NodeIdentity]
+    ) -> list[NodeIdentity]:
+        """Check the P2P key of a join of ``who`` against the clients ``pending`` for the next
+        epoch and this epoch's clients; returns the pending clients to remove from the pending
+        list, or raises :class:`P2PIdentityTakenError`. Changes nothing itself.
+
+        Peers attribute gossip by P2P key, so a key held by two wallets lets one of them get the
+        other's results dropped. A key held by a *different* wallet (pending or in the epoch) is
+        refused, unless ``who`` proves it is its own: ``p2p_identity == signer``, the key that
+        signed the join (the server's challenge, the Solana transaction). Such a join takes the
+        key over: the pending rivals are returned for removal (their claim cannot be proven; an
+        epoch client keeps its place until the epoch ends), so whoever registered the key first
+        cannot lock its owner out. The Solana program applies the same rule
+        (``ClientsState::register``); docs/protocol.md, "One P2P key per wallet".
+        """
+        key = who.p2p_identity
+
+        def rival(other: NodeIdentity) -> bool:
+            return other.p2p_identity == key and other.signer != who.signer
+
+        rivals = [p for p in pending if rival(p)]
+        if who.signer == key:
+            return rivals
+        if rivals or any(rival(c.id) for c in self.epoch_state.clients):
+            raise P2PIdentityTakenError(
+                f"P2PIdentityTaken: P2P key {key.hex()} is held by another wallet of this run "
+                "(pending for the next epoch or in the current one)"
+            )
+        return []
 
     def witness_count(self) -> int:
         return self.config.witness_count(len(self.epoch_state.clients))

@@ -85,6 +85,12 @@ class CoordinatorException(Exception):
         super().__init__(f"{code.name}: {detail}" if detail else code.name)
 
 
+class P2PIdentityTakenError(Exception):
+    """A join named a P2P key that another wallet of the run holds; the Solana program's
+    ``P2PIdentityTaken`` (a program error, not a core ``CoordinatorError``: those keep the
+    first twelve Anchor codes). Rule: :meth:`psyche.coordinator.Coordinator.claim_p2p_key`."""
+
+
 @dataclass(frozen=True, slots=True)
 class TickResult:
     """``Ticked`` (epoch_end is None) or an epoch end with its success flag."""

@@ -13,6 +13,14 @@ awaited until a deadline and then skipped with a warning (never a fatal exit); i
 cancelled the DisTrO lookahead is undone; an internal error drops the client out of the epoch
 cleanly (it stops training and witnessing) and it rejoins in the next epoch. After every apply
 the daemon logs the parameter hash so tests can prove that honest clients agree bit for bit.
+
+Nothing a peer sends is dropped silently: every announcement the daemon cannot use (malformed or
+badly signed, from a key outside the epoch, a result for a round it no longer holds or has not
+started, for a batch not assigned to its sender, with a bad commitment or payload, a forged
+``ModelAvailable``) is a :class:`~psyche.p2p.rejections.Rejection`, counted and logged once per
+peer and kind. :meth:`ClientDaemon.rejection_counts` adds the host process's counts, and the
+daemon writes them to its event log (``rejections``) whenever they change, for the testnet
+summary and status view.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from psyche.daemon.rounds import (
     bloom_seed_for,
     build_witness,
     results_to_apply,
+    round_lrs,
     round_state_for,
     verify_result,
 )
@@ -55,6 +64,7 @@ from psyche.p2p.messages import (
     sign_announcement,
 )
 from psyche.p2p.node import P2PNode
+from psyche.p2p.rejections import Rejection, Rejections, merge_counts
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import make_commitment, verify_commitment
 from psyche.protocol.committee import WitnessProof
@@ -63,7 +73,6 @@ from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
 from psyche.training.errors import TrainingCancelled
 from psyche.training.hashing import model_hash
-from psyche.training.schedule import lr_for_step
 
 log = logging.getLogger("psyche.daemon")
 
@@ -95,7 +104,10 @@ class ClientDaemon:
         self._load = load
         self.events = events
         self.checkpointer = Checkpointer(checkpoint or CheckpointOptions(), backend, events)
-        self.sharing = ModelSharing(key, p2p, sharing or SharingOptions())
+        self.rejections = Rejections(log)
+        self.sharing = ModelSharing(key, p2p, sharing or SharingOptions(), self.rejections)
+        self._reported: dict[str, int] = {}
+        self._process_start = round(time.time(), 3)
         self.apply_deadline_s = apply_deadline_s
         self.coord: Coordinator | None = None
         self.trained: Trained | None = None
@@ -123,6 +135,7 @@ class ClientDaemon:
         except* _Stop:
             pass
         finally:
+            self._report_rejections()
             await self.checkpointer.close()
 
     async def _state_loop(self) -> None:
@@ -146,7 +159,8 @@ class ClientDaemon:
             try:
                 ann = open_announcement(data, from_peer=peer)
             except Exception as e:  # AnnouncementError and anything a hostile peer triggers
-                log.warning("dropped gossip from %s: %s", peer, e)
+                # Counted, and logged once per peer: one line per message let a peer flood the log.
+                self.rejections.record(Rejection.bad_announcement, peer, str(e))
                 continue
             self._on_announcement(ann.sender, ann.payload, peer)
 
@@ -159,6 +173,7 @@ class ClientDaemon:
             self._wake.clear()
             async with self._step_lock:
                 await self._opportunistic()
+            self._report_rejections()
 
     # --- coordinator states -------------------------------------------------------------------
 
@@ -218,6 +233,7 @@ class ClientDaemon:
             return
         if state is RunState.RoundWitness:
             self._cancel.set()
+            self._note_stragglers(coord, view)
             await self._send_witness(coord, view)
             return
         if state is RunState.Cooldown and not view.cooldown_done:
@@ -319,7 +335,7 @@ class ClientDaemon:
                     )
                     continue
                 payloads.append(decode_payload(res.payload, self.trained.spec))
-        lr = lr_for_step(coord.llm.lr_schedule, state.step)
+        lr = round_lrs(coord, state.step, state.height).lr
         if payloads:
             await asyncio.to_thread(self.trained.trainer.apply_step, payloads, lr=lr)
         digest = await asyncio.to_thread(model_hash, self.trained.trainer.model)
@@ -339,9 +355,7 @@ class ClientDaemon:
     async def _train(self, coord: Coordinator, state: RoundState, batch: BatchId) -> None:
         assert self.trained is not None
         trained, cancel = self.trained, self._cancel
-        llm = coord.llm
-        lr = lr_for_step(llm.lr_schedule, state.step)
-        prev_lr = lr_for_step(llm.lr_schedule, max(state.step - 1, 0))
+        lrs = round_lrs(coord, state.step, state.height)
         t0 = time.perf_counter()
         try:
             tokens = await asyncio.to_thread(trained.data.get_samples, batch)
@@ -349,10 +363,10 @@ class ClientDaemon:
                 trained.trainer.train_step,
                 tokens,
                 step=state.step,
-                lr=lr,
-                prev_lr=prev_lr,
+                lr=lrs.lr,
+                prev_lr=lrs.prev_lr,
                 prev_self_results=self.prev_self,
-                zero_optim=False,
+                zero_optim=lrs.zero_optim,
                 cancel=cancel,
                 batch_id=(batch.start, batch.end),
             )
@@ -414,33 +428,58 @@ class ClientDaemon:
         coord, view = self.coord, self.view
         if coord is None or view is None:
             return
-        member = next(
-            (c.id for c in coord.epoch_state.clients if c.id.p2p_identity == sender), None
-        )
-        if member is None:
+        # Coordinators refuse a P2P key held by two wallets, but should an epoch list it twice
+        # (a coordinator from before that rule), list order must not decide whose it is: the
+        # first holder's assignment used to decide whether the key owner's results counted
+        # (issue 12, finding 4). A result counts for the holder its batch is assigned to.
+        holders = [c.id for c in coord.epoch_state.clients if c.id.p2p_identity == sender]
+        if not holders:
+            self.rejections.record(Rejection.not_epoch_client, peer, type(payload).__name__)
             return
+        member = holders[0]
         if isinstance(payload, ModelAvailable):
-            self.sharing.on_offer(sender, payload)
+            self.sharing.on_offer(sender, payload, coord)
             return
         if isinstance(payload, Finished):
             if payload.warmup:
                 view.ready.add(sender)
             else:
+                view.stragglers.difference_update(holders)
                 for st in view.rounds.values():
                     if st.step == payload.step:
-                        st.finished.add(member)
+                        st.finished.update(holders)
             self._wake.set()
             return
-        if not isinstance(payload, TrainingResult):
-            return
+        if not isinstance(payload, TrainingResult) or view.dropped:
+            return  # a client sitting the epoch out takes no results, and refuses none either
         state = next((s for s in view.rounds.values() if s.step == payload.step), None)
         batch = BatchId(payload.batch_start, payload.batch_end)
-        if state is None or state.assignment.get(batch) != member or batch in state.results:
+        if state is None:
+            # Not silent: a result that arrives before this client starts its round is lost
+            # (counted as future), and so is one for a round already forgotten.
+            kind = (
+                Rejection.future_result
+                if payload.step >= coord.progress.step
+                else Rejection.stale_result
+            )
+            detail = f"step {payload.step}; this client is at step {coord.progress.step}"
+            self.rejections.record(kind, peer, detail)
             return
+        assigned = state.assignment.get(batch)
+        if assigned is None or assigned not in holders:
+            detail = f"batch {batch} of step {payload.step}"
+            self.rejections.record(Rejection.other_batch, peer, detail)
+            return
+        member = assigned
+        if batch in state.results:
+            return  # a repeat of a result already taken: nothing is lost
         commitment = payload.commitment.to_commitment()
-        if not verify_commitment(sender, commitment) or self.trained is None:
-            log.warning("dropped result for %s from %s: bad commitment", batch, peer)
+        if not verify_commitment(sender, commitment):
+            detail = f"batch {batch} of step {payload.step}"
+            self.rejections.record(Rejection.bad_commitment, peer, detail)
             return
+        if self.trained is None:
+            return  # no model loaded (sitting this epoch out): nothing to verify payloads with
         res = ReceivedResult(member, batch, commitment.data_hash, None)
         state.results[batch] = res
         task = asyncio.create_task(self._fetch(state, res, payload, peer))
@@ -468,14 +507,27 @@ class ClientDaemon:
             return
         full = ReceivedResult(res.trainer, res.batch, res.data_hash, data)
         if not verify_result(full, state.step, self.trained.spec):
-            log.warning(
-                "payload for %s (step %d) does not match its commitment; dropped",
-                res.batch,
-                state.step,
-            )
+            detail = f"batch {res.batch} of step {state.step}"
+            self.rejections.record(Rejection.bad_payload, peer, detail)
             return
         state.results[res.batch] = full
         self._wake.set()
+
+    # --- rejections ---------------------------------------------------------------------------
+
+    def rejection_counts(self) -> dict[str, int]:
+        """Everything refused from peers so far, by kind: the daemon's and the host's."""
+        return merge_counts([self.rejections.counts(), self.p2p.counters.rejections])
+
+    def _report_rejections(self) -> None:
+        """Write the counts to the event log when they changed. ``pid`` and ``since`` tell one
+        process's cumulative counts from the next one's when a client restarts into the same log.
+        """
+        counts = self.rejection_counts()
+        if counts == self._reported:
+            return
+        self._reported = counts
+        self.events.write("rejections", pid=os.getpid(), since=self._process_start, counts=counts)
 
     # --- opportunistic steps ------------------------------------------------------------------
 
@@ -497,15 +549,39 @@ class ClientDaemon:
                 or self._training.done()
             )
             prev = view.rounds.get(state.height - 1)
-            if not state.sent_finished and mine_done and (prev is None or prev.all_received()):
+            waiting_on = prev is None or prev.all_received(ignore=view.stragglers)
+            if not state.sent_finished and mine_done and waiting_on:
                 state.sent_finished = True
                 state.finished.add(self.identity)
                 await self.p2p.announce(
                     sign_announcement(self.key, Finished(step=state.step, warmup=False))
                 )
-            everyone = {c.id for c in coord.epoch_state.clients}
-            if state.sent_finished and everyone <= state.finished:
+            everyone = {c.id for c in coord.epoch_state.clients if c.state is ClientState.Healthy}
+            if state.sent_finished and everyone - view.stragglers <= state.finished:
                 await self._send_witness(coord, view)
+
+    def _note_stragglers(self, coord: Coordinator, view: EpochView) -> None:
+        """At the end of a round that hit its train timeout (fewer witnesses than elected), the
+        members that never announced Finished become stragglers (see ``EpochView.stragglers``)."""
+        rnd = coord.current_round()
+        state = view.rounds.get(rnd.height)
+        if state is None or state.closed or state.step != coord.progress.step:
+            return
+        state.closed = True
+        if len(rnd.witnesses) >= coord.witness_count():
+            return
+        late = {
+            c.id
+            for c in coord.epoch_state.clients
+            if c.state is ClientState.Healthy and c.id not in state.finished
+        } - {self.identity}
+        if late - view.stragglers:
+            log.info(
+                "round %d timed out; not waiting for %s until they announce Finished again",
+                rnd.height,
+                sorted(w.hex() for w in late - view.stragglers),
+            )
+        view.stragglers |= late
 
     async def _warmup_ready(self, coord: Coordinator, view: EpochView) -> None:
         everyone = {c.id.p2p_identity for c in coord.epoch_state.clients}

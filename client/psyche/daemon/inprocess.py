@@ -30,6 +30,7 @@ from psyche.daemon.rounds import (
     bloom_seed_for,
     build_witness,
     results_to_apply,
+    round_lrs,
     round_state_for,
     verify_result,
 )
@@ -44,7 +45,6 @@ from psyche.protocol.identity import NodeIdentity, SecretKey
 from psyche.protocol.runconfig import RunConfig
 from psyche.training.hashing import model_hash
 from psyche.training.loading import load_model
-from psyche.training.schedule import lr_for_step
 from psyche.training.trainer import Trainer, distro_config
 
 
@@ -154,9 +154,6 @@ class InProcessRun:
         pending = [c.identity for c in self.clients]
         self.coord.tick(pending, self.now, self._next_seed())
 
-    def _lr(self, step: int) -> float:
-        return lr_for_step(self.llm.lr_schedule, step)
-
     # --- one phase at a time --------------------------------------------------------------------
 
     def run(
@@ -212,7 +209,7 @@ class InProcessRun:
         if height < 2 or applied is None or prev is None:
             return 0
         chosen = [r.payload for r in results_to_apply(applied, prev.witnesses, self.coord)]
-        lr = self._lr(step)
+        lr = round_lrs(self.coord, step, height).lr
         for cl in self.clients:
             # Every client decodes the bytes itself, as it would after a download.
             payloads = [decode_payload(b, self.spec) for b in chosen if b is not None]
@@ -225,7 +222,7 @@ class InProcessRun:
         sizes: list[int] = []
         compute = 0.0
         step = state.step
-        lr, prev_lr = self._lr(step), self._lr(max(step - 1, 0))
+        lrs = round_lrs(self.coord, step, state.height)
         for batch, who in state.assignment.items():
             cl = self._client(who)
             tokens = cl.data.get_samples(batch)
@@ -233,10 +230,10 @@ class InProcessRun:
             out = cl.trainer.train_step(
                 tokens,
                 step=step,
-                lr=lr,
-                prev_lr=prev_lr,
+                lr=lrs.lr,
+                prev_lr=lrs.prev_lr,
                 prev_self_results=cl.prev_self,
-                zero_optim=False,
+                zero_optim=lrs.zero_optim,
                 batch_id=(batch.start, batch.end),
             )
             compute = max(compute, time.perf_counter() - t0)

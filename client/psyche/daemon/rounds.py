@@ -7,7 +7,7 @@ consensus. No I/O here; payload bytes arrive already downloaded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from psyche.coordinator import Coordinator, Round, Witness
@@ -19,6 +19,7 @@ from psyche.protocol.commitment import sha256v
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
+from psyche.training.schedule import lr_for_step, prev_lr_for_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,8 @@ class RoundState:
     finished: set[NodeIdentity] = field(default_factory=set)
     sent_finished: bool = False
     sent_witness: bool = False
+    closed: bool = False
+    """This client has seen the round's RoundWitness phase (stragglers noted once)."""
 
     def batch_of(self, trainer: NodeIdentity) -> BatchId | None:
         for batch, who in self.assignment.items():
@@ -51,10 +54,50 @@ class RoundState:
                 return batch
         return None
 
-    def all_received(self) -> bool:
+    def all_received(self, ignore: Collection[NodeIdentity] = ()) -> bool:
+        """Every assigned batch has its downloaded result, except the batches of ``ignore``."""
         return all(
-            b in self.results and self.results[b].payload is not None for b in self.assignment
+            b in self.results and self.results[b].payload is not None
+            for b, who in self.assignment.items()
+            if who not in ignore
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RoundLRs:
+    """The learning rates and residual reset of one round (SPEC §1.11, §5.3), which every client
+    derives from the coordinator state alone so that all of them agree."""
+
+    lr: float
+    """The LR of this round's step: for training, and for applying round h−2 at its start."""
+    prev_lr: float
+    """The previous step's LR: the lookahead's."""
+    zero_optim: bool
+    """Zero the DisTrO residual before training: round 0 of a cold-start epoch."""
+
+
+def cold_start_bounds(coord: Coordinator) -> tuple[int, int] | None:
+    """`(start_step, start_step + cold_start_warmup_steps)` of a cold-start epoch, else None.
+
+    After a pause the run resumes from a checkpoint, and the LR ramps in linearly from the epoch's
+    first step so that the first sign-SGD steps, on zeroed residuals, do not undo progress.
+    """
+    es = coord.epoch_state
+    steps = coord.llm.cold_start_warmup_steps
+    if not es.cold_start_epoch or steps == 0:
+        return None
+    return es.start_step, es.start_step + steps
+
+
+def round_lrs(coord: Coordinator, step: int, height: int) -> RoundLRs:
+    """The LRs of the round at `height` (step `step`) of the epoch in `coord`."""
+    bounds = cold_start_bounds(coord)
+    schedule = coord.llm.lr_schedule
+    return RoundLRs(
+        lr=lr_for_step(schedule, step, bounds),
+        prev_lr=prev_lr_for_step(schedule, step, bounds),
+        zero_optim=coord.epoch_state.cold_start_epoch and height == 0,
+    )
 
 
 def round_state_for(coord: Coordinator) -> RoundState:

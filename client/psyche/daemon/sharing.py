@@ -7,6 +7,9 @@
 * A client that has no model when a P2P-checkpoint epoch warms up calls :meth:`fetch`: it waits
   for offers from the previous epoch's clients (the members it saw when that epoch ended; all
   other epoch clients if it did not watch it), takes the majority manifest and fetches it.
+* An offer no honest client sends — from a client that was not in the previous epoch, for
+  another step than the run's, or (when fetching) naming a manifest the majority does not — is
+  a ``forged_model_available`` rejection: counted, and logged once per peer.
 
 Membership is remembered here (:meth:`observe`) because the coordinator forgets the previous
 epoch's clients when a new epoch starts.
@@ -31,8 +34,10 @@ from psyche.checkpoint.p2p import (
     fetch_snapshot,
 )
 from psyche.coordinator import ClientState, Coordinator, RunState
+from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import ModelAvailable, sign_announcement
 from psyche.p2p.node import P2PNode
+from psyche.p2p.rejections import Rejection, Rejections
 from psyche.protocol.identity import SecretKey
 
 __all__ = ["ModelSharing", "SharingOptions"]
@@ -59,10 +64,17 @@ class SharingOptions:
 
 
 class ModelSharing:
-    def __init__(self, key: SecretKey, node: P2PNode, options: SharingOptions) -> None:
+    def __init__(
+        self,
+        key: SecretKey,
+        node: P2PNode,
+        options: SharingOptions,
+        rejections: Rejections | None = None,
+    ) -> None:
         self.key = key
         self.node = node
         self.options = options
+        self.rejections = rejections if rejections is not None else Rejections(log)
         self.sharer = ModelSharer(node)
         self._members: dict[int, frozenset[bytes]] = {}
         self._offers: dict[bytes, ModelAvailable] = {}
@@ -86,8 +98,18 @@ class ModelSharing:
             self._offers_epoch = coord.progress.epoch
             self._offers = {}
 
-    def on_offer(self, sender: bytes, offer: ModelAvailable) -> None:
-        self._offers[sender] = offer
+    def on_offer(self, sender: bytes, offer: ModelAvailable, coord: Coordinator) -> None:
+        """Keep an offer a joiner may count. Honest offers come only from the previous epoch's
+        clients and name the run's step (offers are sent while the next epoch warms up, when
+        the step does not change), so anything else is refused as forged."""
+        if sender not in self.trusted_peers(coord):
+            reason = "its sender is not a client of the previous epoch"
+        elif offer.step != coord.progress.step:
+            reason = f"it offers step {offer.step}, the run is at step {coord.progress.step}"
+        else:
+            self._offers[sender] = offer
+            return
+        self.rejections.record(Rejection.forged_model_available, peer_id_for(sender), reason)
 
     # --- serving ------------------------------------------------------------------------------
 
@@ -152,6 +174,16 @@ class ModelSharing:
                 )
             await asyncio.sleep(0.1)
         choice = choose_offer(self._offers, trusted, step)
+        for sender, offer in self._offers.items():
+            named = (offer.manifest_hash, offer.manifest_size)
+            agreed = (choice.manifest_hash, choice.manifest_size)
+            if sender in trusted and offer.step == step and named != agreed:
+                self.rejections.record(
+                    Rejection.forged_model_available,
+                    peer_id_for(sender),
+                    f"it names manifest {offer.manifest_hash.hex()[:16]}, the majority "
+                    f"{choice.manifest_hash.hex()[:16]}",
+                )
         log.info(
             "fetching the model of step %d from %d peers (%d of %d offers agree)",
             step,

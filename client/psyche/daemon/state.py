@@ -10,6 +10,7 @@ from typing import Protocol
 from psyche.daemon.rounds import RoundState
 from psyche.data.provider import DataProvider
 from psyche.distro import PayloadSpec
+from psyche.protocol.identity import NodeIdentity
 from psyche.training.trainer import Trainer
 
 __all__ = ["EpochView", "PeerDirectory", "Trained"]
@@ -50,3 +51,9 @@ class EpochView:
     ready_since: float = 0.0
     dropped: bool = False
     cooldown_done: bool = False
+    stragglers: set[NodeIdentity] = field(default_factory=set)
+    """Members that had not announced Finished when a round of this epoch hit its train timeout.
+    Rounds are not held open for them (nor for their results) until they announce Finished
+    again, so a member that went silent costs one timed-out round, not one per round until a
+    health check removes it. The protocol's own limit (``max_round_train_time``) already cut
+    them off once, so an alive but slow member loses nothing the timeout had not taken."""

@@ -19,7 +19,7 @@ from psyche.distro.compress import (
     unpack_signs,
 )
 from psyche.distro.config import DistroConfig
-from psyche.distro.dct import chunk_size, dct_basis, decode, encode, encoded_shape
+from psyche.distro.dct import chunk_size, dct_basis, decode, decode_sign, encode, encoded_shape
 from psyche.distro.optimizer import Distro, clip_grad_norm_, wire_dtype
 from psyche.distro.payload import (
     FORMAT_VERSION,
@@ -48,6 +48,7 @@ __all__ = [
     "dct_basis",
     "decode",
     "decode_payload",
+    "decode_sign",
     "decompress",
     "encode",
     "encode_payload",

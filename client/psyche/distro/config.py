@@ -12,8 +12,13 @@ in which the client accumulates its own residual. It is off by default to match 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from psyche.protocol.config import (
+    check_clip_grad_norm,
+    check_compression_decay,
+    check_weight_decay,
+)
 
 __all__ = ["DistroConfig"]
 
@@ -37,7 +42,7 @@ class DistroConfig:
     """Send only the sign of each kept coefficient (1 bit, packed); indices are unchanged."""
 
     clip_grad_norm: float | None = None
-    """Global L2 gradient-norm limit applied before `generate`; `None` or ≤ 0 disables it."""
+    """Global L2 gradient-norm limit applied before `generate` (finite, > 0); `None` disables it."""
 
     weight_decay: float | None = None
     """Decoupled weight decay `p ← p·(1 − lr·wd)`, applied by each trainer; `None` means 0."""
@@ -46,10 +51,9 @@ class DistroConfig:
     """Keep the residual δ in fp32 instead of the parameter dtype (local only, not on the wire)."""
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.compression_decay) or not 0.0 <= self.compression_decay <= 1.0:
-            raise ValueError(
-                f"compression_decay must be a finite number in [0, 1], got {self.compression_decay}"
-            )
+        # The run config's rules (`DistroOptimizer.check`), so a config that passed
+        # validate-config always builds, and one that would not build never passes it.
+        check_compression_decay("compression_decay", self.compression_decay)
         if not 1 <= self.compression_topk <= MAX_CHUNK:
             raise ValueError(
                 f"compression_topk must be in [1, {MAX_CHUNK}] (u16 on the wire), "
@@ -60,17 +64,13 @@ class DistroConfig:
                 f"compression_chunk must be in [1, {MAX_CHUNK}] (u16 on the wire), "
                 f"got {self.compression_chunk}"
             )
-        for name in ("clip_grad_norm", "weight_decay"):
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"{name} must be finite or None, got {value}")
-        if self.weight_decay is not None and self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be ≥ 0 or None, got {self.weight_decay}")
+        check_clip_grad_norm("clip_grad_norm", self.clip_grad_norm)
+        check_weight_decay("weight_decay", self.weight_decay)
 
     @property
     def clip_enabled(self) -> bool:
-        """True when gradients are clipped (`clip_grad_norm` is set and positive)."""
-        return self.clip_grad_norm is not None and self.clip_grad_norm > 0
+        """True when gradients are clipped (`clip_grad_norm` is set)."""
+        return self.clip_grad_norm is not None
 
     @property
     def decay(self) -> float:

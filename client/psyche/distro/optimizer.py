@@ -26,6 +26,11 @@ Departures from the reference, each chosen so honest clients stay bit-identical:
   (SPEC §11 item 23); values go on the wire in the parameter dtype, so the payload is unchanged.
 - `apply` aggregates peer by peer in payload order (see `compress.aggregate`), in fp32, which is
   deterministic on accelerators where `scatter_reduce` is not.
+- `apply` takes the sign of the inverse DCT with `dct.decode_sign`, an exact evaluation of the
+  same sum, instead of `sign(decode(·))` through a float matmul: the matmul's rounding (and with it
+  the sign of sums that are zero or tiny) depends on the CPU kernel, the GPU and the thread count,
+  so two honest clients could move a weight in opposite directions. A sum that is exactly zero
+  gives no update (docs/distro.md).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import torch
 
 from psyche.distro.compress import DistroResult, aggregate, compress, sign_values
 from psyche.distro.config import DistroConfig
-from psyche.distro.dct import decode, encode
+from psyche.distro.dct import decode, decode_sign, encode
 from psyche.distro.payload import Payload, PayloadError, PayloadSpec, TensorSpec
 
 __all__ = ["STATE_FORMAT", "Distro", "clip_grad_norm_", "wire_dtype"]
@@ -220,8 +225,11 @@ class Distro:
         """One sign-SGD step from the consensus results: `p ← p − lr·sign(decode(mean))`.
 
         `payloads` are peers' payloads from `decode_payload` (and this client's own, decoded or as
-        `generate` returned it). All are checked against this model before any weight changes;
-        a mismatch raises `PayloadError`. No payloads means no update.
+        `generate` returned it), in the consensus order every client uses. All are checked against
+        this model before any weight changes; a mismatch raises `PayloadError`. No payloads means
+        no update. The result is the same bits on every device and thread count: the mean is
+        summed peer by peer in payload order and the sign comes from `decode_sign` (sign 0, no
+        update, where the exact sum is 0).
         """
         if self._backup is not None:
             raise RuntimeError("apply() while a lookahead is pending: generate() or cancel() first")
@@ -238,7 +246,9 @@ class Distro:
                     for r in results
                 ]
             dense = aggregate(results, torch.float32, p.device, distinct=True)
-            update = torch.sign(decode(dense)).reshape(p.shape)
+            update = decode_sign(dense).reshape(p.shape)
+            # `update` is −1, 0 or 1, so `lr·update` is exact and a fused multiply-add (the CPU's
+            # vector kernels) rounds `p − lr·update` exactly like a separate multiply and add.
             p.sub_(update.to(p.dtype), alpha=lr)
 
     def _check_results(self, payload: Payload, what: str) -> None:

@@ -9,6 +9,7 @@ Daemon side (asyncio; imports neither trio nor libp2p):
   ``messages``  the signed announcement schema (``sign_announcement``/``open_announcement``)
   ``identity``  peer ids from the client's ed25519 key; ``show_identity``
   ``errors``    the :class:`P2PError` family
+  ``rejections`` counting refused peer input by kind, one warning per peer (host side too)
 
 Host process (trio + libp2p): ``host`` (entry point and libp2p settings), ``service`` (gossip,
 dialing, stats), ``blobs`` (blob protocol and server), ``fetch`` (downloads), ``peers`` (peer

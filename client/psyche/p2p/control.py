@@ -9,7 +9,8 @@ the socket, they are handed over as files in a shared directory (``/dev/shm`` wh
 Wire format: each frame is a 4-byte big-endian length then one msgspec-msgpack message, tagged
 by class name. Both sides bound the frame size (:data:`MAX_CONTROL_FRAME`) before buffering a
 frame, and decode strictly, although both ends are our own code: a bug on one side then fails
-loudly at the boundary instead of corrupting the other. :class:`FrameDecoder` is a pure
+loudly at the boundary instead of corrupting the other; anything a decoder can raise on bad bytes
+(deep nesting, invalid UTF-8 included) is a :class:`ControlError`. :class:`FrameDecoder` is a pure
 incremental decoder shared by the asyncio and trio ends.
 
 Conversation::
@@ -36,6 +37,7 @@ import msgspec
 
 from psyche.p2p.errors import ControlError
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
+from psyche.protocol.untrusted import decode_untrusted
 
 __all__ = [
     "MAX_CONTROL_FRAME",
@@ -80,6 +82,7 @@ Text = Annotated[str, msgspec.Meta(max_length=4096)]
 GossipData = Annotated[bytes, msgspec.Meta(max_length=MAX_ANNOUNCEMENT)]
 PeerList = Annotated[list[PeerIdText], msgspec.Meta(max_length=MAX_PEERS)]
 Seconds = Annotated[float, msgspec.Meta(gt=0.0, le=86400.0)]
+RejectionName = Annotated[str, msgspec.Meta(max_length=64)]
 
 
 class _Ctl(msgspec.Struct, tag=True, frozen=True, forbid_unknown_fields=True):
@@ -222,6 +225,8 @@ class Counters(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     blob_requests_refused: U64 = 0
     fetches_ok: U64 = 0
     fetches_failed: U64 = 0
+    rejections: Annotated[dict[RejectionName, U64], msgspec.Meta(max_length=64)] = {}
+    """Peer input the host refused, by :class:`psyche.p2p.rejections.Rejection` name."""
 
 
 class PeerStats(_Ctl, frozen=True):
@@ -256,18 +261,16 @@ def encode_frame(msg: _Ctl) -> bytes:
 
 def decode_host(payload: bytes) -> HostMessage:
     """Decode a frame the host sent (parent side)."""
-    try:
-        return _host_decoder.decode(payload)
-    except msgspec.MsgspecError as e:
-        raise ControlError(f"bad frame from the p2p host: {e}") from None
+    return decode_untrusted(
+        _host_decoder.decode, payload, ControlError, "bad frame from the p2p host"
+    )
 
 
 def decode_parent(payload: bytes) -> ParentMessage:
     """Decode a frame the parent sent (host side)."""
-    try:
-        return _parent_decoder.decode(payload)
-    except msgspec.MsgspecError as e:
-        raise ControlError(f"bad frame from the p2p parent: {e}") from None
+    return decode_untrusted(
+        _parent_decoder.decode, payload, ControlError, "bad frame from the p2p parent"
+    )
 
 
 class FrameDecoder:

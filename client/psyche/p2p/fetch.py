@@ -12,7 +12,11 @@ Peers that sent a wrong hash, announced an oversize blob or refused us are exclu
 of that fetch; peers that were busy, did not have the blob yet, were slow or unreachable are
 asked again in later passes (with backoff) until the overall deadline, since a peer still
 downloading a payload will have it soon. Only bad links and dishonest peers lose their ranking
-for later downloads; lacking a blob is not a fault.
+for later downloads; lacking a blob is not a fault. Dishonest answers (wrong bytes, more bytes
+than asked for) are also recorded in the host's :class:`~psyche.p2p.rejections.Rejections`, so
+the first one from each peer is logged at once instead of surfacing only when the whole fetch
+gives up, and a peer that served wrong bytes for a blob is put in that blob's ``liars`` set,
+which later fetches of the same blob skip from the start.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from psyche.p2p.blobs import (
 )
 from psyche.p2p.control import FetchDone, FetchErrorKind, FetchFailure, blob_path
 from psyche.p2p.peers import PeerTable
+from psyche.p2p.rejections import Rejection, Rejections
 
 __all__ = ["MAX_REPORTED_FAILURES", "FetchRequest", "fetch_blob"]
 
@@ -47,16 +52,24 @@ class _AttemptFailed(Exception):
     """A peer answered but cannot give us the blob now (``exclude``: nor later in this fetch).
 
     ``penalize`` marks a bad link or a dishonest peer (ranked last for later downloads); a peer
-    that merely lacks the blob or is busy keeps its ranking.
+    that merely lacks the blob or is busy keeps its ranking. ``rejection`` names a dishonest
+    answer, counted and logged as such.
     """
 
     def __init__(
-        self, reason: str, *, exclude: bool, penalize: bool, too_large: bool = False
+        self,
+        reason: str,
+        *,
+        exclude: bool,
+        penalize: bool,
+        too_large: bool = False,
+        rejection: Rejection | None = None,
     ) -> None:
         super().__init__(reason)
         self.exclude = exclude
         self.penalize = penalize
         self.too_large = too_large
+        self.rejection = rejection
 
 
 _STATUS_FAILURE = {
@@ -80,7 +93,7 @@ async def _download(
         raise _AttemptFailed(reason, exclude=exclude, penalize=False, too_large=too_large)
     if length > max_size:
         reason = f"announced {length} bytes > max_size {max_size}"
-        raise _AttemptFailed(reason, exclude=True, penalize=True)
+        raise _AttemptFailed(reason, exclude=True, penalize=True, rejection=Rejection.blob_oversize)
     digest = hashlib.sha256()
     got = 0
     # Plain writes: the blob dir is normally /dev/shm, where a write is a memory copy.
@@ -95,7 +108,10 @@ async def _download(
     seconds = trio.current_time() - t0
     if digest.digest() != blob_hash:
         raise _AttemptFailed(
-            "sent content that does not match the hash", exclude=True, penalize=True
+            "sent content that does not match the hash",
+            exclude=True,
+            penalize=True,
+            rejection=Rejection.blob_hash_mismatch,
         )
     return length, seconds
 
@@ -141,12 +157,22 @@ async def fetch_blob(
     table: PeerTable,
     is_allowed: Callable[[str], bool],
     open_stream: Callable[[str], Awaitable[ByteStream]],
+    rejections: Rejections | None = None,
+    liars: set[str] | None = None,
 ) -> FetchDone:
-    """Download ``req.blob_hash`` from the best peer that has it; never raises on peer faults."""
+    """Download ``req.blob_hash`` from the best peer that has it; never raises on peer faults.
+
+    ``liars`` holds peers that served wrong bytes for this blob before: they are not asked, and
+    any peer that does so now is added (the caller keeps the set across fetches).
+    """
     start = trio.current_time()
     deadline = start + req.timeout
     failures: deque[FetchFailure] = deque(maxlen=MAX_REPORTED_FAILURES)
-    excluded: set[str] = set()
+    liars = set() if liars is None else liars
+    for peer in dict.fromkeys(req.peers):
+        if peer in liars:
+            failures.append(FetchFailure(peer, "served wrong bytes for this blob before"))
+    excluded: set[str] = set(liars)
     too_large = False
     last_pass: list[str] = []
     backoff = 0.25
@@ -183,6 +209,10 @@ async def fetch_blob(
                     except _AttemptFailed as e:
                         too_large |= e.too_large
                         fail(peer, str(e), exclude=e.exclude, penalize=e.penalize)
+                        if e.rejection is Rejection.blob_hash_mismatch:
+                            liars.add(peer)
+                        if e.rejection is not None and rejections is not None:
+                            rejections.record(e.rejection, peer, f"blob {req.blob_hash.hex()[:16]}")
                         continue
                     except Exception as e:  # dial errors, resets, truncation: try elsewhere
                         fail(peer, f"transfer failed: {type(e).__name__}: {e}", exclude=False)

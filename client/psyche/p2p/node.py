@@ -25,7 +25,9 @@ What the node guarantees to the daemon:
   served from then on, so later fetchers can get it from us instead of from its producer.
 
 A dropped gossip message is never silent: overflow of this side's queue and every drop in the
-host are counted in :attr:`counters`.
+host are counted in :attr:`counters`. What the host refuses from peers (oversized or non-member
+gossip, blobs with wrong bytes) is also counted by kind in ``counters.rejections`` and logged by
+the host once per peer and kind (:mod:`psyche.p2p.rejections`).
 """
 
 from __future__ import annotations
@@ -222,6 +224,7 @@ class P2PNode:
             blob_requests_refused=c.blob_requests_refused,
             fetches_ok=c.fetches_ok,
             fetches_failed=c.fetches_failed,
+            rejections=dict(c.rejections),
         )
 
     def gossip_peers(self) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from psyche.p2p.control import Counters, PeerReport, PeerStats
 
@@ -119,6 +119,8 @@ class HostCounters:
     blob_requests_refused: int = 0
     fetches_ok: int = 0
     fetches_failed: int = 0
+    rejections: dict[str, int] = field(default_factory=dict)
+    """The host's :meth:`psyche.p2p.rejections.Rejections.counts`, refreshed before each report."""
 
 
 def peer_stats(

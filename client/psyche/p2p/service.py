@@ -4,13 +4,15 @@
 
 * gossip: a pubsub topic validator admits only messages whose libp2p-verified originator is in
   the allow-list and whose data fits :data:`~psyche.p2p.messages.MAX_ANNOUNCEMENT` (rejected
-  messages are not forwarded either, and are counted); deliveries go to the parent through a
+  messages are not forwarded either; they are counted by kind and the first of each kind from
+  each peer is logged, :mod:`psyche.p2p.rejections`); deliveries go to the parent through a
   bounded buffer whose overflow is counted and logged, never silent; publishes are queued so a
   slow publish cannot block the control loop;
 * connections: dials with a deadline, and a redial loop for every peer the parent asked for,
   clearing py-libp2p's 60 s failed-dial cache first (py-libp2p never redials by itself);
 * blobs: serves registered files (:class:`~psyche.p2p.blobs.BlobServer`) and runs fetches
-  (:func:`~psyche.p2p.fetch.fetch_blob`), each cancellable by the parent;
+  (:func:`~psyche.p2p.fetch.fetch_blob`), each cancellable by the parent; a peer that served
+  wrong bytes for a blob is remembered and not asked for that blob again;
 * measurements: pings allowed peers every few seconds and reports per-peer latency, bandwidth and
   running counters to the parent about once a second.
 
@@ -55,6 +57,7 @@ from psyche.p2p.control import (
 from psyche.p2p.fetch import FetchRequest, fetch_blob
 from psyche.p2p.messages import MAX_ANNOUNCEMENT, gossip_topic
 from psyche.p2p.peers import HostCounters, PeerTable, peer_stats
+from psyche.p2p.rejections import Rejection, Rejections
 
 __all__ = ["ControlChannel", "HostService"]
 
@@ -65,6 +68,8 @@ DIAL_TIMEOUT = 5.0
 PING_INTERVAL = 3.0
 STATS_INTERVAL = 1.0
 DELIVERY_BUFFER = 4096
+LIAR_MEMORY = 1024
+"""Blobs for which the peers that served wrong bytes are remembered (oldest forgotten first)."""
 
 
 class ControlChannel:
@@ -104,6 +109,9 @@ class HostService:
         self.known: dict[str, list[multiaddr.Multiaddr]] = {}
         self.table = PeerTable()
         self.counters = HostCounters()
+        self.rejections = Rejections(log)
+        self.liars: dict[bytes, set[str]] = {}
+        """Per blob, the peers that served bytes not matching its hash (insertion ordered)."""
         self.server = BlobServer(is_allowed=self.is_allowed)
         self.fetches: dict[int, trio.CancelScope] = {}
         self.deliveries_in, self.deliveries_out = trio.open_memory_channel[Delivery](
@@ -121,9 +129,11 @@ class HostService:
             return True
         if len(msg.data) > MAX_ANNOUNCEMENT:
             self.counters.dropped_oversize += 1
+            self.rejections.record(Rejection.oversized_gossip, origin, f"{len(msg.data)} bytes")
             return False
         if origin not in self.allowed:
             self.counters.dropped_not_allowed += 1
+            self.rejections.record(Rejection.non_member_gossip, origin)
             return False
         return True
 
@@ -227,6 +237,16 @@ class HostService:
     async def handle_blob_stream(self, stream: Any) -> None:
         await self.server.handle(stream, stream.muxed_conn.peer_id.to_base58())
 
+    def liars_for(self, blob_hash: bytes) -> set[str]:
+        """The (live, shared) set of peers known to serve wrong bytes for ``blob_hash``."""
+        liars = self.liars.pop(blob_hash, None)
+        if liars is None:
+            liars = set()
+            while len(self.liars) >= LIAR_MEMORY:
+                del self.liars[next(iter(self.liars))]
+        self.liars[blob_hash] = liars  # re-inserted: most recently used last
+        return liars
+
     async def run_fetch(self, req: Fetch) -> None:
         with trio.CancelScope() as scope:
             self.fetches[req.req_id] = scope
@@ -244,6 +264,8 @@ class HostService:
                     table=self.table,
                     is_allowed=self.is_allowed,
                     open_stream=self.open_blob_stream,
+                    rejections=self.rejections,
+                    liars=self.liars_for(req.blob_hash),
                 )
             finally:
                 del self.fetches[req.req_id]
@@ -280,6 +302,7 @@ class HostService:
             )
             self.counters.blobs_served = self.server.served
             self.counters.blob_requests_refused = self.server.refused
+            self.counters.rejections = self.rejections.counts()
             await self.control.send(
                 peer_stats(self.table, self.connected(), gossip_peers, self.counters)
             )

@@ -8,14 +8,25 @@ and the rule it breaks. Deviations from the reference (see docs/protocol.md):
 * ``verification_percent`` must be 0: verification is not implemented (the reference accepted any
   value and then crashed the client when a verifier was drawn).
 * Cosine LR is clamped to ``final_lr`` past ``total_steps`` (the reference rose again).
+* Every number a client computes with is checked (finite learning rates ``>= 0``, a DisTrO
+  ``compression_decay`` in [0, 1], ...) and data addresses must be well formed: the reference
+  accepted such configs, after which every client failed at load, every epoch. The Rust program's
+  ``Model::check`` applies the same rules (``tests/vectors/config/validity.json`` pins both).
+
+Each component owns its rules (``check(path)`` on the LR schedule, optimizer, checkpoint and data
+location variants); :meth:`LLM.check` runs them in a fixed order, the same order as the program.
+:meth:`LLM.check_client_support` adds what only this client cannot do (Python entry points only).
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import re
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from psyche.protocol.serde import U8, U16, U32, U64, ConfigError, MaxBytes, Tagged
 
@@ -30,6 +41,71 @@ Url = Annotated[str, MaxBytes(192)]
 def _rule(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def as_f32(x: float) -> float:
+    """``x`` rounded to the nearest f32, overflow giving ±inf: Rust's ``x as f32``, which is what
+    the program stores for the optimizer's f32 fields."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def number_rule(
+    path: str, value: float, what: str, ok: Callable[[float], bool], *, f32: bool = False
+) -> None:
+    """``value`` must be finite and satisfy ``ok``; for an f32 field its f32 rounding must too,
+    so Python (which keeps the f64 of a centralized run) and the program (which stores the f32 of
+    a Solana run) accept exactly the same values."""
+    stored = as_f32(value) if f32 else value
+    _rule(
+        math.isfinite(value) and math.isfinite(stored) and ok(value) and ok(stored),
+        f"{path} ({value!r}) must be {what}",
+    )
+
+
+def _at_least_0(x: float) -> bool:
+    return x >= 0
+
+
+def _above_0(x: float) -> bool:
+    return x > 0
+
+
+def _unit(x: float) -> bool:
+    return 0 <= x <= 1
+
+
+def _beta(x: float) -> bool:
+    return 0 <= x < 1
+
+
+_HOST = re.compile(r"[A-Za-z0-9._-]+|\[[A-Za-z0-9:.%_-]*:[A-Za-z0-9:.%_-]*\]")
+
+
+def server_address_ok(address: str) -> bool:
+    """``host:port`` (IPv6 in brackets), port 1-65535: what the client's data connection parses,
+    restricted to characters a host name or address can have."""
+    host, sep, port = address.rpartition(":")
+    return (
+        bool(sep)
+        and _HOST.fullmatch(host) is not None
+        and port.isascii()
+        and port.isdigit()
+        and len(port.lstrip("0")) <= 5  # (int() of thousands of digits raises)
+        and 0 < int(port.lstrip("0") or "0") < 65536
+    )
+
+
+def http_url_ok(url: str) -> bool:
+    """``http://`` or ``https://``, a non-empty host part, no spaces or control characters."""
+    for scheme in ("http://", "https://"):
+        if url.startswith(scheme):
+            rest = url[len(scheme) :]
+            host = re.split(r"[/?#]", rest, maxsplit=1)[0]
+            return bool(host) and not any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in url)
+    return False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +200,30 @@ class CoordinatorConfig:
             "verification is not implemented",
         )
 
+    def advisories(self) -> list[str]:
+        """Valid but risky settings, for a warning (never an error): a witness quorum that one
+        member can reach alone decides consensus and who is ejected; one that a single absent
+        witness can miss ends the epoch."""
+        if self.witness_nodes == 1:
+            return [
+                "config.witness_nodes = 1: the witness quorum is 1, so one witness alone decides "
+                "each round's consensus and which trainers are ejected"
+            ]
+        if self.witness_nodes == 0:
+            return [
+                "config.witness_nodes = 0: every client witnesses and the quorum follows the "
+                "number of witnesses that report, so one reporting witness can be the whole "
+                "quorum (deciding consensus and ejections alone)"
+            ]
+        if self.witness_nodes == 2:
+            return [
+                "config.witness_nodes = 2: the quorum is 2 of 2, so one elected witness that "
+                "never reports (offline, or a member that stays silent) fails the quorum and "
+                "ends the epoch in every round it is elected, until a health check removes it; "
+                "3 witnesses (quorum 2) tolerate one"
+            ]
+        return []
+
     def get_batch_size(self, tokens: int) -> int:
         """Samples per step after ``tokens`` tokens (linear ramp, rounding half away from 0)."""
         start, end, warm = (
@@ -156,6 +256,18 @@ class CoordinatorConfig:
 class LearningRateSchedule(Tagged):
     """``[model.LLM.lr_schedule.<Variant>]``; all variants ramp linearly during warmup."""
 
+    LRS: ClassVar[tuple[str, ...]] = ()
+    """The variant's learning-rate fields: each must be finite and >= 0."""
+    STEPS: ClassVar[tuple[str, ...]] = ()
+    """Step counts that must be at least 1 (a schedule over 0 steps is no schedule)."""
+
+    def check(self, path: str = "model.LLM.lr_schedule") -> None:
+        where = f"{path}.{self.TAG}"
+        for name in self.LRS:
+            number_rule(f"{where}.{name}", getattr(self, name), "a finite number >= 0", _at_least_0)
+        for name in self.STEPS:
+            _rule(getattr(self, name) >= 1, f"{where}.{name} must be at least 1")
+
     def get_lr(self, step: int) -> float:
         raise NotImplementedError
 
@@ -169,6 +281,7 @@ class LearningRateSchedule(Tagged):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConstantLR(LearningRateSchedule):
     TAG = "Constant"
+    LRS = ("base_lr", "warmup_init_lr")
     base_lr: float
     warmup_steps: U32
     warmup_init_lr: float
@@ -181,6 +294,8 @@ class ConstantLR(LearningRateSchedule):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinearLR(LearningRateSchedule):
     TAG = "Linear"
+    LRS = ("base_lr", "warmup_init_lr", "final_lr")
+    STEPS = ("total_steps",)
     base_lr: float
     warmup_steps: U32
     warmup_init_lr: float
@@ -200,6 +315,8 @@ class LinearLR(LearningRateSchedule):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CosineLR(LearningRateSchedule):
     TAG = "Cosine"
+    LRS = ("base_lr", "warmup_init_lr", "final_lr")
+    STEPS = ("total_steps",)
     base_lr: float
     warmup_steps: U32
     warmup_init_lr: float
@@ -220,6 +337,7 @@ class CosineLR(LearningRateSchedule):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WarmupStableDecayLR(LearningRateSchedule):
     TAG = "WarmupStableDecay"
+    LRS = ("base_lr", "warmup_init_lr", "cosine_decay_final_lr", "linear_decay_final_lr")
     base_lr: float
     warmup_init_lr: float
     cosine_decay_final_lr: float
@@ -229,10 +347,11 @@ class WarmupStableDecayLR(LearningRateSchedule):
     cosine_decay_steps: U32
     linear_decay_steps: U32
 
-    def check(self) -> None:
+    def check(self, path: str = "model.LLM.lr_schedule") -> None:
+        LearningRateSchedule.check(self, path)
         _rule(
             self.linear_decay_final_lr <= self.cosine_decay_final_lr <= self.base_lr,
-            "model.LLM.lr_schedule.WarmupStableDecay: need linear_decay_final_lr <= "
+            f"{path}.WarmupStableDecay: need linear_decay_final_lr <= "
             "cosine_decay_final_lr <= base_lr",
         )
 
@@ -264,10 +383,36 @@ class WarmupStableDecayLR(LearningRateSchedule):
 class OptimizerDefinition(Tagged):
     """``[model.LLM.optimizer.<Variant>]``. Only DisTrO is meaningful for multi-client runs."""
 
+    def check(self, path: str = "model.LLM.optimizer") -> None:
+        raise NotImplementedError
+
+
+def check_clip_grad_norm(path: str, value: float | None) -> None:
+    if value is not None:
+        number_rule(
+            path,
+            value,
+            "a finite number > 0 (leave it out to disable clipping)",
+            _above_0,
+            f32=True,
+        )
+
+
+def check_weight_decay(path: str, value: float | None) -> None:
+    if value is not None:
+        number_rule(path, value, "a finite number >= 0", _at_least_0, f32=True)
+
+
+def check_compression_decay(path: str, value: float) -> None:
+    number_rule(path, value, "a finite number in [0, 1]", _unit, f32=True)
+
 
 @dataclass(frozen=True, slots=True)
 class DummyOptimizer(OptimizerDefinition):
     TAG = "Dummy"
+
+    def check(self, path: str = "model.LLM.optimizer") -> None:
+        _rule(False, f"{path} must not be Dummy")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,12 +423,20 @@ class AdamWOptimizer(OptimizerDefinition):
     eps: float
     clip_grad_norm: float | None = None
 
+    def check(self, path: str = "model.LLM.optimizer") -> None:
+        where = f"{path}.AdamW"
+        for i, beta in enumerate(self.betas):
+            number_rule(f"{where}.betas[{i}]", beta, "a finite number in [0, 1)", _beta, f32=True)
+        check_weight_decay(f"{where}.weight_decay", self.weight_decay)
+        number_rule(f"{where}.eps", self.eps, "a finite number > 0", _above_0, f32=True)
+        check_clip_grad_norm(f"{where}.clip_grad_norm", self.clip_grad_norm)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DistroOptimizer(OptimizerDefinition):
     TAG = "Distro"
     clip_grad_norm: float | None = None
-    """Global L2 gradient clipping before compression; None or <= 0 disables it."""
+    """Global L2 gradient clipping before compression; None disables it (if set: finite, > 0)."""
     weight_decay: float | None = None
     """Decoupled weight decay applied by each trainer; None means 0."""
     compression_decay: float
@@ -294,6 +447,14 @@ class DistroOptimizer(OptimizerDefinition):
     """Target DCT tile edge (real edge: largest divisor of the dimension ≤ this)."""
     quantize_1bit: bool
     """Send only the sign of each kept coefficient."""
+
+    def check(self, path: str = "model.LLM.optimizer") -> None:
+        where = f"{path}.Distro"
+        _rule(self.compression_chunk > 0, f"{where}.compression_chunk must be > 0")
+        _rule(self.compression_topk > 0, f"{where}.compression_topk must be > 0")
+        check_compression_decay(f"{where}.compression_decay", self.compression_decay)
+        check_clip_grad_norm(f"{where}.clip_grad_norm", self.clip_grad_norm)
+        check_weight_decay(f"{where}.weight_decay", self.weight_decay)
 
 
 # --- Checkpoints --------------------------------------------------------------------------------
@@ -313,6 +474,19 @@ class GcsRepo:
 
 class Checkpoint(Tagged):
     """Where joining clients get the model (``[model.LLM.checkpoint.<Variant>]``)."""
+
+    def check(self, path: str = "model.LLM.checkpoint") -> None:
+        _rule(
+            not isinstance(self, EphemeralCheckpoint),
+            f"{path} must not be Ephemeral (clients need a model to start from)",
+        )
+        repo = getattr(self, "repo", None)
+        if isinstance(self, HubCheckpoint | P2PCheckpoint):
+            assert isinstance(repo, HubRepo)
+            _rule(repo.repo_id != "", f"{path}.{self.TAG}.repo_id must not be empty")
+        if isinstance(self, GcsCheckpoint | P2PGcsCheckpoint):
+            assert isinstance(repo, GcsRepo)
+            _rule(repo.bucket != "", f"{path}.{self.TAG}.bucket must not be empty")
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,12 +559,22 @@ class SeededShuffle(Shuffle):
 class HttpLocation(Tagged):
     """Which HTTP files hold the tokens."""
 
+    def check(self, path: str = "model.LLM.data_location.Http.location") -> None:
+        raise NotImplementedError
+
 
 @dataclass(frozen=True, slots=True)
 class SingleUrl(HttpLocation):
     TAG = "SingleUrl"
     NEWTYPE = True
     url: Url
+
+    def check(self, path: str = "model.LLM.data_location.Http.location") -> None:
+        _rule(self.url != "", f"{path} must not be empty")
+        _rule(
+            http_url_ok(self.url),
+            f"{path}.SingleUrl ({self.url!r}) must be an http:// or https:// URL",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -401,6 +585,16 @@ class NumberedFiles(HttpLocation):
     n_left_pad_zeros: U8
     num_files: U32
 
+    def check(self, path: str = "model.LLM.data_location.Http.location") -> None:
+        where = f"{path}.NumberedFiles"
+        t = self.url_template
+        _rule(
+            http_url_ok(t) and t.count("{}") == 1,
+            f"{where}.url_template ({t!r}) must be an http:// or https:// URL with one {{}} "
+            "(where the file number goes)",
+        )
+        _rule(self.num_files >= 1, f"{where}.num_files must be at least 1")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Gcp(HttpLocation):
@@ -408,9 +602,23 @@ class Gcp(HttpLocation):
     bucket_name: Str64
     filter_directory: Url = ""
 
+    def check(self, path: str = "model.LLM.data_location.Http.location") -> None:
+        _rule(
+            re.fullmatch(r"[a-z0-9._-]+", self.bucket_name) is not None,
+            f"{path}.Gcp.bucket_name ({self.bucket_name!r}) must be a GCS bucket name "
+            "(lowercase letters, digits, '.', '_', '-')",
+        )
+
 
 class DataLocation(Tagged):
     """Where clients get training tokens (``[model.LLM.data_location]``)."""
+
+    def check(self, path: str = "model.LLM.data_location") -> None:
+        # Newtype variants hold one string (address, path or URL): never empty.
+        for name in ("address", "path", "url"):
+            value = getattr(self, name, None)
+            if isinstance(value, str):
+                _rule(value != "", f"{path}.{self.TAG} must not be empty")
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,12 +632,24 @@ class ServerData(DataLocation):
     NEWTYPE = True
     address: Str64
 
+    def check(self, path: str = "model.LLM.data_location") -> None:
+        DataLocation.check(self, path)
+        _rule(
+            server_address_ok(self.address),
+            f"{path}.Server ({self.address!r}) must be host:port with a port in 1-65535 "
+            "(an IPv6 address in brackets)",
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class LocalData(DataLocation):
     TAG = "Local"
     NEWTYPE = True
     path: Url
+
+    def check(self, path: str = "model.LLM.data_location") -> None:
+        DataLocation.check(self, path)
+        _rule("\0" not in self.path, f"{path}.Local must not contain a NUL character")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,12 +659,22 @@ class HttpData(DataLocation):
     token_size_in_bytes: TokenSize
     shuffle: Shuffle
 
+    def check(self, path: str = "model.LLM.data_location") -> None:
+        self.location.check(f"{path}.Http.location")
+
 
 @dataclass(frozen=True, slots=True)
 class WeightedHttpData(DataLocation):
     TAG = "WeightedHttp"
     NEWTYPE = True
     url: Url
+
+    def check(self, path: str = "model.LLM.data_location") -> None:
+        DataLocation.check(self, path)
+        _rule(
+            http_url_ok(self.url),
+            f"{path}.WeightedHttp ({self.url!r}) must be an http:// or https:// URL",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,37 +721,42 @@ class LLM(Model):
     optimizer: OptimizerDefinition
 
     def check(self) -> None:
+        """The model's rules, component by component, in the program's order (``Model::check``:
+        the first broken rule is reported)."""
         _rule(self.max_seq_len > 0, "model.LLM.max_seq_len must be greater than 0")
+        self.data_location.check("model.LLM.data_location")
+        self.checkpoint.check("model.LLM.checkpoint")
+        self.optimizer.check("model.LLM.optimizer")
+        self.lr_schedule.check("model.LLM.lr_schedule")
+
+    def check_client_support(self) -> None:
+        """What every client of this package would fail to load, although the protocol (and so
+        the program) allows it. Checked by the Python entry points (validate-config, the server,
+        update-config) after :meth:`check`; the program stays client-neutral, so a client that
+        learns a new variant needs no program upgrade."""
+        opt = self.optimizer
+        _rule(
+            isinstance(opt, DistroOptimizer),
+            f"model.LLM.optimizer.{opt.TAG} is not supported by this client: multi-client runs "
+            "need Distro",
+        )
+        _rule(
+            self.architecture is not LLMArchitecture.Torchtitan,
+            f"model.LLM.architecture ({self.architecture.name}) is not supported by this client "
+            "(use HfLlama, HfDeepseek or HfAuto)",
+        )
         loc = self.data_location
-        for value, key in (
-            (getattr(loc, "address", None), "Server"),
-            (getattr(loc, "path", None), type(loc).TAG),
-            (getattr(loc, "url", None), type(loc).TAG),
-        ):
-            _rule(value != "", f"model.LLM.data_location.{key} must not be empty")
-        if isinstance(loc, HttpData) and isinstance(loc.location, SingleUrl):
-            _rule(loc.location.url != "", "model.LLM.data_location.Http.location must not be empty")
+        _rule(
+            isinstance(loc, ServerData | LocalData | HttpData | DummyData),
+            f"model.LLM.data_location.{loc.TAG} is not supported by this client "
+            "(use Server, Local, Http or Dummy)",
+        )
         ck = self.checkpoint
         _rule(
-            not isinstance(ck, EphemeralCheckpoint),
-            "model.LLM.checkpoint must not be Ephemeral (clients need a model to start from)",
+            isinstance(ck, HubCheckpoint | P2PCheckpoint),
+            f"model.LLM.checkpoint.{ck.TAG} is not supported by this client (use Hub; the run "
+            "turns it into P2P itself)",
         )
-        if isinstance(ck, HubCheckpoint | P2PCheckpoint):
-            _rule(ck.repo.repo_id != "", f"model.LLM.checkpoint.{ck.TAG}.repo_id must not be empty")
-        if isinstance(ck, GcsCheckpoint | P2PGcsCheckpoint):
-            _rule(ck.repo.bucket != "", f"model.LLM.checkpoint.{ck.TAG}.bucket must not be empty")
-        _rule(
-            not isinstance(self.optimizer, DummyOptimizer),
-            "model.LLM.optimizer must not be Dummy",
-        )
-        if isinstance(self.optimizer, DistroOptimizer):
-            o = self.optimizer
-            _rule(
-                o.compression_chunk > 0, "model.LLM.optimizer.Distro.compression_chunk must be > 0"
-            )
-            _rule(o.compression_topk > 0, "model.LLM.optimizer.Distro.compression_topk must be > 0")
-        if isinstance(self.lr_schedule, WarmupStableDecayLR):
-            self.lr_schedule.check()
 
     def check_cold_start_warmup_steps(self, config: CoordinatorConfig) -> None:
         """cold_start_warmup_steps must fit in one epoch's rounds."""

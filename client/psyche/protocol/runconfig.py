@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from psyche.protocol.config import RUN_ID_MAX_LEN, CoordinatorConfig, Model, TokenSize
+from psyche.protocol.config import LLM, RUN_ID_MAX_LEN, CoordinatorConfig, Model, TokenSize
 from psyche.protocol.serde import U8, U32, ConfigError, from_obj
 
+RUN_STATE = "WaitingForMembers"
+"""The only ``run_state`` a run-config file may name: every run starts there (the other states are
+reached by the coordinator, never loaded), and the server refuses anything else."""
 IGNORED_KEYS = {"config": ("round_apply_time",), "model.LLM": ("checkpoint_source",)}
 DRAIN_ROUNDS = 2
 """Rounds at the end of every epoch that apply earlier results instead of training (item 6 of
@@ -44,7 +47,9 @@ class RunConfig:
     warnings: tuple[str, ...] = ()
 
     def check(self) -> None:
-        """All rules of the config and the model, naming the first broken one."""
+        """All rules of the run, the config and the model, naming the first broken one. The
+        config and model part (through the cold-start rule) is the program's ``update`` check;
+        the run part and :meth:`LLM.check_client_support` exist only on this side."""
         if self.run_id is not None:
             if not self.run_id:
                 raise ConfigError("run_id must not be empty")
@@ -52,18 +57,46 @@ class RunConfig:
                 raise ConfigError(
                     f"run_id ({self.run_id!r}) must be at most {RUN_ID_MAX_LEN} bytes"
                 )
+            if "\0" in self.run_id:
+                raise ConfigError("run_id must not contain a NUL character")
+        if self.run_state != RUN_STATE:
+            raise ConfigError(
+                f"run_state ({self.run_state!r}) must be {RUN_STATE!r}: every run starts there"
+            )
         self.config.check()
         self.model.check()
         llm = self.model
-        if hasattr(llm, "check_cold_start_warmup_steps"):
+        if isinstance(llm, LLM):
             llm.check_cold_start_warmup_steps(self.config)
+            llm.check_client_support()
+
+    def advisories(self) -> list[str]:
+        """Valid but risky settings (warnings, never errors); see
+        :meth:`CoordinatorConfig.advisories`."""
+        return self.config.advisories()
 
 
 def parse_toml(text: str, source: str = "<string>") -> dict[str, Any]:
     try:
         return tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as e:
+    # ValueError besides TOMLDecodeError: an integer literal past Python's int/str digit limit.
+    except (ValueError, RecursionError) as e:
         raise ConfigError(f"{source}: malformed TOML: {e}") from None
+
+
+def read_text(path: str | Path) -> str:
+    """The file as UTF-8 text (TOML is UTF-8 by definition); ConfigError names what is wrong."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
 
 
 def run_config_from_obj(doc: dict[str, Any], *, require_run_id: bool = False) -> RunConfig:
@@ -187,11 +220,7 @@ def _drop(doc: dict[str, Any], table: str, key: str) -> Any:
 def load_run_config(path: str | Path, *, require_run_id: bool = False) -> RunConfig:
     """Read, parse and validate a state/config TOML file; ConfigError names the problem."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
-    rc = run_config_from_obj(parse_toml(text, str(p)), require_run_id=require_run_id)
+    rc = run_config_from_obj(parse_toml(read_text(p), str(p)), require_run_id=require_run_id)
     rc.check()
     return rc
 
@@ -213,16 +242,21 @@ class DataConfig:
         if len(self.shuffle_seed) != 32:
             raise ConfigError(f"shuffle_seed must have 32 bytes, got {len(self.shuffle_seed)}")
 
+    def check_model(self, llm: LLM, source: str | Path) -> None:
+        """A data server cuts samples of its own ``seq_len``; the run's clients ask for
+        ``max_seq_len`` tokens each, so the two must agree."""
+        if self.seq_len != llm.max_seq_len:
+            raise ConfigError(
+                f"{source}: seq_len ({self.seq_len}) must equal the run's "
+                f"model.LLM.max_seq_len ({llm.max_seq_len})"
+            )
+
     def resolved_dir(self, toml_path: str | Path) -> Path:
         return (Path(toml_path).parent / self.dir).resolve()
 
 
 def load_data_config(path: str | Path) -> DataConfig:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
-    dc: DataConfig = from_obj(DataConfig, parse_toml(text, str(p)), "data")
+    dc: DataConfig = from_obj(DataConfig, parse_toml(read_text(p), str(p)), "data")
     dc.check()
     return dc

@@ -134,7 +134,10 @@ def from_obj(tp: Any, obj: Any, path: str = "$") -> Any:
     if tp is float:
         if isinstance(obj, bool) or not isinstance(obj, int | float):
             raise ConfigError(f"{path}: expected a number, got {_describe(obj)}")
-        return float(obj)
+        try:
+            return float(obj)
+        except OverflowError:
+            raise ConfigError(f"{path}: integer too large for a float") from None
     if tp is str:
         if not isinstance(obj, str):
             raise ConfigError(f"{path}: expected a string, got {_describe(obj)}")

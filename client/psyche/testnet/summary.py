@@ -7,6 +7,11 @@ re-assigned in it (``retries``, docs/protocol.md #15) and the intervals its clie
 round ends ``opportunistic``-ally when its RoundWitness began with the full witness count, else by
 ``timeout``. Reading logs after the fact keeps the launcher free of protocol logic and makes the
 summary reproducible from the files alone.
+
+Each client also logs ``rejections`` events (the peer input it refused, by kind, cumulative per
+process; :mod:`psyche.p2p.rejections`): a client's entry sums its processes' last counts (a
+restarted client starts again from zero under the same label), and ``rejections`` sums all
+clients.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from psyche.events import read_events
+from psyche.p2p.rejections import merge_counts
 
 
 @dataclass
@@ -30,6 +36,8 @@ class ClientTally:
     """Unix times the launcher started this client's process."""
     killed_at: list[float] = field(default_factory=list)
     """Unix times the launcher killed it."""
+    rejections: dict[str, int] = field(default_factory=dict)
+    """Peer input this client refused, by kind, summed over its processes (from its log)."""
 
 
 @dataclass
@@ -40,6 +48,8 @@ class Summary:
     epochs_completed: int = 0
     final_loss: float | None = None
     final_state: str = ""
+    rejections: dict[str, int] = field(default_factory=dict)
+    """Peer input refused, by kind, summed over every client."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,11 +59,12 @@ class Summary:
             "epochs_completed": self.epochs_completed,
             "final_loss": self.final_loss,
             "final_state": self.final_state,
+            "rejections": self.rejections,
         }
 
 
 def _copy(t: ClientTally) -> ClientTally:
-    return replace(t, started_at=list(t.started_at), killed_at=list(t.killed_at))
+    return replace(t, started_at=list(t.started_at), killed_at=list(t.killed_at), rejections={})
 
 
 def build_summary(
@@ -66,10 +77,14 @@ def build_summary(
     apply: dict[tuple[int, str], str] = {}
     ids: dict[str, str] = {}
     loads: list[dict[str, Any]] = []
+    rejected: dict[str, dict[tuple[Any, Any], dict[str, int]]] = defaultdict(dict)
     for label, path in client_logs.items():
         for e in read_events(path):
             ids[e["client"]] = label
-            if e["event"] == "model_loaded":
+            if e["event"] == "rejections":
+                # Cumulative per process: the last event of each process counts.
+                rejected[label][(e.get("pid"), e.get("since"))] = e.get("counts") or {}
+            elif e["event"] == "model_loaded":
                 loads.append({**e, "label": label})
             elif e["event"] == "train":
                 train[(e["step"], e["client"])] = e
@@ -80,6 +95,9 @@ def build_summary(
     out = Summary(
         clients={label: _copy(tallies.get(label, ClientTally())) for label in client_logs}
     )
+    for label, per_process in rejected.items():
+        out.clients[label].rejections = merge_counts(per_process.values())
+    out.rejections = merge_counts(t.rejections for t in out.clients.values())
     rounds: dict[tuple[int, int], dict[str, Any]] = {}
     order: list[tuple[int, int]] = []
     prev_state: str | None = None
@@ -185,8 +203,12 @@ def epoch_entries(
         joiners = []
         for ld in sorted(in_window, key=lambda ld: ld["t"]):
             starts = [t for t in tallies.get(ld["label"], ClientTally()).started_at if t <= ld["t"]]
-            if not starts or max(starts) <= first_t:
-                continue  # started with the run: not a joiner
+            # A founder is a client's first process, started before the run's first Warmup. A
+            # restart is a joiner even when it came back before that Warmup (a kill while the
+            # run still waited for members, as a slow machine makes likely): its kill counts in
+            # this epoch, so its load must too.
+            if not starts or (len(starts) == 1 and starts[0] <= first_t):
+                continue
             joiners.append(
                 {
                     "client": ld["label"],

@@ -17,7 +17,7 @@ pub enum CoordinatorProgramError {
     InvalidRunState,
     #[msg("this client already sent a witness for the current round")]
     DuplicateWitness,
-    #[msg("invalid health check: no entries, reporter not an epoch client, round height < 2, or a reported client is healthy")]
+    #[msg("invalid health check: no entries, reporter not an epoch client, round height < 2, the reporter names itself, or a reported client is not agreed missing by a quorum of witnesses")]
     InvalidHealthCheck,
     #[msg("the run is halted (uninitialized, paused or finished)")]
     Halted,
@@ -81,6 +81,9 @@ pub enum CoordinatorProgramError {
     InvalidClock,
     #[msg("arithmetic overflow")]
     ArithmeticOverflow,
+    // Appended last so that every earlier code keeps its number.
+    #[msg("client_id.p2p_identity is held by another wallet of this run (pending for the next epoch or in the current one); only a wallet joining with its own key (p2p_identity = signer) can take it over")]
+    P2PIdentityTaken,
 }
 
 impl From<CoordinatorError> for CoordinatorProgramError {

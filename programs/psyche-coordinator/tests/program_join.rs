@@ -220,7 +220,8 @@ fn register_never_replaces_an_epoch_client_and_picks_the_stalest() {
     let wallet = |n: u64| {
         let mut signer = [0u8; 32];
         signer[..8].copy_from_slice(&(n + 1).to_le_bytes());
-        NodeIdentity { signer, p2p_identity: [0; 32] }
+        // Each its own P2P key: one key may not be held by two wallets.
+        NodeIdentity { signer, p2p_identity: signer }
     };
     for n in 0..MAX_REGISTERED_CLIENTS as u64 {
         let r = cs.register(wallet(n), &epoch_empty, MAX_REGISTERED_CLIENTS).unwrap();

@@ -86,12 +86,8 @@ def _progress(obj: Any) -> Progress:
 def load_coordinator(state: Path) -> Coordinator:
     """The coordinator a ``state.toml`` describes, in WaitingForMembers."""
     rc = load_run_config(state, require_run_id=True)
-    for w in rc.warnings:
+    for w in (*rc.warnings, *rc.advisories()):
         log.warning("%s: %s", state, w)
-    if rc.run_state != RunState.WaitingForMembers.name:
-        raise ConfigError(
-            f"run_state: a server starts a run in WaitingForMembers, not {rc.run_state!r}"
-        )
     if "epoch_state" in rc.extra:
         log.warning("%s: [epoch_state] is ignored; a run starts with no epoch clients", state)
     assert rc.run_id is not None
@@ -198,11 +194,7 @@ def _data_server(
     except ValueError as e:
         raise ConfigError(f"model.LLM.data_location.Server: {e}") from None
     dc = load_data_config(settings.data_config)
-    if dc.seq_len != llm.max_seq_len:
-        raise ConfigError(
-            f"{settings.data_config}: seq_len ({dc.seq_len}) must equal the run's "
-            f"model.LLM.max_seq_len ({llm.max_seq_len})"
-        )
+    dc.check_model(llm, settings.data_config)
     provider = LocalDataProvider(
         dc.resolved_dir(settings.data_config),
         dc.seq_len,

@@ -15,6 +15,9 @@ Failure policy:
   soon); after it, ``reconnect_attempts`` (default: forever, the daemon decides when to give up).
 * ``Error{reason}`` replies (e.g. a witness the coordinator rejected) are logged and queued for
   :meth:`CentralizedBackend.next_rejection`; sends are fire-and-forget (see the Backend seam).
+* While joined, a ``Keepalive`` goes out every ``keepalive_interval`` (10 s): the server closes
+  connections that start no frame for a minute, and a client has nothing else to send between
+  rounds.
 
 States: every state is validated by ``serde.from_json`` before anyone sees it, must be of our run,
 and is delivered once, in order, only if its ``seq`` is newer than the last one delivered (a state
@@ -47,6 +50,7 @@ from psyche.backends.centralized.protocol import (
     HealthCheckMsg,
     Join,
     JoinRejected,
+    KeepaliveMsg,
     P2PAddrsMsg,
     PeersMsg,
     ProtocolError,
@@ -90,6 +94,7 @@ class CentralizedBackend:
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         send_timeout: float = 10.0,
+        keepalive_interval: float = 10.0,
         max_buffered_states: int = 64,
         max_buffered_rejections: int = 64,
     ) -> None:
@@ -104,6 +109,7 @@ class CentralizedBackend:
         self._reconnect_attempts = reconnect_attempts
         self._backoff = (backoff, max_backoff)
         self._send_timeout = send_timeout
+        self._keepalive_interval = keepalive_interval
         self._inbox = Inbox(max_buffered_states, max_buffered_rejections)
         self._last_seq: int | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -192,6 +198,9 @@ class CentralizedBackend:
 
     async def _send(self, data: bytes) -> None:
         await self._wait_for(lambda: self._writer is not None, self._send_timeout)
+        await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
         async with self._write_lock:
             writer = self._writer
             if writer is None:
@@ -206,9 +215,11 @@ class CentralizedBackend:
         failures, last = 0, ""
         try:
             while not self._inbox.closed:
+                keepalive: asyncio.Task[None] | None = None
                 try:
                     reader = await self._open()
                     failures = 0
+                    keepalive = asyncio.create_task(self._keepalive())
                     await self._read_loop(reader)
                     last = "the server closed the connection"
                 except (JoinRejectedError, IncompatibleServerError):
@@ -216,6 +227,8 @@ class CentralizedBackend:
                 except (OSError, TimeoutError, BackendError) as e:
                     last = str(e) or type(e).__name__
                 finally:
+                    if keepalive is not None:
+                        keepalive.cancel()
                     await self._drop_connection()
                 if self._inbox.closed:
                     return
@@ -234,6 +247,18 @@ class CentralizedBackend:
             await self._inbox.fail(e)
         finally:
             await self._inbox.notify()
+
+    async def _keepalive(self) -> None:
+        """Send ``Keepalive`` every ``keepalive_interval`` while joined: the server closes a
+        connection that is silent for a minute, and between rounds a client has nothing to say."""
+        data = frame(KeepaliveMsg(), MAX_CLIENT_FRAME)
+        while True:
+            await asyncio.sleep(self._keepalive_interval)
+            try:
+                await self._write(data)
+            except BackendError as e:
+                log.info("keepalive not sent: %s", e)  # the read loop sees the connection end
+                return
 
     async def _recv(self, reader: asyncio.StreamReader, timeout: float | None) -> ServerMessage:
         data = await asyncio.wait_for(read_message(reader, MAX_SERVER_FRAME), timeout)

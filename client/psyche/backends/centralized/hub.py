@@ -105,9 +105,24 @@ class Hub:
     # --- membership -----------------------------------------------------------------------------
 
     def join(self, who: NodeIdentity) -> None:
-        if who not in self.pending:
+        """Add ``who`` to the pending list, applying the coordinator's P2P key rule
+        (:meth:`Coordinator.claim_p2p_key`); a refused join raises
+        :class:`~psyche.coordinator.types.P2PIdentityTakenError` and changes nothing."""
+        for rival in self._coord.claim_p2p_key(who, self.pending):
+            del self.pending[rival]
+            self.note(
+                f"{rival.hex()} no longer pending: {who.hex()} joined with its own P2P key, "
+                "which that wallet had claimed",
+                logging.WARNING,
+            )
+        known = next((p for p in self.pending if p == who), None)
+        if known is None:
             self.pending[who] = None
             self.note(f"{who.hex()} joined ({len(self.pending)} pending)")
+        elif known.p2p_identity != who.p2p_identity:
+            # Identities compare by wallet: replace the entry so the pending list holds the new
+            # key (the rule above reads it), keeping the wallet's place in the join order.
+            self.pending = {(who if p == who else p): None for p in self.pending}
 
     def disconnect(self, who: NodeIdentity) -> bool:
         self.pending.pop(who, None)

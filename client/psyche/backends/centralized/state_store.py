@@ -17,7 +17,8 @@ restart, so the run goes back to WaitingForMembers with no epoch clients (a Paus
 stays so).
 
 Files are written atomically (temporary file, then rename), so a crash never leaves a truncated
-newest state; unreadable or foreign files are skipped with a warning rather than blocking a start.
+newest state; unreadable or foreign files, and files whose checkpoint breaks the checkpoint rules
+(``Checkpoint.check``), are skipped with a warning rather than blocking a start.
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ class StateStore:
                 continue
             if state.run_id != self.run_id:
                 log.warning("skipping saved state %s: it is of run %r", path, state.run_id)
+                continue
+            # The checkpoint is the one part of the saved model a restore keeps: an edited file
+            # must not hand every client an unloadable model.
+            try:
+                state.llm.checkpoint.check()
+            except ConfigError as e:
+                log.warning("skipping saved state %s: %s", path, e)
                 continue
             return state, path
         return None

@@ -142,12 +142,15 @@ async def update_config(
     client_version: str | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """``on_warning`` hears what loading the config file converted or dropped (older keys)."""
-    ixs = await _instructions(s, run_id)
+    """``on_warning`` hears what loading the config file converted or dropped (older keys) and
+    the config's risky-but-valid settings (``RunConfig.advisories``). The file passes every rule
+    of ``validate-config`` before anything is sent; the program checks the config and model
+    again."""
     args: dict[str, Any] = {"metadata": None, "config": None, "model": None, "progress": None}
     if config_path is not None:
+        # Before any RPC: a broken file is reported without touching the cluster.
         rc = load_run_config(config_path)
-        for w in rc.warnings:
+        for w in (*rc.warnings, *rc.advisories()):
             if on_warning is not None:
                 on_warning(f"{config_path}: {w}")
         args["config"] = to_obj(rc.config)
@@ -158,6 +161,7 @@ async def update_config(
 
             model = replace(model, checkpoint=HubCheckpoint(ck.repo))  # type: ignore[type-var]
         args["model"] = to_obj(model)
+    ixs = await _instructions(s, run_id)
     if restart_from_step is not None:
         _, snap = await s.run(run_id)
         coord = snap.coordinator

@@ -6,6 +6,12 @@
 //! Python side decodes the blob with that same type. Variant order is the declaration order in
 //! config.py, field order is the dataclass order. Strings are bounded like Python's `MaxBytes`
 //! (64, or 192 for URLs and paths), which Python enforces when decoding and `check` does here.
+//!
+//! `Model::check` is Python's `LLM.check`, rule for rule and in the same order (each component's
+//! `check` here mirrors the same component's `check` there), so a config that `validate-config`
+//! accepts is one `update` accepts and the other way round; `tests/vectors/config/validity.json`
+//! pins both. Every number a client computes with must be finite (the reference accepted NaN
+//! learning rates or a `compression_decay` of 1.5, and then every client failed at load).
 
 use anchor_lang::prelude::*;
 
@@ -24,6 +30,50 @@ fn rule(ok: bool, message: &'static str) -> CheckResult {
 
 fn bounded(s: &str, max: usize, message: &'static str) -> CheckResult {
     rule(s.len() <= max, message)
+}
+
+/// A learning rate: finite and not negative.
+fn lr(x: f64, message: &'static str) -> CheckResult {
+    rule(x.is_finite() && x >= 0.0, message)
+}
+
+fn clip_grad_norm(x: Option<f32>, message: &'static str) -> CheckResult {
+    x.map_or(Ok(()), |x| rule(x.is_finite() && x > 0.0, message))
+}
+
+fn weight_decay(x: Option<f32>, message: &'static str) -> CheckResult {
+    x.map_or(Ok(()), |x| rule(x.is_finite() && x >= 0.0, message))
+}
+
+/// Python's `server_address_ok`: `host:port`, port 1-65535 in ASCII digits, the host a name or
+/// IPv4 address (`[A-Za-z0-9._-]+`) or a bracketed IPv6 address.
+pub fn server_address_ok(address: &str) -> bool {
+    let Some(colon) = address.rfind(':') else {
+        return false;
+    };
+    let (host, port) = (&address[..colon], &address[colon + 1..]);
+    let name_byte = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(inner) => {
+            inner.contains(':') && inner.bytes().all(|b| name_byte(b) || matches!(b, b':' | b'%'))
+        }
+        None => !host.is_empty() && host.bytes().all(name_byte),
+    };
+    let port_value = port.bytes().try_fold(0u32, |acc, b| {
+        let digit = if b.is_ascii_digit() { Some(u32::from(b - b'0')) } else { None }?;
+        acc.checked_mul(10)?.checked_add(digit)
+    });
+    host_ok && !port.is_empty() && matches!(port_value, Some(1..=65535))
+}
+
+/// Python's `http_url_ok`: `http://` or `https://`, a non-empty host part (up to the first `/`,
+/// `?` or `#`), and no space or control character anywhere.
+pub fn http_url_ok(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    !host.is_empty() && url.bytes().all(|b| b > 0x20 && b != 0x7f)
 }
 
 #[derive(Clone, Debug, PartialEq, AnchorSerialize, AnchorDeserialize)]
@@ -63,6 +113,28 @@ impl Checkpoint {
                 bounded(&g.bucket, MAX_STRING_LEN, MSG)?;
                 bounded(g.prefix.as_deref().unwrap_or(""), MAX_STRING_LEN, MSG)
             }
+        }
+    }
+
+    /// Python's `Checkpoint.check`: clients need a model to start from.
+    pub fn check(&self) -> CheckResult {
+        match self {
+            Self::Ephemeral => Err(
+                "model.LLM.checkpoint must not be Ephemeral (clients need a model to start from)",
+            ),
+            Self::Hub(r) => {
+                rule(!r.repo_id.is_empty(), "model.LLM.checkpoint.Hub.repo_id must not be empty")
+            }
+            Self::P2P(r) => {
+                rule(!r.repo_id.is_empty(), "model.LLM.checkpoint.P2P.repo_id must not be empty")
+            }
+            Self::Gcs(g) => {
+                rule(!g.bucket.is_empty(), "model.LLM.checkpoint.Gcs.bucket must not be empty")
+            }
+            Self::P2PGcs(g) => {
+                rule(!g.bucket.is_empty(), "model.LLM.checkpoint.P2PGcs.bucket must not be empty")
+            }
+            Self::Dummy(_) => Ok(()),
         }
     }
 
@@ -139,6 +211,79 @@ pub enum DataLocation {
     Preprocessed(String),
 }
 
+impl HttpLocation {
+    /// Python's `HttpLocation.check` of each variant.
+    pub fn check(&self) -> CheckResult {
+        match self {
+            Self::SingleUrl(url) => {
+                rule(!url.is_empty(), "model.LLM.data_location.Http.location must not be empty")?;
+                rule(
+                    http_url_ok(url),
+                    "model.LLM.data_location.Http.location.SingleUrl must be an http:// or \
+                     https:// URL",
+                )
+            }
+            Self::NumberedFiles { url_template, num_files, .. } => {
+                rule(
+                    http_url_ok(url_template) && url_template.matches("{}").count() == 1,
+                    "model.LLM.data_location.Http.location.NumberedFiles.url_template must be an \
+                     http:// or https:// URL with one {} (where the file number goes)",
+                )?;
+                rule(
+                    *num_files >= 1,
+                    "model.LLM.data_location.Http.location.NumberedFiles.num_files must be at \
+                     least 1",
+                )
+            }
+            Self::Gcp { bucket_name, .. } => rule(
+                !bucket_name.is_empty()
+                    && bucket_name.bytes().all(|b| {
+                        b.is_ascii_lowercase()
+                            || b.is_ascii_digit()
+                            || matches!(b, b'.' | b'_' | b'-')
+                    }),
+                "model.LLM.data_location.Http.location.Gcp.bucket_name must be a GCS bucket name \
+                 (lowercase letters, digits, '.', '_', '-')",
+            ),
+        }
+    }
+}
+
+impl DataLocation {
+    /// Python's `DataLocation.check` of each variant: strings not empty, addresses well formed.
+    pub fn check(&self) -> CheckResult {
+        match self {
+            Self::Dummy => Ok(()),
+            Self::Server(address) => {
+                rule(!address.is_empty(), "model.LLM.data_location.Server must not be empty")?;
+                rule(
+                    server_address_ok(address),
+                    "model.LLM.data_location.Server must be host:port with a port in 1-65535 \
+                     (an IPv6 address in brackets)",
+                )
+            }
+            Self::Local(path) => {
+                rule(!path.is_empty(), "model.LLM.data_location.Local must not be empty")?;
+                rule(
+                    !path.contains('\0'),
+                    "model.LLM.data_location.Local must not contain a NUL character",
+                )
+            }
+            Self::Http { location, .. } => location.check(),
+            Self::WeightedHttp(url) => {
+                rule(!url.is_empty(), "model.LLM.data_location.WeightedHttp must not be empty")?;
+                rule(
+                    http_url_ok(url),
+                    "model.LLM.data_location.WeightedHttp must be an http:// or https:// URL",
+                )
+            }
+            Self::Preprocessed(path) => {
+                rule(!path.is_empty(), "model.LLM.data_location.Preprocessed must not be empty")
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, AnchorSerialize, AnchorDeserialize)]
 pub enum LearningRateSchedule {
     Constant {
@@ -172,6 +317,79 @@ pub enum LearningRateSchedule {
     },
 }
 
+impl LearningRateSchedule {
+    /// Python's `LearningRateSchedule.check`: every learning rate finite and >= 0, every step
+    /// count a schedule spans at least 1, then WarmupStableDecay's ordering.
+    pub fn check(&self) -> CheckResult {
+        match *self {
+            Self::Constant { base_lr, warmup_init_lr, .. } => {
+                lr(base_lr, "model.LLM.lr_schedule.Constant.base_lr must be a finite number >= 0")?;
+                lr(
+                    warmup_init_lr,
+                    "model.LLM.lr_schedule.Constant.warmup_init_lr must be a finite number >= 0",
+                )
+            }
+            Self::Linear { base_lr, warmup_init_lr, total_steps, final_lr, .. } => {
+                lr(base_lr, "model.LLM.lr_schedule.Linear.base_lr must be a finite number >= 0")?;
+                lr(
+                    warmup_init_lr,
+                    "model.LLM.lr_schedule.Linear.warmup_init_lr must be a finite number >= 0",
+                )?;
+                lr(final_lr, "model.LLM.lr_schedule.Linear.final_lr must be a finite number >= 0")?;
+                rule(
+                    total_steps >= 1,
+                    "model.LLM.lr_schedule.Linear.total_steps must be at least 1",
+                )
+            }
+            Self::Cosine { base_lr, warmup_init_lr, total_steps, final_lr, .. } => {
+                lr(base_lr, "model.LLM.lr_schedule.Cosine.base_lr must be a finite number >= 0")?;
+                lr(
+                    warmup_init_lr,
+                    "model.LLM.lr_schedule.Cosine.warmup_init_lr must be a finite number >= 0",
+                )?;
+                lr(final_lr, "model.LLM.lr_schedule.Cosine.final_lr must be a finite number >= 0")?;
+                rule(
+                    total_steps >= 1,
+                    "model.LLM.lr_schedule.Cosine.total_steps must be at least 1",
+                )
+            }
+            Self::WarmupStableDecay {
+                base_lr,
+                warmup_init_lr,
+                cosine_decay_final_lr,
+                linear_decay_final_lr,
+                ..
+            } => {
+                lr(
+                    base_lr,
+                    "model.LLM.lr_schedule.WarmupStableDecay.base_lr must be a finite number >= 0",
+                )?;
+                lr(
+                    warmup_init_lr,
+                    "model.LLM.lr_schedule.WarmupStableDecay.warmup_init_lr must be a finite \
+                     number >= 0",
+                )?;
+                lr(
+                    cosine_decay_final_lr,
+                    "model.LLM.lr_schedule.WarmupStableDecay.cosine_decay_final_lr must be a \
+                     finite number >= 0",
+                )?;
+                lr(
+                    linear_decay_final_lr,
+                    "model.LLM.lr_schedule.WarmupStableDecay.linear_decay_final_lr must be a \
+                     finite number >= 0",
+                )?;
+                rule(
+                    linear_decay_final_lr <= cosine_decay_final_lr
+                        && cosine_decay_final_lr <= base_lr,
+                    "model.LLM.lr_schedule.WarmupStableDecay: need linear_decay_final_lr <= \
+                     cosine_decay_final_lr <= base_lr",
+                )
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, AnchorSerialize, AnchorDeserialize)]
 pub enum OptimizerDefinition {
     Dummy,
@@ -189,6 +407,68 @@ pub enum OptimizerDefinition {
         compression_chunk: u16,
         quantize_1bit: bool,
     },
+}
+
+impl OptimizerDefinition {
+    /// Python's `OptimizerDefinition.check` of each variant (the f32 fields as stored).
+    pub fn check(&self) -> CheckResult {
+        match *self {
+            Self::Dummy => Err("model.LLM.optimizer must not be Dummy"),
+            Self::AdamW { betas, weight_decay: wd, eps, clip_grad_norm: clip } => {
+                rule(
+                    betas[0].is_finite() && (0.0..1.0).contains(&betas[0]),
+                    "model.LLM.optimizer.AdamW.betas[0] must be a finite number in [0, 1)",
+                )?;
+                rule(
+                    betas[1].is_finite() && (0.0..1.0).contains(&betas[1]),
+                    "model.LLM.optimizer.AdamW.betas[1] must be a finite number in [0, 1)",
+                )?;
+                weight_decay(
+                    Some(wd),
+                    "model.LLM.optimizer.AdamW.weight_decay must be a finite number >= 0",
+                )?;
+                rule(
+                    eps.is_finite() && eps > 0.0,
+                    "model.LLM.optimizer.AdamW.eps must be a finite number > 0",
+                )?;
+                clip_grad_norm(
+                    clip,
+                    "model.LLM.optimizer.AdamW.clip_grad_norm must be a finite number > 0 (leave \
+                     it out to disable clipping)",
+                )
+            }
+            Self::Distro {
+                clip_grad_norm: clip,
+                weight_decay: wd,
+                compression_decay,
+                compression_topk,
+                compression_chunk,
+                ..
+            } => {
+                rule(
+                    compression_chunk > 0,
+                    "model.LLM.optimizer.Distro.compression_chunk must be > 0",
+                )?;
+                rule(
+                    compression_topk > 0,
+                    "model.LLM.optimizer.Distro.compression_topk must be > 0",
+                )?;
+                rule(
+                    compression_decay.is_finite() && (0.0..=1.0).contains(&compression_decay),
+                    "model.LLM.optimizer.Distro.compression_decay must be a finite number in [0, 1]",
+                )?;
+                clip_grad_norm(
+                    clip,
+                    "model.LLM.optimizer.Distro.clip_grad_norm must be a finite number > 0 \
+                     (leave it out to disable clipping)",
+                )?;
+                weight_decay(
+                    wd,
+                    "model.LLM.optimizer.Distro.weight_decay must be a finite number >= 0",
+                )
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, AnchorSerialize, AnchorDeserialize)]
@@ -219,62 +499,16 @@ impl Model {
         llm
     }
 
-    /// Python's `LLM.check`, preceded by the string bounds Python's decoder enforces.
+    /// Python's `LLM.check`, preceded by the string bounds Python's decoder enforces: each
+    /// component's rules, in Python's order (the first broken rule is the one reported).
     pub fn check(&self) -> CheckResult {
         let llm = self.llm();
         llm.check_bounds()?;
         rule(llm.max_seq_len > 0, "model.LLM.max_seq_len must be greater than 0")?;
-        const EMPTY: &str = "model.LLM.data_location must not be empty";
-        match &llm.data_location {
-            DataLocation::Server(s)
-            | DataLocation::Local(s)
-            | DataLocation::WeightedHttp(s)
-            | DataLocation::Preprocessed(s) => rule(!s.is_empty(), EMPTY)?,
-            DataLocation::Http { location: HttpLocation::SingleUrl(url), .. } => {
-                rule(!url.is_empty(), "model.LLM.data_location.Http.location must not be empty")?
-            }
-            _ => {}
-        }
-        match &llm.checkpoint {
-            Checkpoint::Ephemeral => {
-                return Err("model.LLM.checkpoint must not be Ephemeral");
-            }
-            Checkpoint::Hub(r) | Checkpoint::P2P(r) => {
-                rule(!r.repo_id.is_empty(), "model.LLM.checkpoint repo_id must not be empty")?
-            }
-            Checkpoint::Gcs(g) | Checkpoint::P2PGcs(g) => {
-                rule(!g.bucket.is_empty(), "model.LLM.checkpoint bucket must not be empty")?
-            }
-            Checkpoint::Dummy(_) => {}
-        }
-        match llm.optimizer {
-            OptimizerDefinition::Dummy => return Err("model.LLM.optimizer must not be Dummy"),
-            OptimizerDefinition::Distro { compression_chunk, compression_topk, .. } => {
-                rule(
-                    compression_chunk > 0,
-                    "model.LLM.optimizer.Distro.compression_chunk must be > 0",
-                )?;
-                rule(
-                    compression_topk > 0,
-                    "model.LLM.optimizer.Distro.compression_topk must be > 0",
-                )?;
-            }
-            OptimizerDefinition::AdamW { .. } => {}
-        }
-        if let LearningRateSchedule::WarmupStableDecay {
-            base_lr,
-            cosine_decay_final_lr,
-            linear_decay_final_lr,
-            ..
-        } = llm.lr_schedule
-        {
-            rule(
-                linear_decay_final_lr <= cosine_decay_final_lr && cosine_decay_final_lr <= base_lr,
-                "model.LLM.lr_schedule.WarmupStableDecay: need linear_decay_final_lr <= \
-                 cosine_decay_final_lr <= base_lr",
-            )?;
-        }
-        Ok(())
+        llm.data_location.check()?;
+        llm.checkpoint.check()?;
+        llm.optimizer.check()?;
+        llm.lr_schedule.check()
     }
 
     /// `cold_start_warmup_steps` must fit in one epoch's rounds:

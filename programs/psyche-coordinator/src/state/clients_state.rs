@@ -89,6 +89,16 @@ impl ClientsState {
     /// (`active < next_active - 1`) and is not in `epoch`'s clients. The stalest such entry
     /// (lowest `active`, then lowest index) is replaced, forfeiting its unclaimed points; the
     /// reference instead refused every new wallet forever once 256 had ever joined.
+    ///
+    /// One P2P key, one wallet (docs/protocol.md, "One P2P key per wallet"): peers attribute
+    /// gossip by P2P key, so a key shared by two clients lets one wallet have another's results
+    /// dropped. A key held by a *different* wallet that is pending or in `epoch`'s clients is
+    /// refused (`P2PIdentityTaken`), unless the joiner proves it owns the key: `p2p_identity ==
+    /// signer`, which the transaction's signature covers (the project's clients always join
+    /// that way). Such a join takes the key over: the other pending holders stop being pending
+    /// (their claim cannot be proven; an epoch client keeps its place until the epoch ends),
+    /// so a wallet that registered someone's key first cannot lock its owner out. Re-joining
+    /// with the same wallet is never a conflict with itself.
     pub fn register(
         &mut self,
         id: NodeIdentity,
@@ -98,9 +108,35 @@ impl ClientsState {
         let next_active = self.next_active;
         let existing = self.find_signer(&id.signer);
         let already_pending = existing.is_some_and(|i| self.is_pending(&self.clients()[i]));
+        let proven = id.p2p_identity == id.signer;
+        let rival = |c: &RegisteredClient| self.is_pending(c) && holds_key_of_another(&id, &c.id);
         if !already_pending {
             let pending = self.clients().iter().filter(|c| self.is_pending(c)).count();
-            require!(pending < max_pending, CoordinatorProgramError::MoreClientsThanBatches);
+            // Pending rivals of a proven join leave the list below, freeing their places.
+            let leaving =
+                if proven { self.clients().iter().filter(|c| rival(c)).count() } else { 0 };
+            require!(
+                pending - leaving < max_pending,
+                CoordinatorProgramError::MoreClientsThanBatches
+            );
+        }
+        if proven {
+            for c in self.clients_mut() {
+                if c.active == next_active && holds_key_of_another(&id, &c.id) {
+                    msg!(
+                        "P2P key taken over by its own wallet: {} is no longer pending",
+                        Pubkey::new_from_array(c.id.signer)
+                    );
+                    // As if it had last joined the generation before: not pending, not stale.
+                    c.active = next_active
+                        .checked_sub(1)
+                        .ok_or(CoordinatorProgramError::ArithmeticOverflow)?;
+                }
+            }
+        } else {
+            let taken = self.clients().iter().any(rival)
+                || epoch.clients().iter().any(|c| holds_key_of_another(&id, &c.id));
+            require!(!taken, CoordinatorProgramError::P2PIdentityTaken);
         }
         if let Some(index) = existing {
             let client = &mut self.clients_mut()[index];
@@ -131,4 +167,9 @@ impl ClientsState {
         self.clients[index] = fresh;
         Ok(Registration::Replaced { index, previous })
     }
+}
+
+/// Whether `other` is a different wallet that uses `id`'s P2P key.
+fn holds_key_of_another(id: &NodeIdentity, other: &NodeIdentity) -> bool {
+    other.p2p_identity == id.p2p_identity && other.signer != id.signer
 }

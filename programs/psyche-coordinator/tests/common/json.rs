@@ -45,7 +45,17 @@ pub fn boolean(v: &Value) -> R<bool> {
     v.as_bool().ok_or_else(|| format!("expected a bool, got {v}"))
 }
 
+/// A number, or (JSON has none) a non-finite float written `{"$float": "nan" | "inf" | "-inf"}`
+/// as `tests/vectors/config/validity.json` does.
 pub fn f64_of(v: &Value) -> R<f64> {
+    if let Some(special) = v.as_object().filter(|m| m.len() == 1).and_then(|m| m.get("$float")) {
+        return match special.as_str() {
+            Some("nan") => Ok(f64::NAN),
+            Some("inf") => Ok(f64::INFINITY),
+            Some("-inf") => Ok(f64::NEG_INFINITY),
+            _ => Err(format!("bad $float {special}")),
+        };
+    }
     v.as_f64().ok_or_else(|| format!("expected a number, got {v}"))
 }
 

@@ -1,0 +1,36 @@
+"""A member that joins, loads the model and then never delivers anything, for the silent-member
+test: a normal ``centralized-client train`` process whose rounds do nothing (no training, no
+results, no Finished, no witness), while it stays connected and listed.
+
+It lives in the tests, not in the product: the daemon has no switch for misbehaving.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import psyche.daemon.client as daemon_client
+
+
+async def _silent_round(self: Any, coord: Any, view: Any) -> None:
+    # The test reads these lines from logs/<label>.log: an elected witness that never witnesses
+    # holds its round to the timeout whatever the others do, so the test needs to know when.
+    rnd = coord.current_round()
+    seen = self.__dict__.setdefault("_rogue_seen", set())
+    if (rnd.height, coord.progress.step) in seen:
+        return
+    seen.add((rnd.height, coord.progress.step))
+    me = coord.index_of(self.identity)
+    elected = me is not None and coord.committee_selection(rnd).get_witness(me).witness
+    print(
+        f"rogue: silent round epoch={coord.progress.epoch} height={rnd.height} elected={elected}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    daemon_client.ClientDaemon._start_round = _silent_round  # type: ignore[method-assign]
+    from psyche.cli.main import cli
+
+    cli(sys.argv[1:], prog_name="psyche")

@@ -196,6 +196,7 @@ def serve_cmd(data_config: Path, port: int, host: str, verbose: bool) -> None:
             await server.serve_forever()
         finally:
             await server.close()
+            log.info("data server stopped: %s", server.summary())
 
     try:
         asyncio.run(main())

@@ -8,20 +8,19 @@ few hundred bytes (the server accepts at most :data:`MAX_REQUEST_FRAME`), token 
 large (the client accepts at most :data:`MAX_RESPONSE_FRAME`, the reference's 64 MiB).
 
 Both an asyncio reader (server) and a blocking-socket reader (client) are provided; they share
-the wire format and the limit check. :func:`decode_untrusted` is the one place where decoding a
-payload (or text inside one) is made to fail only with the caller's protocol error type.
+the wire format and the limit check; the asyncio reader also enforces an idle and a per-frame
+time limit. :func:`decode_untrusted` (from :mod:`psyche.protocol.untrusted`, re-exported here) is
+the one place where decoding a payload (or text inside one) is made to fail only with the caller's
+protocol error type.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
-from typing import TypeVar
-
-import msgspec
 
 from psyche.data.provider import DataError
+from psyche.protocol.untrusted import decode_untrusted
 
 __all__ = [
     "MAX_REQUEST_FRAME",
@@ -29,6 +28,7 @@ __all__ = [
     "FrameError",
     "decode_untrusted",
     "encode_frame",
+    "frame_header",
     "read_frame",
     "recv_frame",
 ]
@@ -39,64 +39,68 @@ MAX_RESPONSE_FRAME = 64 * 1024 * 1024
 
 
 class FrameError(DataError):
-    """The peer broke framing: an oversize length, or the stream ended inside a frame."""
+    """The peer broke framing or its time limits; ``kind`` names how, for fault counters.
 
-
-_In = TypeVar("_In")
-_Out = TypeVar("_Out")
-
-# A schema error is not all that hostile bytes can raise. msgspec and json recurse once per
-# nesting level, so a few kilobytes of nested arrays raise RecursionError before any schema check;
-# msgspec raises UnicodeDecodeError (not a MsgspecError) for invalid UTF-8 in a msgpack string;
-# json accepts lone surrogates ("\ud800") that blow up as UnicodeEncodeError wherever the text is
-# encoded later; validators raise ValueError. UnicodeError and JSONDecodeError are ValueErrors.
-_DECODE_ERRORS = (msgspec.MsgspecError, RecursionError, ValueError)
-
-
-def decode_untrusted(
-    decode: Callable[[_In], _Out], data: _In, error: Callable[[str], Exception], what: str
-) -> _Out:
-    """``decode(data)``, with anything hostile input can make it raise turned into ``error``.
-
-    The message is ``"{what}: {reason}"``, made safe to log and to put on the wire (a reason may
-    quote the peer's lone surrogates, which a UTF-8 log stream or encoder would choke on).
+    Kinds: ``oversize`` (length above the limit), ``truncated`` (stream ended inside a frame),
+    ``idle_timeout`` (no frame started in time), ``frame_timeout`` (a started frame did not
+    complete in time).
     """
-    try:
-        return decode(data)
-    except _DECODE_ERRORS as e:
-        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
-        safe = reason.encode("utf-8", "backslashreplace").decode("utf-8")
-        raise error(f"{what}: {safe}") from None
+
+    def __init__(self, message: str, kind: str = "truncated") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _check_length(length: int, max_size: int) -> None:
     if length > max_size:
-        raise FrameError(f"frame of {length} bytes exceeds the {max_size}-byte limit")
+        raise FrameError(f"frame of {length} bytes exceeds the {max_size}-byte limit", "oversize")
+
+
+def frame_header(length: int, max_size: int = MAX_RESPONSE_FRAME) -> bytes:
+    """The length prefix of a payload of ``length`` bytes sent in pieces after it."""
+    _check_length(length, max_size)
+    return length.to_bytes(LENGTH_BYTES, "big")
 
 
 def encode_frame(payload: bytes, max_size: int = MAX_RESPONSE_FRAME) -> bytes:
     """Prefix ``payload`` with its length; refuses payloads the peer would reject."""
-    _check_length(len(payload), max_size)
-    return len(payload).to_bytes(LENGTH_BYTES, "big") + payload
+    return frame_header(len(payload), max_size) + payload
 
 
-async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | None:
+async def read_frame(
+    reader: asyncio.StreamReader,
+    max_size: int,
+    *,
+    idle_timeout: float | None = None,
+    frame_timeout: float | None = None,
+) -> bytes | None:
     """Next payload; ``None`` on a clean end of stream between frames.
 
-    Raises :class:`FrameError` for an oversize length or an end of stream inside a frame.
+    ``idle_timeout`` bounds the wait for a frame's first byte, ``frame_timeout`` the time from
+    that byte to the frame's last one: a peer may be silent between frames, but once it starts a
+    frame it must finish it, so a sender trickling a byte at a time cannot hold a connection.
+    Raises :class:`FrameError` for an oversize length, an end of stream inside a frame, or either
+    limit passing.
     """
     try:
-        head = await reader.readexactly(LENGTH_BYTES)
-    except asyncio.IncompleteReadError as e:
-        if not e.partial:
-            return None
-        raise FrameError("stream ended inside a frame header") from None
-    length = int.from_bytes(head, "big")
-    _check_length(length, max_size)
+        async with asyncio.timeout(idle_timeout):
+            first = await reader.readexactly(1)
+    except asyncio.IncompleteReadError:
+        return None
+    except TimeoutError:
+        raise FrameError(f"no frame for {idle_timeout:g} s", "idle_timeout") from None
     try:
-        return await reader.readexactly(length)
+        async with asyncio.timeout(frame_timeout):
+            head = first + await reader.readexactly(LENGTH_BYTES - 1)
+            length = int.from_bytes(head, "big")
+            _check_length(length, max_size)
+            return await reader.readexactly(length)
     except asyncio.IncompleteReadError as e:
-        raise FrameError(f"stream ended after {len(e.partial)} of {length} bytes") from None
+        raise FrameError(f"stream ended inside a frame ({len(e.partial)} bytes read)") from None
+    except TimeoutError:
+        raise FrameError(
+            f"frame not completed within {frame_timeout:g} s", "frame_timeout"
+        ) from None
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:

@@ -40,6 +40,7 @@ from psyche.data.wire import (
     auth_message,
     decode_server,
     encode,
+    max_request_samples,
     unpack_tokens,
 )
 from psyche.protocol.data_selection import BatchId
@@ -115,9 +116,9 @@ class TcpDataProvider:
             return self._num_samples
 
     def get_samples(self, batch_id: BatchId) -> torch.Tensor:
-        # Intervals too large for one response frame are asked for in pieces (the server and
+        # Intervals larger than one request may hold are asked for in pieces (the server and
         # RoundAuthorizer accept any sub-interval of an assignment).
-        step = max(1, (MAX_RESPONSE_FRAME - 1024) // (4 * self._seq_len))
+        step = max_request_samples(self._seq_len)
         pieces = [
             BatchId(a, min(a + step - 1, batch_id.end))
             for a in range(batch_id.start, batch_id.end + 1, step)

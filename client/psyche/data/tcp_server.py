@@ -10,31 +10,52 @@ assigned to the requester (SPEC §11.20), a ``RoundAuthorizer`` answers ``WrongD
 
 Robustness rules, because any host on the network can connect:
 
-* every read has a limit: the handshake must finish within ``handshake_timeout`` and an
-  authenticated connection may idle ``idle_timeout`` between requests;
+* every wait has a limit: the handshake must finish within ``handshake_timeout``, an
+  authenticated connection may idle ``idle_timeout`` between requests, a frame once started must
+  arrive within ``frame_timeout``, and a response chunk must be taken within ``send_timeout``;
 * frames above :data:`MAX_REQUEST_FRAME` are refused before their payload is read, and every
   message is strictly decoded; on any protocol violation (garbage, oversize frame, bad signature,
   disconnect mid-frame) only that connection is closed and the server goes on serving the others;
-* a message that does not decode (including hostile nesting or invalid UTF-8) is a
-  :class:`WireError`, logged as one warning per peer host and then only counted
-  (``stats["malformed"]``), never as a traceback;
-* one request returns at most ``max_samples_per_request`` samples (default: what fits in the
-  client's 64 MiB frame limit), larger intervals are ``Malformed``;
-* samples are read on one worker thread, so providers need not be thread-safe and a slow disk
-  read never blocks the event loop.
+* faults are counted per kind (:attr:`DataServer.faults`) and the first of each kind from each
+  peer is logged as one warning, never as a traceback, so garbage in a loop does not flood the
+  log;
+* one request asks for at most :func:`~psyche.data.wire.max_request_samples` samples (4 MiB of
+  tokens, 1024 samples); a larger one is answered ``TooLarge`` at once;
+* reads are fair: samples are read on ``read_workers`` threads in chunks of at most
+  :data:`CHUNK_TOKENS` tokens and :data:`CHUNK_SAMPLES` samples; source hosts take turns for the
+  threads, a host runs at most ``reads_per_host`` chunks at once and a connection one, so a peer
+  asking for a lot delays another peer's request by a chunk, not by its whole backlog;
+* responses are streamed chunk by chunk (the frame header follows from the request's size), so a
+  connection holds one chunk of memory, not a whole response;
+* abandoned work is dropped: a connection's frames are read while its request is answered (at
+  most :data:`MAX_PIPELINED` waiting), so a peer that leaves is noticed at once; its unanswered
+  requests are dropped and counted (``stats["abandoned"]``) and its queued chunks never run;
+* at most ``max_connections_per_host`` connections per source address are served.
+
+Before these rules, reads ran on one thread and whole: one peer asking for the largest response
+(64 MiB) held every other client for seconds, requests of peers that had already disconnected
+were still read and sent, and each such request materialised several copies of the response.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import threading
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from psyche.data.framing import MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME, encode_frame, read_frame
+from psyche.data.framing import (
+    MAX_REQUEST_FRAME,
+    FrameError,
+    encode_frame,
+    frame_header,
+    read_frame,
+)
 from psyche.data.provider import DataError, DataProvider
 from psyche.data.wire import (
     Challenge,
@@ -43,23 +64,30 @@ from psyche.data.wire import (
     RejectReason,
     RequestRejected,
     RequestTrainingData,
-    TrainingData,
     WireBatchId,
     WireError,
     auth_message,
     decode_client,
     encode,
+    max_request_samples,
     pack_tokens,
+    training_data_header,
 )
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import verify_signature
+from psyche.protocol.untrusted import FaultLog
 
 __all__ = ["Authorizer", "BackgroundDataServer", "DataServer", "RoundAuthorizer", "allow_all"]
 
 log = logging.getLogger(__name__)
 
-# Enough for every host of a real run; an attacker with more addresses only re-earns a warning.
-_MAX_TRACKED_HOSTS = 4096
+CHUNK_TOKENS = 1 << 16
+"""Tokens read per job (256 KiB on the wire): a few milliseconds of work, so a host waiting for
+a thread waits about that long per other busy host."""
+CHUNK_SAMPLES = 128
+"""Samples read per job, for short samples (the shuffle costs per sample)."""
+MAX_PIPELINED = 4
+"""Requests one connection may send ahead of the answers (honest clients send one at a time)."""
 
 Authorizer = Callable[[bytes, BatchId], RejectReason | None]
 
@@ -98,8 +126,117 @@ class RoundAuthorizer:
         return RejectReason.WrongDataIdForStep
 
 
+class _TooManyRequests(WireError):
+    """More requests waiting on one connection than :data:`MAX_PIPELINED`."""
+
+
+class _SlowReader(DataError):
+    """The peer did not take a response chunk within ``send_timeout``."""
+
+
+class _Idle(DataError):
+    """No request for ``idle_timeout`` seconds."""
+
+
+def _fault_kind(e: DataError) -> str:
+    if isinstance(e, FrameError):
+        return e.kind
+    if isinstance(e, _TooManyRequests):
+        return "too_many_requests"
+    if isinstance(e, _SlowReader):
+        return "slow_reader"
+    return "malformed"
+
+
+class _FairReader:
+    """Runs provider reads on ``workers`` threads, source hosts taking turns for them.
+
+    Each job is one chunk of a request. A host with a job waiting goes to the back of the line
+    when one of its jobs starts, and runs at most ``per_host`` jobs at once, so a host asking for
+    a lot delays others by at most the chunks already running, however much it has asked for.
+    A job whose future was cancelled (its connection is gone) is skipped, never run.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[BatchId], bytes],
+        workers: int,
+        per_host: int,
+        stats: dict[str, int],
+    ) -> None:
+        self._read = read
+        self._stats = stats
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="data-server-read")
+        self._free = workers
+        self._per_host = per_host
+        self._queued: OrderedDict[str, deque[tuple[BatchId, asyncio.Future[bytes]]]] = OrderedDict()
+        self._running: dict[str, int] = {}
+
+    def read(self, host: str, batch: BatchId) -> asyncio.Future[bytes]:
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(host, deque()).append((batch, future))
+        self._dispatch()
+        return future
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._free:
+            host = next((h for h in self._queued if self._running.get(h, 0) < self._per_host), None)
+            if host is None:
+                return
+            jobs = self._queued.pop(host)
+            batch, future = jobs.popleft()
+            if jobs:
+                self._queued[host] = jobs
+            if future.done():
+                continue
+            self._free -= 1
+            self._running[host] = self._running.get(host, 0) + 1
+            work = loop.run_in_executor(self._executor, self._read, batch)
+            work.add_done_callback(functools.partial(self._finished, host, future))
+
+    def _finished(
+        self, host: str, future: asyncio.Future[bytes], work: asyncio.Future[bytes]
+    ) -> None:
+        self._free += 1
+        self._stats["chunks_read"] += 1
+        if future.done():
+            self._stats["chunks_wasted"] += 1  # its connection went while it ran
+        left = self._running.pop(host) - 1
+        if left:
+            self._running[host] = left
+        if work.cancelled():
+            future.cancel()
+        else:
+            error = work.exception()  # retrieved even when nobody waits for it any more
+            if not future.done():
+                if error is None:
+                    future.set_result(work.result())
+                else:
+                    future.set_exception(error)
+        self._dispatch()
+
+
+class _Requests:
+    """Requests read from one connection and not answered yet."""
+
+    def __init__(self) -> None:
+        self.waiting: deque[WireBatchId] = deque()
+        self.arrived = asyncio.Event()
+        self.busy = False
+        """A request is being answered."""
+
+
 class DataServer:
-    """Serves ``provider`` over TCP; start with :meth:`start`, stop with :meth:`close`."""
+    """Serves ``provider`` over TCP; start with :meth:`start`, stop with :meth:`close`.
+
+    ``provider`` is called from up to ``read_workers`` threads at once; :class:`LocalDataProvider`
+    is safe for that (its only shared state, the map cache, is locked). Pass ``read_workers=1``
+    for a provider that is not.
+    """
 
     def __init__(
         self,
@@ -108,26 +245,42 @@ class DataServer:
         *,
         handshake_timeout: float = 10.0,
         idle_timeout: float = 300.0,
+        frame_timeout: float = 10.0,
+        send_timeout: float = 30.0,
         max_samples_per_request: int | None = None,
+        read_workers: int = 4,
+        reads_per_host: int = 1,
+        max_connections_per_host: int = 64,
     ) -> None:
         self.provider = provider
         self.authorizer = authorizer
         self.handshake_timeout = handshake_timeout
         self.idle_timeout = idle_timeout
-        fit = (MAX_RESPONSE_FRAME - 1024) // (4 * provider.seq_len)
-        self.max_samples = min(max_samples_per_request or fit, fit)
+        self.frame_timeout = frame_timeout
+        self.send_timeout = send_timeout
+        cap = max_request_samples(provider.seq_len)
+        self.max_samples = min(max_samples_per_request or cap, cap)
+        self.chunk_samples = max(1, min(CHUNK_SAMPLES, CHUNK_TOKENS // provider.seq_len))
+        self.max_connections_per_host = max_connections_per_host
         self.stats = {
             "connections": 0,
             "auth_failures": 0,
             "dropped": 0,
-            "malformed": 0,
+            "idle_closed": 0,
             "served": 0,
+            "abandoned": 0,
+            "chunks_read": 0,
+            "chunks_wasted": 0,
         }
-        self._malformed_hosts: dict[str, int] = {}
-        """Malformed messages per peer host; bounded by :data:`_MAX_TRACKED_HOSTS`."""
+        """``served``: complete responses; ``abandoned``: requests dropped unanswered or
+        half-sent because their peer left; ``chunks_read``: reads run; ``chunks_wasted``: reads
+        that finished after their peer had left (a read cannot be stopped once running)."""
+        self.faults = FaultLog(log)
+        """Protocol faults per kind; the first of each kind from each peer is logged."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="data-server-read")
+        self._per_host: dict[str, int] = {}
+        self._reader = _FairReader(self._read, read_workers, reads_per_host, self.stats)
 
     async def start(self, host: str = "0.0.0.0", port: int = 0) -> None:
         self._server = await asyncio.start_server(self._handle, host, port)
@@ -152,34 +305,49 @@ class DataServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        self._reader.shutdown(wait=False, cancel_futures=True)
+        self._reader.close()
+
+    def summary(self) -> str:
+        """One line of counters, for the log."""
+        stats = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.stats.items())
+        return f"{stats}; faults: {self.faults.summary()}"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+        peername = writer.get_extra_info("peername")
+        host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)
+        peer = host
         self.stats["connections"] += 1
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        open_here = self._per_host.get(host, 0)
+        self._per_host[host] = open_here + 1
         try:
-            key = await asyncio.wait_for(self._handshake(reader, writer), self.handshake_timeout)
+            if open_here >= self.max_connections_per_host:
+                n = self.max_connections_per_host
+                self.faults.record(peer, "too_many_connections", f"more than {n} open")
+                return
+            key = await asyncio.wait_for(
+                self._handshake(reader, writer, peer), self.handshake_timeout
+            )
             if key is None:
                 return
-            while True:
-                frame = await asyncio.wait_for(
-                    read_frame(reader, MAX_REQUEST_FRAME), self.idle_timeout
-                )
-                if frame is None:
-                    return
-                msg = decode_client(frame)
-                if not isinstance(msg, RequestTrainingData):
-                    raise WireError(f"expected RequestTrainingData, got {type(msg).__name__}")
-                reply = await self._answer(key, msg.batch_id)
-                writer.write(encode_frame(encode(reply)))
-                await asyncio.wait_for(writer.drain(), self.idle_timeout)
-        except WireError as e:
+            peer = f"{host} key {key[:8].hex()}"
+            await self._session(reader, writer, key, host)
+        except DataError as e:
+            if isinstance(e, _Idle):
+                self.stats["idle_closed"] += 1
+                log.debug("data client %s idle, closed", peer)
+                return
             self.stats["dropped"] += 1
-            self._malformed_from(peer, e)
-        except (DataError, TimeoutError, OSError) as e:
+            if isinstance(e, WireError | FrameError | _SlowReader):
+                self.faults.record(peer, _fault_kind(e), str(e))
+            else:
+                log.info("data client %s dropped: %s", peer, e)
+        except TimeoutError:
+            self.stats["dropped"] += 1
+            self.faults.record(peer, "handshake_timeout", f"{self.handshake_timeout:g} s passed")
+        except OSError as e:
             self.stats["dropped"] += 1
             log.info("data client %s dropped: %s", peer, e or type(e).__name__)
         except asyncio.CancelledError:
@@ -190,29 +358,15 @@ class DataServer:
         finally:
             if task is not None:
                 self._tasks.discard(task)
+            left = self._per_host.pop(host) - 1
+            if left:
+                self._per_host[host] = left
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    def _malformed_from(self, peer: object, e: WireError) -> None:
-        # A hostile host can reconnect and send garbage in a loop: one warning per host tells the
-        # operator who it is, the counters say how often, and the log does not grow with it.
-        self.stats["malformed"] += 1
-        host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
-        seen = self._malformed_hosts.get(host, 0)
-        if not seen:
-            if len(self._malformed_hosts) >= _MAX_TRACKED_HOSTS:
-                del self._malformed_hosts[next(iter(self._malformed_hosts))]
-            log.warning(
-                "data client %s dropped: %s (further malformed messages from %s are only counted)",
-                peer,
-                e,
-                host,
-            )
-        self._malformed_hosts[host] = seen + 1
-
     async def _handshake(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
     ) -> bytes | None:
         nonce = secrets.token_bytes(32)
         writer.write(encode_frame(encode(Challenge(nonce))))
@@ -225,27 +379,109 @@ class DataServer:
             raise WireError(f"expected ChallengeResponse, got {type(msg).__name__}")
         if not verify_signature(msg.public_key, auth_message(nonce), msg.signature):
             self.stats["auth_failures"] += 1
-            log.warning(
-                "data client %s: bad challenge signature", writer.get_extra_info("peername")
-            )
+            self.faults.record(peer, "bad_signature", "challenge signature does not verify")
             return None
         ready = Ready(seq_len=self.provider.seq_len, num_samples=self.provider.num_samples)
         writer.write(encode_frame(encode(ready)))
         await writer.drain()
         return msg.public_key
 
-    async def _answer(self, key: bytes, wire_id: WireBatchId) -> TrainingData | RequestRejected:
+    async def _session(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: bytes, host: str
+    ) -> None:
+        """Read requests and answer them concurrently, until either side stops.
+
+        Reading goes on while a request is answered, so a peer that leaves is noticed at once and
+        its unanswered requests are dropped instead of read for nobody.
+        """
+        requests = _Requests()
+        reading = asyncio.create_task(self._read_requests(reader, requests))
+        serving = asyncio.create_task(self._serve_requests(writer, key, host, requests))
+        try:
+            done, _ = await asyncio.wait((reading, serving), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (reading, serving):
+                t.cancel()
+            await asyncio.gather(reading, serving, return_exceptions=True)
+        if serving not in done:
+            self.stats["abandoned"] += len(requests.waiting) + requests.busy
+        for t in (reading, serving):
+            if t in done and (error := t.exception()) is not None:
+                raise error
+
+    async def _read_requests(self, reader: asyncio.StreamReader, requests: _Requests) -> None:
+        while (
+            frame := await read_frame(reader, MAX_REQUEST_FRAME, frame_timeout=self.frame_timeout)
+        ) is not None:
+            msg = decode_client(frame)
+            if not isinstance(msg, RequestTrainingData):
+                raise WireError(f"expected RequestTrainingData, got {type(msg).__name__}")
+            if len(requests.waiting) >= MAX_PIPELINED:
+                raise _TooManyRequests(f"more than {MAX_PIPELINED} requests waiting")
+            requests.waiting.append(msg.batch_id)
+            requests.arrived.set()
+
+    async def _serve_requests(
+        self, writer: asyncio.StreamWriter, key: bytes, host: str, requests: _Requests
+    ) -> None:
+        while True:
+            if not requests.waiting:
+                requests.arrived.clear()
+                try:
+                    async with asyncio.timeout(self.idle_timeout):
+                        await requests.arrived.wait()
+                except TimeoutError:
+                    raise _Idle(f"no request for {self.idle_timeout:g} s") from None
+            wire_id = requests.waiting.popleft()
+            requests.busy = True
+            await self._answer(writer, key, host, wire_id)
+            requests.busy = False
+
+    async def _answer(
+        self, writer: asyncio.StreamWriter, key: bytes, host: str, wire_id: WireBatchId
+    ) -> None:
         batch = wire_id.to_batch_id()
-        if batch is None or batch.size > self.max_samples:
-            return RequestRejected(wire_id, RejectReason.Malformed)
-        reason = self.authorizer(key, batch)
+        if batch is None:
+            reason: RejectReason | None = RejectReason.Malformed
+        elif batch.size > self.max_samples:
+            reason = RejectReason.TooLarge
+        else:
+            reason = self.authorizer(key, batch)
+            if reason is not None:
+                log.info("rejected %s for %s: %s", batch, key[:4].hex(), reason.value)
         if reason is not None:
-            log.info("rejected %s for %s: %s", batch, key[:4].hex(), reason.value)
-            return RequestRejected(wire_id, reason)
-        loop = asyncio.get_running_loop()
-        tokens = await loop.run_in_executor(self._reader, self._read, batch)
-        self.stats["served"] += 1
-        return TrainingData(wire_id, tokens)
+            writer.write(encode_frame(encode(RequestRejected(wire_id, reason))))
+            await self._drain(writer)
+            return
+        assert batch is not None
+        # Streamed: the frame header follows from the request's size, and each chunk goes out
+        # as soon as it is read, so a response never sits whole in memory.
+        row_bytes = 4 * self.provider.seq_len
+        header = training_data_header(wire_id, batch.size * row_bytes)
+        prefix = frame_header(len(header) + batch.size * row_bytes) + header
+        step = self.chunk_samples
+        for start in range(batch.start, batch.end + 1, step):
+            piece = BatchId(start, min(start + step - 1, batch.end))
+            tokens = await self._reader.read(host, piece)
+            if len(tokens) != piece.size * row_bytes:
+                raise DataError(f"provider returned {len(tokens)} bytes for {piece}")
+            # The header goes out with the first chunk, so a read that fails before any byte
+            # was sent leaves no half frame behind.
+            writer.write(prefix)
+            prefix = b""
+            if piece.end == batch.end:
+                # Counted before the last write: the peer may have it all before this thread
+                # runs its next line.
+                self.stats["served"] += 1
+            writer.write(tokens)
+            await self._drain(writer)
+
+    async def _drain(self, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                await writer.drain()
+        except TimeoutError:
+            raise _SlowReader(f"took nothing for {self.send_timeout:g} s") from None
 
     def _read(self, batch: BatchId) -> bytes:
         return pack_tokens(self.provider.get_samples(batch))

@@ -9,13 +9,20 @@ unvalidated. A session is::
     client → ChallengeResponse{public_key: 32 bytes, signature: 64 bytes}
              signature = ed25519(secret, b"psyche-data-auth" ‖ nonce)
     server → Ready{seq_len, num_samples}          (bad signature: connection closed, no reply)
-    client → RequestTrainingData{batch_id}         (any number, one at a time)
+    client → RequestTrainingData{batch_id}         (any number; at most 4 ahead of the answers)
     server → TrainingData{batch_id, tokens} | RequestRejected{batch_id, reason}
 
 ``batch_id`` is ``[start, end]`` (closed, u64) and is echoed back so the client can check the
 answer belongs to its request. ``tokens`` holds ``(end - start + 1) · seq_len`` little-endian u32
-token ids, row-major. The domain prefix keeps a signature made for this handshake from being
-valid for any other signed message of the protocol, and the fresh nonce prevents replay.
+token ids, row-major. One request may ask for at most :func:`max_request_samples` samples
+(:data:`MAX_REQUEST_TOKENS` tokens, and never more than :data:`MAX_REQUEST_SAMPLES` samples,
+but always at least one); a larger one is answered ``RequestRejected{TooLarge}`` without reading
+anything, and clients split larger intervals into requests of that size. The cap bounds what one
+request costs the server (shuffle and reads grow with samples, memory and transfer with tokens),
+so a peer cannot make one request occupy it for seconds.
+
+The domain prefix keeps a signature made for this handshake from being valid for any other signed
+message of the protocol, and the fresh nonce prevents replay.
 ``Ready`` is not in the reference: it lets the client check its ``seq_len`` against the server's
 before training on wrongly cut samples, and tells it the dataset size.
 """
@@ -35,6 +42,8 @@ from psyche.protocol.data_selection import BatchId
 
 __all__ = [
     "AUTH_DOMAIN",
+    "MAX_REQUEST_SAMPLES",
+    "MAX_REQUEST_TOKENS",
     "Challenge",
     "ChallengeResponse",
     "ClientMessage",
@@ -50,12 +59,25 @@ __all__ = [
     "decode_client",
     "decode_server",
     "encode",
+    "max_request_samples",
     "pack_tokens",
+    "training_data_header",
     "unpack_tokens",
 ]
 
 AUTH_DOMAIN = b"psyche-data-auth"
 NONCE_LEN = 32
+MAX_REQUEST_TOKENS = 1 << 20
+"""Tokens one request may ask for: a 4 MiB response, read in a few tens of milliseconds."""
+MAX_REQUEST_SAMPLES = 1024
+"""Samples one request may ask for: the shuffle and the seeks cost per sample, whatever its
+length, so short samples need their own bound."""
+
+
+def max_request_samples(seq_len: int) -> int:
+    """The most samples of ``seq_len`` tokens one request may ask for (at least one)."""
+    return max(1, min(MAX_REQUEST_SAMPLES, MAX_REQUEST_TOKENS // seq_len))
+
 
 U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack ints cannot exceed u64 anyway
@@ -73,7 +95,10 @@ class RejectReason(enum.Enum):
     WrongDataIdForStep = "WrongDataIdForStep"
     """The ids are not assigned to the requester in this round."""
     Malformed = "Malformed"
-    """The interval is invalid (end before start) or too large for one response."""
+    """The interval is invalid (end before start)."""
+    TooLarge = "TooLarge"
+    """The interval holds more than :func:`max_request_samples` samples (or the server's own,
+    lower, limit); ask for it in pieces."""
 
 
 class WireBatchId(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
@@ -140,6 +165,20 @@ def decode_client(data: bytes) -> ClientMessage:
 
 def decode_server(data: bytes) -> ServerMessage:
     return decode_untrusted(_server_decoder.decode, data, WireError, "bad server message")
+
+
+# ``TrainingData`` is a map whose last field is ``tokens``; an empty ``bytes`` encodes as bin8
+# with length 0. Replacing those two bytes by a bin32 header gives the prefix of the message with
+# any token payload, so a server can send a response in pieces without holding all of it.
+_EMPTY_BIN = b"\xc4\x00"
+
+
+def training_data_header(batch_id: WireBatchId, n_bytes: int) -> bytes:
+    """The bytes of ``encode(TrainingData(batch_id, tokens))`` that precede ``tokens``, for a
+    ``tokens`` of ``n_bytes`` bytes (bin32 form, which every msgpack decoder accepts)."""
+    empty = _encoder.encode(TrainingData(batch_id, b""))
+    assert empty.endswith(_EMPTY_BIN), "tokens must be the last field of TrainingData"
+    return empty[: -len(_EMPTY_BIN)] + b"\xc6" + n_bytes.to_bytes(4, "big")
 
 
 def auth_message(nonce: bytes) -> bytes:

@@ -24,6 +24,8 @@ survives being copied into bloom filters and consensus.
 
 Decoding is strict (msgspec: exact types, fixed-size byte fields, integer ranges, no unknown
 fields) and size-bounded *before* decoding: nothing a peer sends reaches the daemon unchecked.
+Whatever hostile bytes make the decoder raise (deep nesting, invalid UTF-8) is an
+:class:`AnnouncementError` (:func:`psyche.protocol.untrusted.decode_untrusted`).
 ``blob_hash`` is the SHA-256 of the blob bytes as served; with the DisTrO payload it equals
 ``commitment.data_hash``, but it is a separate field so the transport does not depend on how a
 payload's commitment hash is defined.
@@ -40,6 +42,7 @@ from psyche.p2p.errors import AnnouncementError
 from psyche.p2p.identity import peer_id_for
 from psyche.protocol.commitment import Commitment, sha256v
 from psyche.protocol.identity import SecretKey, verify_signature
+from psyche.protocol.untrusted import decode_untrusted
 
 __all__ = [
     "DOMAIN",
@@ -176,20 +179,18 @@ def open_announcement(data: bytes, *, from_peer: str) -> Announcement:
     """
     if len(data) > MAX_ANNOUNCEMENT:
         raise AnnouncementError(f"announcement of {len(data)} bytes exceeds {MAX_ANNOUNCEMENT}")
-    try:
-        env = _envelope_decoder.decode(data)
-    except msgspec.MsgspecError as e:
-        raise AnnouncementError(f"malformed announcement envelope: {e}") from None
+    env = decode_untrusted(
+        _envelope_decoder.decode, data, AnnouncementError, "malformed announcement envelope"
+    )
     if peer_id_for(env.from_key) != from_peer:
         raise AnnouncementError(
             f"announcement signed by {env.from_key.hex()} but published by peer {from_peer}"
         )
     if not verify_signature(env.from_key, DOMAIN + env.payload, env.signature):
         raise AnnouncementError(f"bad announcement signature from {env.from_key.hex()}")
-    try:
-        payload: Payload = _payload_decoder.decode(env.payload)
-    except msgspec.MsgspecError as e:
-        raise AnnouncementError(f"malformed announcement payload: {e}") from None
+    payload: Payload = decode_untrusted(
+        _payload_decoder.decode, env.payload, AnnouncementError, "malformed announcement payload"
+    )
     if isinstance(payload, TrainingResult) and payload.batch_end < payload.batch_start:
         raise AnnouncementError(
             f"batch id [{payload.batch_start}, {payload.batch_end}] ends before it starts"

@@ -218,7 +218,7 @@ def test_garbage_from_one_key_is_logged_once_and_counted_per_kind(
             await _dropped(other)
             assert server.faults.counts == {"malformed": 6}
             key7 = NodeIdentity.from_single_key(_key(7).public_key()).hex()
-            assert server.faults.of(key7) == 5
+            assert server.faults.of(key7, "malformed") == 5
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
     faults = [r.getMessage() for r in caplog.records if "only counted" in r.getMessage()]

@@ -155,7 +155,7 @@ def test_garbage_after_authentication_closes_only_that_connection(
     _still_serves(server, local)
 
 
-def test_inverted_or_oversized_interval_is_malformed(local: LocalDataProvider) -> None:
+def test_inverted_interval_is_malformed_and_oversized_too_large(local: LocalDataProvider) -> None:
     with BackgroundDataServer(
         DataServer(local, lambda k, b: None, max_samples_per_request=4)
     ) as bg:
@@ -163,10 +163,13 @@ def test_inverted_or_oversized_interval_is_malformed(local: LocalDataProvider) -
         answer = ChallengeResponse(ALICE.public_key(), ALICE.sign(auth_message(nonce)))
         sock.sendall(encode_frame(encode(answer)))
         recv_frame(sock, MAX_RESPONSE_FRAME)
-        for wire_id in (WireBatchId(5, 4), WireBatchId(0, 4)):
+        for wire_id, reason in (
+            (WireBatchId(5, 4), RejectReason.Malformed),
+            (WireBatchId(0, 4), RejectReason.TooLarge),
+        ):
             sock.sendall(encode_frame(encode(RequestTrainingData(wire_id))))
             reply = decode_server(recv_frame(sock, MAX_RESPONSE_FRAME))
-            assert reply == RequestRejected(wire_id, RejectReason.Malformed)
+            assert reply == RequestRejected(wire_id, reason)
         sock.close()
 
 
@@ -209,7 +212,7 @@ def test_large_intervals_are_requested_in_pieces(
 ) -> None:
     import psyche.data.tcp_client as tcp_client
 
-    monkeypatch.setattr(tcp_client, "MAX_RESPONSE_FRAME", 1024 + 4 * L * 3)  # 3 samples a frame
+    monkeypatch.setattr(tcp_client, "max_request_samples", lambda seq_len: 3)
     with _client(server, ALICE) as c:
         assert np.array_equal(c.get_samples(BatchId(0, 9)), local.get_samples(BatchId(0, 9)))
     assert server.server.stats["served"] == 4

@@ -12,8 +12,16 @@ client reads at most :data:`MAX_SERVER_FRAME` (8 MiB). A session::
              signature = ed25519(secret, b"psyche-coordinator-auth" ‖ nonce)
     client → Join{run_id}
     server → State{seq, coordinator_json}          (joined; wrong run id: JoinRejected, closed)
-    client → Witness | WarmupWitness | HealthCheck | Checkpoint     (any number, any time)
-    server → State (whenever the coordinator changed) | Error{reason} (a message was rejected)
+    client → Witness | WarmupWitness | HealthCheck | Checkpoint | P2PAddrs  (any time)
+    client → Keepalive                              (every 10 s, so silence means a dead peer)
+    server → State (whenever the coordinator changed) | Peers | Error{reason} (a message was
+             rejected)
+
+After the join the server closes a connection that starts no frame for ``idle_timeout`` (60 s)
+or takes longer than ``frame_timeout`` (10 s) from a frame's first byte to its last
+(:func:`read_message`); a client's own messages come only with rounds, so it sends ``Keepalive``.
+Version 2 added ``Keepalive`` (a version 1 client would be dropped as idle, a version 1 server
+would reject the message); a client refuses a server of another version at the challenge.
 
 The domain prefix keeps this signature from being valid in the data server's handshake (which
 signs ``b"psyche-data-auth" ‖ nonce``) or anywhere else, and the fresh nonce prevents replay.
@@ -62,6 +70,7 @@ __all__ = [
     "HealthCheckMsg",
     "Join",
     "JoinRejected",
+    "KeepaliveMsg",
     "ProtocolError",
     "ServerMessage",
     "StateMsg",
@@ -75,7 +84,7 @@ __all__ = [
     "read_message",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 AUTH_DOMAIN = b"psyche-coordinator-auth"
 MAX_CLIENT_FRAME = 64 * 1024
 MAX_SERVER_FRAME = 8 * 1024 * 1024
@@ -93,7 +102,17 @@ Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON_LEN)]
 
 
 class ProtocolError(BackendProtocolError):
-    """A frame or message broke the protocol; the message says what was wrong."""
+    """A frame or message broke the protocol; the message says what was wrong.
+
+    ``kind`` names the fault for the server's counters: ``malformed`` (does not decode or is
+    invalid), or a :class:`~psyche.data.framing.FrameError` kind (``oversize``, ``truncated``,
+    ``idle_timeout``, ``frame_timeout``), or one the server sets (``unexpected``,
+    ``rate_limited``).
+    """
+
+    def __init__(self, message: str, kind: str = "malformed") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _finite(name: str, x: float) -> None:
@@ -265,6 +284,11 @@ class StateMsg(_Msg, frozen=True, tag="State"):
         )
 
 
+class KeepaliveMsg(_Msg, frozen=True, tag="Keepalive"):
+    """Sent by a joined client every ``keepalive_interval`` so the server can tell a silent
+    client from a dead or stalled connection."""
+
+
 class ErrorMsg(_Msg, frozen=True, tag="Error"):
     reason: Reason
 
@@ -299,6 +323,7 @@ ClientMessage = (
     | HealthCheckMsg
     | CheckpointMsg
     | P2PAddrsMsg
+    | KeepaliveMsg
 )
 ServerMessage = Challenge | JoinRejected | StateMsg | ErrorMsg | PeersMsg
 
@@ -351,12 +376,25 @@ def decode_server(data: bytes) -> ServerMessage:
     return decode_untrusted(_server_decoder.decode, data, ProtocolError, "malformed server message")
 
 
-async def read_message(reader: asyncio.StreamReader, max_size: int) -> bytes | None:
-    """The next frame's payload, ``None`` on a clean end of stream between frames."""
+async def read_message(
+    reader: asyncio.StreamReader,
+    max_size: int,
+    *,
+    idle_timeout: float | None = None,
+    frame_timeout: float | None = None,
+) -> bytes | None:
+    """The next frame's payload, ``None`` on a clean end of stream between frames.
+
+    ``idle_timeout`` bounds the wait for a frame to start, ``frame_timeout`` the time a started
+    frame may take (see :func:`psyche.data.framing.read_frame`); either passing is a
+    :class:`ProtocolError` of that kind.
+    """
     try:
-        return await read_frame(reader, max_size)
+        return await read_frame(
+            reader, max_size, idle_timeout=idle_timeout, frame_timeout=frame_timeout
+        )
     except FrameError as e:
-        raise ProtocolError(str(e)) from None
+        raise ProtocolError(str(e), e.kind) from None
 
 
 def auth_message(nonce: bytes) -> bytes:

@@ -2,17 +2,27 @@
 
 Each connection goes through the handshake of :mod:`~psyche.backends.centralized.protocol`
 (challenge, ed25519 response, ``Join``); its identity is then
-``NodeIdentity.from_single_key(public key)``. Everything after that is one call into the
-:class:`~psyche.backends.centralized.hub.Hub` per event, and a broadcast of the new state to every
-joined connection when the call reports a change. A tick runs every 500 ms with the wall clock
-(whole seconds) and a fresh 64-bit random seed.
+``NodeIdentity.from_single_key(public key)``, so its P2P key is the key it just proved it holds
+by signing the fresh nonce: no wallet can join with another's P2P key (issue 12, finding 4), and
+the hub's P2P key rule (:meth:`Coordinator.claim_p2p_key`) is a second line. Everything after
+that is one call into the :class:`~psyche.backends.centralized.hub.Hub` per event, and a
+broadcast of the new state to every joined connection when the call reports a change. A tick
+runs every 500 ms with the wall clock (whole seconds) and a fresh 64-bit random seed.
 
 Robustness rules, because any host can connect:
 
 * The handshake must finish within ``handshake_timeout``; frames above 64 KiB are refused before
   their payload is read; every message is strictly decoded.
-* A frame that breaks the protocol (garbage, oversize, undecodable, out of order) or a failed
-  handshake closes *that* connection after an ``Error{reason}`` (best effort) and a log line;
+* After the join a connection must start a frame at least every ``idle_timeout`` (60 s; clients
+  send ``Keepalive`` every 10 s) and finish each frame within ``frame_timeout`` (10 s) of its
+  first byte, so a dead connection or a peer trickling bytes cannot hold its place for ever;
+  closing it withdraws only that client. Before, a sender of one byte a second stayed joined.
+* A frame that breaks the protocol (garbage, oversize, undecodable, out of order, too slow) or a
+  failed handshake closes *that* connection after an ``Error{reason}`` (best effort). Faults are
+  counted per kind in :attr:`CentralizedServer.faults` (the status view shows them) and the
+  first of each kind from each peer is logged (a peer is its key once it has signed the
+  challenge, its address before), so garbage in a loop costs one log line, not one per frame or
+  connection;
   a message the coordinator rejects (e.g. a witness from a non-witness) is answered with
   ``Error{reason}`` and the connection stays open. Nobody else is affected either way.
 * Writes go through one queue per connection, drained by its own task, so a slow reader never
@@ -64,6 +74,7 @@ from psyche.backends.centralized.protocol import (
     HealthCheckMsg,
     Join,
     JoinRejected,
+    KeepaliveMsg,
     P2PAddrsMsg,
     PeerEntry,
     PeersMsg,
@@ -77,8 +88,9 @@ from psyche.backends.centralized.protocol import (
     read_message,
 )
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.types import CoordinatorException
+from psyche.coordinator.types import CoordinatorException, P2PIdentityTakenError
 from psyche.protocol.identity import NodeIdentity, verify_signature
+from psyche.protocol.untrusted import FaultLog
 
 __all__ = ["CentralizedServer", "ServerOptions"]
 
@@ -116,10 +128,25 @@ class ServerOptions:
     and one per change of their listen addresses)."""
     p2p_addrs_per_second: float = 1.0
     """Rate at which that allowance refills; a connection sending faster is closed."""
+    idle_timeout: float = 60.0
+    """A joined connection that starts no frame for this long is closed (and the client
+    withdrawn). Clients send ``Keepalive`` every 10 s, so this is six missed keepalives."""
+    frame_timeout: float = 10.0
+    """Seconds from a frame's first byte to its last. Client frames are at most 64 KiB (a health
+    check is ≈ 25 KB), so this allows links down to ~7 KB/s while a peer trickling bytes to hold
+    its connection is cut off."""
 
 
 class _Refused(Exception):
-    """The handshake failed; the message goes to the log and to the peer."""
+    """The handshake failed; the message goes to the log and to the peer.
+
+    ``kind`` is set when the refusal is a protocol fault (counted, and logged once per peer and
+    kind, see :class:`~psyche.protocol.untrusted.FaultLog`) rather than the server being full.
+    """
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 # Queued in place of a peer list: the sender takes the latest list from ``_Connection._peers``
@@ -221,6 +248,9 @@ class CentralizedServer:
             "protocol_errors": 0,
             "rejected": 0,
         }
+        self.faults = FaultLog(log)
+        """Protocol faults per kind (shown by the status view); the first of each kind from each
+        peer is logged, the rest only counted."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # Handshakes in progress per source address, oldest first (dicts keep insertion order).
@@ -340,22 +370,35 @@ class CentralizedServer:
             limit = self.options.max_connections
             if who not in self.connections and len(self.connections) >= limit:
                 raise _Refused(f"too many clients ({limit})")
-            self._register(conn, who)
-            while (data := await read_message(reader, MAX_CLIENT_FRAME)) is not None:
+            if not self._register(conn, who):
+                return
+            while (
+                data := await read_message(
+                    reader,
+                    MAX_CLIENT_FRAME,
+                    idle_timeout=self.options.idle_timeout,
+                    frame_timeout=self.options.frame_timeout,
+                )
+            ) is not None:
                 self._dispatch(conn, who, decode_client(data))
                 # A socket's buffered frames are read without awaiting anything: yield, so the
                 # send tasks and the tick run between this peer's frames.
                 await asyncio.sleep(0)
         except _Refused as e:
             self.stats["refused"] += 1
-            log.warning("%s refused: %s", conn.name, e)
+            if e.kind is None:
+                log.warning("%s refused: %s", conn.name, e)
+            else:
+                self.faults.record(self._fault_peer(conn), e.kind, f"refused: {e}")
             conn.send(frame(ErrorMsg(str(e)), MAX_SERVER_FRAME))
         except ProtocolError as e:
             self.stats["protocol_errors"] += 1
-            log.warning("%s dropped: %s", conn.name, e)
+            self.faults.record(self._fault_peer(conn), e.kind, f"dropped: {e}")
             conn.send(frame(ErrorMsg(f"protocol violation: {e}"[:1000]), MAX_SERVER_FRAME))
         except TimeoutError:
-            log.warning("%s dropped: handshake not finished in time", conn.name)
+            self.faults.record(
+                self._fault_peer(conn), "handshake_timeout", "dropped: handshake not finished"
+            )
         except OSError as e:
             log.info("%s: connection lost: %s", conn.name, e or type(e).__name__)
         except asyncio.CancelledError:
@@ -369,6 +412,13 @@ class CentralizedServer:
             if self._closing:
                 conn.abort()  # do not wait for slow readers while shutting down
             await conn.close()
+
+    @staticmethod
+    def _fault_peer(conn: _Connection) -> str:
+        # A joined client is its key (clients behind one address are told apart); before the
+        # handshake there is only the address, and keying on it bounds what a host reconnecting
+        # in a loop can write to the log.
+        return conn.identity.hex() if conn.identity is not None else conn.host
 
     def _admit_handshake(self, conn: _Connection) -> None:
         """Count ``conn`` as handshaking, first evicting one handshake if a budget is full."""
@@ -406,9 +456,11 @@ class CentralizedServer:
             return None
         answer = decode_client(data)
         if not isinstance(answer, ChallengeResponse):
-            raise ProtocolError(f"expected ChallengeResponse, got {type(answer).__name__}")
+            raise ProtocolError(
+                f"expected ChallengeResponse, got {type(answer).__name__}", "unexpected"
+            )
         if not verify_signature(answer.public_key, auth_message(nonce), answer.signature):
-            raise _Refused("bad challenge signature")
+            raise _Refused("bad challenge signature", "bad_signature")
         who = NodeIdentity.from_single_key(answer.public_key)
         conn.identity = who
         data = await read_message(reader, MAX_CLIENT_FRAME)
@@ -416,7 +468,7 @@ class CentralizedServer:
             return None
         join = decode_client(data)
         if not isinstance(join, Join):
-            raise ProtocolError(f"expected Join, got {type(join).__name__}")
+            raise ProtocolError(f"expected Join, got {type(join).__name__}", "unexpected")
         if join.run_id != self.run_id:
             reason = f"run id {join.run_id!r} does not match this server's run {self.run_id!r}"
             log.warning("%s: join refused: %s", conn.name, reason)
@@ -424,18 +476,29 @@ class CentralizedServer:
             return None
         return who
 
-    def _register(self, conn: _Connection, who: NodeIdentity) -> None:
+    def _register(self, conn: _Connection, who: NodeIdentity) -> bool:
+        """Join ``who`` on ``conn``; False (after a ``JoinRejected``) if the hub refused it."""
+        try:
+            self.hub.join(who)
+        except P2PIdentityTakenError as e:
+            # Refused before anything changed: the key's holder keeps its connection and place.
+            # (Unreachable through this server today, whose identities are single keys proven
+            # by the challenge; kept so that the hub's rule is enforced wherever it is used.)
+            self.stats["refused"] += 1
+            log.warning("%s: join refused: %s", conn.name, e)
+            conn.send(frame(JoinRejected(str(e)[:1000]), MAX_SERVER_FRAME))
+            return False
         old = self.connections.get(who)
         self.connections[who] = conn
         if old is not None:
             log.info("%s reconnected; closing its previous connection %s", who.hex(), old.peer)
             old.abort()
-        self.hub.join(who)
         seq, state = self.hub.snapshot()
         conn.send(frame(StateMsg(seq, state), MAX_SERVER_FRAME))
         if self.p2p_addrs:
             conn.send_peers(self._peers_frame())
         log.debug("%s joined from %s (%d connected)", who.hex(), conn.peer, len(self.connections))
+        return True
 
     def _unregister(self, conn: _Connection) -> None:
         who = conn.identity
@@ -460,16 +523,20 @@ class CentralizedServer:
                 changed = self.hub.health_check(who, msg.to_checks())
             elif isinstance(msg, CheckpointMsg):
                 changed = self.hub.checkpoint(who, msg.index, msg.to_checkpoint(), now)
+            elif isinstance(msg, KeepaliveMsg):
+                return
             elif isinstance(msg, P2PAddrsMsg):
                 if not conn.take_p2p_token():
-                    raise ProtocolError("P2PAddrs sent faster than the rate limit")
+                    raise ProtocolError("P2PAddrs sent faster than the rate limit", "rate_limited")
                 addrs = list(msg.addrs)
                 if self.p2p_addrs.get(who) != addrs:
                     self.p2p_addrs[who] = addrs
                     self.publish_peers()
                 return
             else:
-                raise ProtocolError(f"unexpected {type(msg).__name__} after the handshake")
+                raise ProtocolError(
+                    f"unexpected {type(msg).__name__} after the handshake", "unexpected"
+                )
         except CoordinatorException as e:
             self.stats["rejected"] += 1
             kind = type(msg).__name__.removesuffix("Msg")

@@ -55,6 +55,7 @@ def _summary(server: CentralizedServer, now: float) -> Table:
     port = server.port if server.listening else server.options.port
     stats = ", ".join(f"{v} {k}" for k, v in server.stats.items())
     t.add_row("server", f"port {port}, {hub.seq - hub.first_seq} states published, {stats}")
+    t.add_row("faults", server.faults.summary())
     return t
 
 

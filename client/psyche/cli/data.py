@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from pathlib import Path
 
 import click
@@ -192,8 +193,17 @@ def serve_cmd(data_config: Path, port: int, host: str, verbose: bool) -> None:
             host,
             server.port,
         )
+        # SIGTERM (docker stop, systemd) and SIGINT both end serving cleanly, with the counters
+        # logged. Installed explicitly: a process started in the background by a non-interactive
+        # shell inherits SIGINT as ignored, and would otherwise not stop on it at all.
+        serving = asyncio.ensure_future(server.serve_forever())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, serving.cancel)
         try:
-            await server.serve_forever()
+            await serving
+        except asyncio.CancelledError:
+            pass
         finally:
             await server.close()
             log.info("data server stopped: %s", server.summary())

@@ -300,11 +300,14 @@ class ClientDaemon:
         view.rounds[state.height] = state
         for h in [h for h in view.rounds if h < state.height - 2]:
             del view.rounds[h]
-        await self._apply(coord, view, state)
-        await self._health_check(coord, view)
+        # The previous round's training must be over (finished, or cancelled and its lookahead
+        # undone) before the apply: a training thread still running would restore its pre-
+        # lookahead backup over the applied weights, and this client alone would lose the apply.
         if self._training is not None and not self._training.done():
             self._cancel.set()
             await asyncio.wait([self._training])
+        await self._apply(coord, view, state)
+        await self._health_check(coord, view)
         self._cancel = threading.Event()
         mine = state.batch_of(self.identity) if state.trains else None
         if mine is None:

@@ -312,6 +312,9 @@ class ClientDaemon:
         mine = state.batch_of(self.identity) if state.trains else None
         if mine is None:
             self.prev_self = None
+            if state.trains and self.trained is not None:
+                lr = round_lrs(coord, state.step, state.height).lr
+                await asyncio.to_thread(self.trained.trainer.sit_out, lr=lr)
             return
         self._training = asyncio.create_task(self._train(coord, state, mine))
 

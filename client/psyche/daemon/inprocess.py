@@ -249,6 +249,8 @@ class InProcessRun:
         for cl in self.clients:
             if cl.identity not in trained:
                 cl.prev_self = None
+                if state.trains:
+                    cl.trainer.sit_out(lr=lrs.lr)
         loss = sum(losses) / len(losses) if losses else None
         return loss, max(sizes, default=0), compute
 

@@ -199,10 +199,10 @@ class Trainer:
                 trainer_nonce=nonce,
             )
         except FloatingPointError as e:
-            self._abandon()
+            self._abandon(lr)
             raise NonFiniteGradient(f"step {step}: {e}; the round was dropped") from e
         except BaseException:
-            self._abandon()
+            self._abandon(lr)
             raise
         return TrainOutput(
             payload=encode_payload(result),
@@ -212,9 +212,18 @@ class Trainer:
             seconds=time.perf_counter() - started,
         )
 
-    def _abandon(self) -> None:
-        self.distro.cancel()
+    def _abandon(self, lr: float) -> None:
+        # With `lr` the decoupled weight decay is applied as `generate` would have: every client
+        # of a training round decays once whether it finished, was cancelled or had no batch,
+        # or its weights would drift from the others' whenever `weight_decay` is set.
+        self.distro.cancel(lr)
         self.model.zero_grad(set_to_none=True)
+
+    def sit_out(self, *, lr: float) -> None:
+        """This client has no batch in a training round: apply only that round's weight decay
+        (what `train_step` does to the weights besides the payload), so it stays bit-identical
+        to the clients that trained."""
+        self._abandon(lr)
 
     def apply_step(self, payloads: Sequence[Payload], *, lr: float) -> None:
         """Apply the consensus payloads of an earlier round (`Distro.apply`); none: no change."""

@@ -43,14 +43,16 @@ from pathlib import Path
 
 import numpy as np
 
-from psyche.data import wire
-from psyche.data.framing import MAX_RESPONSE_FRAME, encode_frame, recv_frame
+from psyche.data import server_messages as wire
 from psyche.data.prepare import write_data_toml
 from psyche.data.provider import DataError
+from psyche.data.server_messages import MAX_RESPONSE_FRAME
 from psyche.data.tcp_client import TcpDataProvider
-from psyche.protocol.config import TokenSize
+from psyche.net.errors import FrameError
+from psyche.net.framing import encode_frame, recv_frame
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
+from psyche.protocol.locations import TokenSize
 
 
 def largest_request(seq_len: int) -> int:
@@ -104,7 +106,7 @@ def abuse(
                     )
                 sent[i] += 1
                 started.set()
-            except (OSError, DataError):
+            except (OSError, DataError, FrameError):
                 stop.wait(0.01)  # refused or reset: the server is shedding us; try again
 
     def read_all(i: int) -> None:
@@ -118,7 +120,7 @@ def abuse(
                         sent[i] += 1
                         started.set()
                         recv_frame(sock, MAX_RESPONSE_FRAME)
-            except (OSError, DataError):
+            except (OSError, DataError, FrameError):
                 stop.wait(0.01)
 
     threads = [threading.Thread(target=hangup, args=(i,)) for i in range(hangups)]

@@ -37,8 +37,9 @@ from transformers import LlamaForCausalLM
 
 from psyche.distro import DistroResult, aggregate, dct_basis, decode, decode_sign, encoded_shape
 from psyche.distro.compress import chunk_shape, totalk_of
-from psyche.protocol.config import LLM, DistroOptimizer
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.model import LLM
+from psyche.protocol.optimizers import DistroOptimizer
+from psyche.protocol.run_file import load_run_config
 from psyche.training import PRESETS, Preset, llama_config
 
 ROOT = Path(__file__).resolve().parents[1]

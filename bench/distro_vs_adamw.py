@@ -27,14 +27,15 @@ payloads + apply, each timed with `time.perf_counter`) over its forward+backward
 
 Decisions and trade-offs:
 
-- Apply lag: `--lag 2` by default, the real pipeline, wired as in `psyche.daemon.inprocess`: at
-  step `s` every client applies the payloads of step `s − 2` with step `s`'s LR, then takes its
+- Apply lag: `--lag 2` by default, the real pipeline, wired as in
+  `psyche.simulation.run.SimulatedRun` (the daemon's real engines, in process): at step `s` every
+  client applies the payloads of step `s − 2` with step `s`'s LR, then takes its
   `lookahead(lr(s − 1))`, trains and calls `generate`; the last two steps' payloads are drained
   (applied) after the loop, before the final evaluation. The simpler `--lag 0` applies a step's
-  payloads right after they are made (no lookahead then, since nothing is in flight) and
-  isolates compression from staleness. Lag 2 is the default because it is what psyche runs and,
-  on this setting, it was not worse (final val 1.68 vs 1.77 at lag 0, quick, LR 3e-3); AdamW
-  stays synchronous in both cases, as data-parallel training would be.
+  payloads right after they are made (no lookahead then, since nothing is in flight) and isolates
+  compression from staleness. Lag 2 is the default because it is what psyche runs and, on this
+  setting, it was not worse (final val 1.68 vs 1.77 at lag 0, quick, LR 3e-3); AdamW stays
+  synchronous in both cases, as data-parallel training would be.
 - LRs: the best of a light sweep per arm on the quick setting (final val loss, seed 0). DisTrO
   (lag 0): 1e-3 → 2.35, 2e-3 → 1.79, 3e-3 → 1.77, 5e-3 → 1.93, 1e-2 → 2.15, 3e-2 → 2.49; lag 2:
   2e-3 → 1.75, 3e-3 → 1.68, 4e-3 → 1.95. AdamW: 1e-3 → 1.47, 2e-3 → 0.93, 3e-3 → 0.70,
@@ -93,8 +94,8 @@ from psyche.distro import (
     decode_payload,
     encode_payload,
 )
-from psyche.protocol.config import CosineLR
 from psyche.protocol.data_selection import BatchId, get_batch_ids_for_round
+from psyche.protocol.lr_schedules import CosineLR
 from psyche.training import (
     PRESETS,
     enable_determinism,

@@ -12,11 +12,11 @@ For ``--seconds`` (default 60) every node:
 - decodes and verifies every announcement it receives (:func:`open_announcement`);
 - unserves (deletes) own and fetched blobs older than 5 s, as the daemon's blob GC would.
 
-Figures, all from this run: announcements delivered / expected per node (each node should get
-every announcement of the other two), gossip delivery latency (publish call to receipt, same
-clock), fetch count, failures and latency, and each host process's RSS after a 5 s warm-up
-versus at the end (the ratio is the memory growth over the run; DESIGN §7 asks to watch it,
-because py-libp2p keeps one internal list that grows ~32 B per message).
+Figures, all from this run: announcements delivered / expected per node (each node should get every
+announcement of the other two), gossip delivery latency (publish call to receipt, same clock), fetch
+count, failures and latency, and each host process's RSS after a 5 s warm-up versus at the end (the
+ratio is the memory growth over the run; docs/architecture.md, "The libp2p host process", asks to
+watch it, because py-libp2p keeps one internal list that grows ~32 B per message).
 
     .venv/bin/python bench/p2p_soak.py --seconds 60
 """

@@ -50,7 +50,7 @@ Trade-offs and caveats:
   0–1.5 s after it began, depending on where in the second the last witness arrived. (2) Rounds
   start on server ticks and, after the witness timeout, end on one, so round times are
   multiples of 0.5 s. (3) Clients take their opportunistic steps (announce ``Finished``, send
-  the witness) in a 0.5 s poll loop (``POLL_S`` in :mod:`psyche.daemon.client`), so the
+  the witness) in a 0.5 s poll loop (``POLL_S`` in :mod:`psyche.daemon.engine`), so the
   exchange costs up to two poll intervals after the last client finished training, even on
   loopback. The tiny model trains a 4-sample slice in ~0.1–0.5 s, so ``ratio`` is dominated by
   these floors and cannot approach 1.3 on this config; ``ratio_excl_witness_phase`` shows what
@@ -91,9 +91,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from psyche.events import read_events
-from psyche.protocol.config import LLM, HubCheckpoint
-from psyche.protocol.runconfig import load_data_config, load_run_config
+from psyche.events import StateEvent, TrainEvent, read_events
+from psyche.protocol.locations import HubCheckpoint
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import load_data_config, load_run_config
 from psyche.testnet.launcher import Testnet, TestnetOptions, make_testnet
 from psyche.testnet.summary import Summary
 
@@ -187,13 +188,13 @@ def _phases(server_events: Path) -> dict[tuple[int, int], tuple[float, float]]:
     train: dict[tuple[int, int], float] = {}
     witness: dict[tuple[int, int], float] = {}
     for e in read_events(server_events):
-        if e.get("event") != "state":
+        if not isinstance(e, StateEvent):
             continue
-        key = (e["epoch"], e["step"])
-        if e["run_state"] == "RoundTrain":
-            train.setdefault(key, e["t"])
-        elif e["run_state"] == "RoundWitness" and key in train:
-            witness.setdefault(key, e["t"])
+        key = (e.epoch, e.step)
+        if e.run_state == "RoundTrain":
+            train.setdefault(key, e.t)
+        elif e.run_state == "RoundWitness" and key in train:
+            witness.setdefault(key, e.t)
     return {k: (t, witness[k]) for k, t in train.items() if k in witness}
 
 
@@ -216,11 +217,11 @@ def figures(net: Testnet, summary: Summary, wall_s: float) -> Figures:
         events = [
             e
             for e in read_events(net.client_log(label))
-            if e["event"] == "train" and e["step"] in steps
+            if isinstance(e, TrainEvent) and e.step in steps
         ]
-        per_client.append(sum(e["payload_bytes"] for e in events) / len(measured))
+        per_client.append(sum(e.payload_bytes for e in events) / len(measured))
         for e in events:
-            spans.setdefault(e["step"], []).append((e["t"] - e["seconds"], e["t"]))
+            spans.setdefault(e.step, []).append((e.t - e.seconds, e.t))
     phases = _phases(net.server_events)
     train_phase: list[float] = []
     witness_phase: list[float] = []

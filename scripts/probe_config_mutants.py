@@ -7,8 +7,8 @@ example: a state file that is not UTF-8 raised UnicodeDecodeError.
     .venv/bin/python scripts/probe_config_mutants.py [-n 2000] [--seed 5] [--state FILE]
 
 Runs in-process (click's CliRunner), against whichever `psyche` is importable: to measure another
-checkout, put its `client/` first on PYTHONPATH. `tests/unit/cli/test_config_mutants.py` imports
-`mutate` and `classify` from here, so the probe and the test judge mutants the same way.
+checkout, put its `client/` first on PYTHONPATH. `tests/unit/cli/test_validate_config_rules.py`
+imports `mutate` and `classify` from here, so the probe and the test judge mutants the same way.
 """
 
 from __future__ import annotations

@@ -10,18 +10,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import psyche.daemon.client as daemon_client
+from psyche.daemon.training import TrainingStep
 
 
-async def _silent_round(self: Any, coord: Any, view: Any) -> None:
-    # The test reads these lines from logs/<label>.log: an elected witness that never witnesses
-    # holds its round to the timeout whatever the others do, so the test needs to know when.
+async def _silent_round(self: Any, coord: Any) -> None:
+    # Neither applies, trains nor records the round, so it never announces Finished nor
+    # witnesses. The test reads these lines from logs/<label>.log: an elected witness that never
+    # witnesses holds its round to the timeout whatever the others do, so the test needs to know
+    # when.
     rnd = coord.current_round()
-    seen = self.__dict__.setdefault("_rogue_seen", set())
-    if (rnd.height, coord.progress.step) in seen:
-        return
-    seen.add((rnd.height, coord.progress.step))
-    me = coord.index_of(self.identity)
+    me = coord.index_of(self.parts.identity)
     elected = me is not None and coord.committee_selection(rnd).get_witness(me).witness
     print(
         f"rogue: silent round epoch={coord.progress.epoch} height={rnd.height} elected={elected}",
@@ -29,8 +27,13 @@ async def _silent_round(self: Any, coord: Any, view: Any) -> None:
     )
 
 
+async def _silent_poll(self: Any, coord: Any) -> None:
+    return None
+
+
 if __name__ == "__main__":
-    daemon_client.ClientDaemon._start_round = _silent_round  # type: ignore[method-assign]
+    TrainingStep.start = _silent_round  # type: ignore[method-assign]
+    TrainingStep.poll = _silent_poll  # type: ignore[method-assign]
     from psyche.cli.main import cli
 
     cli(sys.argv[1:], prog_name="psyche")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import psyche.daemon.client as daemon_client
+import psyche.daemon.witnessing as witnessing
 from psyche.coordinator import Witness
 from psyche.protocol.bloom import Bloom
 
@@ -21,7 +21,7 @@ def _empty_witness(proof: Any, attested: Any, bloom_seed: int) -> Witness:
 
 
 if __name__ == "__main__":
-    daemon_client.build_witness = _empty_witness  # type: ignore[assignment]
+    witnessing.build_witness = _empty_witness  # type: ignore[assignment]
     from psyche.cli.main import cli
 
     cli(sys.argv[1:], prog_name="psyche")

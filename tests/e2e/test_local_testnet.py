@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from psyche.events import read_events
+from psyche.events import ModelLoadedEvent, StateEvent, TrainEvent, read_events
 from psyche.testnet.launcher import Testnet, TestnetOptions, epochs_completed, make_testnet
 
 from .conftest import free_port, make_config
@@ -74,7 +74,7 @@ def _run(net: Testnet, hook) -> dict:
     return net.run(hook).to_json()
 
 
-def _states(net: Testnet) -> list[dict]:
+def _states(net: Testnet) -> list[StateEvent]:
     return net.states()
 
 
@@ -106,16 +106,16 @@ def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(
         if (
             not killed_at
             and states
-            and states[-1]["run_state"] in ("RoundTrain", "RoundWitness")
-            and states[-1]["step"] >= 3
+            and states[-1].run_state in ("RoundTrain", "RoundWitness")
+            and states[-1].step >= 3
         ):
-            killed_at.append(states[-1]["step"])
+            killed_at.append(states[-1].step)
             n.kill_client("client-3")
 
     s = _run(net, hook)
     assert killed_at, "the run ended before the kill"
-    victim = next(iter(read_events(net.client_log("client-3"))))["client"]
-    seen = [e["clients"].get(victim) for e in _states(net)]
+    victim = read_events(net.client_log("client-3"))[0].client
+    seen = [e.clients.get(victim) for e in _states(net)]
     assert "Ejected" in seen, "the crashed client was never ejected by a health check"
     assert s["final_state"] == "Finished"
     after = [r for r in s["rounds"] if r["step"] > killed_at[0] + 3]
@@ -159,38 +159,33 @@ def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weig
     )
     net = make_testnet(opts, lambda m: None)
 
-    def joiner_done(states: list[dict]) -> bool:
-        path = net.client_log("client-4")
-        events = read_events(path) if path.exists() else []
-        loaded = [e for e in events if e["event"] == "model_loaded"]
-        if not loaded or not any(e["event"] == "train" for e in events):
+    def joiner_done(states: list[StateEvent]) -> bool:
+        events = read_events(net.client_log("client-4"))
+        loaded = [e for e in events if isinstance(e, ModelLoadedEvent)]
+        if not loaded or not any(isinstance(e, TrainEvent) for e in events):
             return False
-        return any(s["run_state"] == "Cooldown" and s["step"] > loaded[0]["step"] for s in states)
+        return any(s.run_state == "Cooldown" and s.step > loaded[0].step for s in states)
 
     def hook(n: Testnet) -> bool:
         states = _states(n)
-        if (
-            "client-4" not in n.clients
-            and states
-            and states[-1]["run_state"] != "WaitingForMembers"
-        ):
+        if "client-4" not in n.clients and states and states[-1].run_state != "WaitingForMembers":
             n.start_client(4)
         return joiner_done(states)
 
     s = _run(net, hook)
     joiner = read_events(net.client_log("client-4"))
-    loaded = [e for e in joiner if e["event"] == "model_loaded"]
+    loaded = [e for e in joiner if isinstance(e, ModelLoadedEvent)]
     # The joiner got the model from the previous epoch's clients over P2P, from several of them.
-    assert loaded and loaded[0]["source"] == "p2p", loaded
-    assert len(loaded[0]["peers"]) >= 2, loaded
-    join_step = loaded[0]["step"]
-    trains = [e for e in joiner if e["event"] == "train"]
-    assert trains and min(e["step"] for e in trains) >= join_step
+    assert loaded and loaded[0].source == "p2p", loaded
+    assert len(loaded[0].peers) >= 2, loaded
+    join_step = loaded[0].step
+    trains = [e for e in joiner if isinstance(e, TrainEvent)]
+    assert trains and min(e.step for e in trains) >= join_step
     later = [r for r in s["rounds"] if r["step"] >= join_step]
     assert later and all("client-4" in r["model_hash"] for r in later)
     # Its weights equal the servers' from its first round on, and stay equal.
     first = min(later, key=lambda r: r["step"])
-    assert loaded[0]["model_hash"] in first["model_hash"].values()
+    assert loaded[0].model_hash in first["model_hash"].values()
     assert hashes_agree(s["rounds"])
 
 

@@ -71,6 +71,6 @@ def test_a_silent_member_costs_one_timed_out_round(
     assert 0 in timed_out, timed_out
     assert timed_out - {0} <= elected, (timed_out, elected)
     assert all(h <= 2 for h in timed_out), (timed_out, elected)
-    seen = {v for st in net.states() for v in st["clients"].values()}
+    seen = {v for st in net.states() for v in st.clients.values()}
     assert "Ejected" in seen, "the silent member was never ejected"
     assert all(len(set(r["model_hash"].values())) <= 1 for r in rounds)

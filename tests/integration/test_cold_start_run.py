@@ -1,20 +1,23 @@
-"""A real in-process run (coordinator, three clients, torch training, DisTrO) through an epoch that
-follows a pause: the clients' train, lookahead and apply LRs ramp by the cold-start factor and the
-DisTrO residual is zeroed in round 0 (SPEC §1.11), and the clients still agree bit for bit."""
+"""A simulated run (real round engines, coordinator, torch training, DisTrO; three clients) through
+an epoch that follows a pause: the clients' train, lookahead and apply LRs ramp by the cold-start
+factor and the DisTrO residual is zeroed in round 0 (docs/protocol.md, "Batch size, data index
+and cold start"), and the clients still agree bit for bit."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from psyche.daemon.inprocess import InProcessRun
+from psyche.daemon.parts import ModelKit
 from psyche.data.prepare import ByteTokenizer, prepare_corpus
 from psyche.data.synth import synth_corpus
-from psyche.protocol.config import LLM
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import load_run_config
+from psyche.simulation.run import SimulatedRun
 from psyche.training import Preset, write_model_dir
 
 TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"
@@ -24,26 +27,31 @@ SMALL = Preset(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
 pytestmark = pytest.mark.slow
 
 
-def spy(run: InProcessRun) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def spy(
+    run: SimulatedRun,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
     """Record every client's train and apply calls, passing them on to the real trainer."""
     trains: list[dict[str, Any]] = []
     applies: list[dict[str, Any]] = []
-    for n, cl in enumerate(run.clients):
-        trainer = cl.trainer
+
+    def on_kit(n: int, kit: ModelKit) -> ModelKit:
+        trainer = kit.trainer
         train, apply = trainer.train_step, trainer.apply_step
 
-        def train_step(*args: Any, _n: int = n, _f: Any = train, **kw: Any) -> Any:
-            trains.append({"client": _n, **{k: kw[k] for k in ("step", "lr", "prev_lr")},
+        def train_step(*args: Any, **kw: Any) -> Any:
+            trains.append({"client": n, **{k: kw[k] for k in ("step", "lr", "prev_lr")},
                            "zero_optim": kw["zero_optim"]})  # fmt: skip
-            return _f(*args, **kw)
+            return train(*args, **kw)
 
-        def apply_step(payloads: Any, *, lr: float, _n: int = n, _f: Any = apply) -> None:
-            applies.append({"client": _n, "step": run.coord.progress.step, "lr": lr})
-            _f(payloads, lr=lr)
+        def apply_step(payloads: Any, *, lr: float) -> None:
+            applies.append({"client": n, "step": run.coordinator.progress.step, "lr": lr})
+            apply(payloads, lr=lr)
 
         trainer.train_step = train_step  # type: ignore[method-assign]
         trainer.apply_step = apply_step  # type: ignore[method-assign]
-    return trains, applies
+        return kit
+
+    return trains, applies, on_kit
 
 
 def test_cold_start_epoch_ramps_lrs_and_zeroes_the_residual(tmp_path: Path) -> None:
@@ -54,14 +62,15 @@ def test_cold_start_epoch_ramps_lrs_and_zeroes_the_residual(tmp_path: Path) -> N
     write_model_dir(tmp_path / "model", preset=SMALL, seed=0)
     synth_corpus(tmp_path / "text", 40_000, seed=0)
     prepare_corpus([tmp_path / "text"], ByteTokenizer(), tmp_path / "data", seq_len=64)
-    run = InProcessRun(rc, tmp_path / "model", tmp_path / "data", tmp_path / "out", n_clients=3)
+    run = SimulatedRun(rc, tmp_path / "model", tmp_path / "data", tmp_path / "out", n_clients=3)
     # A pause before the first epoch makes it a cold-start epoch, as a resume after any pause.
-    run.coord.pause(run.now)
-    run.coord.resume(run.now)
-    trains, applies = spy(run)
-    summary = run.run(max_epochs=1)
+    run.coordinator.pause(run.host.now)
+    run.coordinator.resume(run.host.now)
+    trains, applies, on_kit = spy(run)
+    run.on_kit = on_kit
+    summary = asyncio.run(run.run(max_epochs=1))
 
-    start = run.coord.epoch_state.start_step
+    start = run.coordinator.epoch_state.start_step
     schedule = llm.lr_schedule
 
     def lr(step: int) -> float:

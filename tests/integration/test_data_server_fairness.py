@@ -30,9 +30,9 @@ import pytest
 
 from psyche.data.local import LocalDataProvider
 from psyche.data.tcp_client import TcpDataProvider
-from psyche.protocol.config import SeededShuffle, TokenSize
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
+from psyche.protocol.locations import SeededShuffle, TokenSize
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "data_server_fairness.py"
 SEQ_LEN = 2048

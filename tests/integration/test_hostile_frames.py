@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from psyche.data.framing import MAX_RESPONSE_FRAME, encode_frame, recv_frame
 from psyche.data.local import LocalDataProvider
+from psyche.data.server_messages import MAX_RESPONSE_FRAME, Challenge, decode_server
 from psyche.data.tcp_client import TcpDataProvider
 from psyche.data.tcp_server import BackgroundDataServer, DataServer, allow_all
-from psyche.data.wire import Challenge, decode_server
-from psyche.protocol.config import SeededShuffle
+from psyche.net.framing import encode_frame, recv_frame
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
+from psyche.protocol.locations import SeededShuffle
 
 SEQ_LEN = 8
 HONEST = SecretKey.from_bytes(b"\x05" * 32)

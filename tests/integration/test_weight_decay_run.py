@@ -1,24 +1,27 @@
-"""A real in-process run (coordinator, four clients, torch training, DisTrO) with weight decay and
-fewer samples per round than clients, so every round has a client without a batch.
+"""A simulated run (real round engines, coordinator, torch training, DisTrO; four clients) with
+weight decay and fewer samples per round than clients, so every round has a client without a
+batch.
 
-Weight decay is applied inside `generate` by each trainer (SPEC §5.3). A client with no batch (or
-whose training was cancelled) used to skip it, and its weights drifted from the others' from the
-first such round on; now it applies the same decay (`Trainer.sit_out`), so every client holds the
-same bits after every apply.
+Weight decay is applied inside `generate` by each trainer (docs/distro.md, "Train step"). A
+client with no batch (or whose training was cancelled) used to skip it, and its weights drifted
+from the others' from the first such round on; now it applies the same decay
+(`Trainer.sit_out`), so every client holds the same bits after every apply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
 import pytest
 
-from psyche.daemon.inprocess import InProcessRun
 from psyche.data.prepare import ByteTokenizer, prepare_corpus
 from psyche.data.synth import synth_corpus
-from psyche.protocol.config import LLM, DistroOptimizer
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.model import LLM
+from psyche.protocol.optimizers import DistroOptimizer
+from psyche.protocol.run_file import load_run_config
+from psyche.simulation.run import SimulatedRun
 from psyche.training import Preset, write_model_dir
 
 TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"
@@ -46,8 +49,8 @@ def test_clients_without_a_batch_decay_like_the_trainers(tmp_path: Path) -> None
     write_model_dir(tmp_path / "model", preset=SMALL, seed=0)
     synth_corpus(tmp_path / "text", 40_000, seed=0)
     prepare_corpus([tmp_path / "text"], ByteTokenizer(), tmp_path / "data", seq_len=64)
-    run = InProcessRun(rc, tmp_path / "model", tmp_path / "data", tmp_path / "out", n_clients=4)
-    summary = run.run(max_epochs=1)
+    run = SimulatedRun(rc, tmp_path / "model", tmp_path / "data", tmp_path / "out", n_clients=4)
+    summary = asyncio.run(run.run(max_epochs=1))
     assert summary.epochs_completed == 1
     trained = [r for r in summary.rounds if r.loss is not None]
     assert len(trained) >= 3

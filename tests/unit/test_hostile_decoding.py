@@ -14,8 +14,8 @@ import pytest
 
 from psyche.backends.centralized import protocol
 from psyche.backends.centralized.protocol import CheckpointMsg, ProtocolError, StateMsg
-from psyche.data import wire
-from psyche.data.wire import WireError
+from psyche.data import server_messages
+from psyche.data.server_messages import WireError
 
 DEPTH = 100_000
 DEEP_ARRAYS = b"\x91" * DEPTH + b"\xc0"
@@ -46,8 +46,8 @@ HOSTILE = {
 }
 
 DECODERS: dict[str, tuple[Callable[[bytes], object], type[Exception]]] = {
-    "data client": (wire.decode_client, WireError),
-    "data server": (wire.decode_server, WireError),
+    "data client": (server_messages.decode_client, WireError),
+    "data server": (server_messages.decode_server, WireError),
     "centralized client": (protocol.decode_client, ProtocolError),
     "centralized server": (protocol.decode_server, ProtocolError),
 }
@@ -118,7 +118,7 @@ def test_honest_checkpoint_still_decodes() -> None:
 
 
 def test_decode_untrusted_makes_a_surrogate_reason_safe() -> None:
-    from psyche.data.framing import decode_untrusted
+    from psyche.protocol.untrusted import decode_untrusted
 
     def boom(_: str) -> None:
         raise ValueError("bad \ud800")
@@ -129,7 +129,7 @@ def test_decode_untrusted_makes_a_surrogate_reason_safe() -> None:
 
 
 def test_decode_untrusted_leaves_other_errors_alone() -> None:
-    from psyche.data.framing import decode_untrusted
+    from psyche.protocol.untrusted import decode_untrusted
 
     def bug(_: str) -> None:
         raise KeyError("a bug, not hostile input")

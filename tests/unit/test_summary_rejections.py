@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 from psyche.cli.testnet import rejections_text
+from psyche.events import RejectionsEvent, TrainEvent
 from psyche.testnet.summary import ClientTally, build_summary
 
 from .test_testnet_summary import _state, _write
 
 
-def _rejections(t: float, pid: int, since: float, counts: dict[str, int]) -> dict:
-    return {"t": t, "event": "rejections", "client": "a", "pid": pid, "since": since,
-            "counts": counts}  # fmt: skip
+def _rejections(t: float, pid: int, since: float, counts: dict[str, int]) -> RejectionsEvent:
+    return RejectionsEvent(t=t, client="a", pid=pid, since=since, counts=counts)
 
 
 def test_counts_are_per_client_summed_over_restarts_and_totalled(tmp_path: Path) -> None:
@@ -29,8 +29,17 @@ def test_counts_are_per_client_summed_over_restarts_and_totalled(tmp_path: Path)
             _rejections(110, 9, 109.0, {"stale_result": 1}),
         ],
     )
-    b = _write(tmp_path / "b.jsonl", [{"t": 101, "event": "train", "client": "b", "step": 1,
-                                       "loss": 1.0, "compute_s": 0.1}])  # fmt: skip
+    train = TrainEvent(
+        t=101,
+        client="b",
+        step=1,
+        batch=(0, 3),
+        loss=1.0,
+        seconds=0.2,
+        compute_s=0.1,
+        payload_bytes=100,
+    )
+    b = _write(tmp_path / "b.jsonl", [train])
     tallies = {"client-a": ClientTally(joins=2), "client-b": ClientTally(joins=1)}
     summary = build_summary(server, {"client-a": a, "client-b": b}, tallies)
     out = json.loads(json.dumps(summary.to_json()))

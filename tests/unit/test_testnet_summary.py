@@ -2,31 +2,50 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
+import msgspec
+
+from psyche.events import AnyEvent, ModelLoadedEvent, StateEvent
 from psyche.testnet.summary import ClientTally, build_summary
 
 
-def _write(path: Path, events: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+def _write(path: Path, events: list[AnyEvent]) -> Path:
+    path.write_bytes(b"".join(msgspec.json.encode(e) + b"\n" for e in events))
     return path
 
 
-def _state(t: float, epoch: int, step: int, run_state: str, ck: str, clients: list[str]) -> dict:
-    return {
-        "t": t,
-        "event": "state",
-        "run_state": run_state,
-        "epoch": epoch,
-        "step": step,
-        "height": 0,
-        "witnesses": 0,
-        "witness_target": 1,
-        "clients": {c: "Healthy" for c in clients},
-        "checkpoint": ck,
-    }
+def _state(
+    t: float, epoch: int, step: int, run_state: str, ck: str, clients: list[str]
+) -> StateEvent:
+    return StateEvent(
+        t=t,
+        client="server",
+        run_state=run_state,
+        epoch=epoch,
+        step=step,
+        height=0,
+        witnesses=0,
+        witness_target=1,
+        clients={c: "Healthy" for c in clients},
+        checkpoint=ck,
+        retries=[],
+        lost=0,
+    )
+
+
+def _loaded(
+    t: float, client: str, source: str, peers: list[str], seconds: float | None = None
+) -> ModelLoadedEvent:
+    return ModelLoadedEvent(
+        t=t,
+        client=client,
+        step=0,
+        source=source,
+        peers=peers,
+        seconds=seconds,
+        model_hash="00",
+    )
 
 
 def test_epochs_list_checkpoint_sources_joiners_and_kills(tmp_path: Path) -> None:
@@ -42,37 +61,12 @@ def test_epochs_list_checkpoint_sources_joiners_and_kills(tmp_path: Path) -> Non
         _state(130, 1, 4, "RoundTrain", p2p, ["a", "b", "c"]),
     ]
     server = _write(tmp_path / "server.jsonl", states)
-    a = _write(
-        tmp_path / "a.jsonl",
-        [{"t": 102, "event": "model_loaded", "client": "a", "source": "Hub", "peers": []}],
-    )
+    a = _write(tmp_path / "a.jsonl", [_loaded(102, "a", "Hub", [])])
     b = _write(
         tmp_path / "b.jsonl",
-        [
-            {"t": 102.5, "event": "model_loaded", "client": "b", "source": "Hub", "peers": []},
-            {
-                "t": 124,
-                "event": "model_loaded",
-                "client": "b",
-                "source": "p2p",
-                "peers": ["a", "c"],
-                "seconds": 0.8,
-            },
-        ],
+        [_loaded(102.5, "b", "Hub", []), _loaded(124, "b", "p2p", ["a", "c"], 0.8)],
     )
-    c = _write(
-        tmp_path / "c.jsonl",
-        [
-            {
-                "t": 126,
-                "event": "model_loaded",
-                "client": "c",
-                "source": "p2p",
-                "peers": ["a"],
-                "seconds": 1.5,
-            }
-        ],
-    )
+    c = _write(tmp_path / "c.jsonl", [_loaded(126, "c", "p2p", ["a"], 1.5)])
     tallies = {
         "client-a": ClientTally(joins=1, started_at=[99.0]),
         "client-b": ClientTally(joins=2, kills=1, started_at=[99.0, 112.0], killed_at=[112.0]),
@@ -107,14 +101,8 @@ def test_a_client_restarted_before_the_first_warmup_is_a_joiner(tmp_path: Path) 
         _state(155, 0, 1, "RoundTrain", hub, ["a", "b"]),
     ]
     server = _write(tmp_path / "server.jsonl", states)
-    a = _write(
-        tmp_path / "a.jsonl",
-        [{"t": 152, "event": "model_loaded", "client": "a", "source": "Hub", "peers": []}],
-    )
-    b = _write(
-        tmp_path / "b.jsonl",
-        [{"t": 153, "event": "model_loaded", "client": "b", "source": "Hub", "peers": []}],
-    )
+    a = _write(tmp_path / "a.jsonl", [_loaded(152, "a", "Hub", [])])
+    b = _write(tmp_path / "b.jsonl", [_loaded(153, "b", "Hub", [])])
     tallies = {
         "client-a": ClientTally(joins=1, started_at=[99.0]),
         "client-b": ClientTally(joins=2, kills=1, started_at=[99.0, 145.0], killed_at=[145.0]),
@@ -130,14 +118,14 @@ def test_rebuilding_the_summary_counts_a_drop_once(tmp_path: Path) -> None:
     hub = "Hub:runs/model"
     states = [
         _state(101, 0, 1, "RoundTrain", hub, ["a", "b"]),
-        {
-            **_state(102, 0, 2, "RoundTrain", hub, ["a", "b"]),
-            "clients": {"a": "Healthy", "b": "Ejected"},
-        },
+        msgspec.structs.replace(
+            _state(102, 0, 2, "RoundTrain", hub, ["a", "b"]),
+            clients={"a": "Healthy", "b": "Ejected"},
+        ),
     ]
     server = _write(tmp_path / "server.jsonl", states)
     logs = {
-        label: _write(tmp_path / f"{c}.jsonl", [{"t": 100, "event": "hello", "client": c}])
+        label: _write(tmp_path / f"{c}.jsonl", [_loaded(100, c, "Hub", [])])
         for label, c in (("client-a", "a"), ("client-b", "b"))
     }
     tallies = {"client-a": ClientTally(joins=1), "client-b": ClientTally(joins=1)}

@@ -1,23 +1,48 @@
-"""The largest witness must fit one Solana transaction (1232 bytes) with a compute-budget
-instruction. Built as a real legacy transaction with solders, so accounts, signature, blockhash
-and compact-array headers are all counted."""
+"""The largest witness must fit one Solana transaction (1232 bytes).
+
+The transaction is built the way the client sends it: the ``witness`` instruction from the IDL by
+:class:`RunInstructions` (the accounts, signer flags and borsh arguments the program declares),
+the compute-unit limit the session's :class:`ComputeBudget` prepends, and a message paid and signed
+by the wallet as :class:`TxSender` signs it; solders serializes it, so signature, account keys,
+blockhash and compact-array headers are all counted.
+"""
 
 from __future__ import annotations
 
-from solders.compute_budget import set_compute_unit_limit
+import pytest
 from solders.hash import Hash
-from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
-from psyche.coordinator.types import EvalResult, Witness, WitnessMetadata
-from psyche.coordinator.wire import ANCHOR_DISCRIMINATOR_LEN, encode_witness_args
+from psyche.backends.solana.budget import ComputeBudget
+from psyche.backends.solana.idl import IdlCodec
+from psyche.backends.solana.instructions import (
+    ProgramClient,
+    RunAccounts,
+    RunInstructions,
+    default_idl_dir,
+    instance_pda,
+)
+from psyche.coordinator.types import MAX_EVALS, EvalResult, Witness, WitnessMetadata
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
+from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
 
 SOLANA_PACKET_DATA_SIZE = 1232
+# A ComputeBudget SetComputeUnitPrice instruction (program id key, header, 9 data bytes) is about
+# this big; an operator may add one for priority fees.
+PRIORITY_FEE_ROOM = 45
+
+
+@pytest.fixture(scope="module")
+def programs() -> tuple[ProgramClient, ProgramClient]:
+    idl = default_idl_dir()
+    return (
+        ProgramClient(IdlCodec.load(idl / "psyche_coordinator.json")),
+        ProgramClient(IdlCodec.load(idl / "psyche_authorizer.json")),
+    )
 
 
 def largest_witness() -> tuple[Witness, WitnessMetadata]:
@@ -29,31 +54,44 @@ def largest_witness() -> tuple[Witness, WitnessMetadata]:
         bandwidth_per_sec=1e9,
         loss=float("nan"),
         efficiency=1.0,
-        evals=tuple(EvalResult(task=i, value=0.5) for i in range(8)),
+        evals=tuple(EvalResult(task=i, value=0.5) for i in range(MAX_EVALS)),
     )
     return w, m
 
 
-def test_witness_args_layout_size() -> None:
-    w, m = largest_witness()
-    data = encode_witness_args(w, m)
-    assert len(data) == 17 + 2 * 392 + 20 + 4 + 8 * 5
+def witness_transaction(programs: tuple[ProgramClient, ProgramClient]) -> Transaction:
+    coordinator, _ = programs
+    wallet = Keypair()
+    run_id = "r" * RUN_ID_MAX_LEN
+    run = RunAccounts(instance_pda(coordinator.program_id, run_id), Pubkey.new_unique())
+    ix = RunInstructions(coordinator, run).witness(wallet.pubkey(), *largest_witness())
+    ixs = ComputeBudget(programs)([ix])
+    blockhash = Hash.new_unique()
+    return Transaction(
+        [wallet], Message.new_with_blockhash(ixs, wallet.pubkey(), blockhash), blockhash
+    )
 
 
-def test_largest_witness_transaction_fits_one_packet() -> None:
-    w, m = largest_witness()
-    data = bytes(ANCHOR_DISCRIMINATOR_LEN) + encode_witness_args(w, m)
-    program = Pubkey.new_unique()
-    user = Keypair()
-    accounts = [
-        AccountMeta(user.pubkey(), is_signer=True, is_writable=True),
-        AccountMeta(Pubkey.new_unique(), is_signer=False, is_writable=False),  # instance PDA
-        AccountMeta(Pubkey.new_unique(), is_signer=False, is_writable=True),  # coordinator acct
-    ]
-    ixs = [set_compute_unit_limit(400_000), Instruction(program, data, accounts)]
-    msg = Message.new_with_blockhash(ixs, user.pubkey(), Hash.new_unique())
-    tx = Transaction([user], msg, Hash.new_unique())
+def test_witness_instruction_data_is_the_compact_layout(
+    programs: tuple[ProgramClient, ProgramClient],
+) -> None:
+    coordinator, _ = programs
+    user = Pubkey.new_unique()
+    run = RunAccounts(Pubkey.new_unique(), Pubkey.new_unique())
+    ix = RunInstructions(coordinator, run).witness(user, *largest_witness())
+    # discriminator · proof (u64, u64, bool) · two blooms (seed + 48 words) · metadata (step,
+    # four f32, a u32 length and (u8, f32) per eval)
+    assert len(ix.data) == 8 + 17 + 2 * 392 + 20 + 4 + MAX_EVALS * 5
+    # The wallet is the only signer, so the transaction carries one signature.
+    assert [a.pubkey for a in ix.accounts if a.is_signer] == [user]
+    assert {a.pubkey for a in ix.accounts} >= {user, run.instance, run.account}
+
+
+def test_largest_witness_transaction_fits_one_packet(
+    programs: tuple[ProgramClient, ProgramClient],
+) -> None:
+    tx = witness_transaction(programs)
+    assert len(tx.message.instructions) == 2  # the compute-unit limit, then the witness
     size = len(bytes(tx))
     assert size <= SOLANA_PACKET_DATA_SIZE, f"witness transaction is {size} bytes"
-    # Leave room for a priority-fee instruction too (another ~45 bytes).
-    assert SOLANA_PACKET_DATA_SIZE - size >= 45, size
+    assert SOLANA_PACKET_DATA_SIZE - size >= PRIORITY_FEE_ROOM, size

@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from psyche.protocol.runconfig import run_config_from_obj
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.run_file import run_config_from_obj
+from psyche.protocol.strict_obj import ConfigError
 
 OUT = Path(__file__).resolve().parent / "config" / "validity.json"
 
@@ -179,8 +179,18 @@ CASES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
      f"{DISTRO}.weight_decay", SAME),
     ("distro_weight_decay_nan", {f"{DISTRO}.weight_decay": NAN}, f"{DISTRO}.weight_decay", SAME),
     ("distro_weight_decay_0", {f"{DISTRO}.weight_decay": 0.0}, None, None),
+    ("distro_weight_decay_inf", {f"{DISTRO}.weight_decay": INF}, f"{DISTRO}.weight_decay", SAME),
+    ("distro_weight_decay_overflows_f32", {f"{DISTRO}.weight_decay": 1e39},
+     f"{DISTRO}.weight_decay", SAME),
     ("distro_topk_0", {f"{DISTRO}.compression_topk": 0}, f"{DISTRO}.compression_topk", SAME),
     ("distro_chunk_0", {f"{DISTRO}.compression_chunk": 0}, f"{DISTRO}.compression_chunk", SAME),
+    # Both 0: the program's order reports compression_chunk first.
+    ("distro_chunk_and_topk_0",
+     {f"{DISTRO}.compression_chunk": 0, f"{DISTRO}.compression_topk": 0},
+     f"{DISTRO}.compression_chunk", SAME),
+    ("distro_u16_max", {f"{DISTRO}.compression_chunk": 65535, f"{DISTRO}.compression_topk": 65535},
+     None, None),
+    ("distro_unquantized", {f"{DISTRO}.quantize_1bit": False}, None, None),
     ("optimizer_dummy", {f"{LLM}.optimizer": "Dummy"}, f"{LLM}.optimizer", SAME),
     # --- AdamW: valid for the protocol, but no client of ours trains with it -----------------
     ("adamw_valid_but_unsupported", {f"{LLM}.optimizer": adamw()}, None,

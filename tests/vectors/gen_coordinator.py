@@ -27,29 +27,27 @@ from pathlib import Path
 from typing import Any
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.serde import to_obj_state
 from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.state_json import to_obj_state
 from psyche.coordinator.types import ClientState, RunState, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
-from psyche.protocol.config import (
-    LLM,
+from psyche.protocol.coordinator_config import CoordinatorConfig
+from psyche.protocol.data_selection import BatchId, assign_data_for_state
+from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import (
     Checkpoint,
-    CoordinatorConfig,
-    CosineLR,
-    DistroOptimizer,
     DummyCheckpoint,
     GcsCheckpoint,
     GcsRepo,
     HubCheckpoint,
     HubRepo,
-    LLMArchitecture,
-    LLMDataType,
     P2PCheckpoint,
     ServerData,
 )
-from psyche.protocol.data_selection import BatchId, assign_data_for_state
-from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.lr_schedules import CosineLR
+from psyche.protocol.model import LLM, LLMArchitecture, LLMDataType
+from psyche.protocol.optimizers import DistroOptimizer
 from psyche.protocol.shuffle import deterministic_shuffle
 
 OUT_DIR = Path(__file__).resolve().parent / "coordinator"

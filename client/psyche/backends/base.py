@@ -1,8 +1,10 @@
-"""The Backend seam (DESIGN.md §3): everything the client daemon needs from a coordinator host.
+"""The Backend seam: everything the client daemon needs from a coordinator host.
+
+See docs/architecture.md, "Seams".
 
 The daemon never talks to a server or a chain directly; it watches coordinator states and sends
 the few messages a client may send. Two implementations exist: the centralized TCP backend
-(:mod:`psyche.backends.centralized.client`) and the Solana backend. Keeping the seam this narrow
+(:mod:`psyche.backends.centralized.backend`) and the Solana backend. Keeping the seam this narrow
 (one watch method, four sends) is what lets the daemon run unchanged against either, and lets
 tests drive it with a hand-written fake.
 
@@ -10,10 +12,11 @@ Semantics every implementation keeps:
 
 * ``wait_for_new_state`` returns each state at most once and never an older one than the last
   returned; states arrive in the host's order, so the daemon sees every phase change the host
-  published (SPEC §11.15: keying on a missed state desynchronised the reference client).
+  published (keying on a missed state desynchronised the reference client: docs/protocol.md,
+  "Known flaws of the reference", flaw 15).
 * ``send_*`` are fire-and-forget: they return once the message is handed to the transport. A
   host that rejects a message answers asynchronously (the centralized backend logs it and offers
-  :meth:`~psyche.backends.centralized.client.CentralizedBackend.next_rejection`); the coordinator
+  :meth:`~psyche.backends.centralized.backend.CentralizedBackend.next_rejection`); the coordinator
   state a client then sees is the only authority on what was accepted.
 * Failures raise :class:`BackendError` subclasses; nothing else escapes a backend.
 """
@@ -25,8 +28,8 @@ from typing import Protocol, runtime_checkable
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import Witness, WitnessMetadata
 from psyche.protocol.committee import CommitteeProof
-from psyche.protocol.config import Checkpoint
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import Checkpoint
 
 __all__ = [
     "Backend",

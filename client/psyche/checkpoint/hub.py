@@ -1,4 +1,6 @@
-"""Uploading a checkpoint to the Hugging Face Hub (SPEC §4.8), in a child process.
+"""Uploading a checkpoint to the Hugging Face Hub, in a child process.
+
+See docs/protocol.md, "Cooldown".
 
 :func:`upload_checkpoint` is the real upload: one ``huggingface_hub`` commit with the message
 ``"step {N}"`` holding every file of a local checkpoint directory (config, tokenizer files, the

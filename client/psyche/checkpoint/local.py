@@ -1,4 +1,6 @@
-"""Local checkpoints in Hugging Face format (SPEC §4.8): ``{dir}/{run_id}-step{N}/``.
+"""Local checkpoints in Hugging Face format: ``{dir}/{run_id}-step{N}/``.
+
+See docs/protocol.md, "Cooldown".
 
 A checkpoint directory holds ``config.json`` (the exact text the run's model came with, so every
 checkpoint of a run has the same config), the tokenizer files the model came with, the weights as

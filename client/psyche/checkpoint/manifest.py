@@ -1,8 +1,8 @@
 """The P2P model manifest: what a joining client needs to rebuild the model bit for bit.
 
-A client that finished a cooldown serves the model as content-addressed blobs (SPEC §6.4, done
-differently): one **manifest** blob, then the parameters as fixed-size **pieces** of one byte
-stream, plus the tokenizer files. The manifest is JSON::
+A client that finished a cooldown serves the model as content-addressed blobs (done differently from
+the reference: docs/protocol.md, "P2P model sharing"): one **manifest** blob, then the parameters as
+fixed-size **pieces** of one byte stream, plus the tokenizer files. The manifest is JSON::
 
     {format, step, model_hash, config_json,
      files:   [{name, size, sha256}]                       tokenizer and generation files

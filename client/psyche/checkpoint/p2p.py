@@ -1,6 +1,8 @@
-"""Sharing the model with joining clients over P2P, and fetching it (SPEC §4.2, §4.8, §6.4).
+"""Sharing the model with joining clients over P2P, and fetching it.
 
-Serving (:class:`ModelSharer`): after a cooldown a client serves a :class:`~.manifest.Snapshot`
+See docs/protocol.md, "Warmup", "Cooldown" and "P2P model sharing".
+
+Serving (:class:`SnapshotServer`): after a cooldown a client serves a :class:`~.manifest.Snapshot`
 as blobs through the ordinary blob protocol (which answers only the epoch's peers, refuses
 oversize requests and caps concurrent uploads) and announces ``ModelAvailable{step,
 manifest_hash, manifest_size}`` on gossip while the next epoch warms up.
@@ -40,16 +42,16 @@ from psyche.checkpoint.manifest import (
     tensors_from_stream,
 )
 from psyche.p2p.errors import FetchError
-from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import ModelAvailable
-from psyche.p2p.node import P2PNode
+from psyche.p2p.peer_id import peer_id_for
+from psyche.p2p.transport import Transport
 
 __all__ = [
     "Choice",
-    "ModelSharer",
     "PeerFetchError",
     "PeerPool",
     "ReceivedModel",
+    "SnapshotServer",
     "choose_offer",
     "fetch_snapshot",
 ]
@@ -61,10 +63,10 @@ class PeerFetchError(Exception):
     """The model could not be fetched from peers (no agreement, bad data, peers unreachable)."""
 
 
-class ModelSharer:
+class SnapshotServer:
     """Serves at most one snapshot at a time through ``node``."""
 
-    def __init__(self, node: P2PNode) -> None:
+    def __init__(self, node: Transport) -> None:
         self.node = node
         self.snapshot: Snapshot | None = None
         self._blobs: list[bytes] = []
@@ -186,7 +188,7 @@ class ReceivedModel:
 
 
 async def _fetch_one(
-    node: P2PNode,
+    node: Transport,
     pool: PeerPool,
     blob_hash: bytes,
     size: int,
@@ -223,7 +225,7 @@ async def _fetch_one(
 
 
 async def fetch_snapshot(
-    node: P2PNode,
+    node: Transport,
     choice: Choice,
     *,
     step: int,

@@ -24,7 +24,7 @@ def client() -> None:
 @click.option("--identity-secret-key-path", envvar="IDENTITY_SECRET_KEY_PATH", default=None)
 def show_identity_cmd(identity_secret_key_path: str | None) -> None:
     """Print the P2P peer id of the key this client would use."""
-    from psyche.p2p.identity import show_identity
+    from psyche.p2p.peer_id import show_identity
 
     click.echo(show_identity(identity_secret_key_path, os.environ))
 
@@ -49,12 +49,12 @@ def train(
 ) -> None:
     """Join RUN_ID at SERVER_ADDR and train until the run is finished."""
     setup_logging(logs)
-    from psyche.daemon.runner import ClientOptions, run_client
+    from psyche.cli.client_process import ClientOptions, run_client
 
     checkpoint, sharing = take_checkpoint_and_sharing(kw)
     options = ClientOptions(
         run_id=run_id,
-        server_addr=server_addr,
+        coordinator_addr=server_addr,
         key_path=identity_secret_key_path,
         raw_key=os.environ.get("RAW_IDENTITY_SECRET_KEY"),
         p2p_host=kw["bind_p2p_host"],

@@ -21,9 +21,9 @@ from psyche.data.prepare import ByteTokenizer, TextTokenizer, prepare_corpus
 from psyche.data.provider import DataError
 from psyche.data.synth import synth_corpus
 from psyche.data.tcp_server import DataServer, allow_all
-from psyche.protocol.config import SeededShuffle, TokenSize
-from psyche.protocol.runconfig import load_data_config
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.locations import SeededShuffle, TokenSize
+from psyche.protocol.run_file import load_data_config
+from psyche.protocol.strict_obj import ConfigError
 
 log = logging.getLogger("psyche.cli.data")
 

@@ -1,4 +1,7 @@
-"""``psyche demo``: the default job: N simulated clients train a tiny model in one process."""
+"""``psyche demo``: N clients train a tiny model in one process (simulated run).
+
+The clients are real round engines (the same code as a client process) on an in-memory network
+and a simulated clock; see :mod:`psyche.simulation.run`."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.strict_obj import ConfigError
 
 ROOT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 
@@ -39,13 +42,16 @@ def demo(
     device: str,
     micro_batch_size: int,
 ) -> None:
-    """Create a tiny model and corpus, then train it with N simulated clients and the real
-    coordinator; prints a table per round and writes summary.json and loss.png under OUT."""
-    from psyche.daemon.inprocess import InProcessRun
+    """Create a tiny model and corpus, then train it with N clients in one process (real round
+    engines and coordinator; in-memory network, simulated clock); prints a line per round and
+    writes summary.json and loss.png under OUT."""
+    import asyncio
+
     from psyche.data.prepare import ByteTokenizer, prepare_corpus
     from psyche.data.synth import synth_corpus
-    from psyche.protocol.config import LLM
-    from psyche.protocol.runconfig import load_run_config
+    from psyche.protocol.model import LLM
+    from psyche.protocol.run_file import load_run_config
+    from psyche.simulation.run import RoundReport, SimulatedRun
     from psyche.training.presets import PRESETS, write_model_dir
 
     console = Console(soft_wrap=True)
@@ -67,7 +73,7 @@ def demo(
             synth_corpus(text_dir, tokens, seed=0)
             prepare_corpus([text_dir], ByteTokenizer(), data_dir, seq_len=run.model.max_seq_len)
             console.print(f"data: tokens in {data_dir}")
-    engine = InProcessRun(
+    sim = SimulatedRun(
         run,
         model_dir,
         data_dir,
@@ -77,10 +83,7 @@ def demo(
         device=device,
     )
 
-    def on_round(r: object) -> None:
-        from psyche.daemon.inprocess import RoundReport
-
-        assert isinstance(r, RoundReport)
+    def on_round(r: RoundReport) -> None:
         console.print(
             f"epoch {r.epoch} step {r.step:3d} round {r.height:2d} "
             f"{'train' if r.trained else 'drain'} end={r.end_reason:13s} witnesses={r.witnesses} "
@@ -89,7 +92,7 @@ def demo(
             f"{r.model_hash[:12]}"
         )
 
-    summary = engine.run(on_round)
+    summary = asyncio.run(sim.run(on_round))
     out_dir.mkdir(parents=True, exist_ok=True)
     data = summary.to_json()
     (out_dir / "summary.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -110,7 +113,7 @@ def _plot(summary: object, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from psyche.daemon.inprocess import RunSummary
+    from psyche.simulation.run import RunSummary
 
     assert isinstance(summary, RunSummary)
     pts = [(r.step, r.loss) for r in summary.rounds if r.loss is not None]

@@ -127,7 +127,8 @@ def info_cmd(source: str, revision: str | None, verbose: bool) -> None:
     with console.status(f"loading {source}…"):
         import torch
 
-        from psyche.protocol.config import HubRepo, LLMArchitecture
+        from psyche.protocol.locations import HubRepo
+        from psyche.protocol.model import LLMArchitecture
         from psyche.training import ModelLoadError, load_model, model_hash
 
         _quiet_transformers()

@@ -17,9 +17,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from psyche.protocol.config import LLM, DistroOptimizer, ServerData
-from psyche.protocol.runconfig import load_data_config, load_run_config
-from psyche.protocol.serde import ConfigError, to_obj
+from psyche.protocol.locations import ServerData
+from psyche.protocol.model import LLM
+from psyche.protocol.optimizers import DistroOptimizer
+from psyche.protocol.run_file import load_data_config, load_run_config
+from psyche.protocol.strict_obj import ConfigError, to_obj
 
 
 def _printable(text: str) -> str:

@@ -189,7 +189,7 @@ def read_only(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _run(session: Any, coro: Coroutine[Any, Any, Any]) -> Any:
     from psyche.backends.base import BackendError
     from psyche.backends.solana.idl import IdlError
-    from psyche.protocol.serde import ConfigError
+    from psyche.protocol.strict_obj import ConfigError
 
     async def go() -> Any:
         try:
@@ -611,7 +611,7 @@ def train(
             )
     setup_logging(kw.pop("logs"))
     from psyche import __version__
-    from psyche.backends.solana.train import train_on_solana
+    from psyche.cli.solana_client_process import train_on_solana
 
     checkpoint, sharing = take_checkpoint_and_sharing(kw)
 

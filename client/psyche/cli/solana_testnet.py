@@ -49,7 +49,7 @@ def solana_testnet() -> None:
 def start(tui: bool | None, **kw: Any) -> None:
     """Start a local SVM, create and configure the run as its creator, authorize NUM_CLIENTS
     wallets, start them from their env files, follow the run, write the summary and plot."""
-    from psyche.protocol.serde import ConfigError
+    from psyche.protocol.strict_obj import ConfigError
     from psyche.testnet.solana import SolanaTestnetOptions, make_solana_testnet
 
     console = Console(soft_wrap=True)

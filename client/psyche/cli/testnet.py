@@ -114,7 +114,7 @@ def net_options(kw: dict[str, Any]) -> dict[str, Any]:
 @click.option("--server-port", default=20000, show_default=True, envvar="PSYCHE_SERVER_PORT")
 def start(tui: bool | None, **kw: Any) -> None:
     """Start the server and NUM_CLIENTS clients, follow the run, write the summary and plot."""
-    from psyche.protocol.serde import ConfigError
+    from psyche.protocol.strict_obj import ConfigError
     from psyche.testnet.launcher import TestnetOptions, make_testnet
 
     console = Console(soft_wrap=True)

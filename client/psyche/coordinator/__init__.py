@@ -1,4 +1,6 @@
-"""The coordinator: one pure, deterministic state machine (SPEC §1–2).
+"""The coordinator: one pure, deterministic state machine.
+
+See docs/protocol.md, "Coordinator state machine" and "Witnesses and consensus".
 
 Hosted by the TCP server, mirrored by the Solana program (kept identical by ``tests/vectors``) and
 run by clients to predict transitions. No I/O, no clock, no global RNG, no torch.
@@ -8,7 +10,7 @@ from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import (
     Client,
     ClientState,
-    CoordinatorError,
+    CoordinatorErrorCode,
     CoordinatorException,
     EpochState,
     EvalResult,
@@ -19,7 +21,8 @@ from psyche.coordinator.types import (
     Witness,
     WitnessMetadata,
 )
-from psyche.protocol.config import LLM, CoordinatorConfig, Model
+from psyche.protocol.coordinator_config import CoordinatorConfig
+from psyche.protocol.model import LLM, Model
 
 __all__ = [
     "LLM",
@@ -27,7 +30,7 @@ __all__ = [
     "ClientState",
     "Coordinator",
     "CoordinatorConfig",
-    "CoordinatorError",
+    "CoordinatorErrorCode",
     "CoordinatorException",
     "EpochState",
     "EvalResult",

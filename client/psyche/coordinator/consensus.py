@@ -1,4 +1,6 @@
-"""Quorum, trainer health and consensus selection from witness blooms (SPEC §2.3–2.5).
+"""Quorum, trainer health and consensus selection from witness blooms.
+
+See docs/protocol.md, "Quorum", "Consensus" and "Health and health checks".
 
 Run by the coordinator (health checks) and by every client at apply time (which results count),
 so it takes plain values and has no state of its own.
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 
 from psyche.coordinator.types import Witness
 from psyche.protocol.commitment import sha256
-from psyche.protocol.config import CoordinatorConfig
+from psyche.protocol.coordinator_config import CoordinatorConfig
 from psyche.protocol.identity import NodeIdentity
 
 

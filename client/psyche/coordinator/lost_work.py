@@ -24,9 +24,8 @@ started after ``last_step`` was set (the drain rounds). The round at height ``r`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from psyche.coordinator import consensus
+from psyche.coordinator.queries import CoordinatorState
 from psyche.coordinator.types import (
     MAX_LOST_BATCHES,
     MAX_ROUND_RETRIES,
@@ -37,24 +36,21 @@ from psyche.coordinator.types import (
 from psyche.protocol.data_selection import BatchId, slot_intervals, trainer_order
 from psyche.protocol.identity import NodeIdentity
 
-if TYPE_CHECKING:
-    from psyche.coordinator.coordinator import Coordinator
 
-
-def round_trained(c: Coordinator, rnd: Round) -> bool:
+def round_trained(c: CoordinatorState, rnd: Round) -> bool:
     """Whether ``rnd`` (a stored round of this epoch) was a training round, not a drain round."""
     es = c.epoch_state
     step = es.start_step + rnd.height
     return not (es.last_step != 0 and step + 2 >= es.last_step)
 
 
-def fresh_size(c: Coordinator, rnd: Round) -> int:
+def fresh_size(c: CoordinatorState, rnd: Round) -> int:
     """New samples of ``rnd``: its batch size minus its retried samples (the data index of the
     next round is ``rnd.data_index`` plus this)."""
     return max(0, c.batch_size_for_round(rnd) - sum(b.size for b in rnd.retries))
 
 
-def intervals_of(c: Coordinator, rnd: Round) -> dict[NodeIdentity, BatchId]:
+def intervals_of(c: CoordinatorState, rnd: Round) -> dict[NodeIdentity, BatchId]:
     """Each client's interval in ``rnd`` (a stored round of this epoch), computed once for the
     round; empty when the round did not train (or the stored round is inconsistent)."""
     if not round_trained(c, rnd):
@@ -88,7 +84,7 @@ def take_retries(es: EpochState, n_clients: int, batch_size: int) -> list[BatchI
     return taken
 
 
-def queue_leaving_work(c: Coordinator) -> None:
+def queue_leaving_work(c: CoordinatorState) -> None:
     """At the witness timeout ending the current round ``h``, before clients leave: queue the
     work of every client that is not Healthy (in index order), as the module docstring says."""
     leaving = [cl.id for cl in c.epoch_state.clients if cl.state is not ClientState.Healthy]

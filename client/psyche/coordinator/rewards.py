@@ -1,4 +1,5 @@
-"""Points per epoch (SPEC §1.12), fixed: credited only when an epoch ends successfully.
+"""Points per epoch (docs/protocol.md, "Rewards"), fixed: credited only when an epoch ends
+successfully.
 
 The Solana program keeps the ledger; this pure function says what one epoch end is worth, so the
 Python and Rust sides agree. The reference paid Healthy clients on every epoch end, including a

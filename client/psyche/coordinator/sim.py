@@ -15,15 +15,15 @@ from typing import Any
 
 from psyche.coordinator.consensus import participant_item
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.serde import identity_obj, to_obj_state, witness_obj
+from psyche.coordinator.state_json import identity_obj, to_obj_state, witness_obj
 from psyche.coordinator.types import CoordinatorException, RunState, TickResult, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import sha256, sha256v
 from psyche.protocol.committee import CommitteeProof, WitnessProof
-from psyche.protocol.config import Checkpoint
 from psyche.protocol.data_selection import assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import to_obj
+from psyche.protocol.locations import Checkpoint
+from psyche.protocol.strict_obj import to_obj
 
 
 def sim_identity(i: int) -> NodeIdentity:

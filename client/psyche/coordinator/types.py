@@ -1,4 +1,4 @@
-"""State types of the coordinator (SPEC §1.2, §1.3), mutable and slotted.
+"""State types of the coordinator (docs/protocol.md, "Coordinator state"), mutable and slotted.
 
 They mirror the on-chain layout of the Rust program field for field, with our deviations:
 
@@ -59,8 +59,10 @@ class ClientState(enum.Enum):
     Ejected = 3
 
 
-class CoordinatorError(enum.Enum):
-    """Error codes, in the Rust program's order (Anchor codes are offsets from a base)."""
+class CoordinatorErrorCode(enum.Enum):
+    """Error codes, in the Rust program's order (Anchor codes are offsets from a base). The
+    program and the IDL name this enum ``CoordinatorError``; here that name would read as the
+    exception, which is :class:`CoordinatorException`."""
 
     NoActiveRound = 0
     InvalidWitness = 1
@@ -79,7 +81,7 @@ class CoordinatorError(enum.Enum):
 class CoordinatorException(Exception):
     """A message or tick was rejected; ``code`` says why and the state is unchanged."""
 
-    def __init__(self, code: CoordinatorError, detail: str = "") -> None:
+    def __init__(self, code: CoordinatorErrorCode, detail: str = "") -> None:
         self.code = code
         self.detail = detail
         super().__init__(f"{code.name}: {detail}" if detail else code.name)
@@ -87,7 +89,7 @@ class CoordinatorException(Exception):
 
 class P2PIdentityTakenError(Exception):
     """A join named a P2P key that another wallet of the run holds; the Solana program's
-    ``P2PIdentityTaken`` (a program error, not a core ``CoordinatorError``: those keep the
+    ``P2PIdentityTaken`` (a program error, not a core ``CoordinatorErrorCode``: those keep the
     first twelve Anchor codes). Rule: :meth:`psyche.coordinator.Coordinator.claim_p2p_key`."""
 
 

@@ -1,4 +1,6 @@
-"""The elected checkpointer's work at cooldown: save, upload, report (SPEC §1.9, §4.8).
+"""The elected checkpointer's work at cooldown: save, upload, report.
+
+See docs/protocol.md, "Checkpoint lifecycle" and "Cooldown".
 
 In Cooldown the coordinator elects ``max(1, ⌊n/3⌋)`` checkpointers (docs/protocol.md item 7).
 Each one that runs with ``--checkpoint-dir`` starts a background task that
@@ -29,8 +31,8 @@ import torch
 from psyche.backends.base import Backend, BackendError
 from psyche.checkpoint.hub import HubUploader, HubUploadError
 from psyche.checkpoint.local import prune_checkpoints, save_checkpoint
-from psyche.events import EventLog
-from psyche.protocol.config import HubCheckpoint, HubRepo
+from psyche.events import CheckpointEvent, EventLog, UploadEvent
+from psyche.protocol.locations import HubCheckpoint, HubRepo
 
 __all__ = ["CheckpointOptions", "Checkpointer"]
 
@@ -63,6 +65,11 @@ class Checkpointer:
     @property
     def enabled(self) -> bool:
         return self.options.checkpoint_dir is not None
+
+    @property
+    def busy(self) -> bool:
+        """A save or upload is in progress."""
+        return self._task is not None and not self._task.done()
 
     def start(
         self,
@@ -100,11 +107,11 @@ class Checkpointer:
         )
         del tensors
         await asyncio.to_thread(prune_checkpoints, directory, run_id, self.options.keep_steps)
-        self.events.write("checkpoint", step=step, path=str(path))
+        self.events.write(CheckpointEvent(step=step, path=str(path)))
         log.info("saved checkpoint %s", path)
         if self.uploader is not None:
             oid = await self.uploader.upload(path, step)
-            self.events.write("upload", step=step, repo=self.uploader.repo_id, revision=oid)
+            self.events.write(UploadEvent(step=step, repo=self.uploader.repo_id, revision=oid))
             log.info("uploaded step %d to %s@%s", step, self.uploader.repo_id, oid)
             repo = HubRepo(repo_id=self.uploader.repo_id, revision=oid)
         else:

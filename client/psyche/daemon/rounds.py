@@ -1,4 +1,6 @@
-"""What a client knows about one round, and the pure decisions made from it (SPEC §2.2, §4.3–4.7).
+"""What a client knows about one round, and the pure decisions made from it.
+
+See docs/protocol.md, "What a witness attests" and "Client behaviour".
 
 Shared by the real daemon and the in-process simulation so both decide identically: who trains
 which batch, which received results a witness attests, and which results are applied by witness
@@ -65,8 +67,11 @@ class RoundState:
 
 @dataclass(frozen=True, slots=True)
 class RoundLRs:
-    """The learning rates and residual reset of one round (SPEC §1.11, §5.3), which every client
-    derives from the coordinator state alone so that all of them agree."""
+    """The learning rates and residual reset of one round, which every client derives from the
+    coordinator state alone so that all of them agree.
+
+    See docs/protocol.md, "Batch size, data index and cold start", and docs/distro.md, "Train step".
+    """
 
     lr: float
     """The LR of this round's step: for training, and for applying round h−2 at its start."""

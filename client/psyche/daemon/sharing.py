@@ -1,7 +1,9 @@
-"""The daemon's part in P2P model sharing: serve after cooldown, fetch when joining (SPEC §6.4).
+"""The daemon's part in P2P model sharing: serve after cooldown, fetch when joining.
+
+See docs/protocol.md, "P2P model sharing".
 
 * At every cooldown the daemon hands its weights to :meth:`ModelSharing.snapshot`, which serves
-  them (:class:`psyche.checkpoint.p2p.ModelSharer`) until the next epoch's first round starts.
+  them (:class:`psyche.checkpoint.p2p.SnapshotServer`) until the next epoch's first round starts.
 * While the next epoch warms up, :meth:`announce` re-announces ``ModelAvailable`` about once a
   second until every epoch client is ready, so a joiner that connects late still hears it.
 * A client that has no model when a P2P-checkpoint epoch warms up calls :meth:`fetch`: it waits
@@ -27,17 +29,17 @@ import torch
 
 from psyche.checkpoint.manifest import build_snapshot
 from psyche.checkpoint.p2p import (
-    ModelSharer,
     PeerFetchError,
     ReceivedModel,
+    SnapshotServer,
     choose_offer,
     fetch_snapshot,
 )
 from psyche.coordinator import ClientState, Coordinator, RunState
-from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import ModelAvailable, sign_announcement
-from psyche.p2p.node import P2PNode
+from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import Rejection, Rejections
+from psyche.p2p.transport import Transport
 from psyche.protocol.identity import SecretKey
 
 __all__ = ["ModelSharing", "SharingOptions"]
@@ -67,7 +69,7 @@ class ModelSharing:
     def __init__(
         self,
         key: SecretKey,
-        node: P2PNode,
+        node: Transport,
         options: SharingOptions,
         rejections: Rejections | None = None,
     ) -> None:
@@ -75,7 +77,7 @@ class ModelSharing:
         self.node = node
         self.options = options
         self.rejections = rejections if rejections is not None else Rejections(log)
-        self.sharer = ModelSharer(node)
+        self.sharer = SnapshotServer(node)
         self._members: dict[int, frozenset[bytes]] = {}
         self._offers: dict[bytes, ModelAvailable] = {}
         self._offers_epoch = -1

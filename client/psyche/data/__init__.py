@@ -11,9 +11,9 @@ from psyche.data.factory import local_provider_from_path, provider_for_location
 from psyche.data.http import HttpDataProvider
 from psyche.data.local import LocalDataProvider
 from psyche.data.provider import DataError, DataProvider, DummyDataProvider
+from psyche.data.server_messages import RejectReason
 from psyche.data.tcp_client import DataRequestRejected, TcpDataProvider
 from psyche.data.tcp_server import DataServer, RoundAuthorizer, allow_all
-from psyche.data.wire import RejectReason
 
 __all__ = [
     "DataError",

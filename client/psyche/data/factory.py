@@ -21,7 +21,8 @@ from psyche.data.local import LocalDataProvider
 from psyche.data.prepare import DATA_TOML
 from psyche.data.provider import DataError, DataProvider, DummyDataProvider
 from psyche.data.tcp_client import TcpDataProvider
-from psyche.protocol.config import (
+from psyche.protocol.identity import SecretKey
+from psyche.protocol.locations import (
     DataLocation,
     DontShuffle,
     DummyData,
@@ -31,8 +32,7 @@ from psyche.protocol.config import (
     ServerData,
     TokenSize,
 )
-from psyche.protocol.identity import SecretKey
-from psyche.protocol.runconfig import load_data_config
+from psyche.protocol.run_file import load_data_config
 
 __all__ = ["local_provider_from_path", "provider_for_location"]
 

@@ -45,7 +45,8 @@ from psyche.data.tokenfiles import (
     layout_from_head,
     npy_header_end,
 )
-from psyche.protocol.config import (
+from psyche.protocol.data_selection import BatchId
+from psyche.protocol.locations import (
     DontShuffle,
     Gcp,
     HttpLocation,
@@ -54,7 +55,6 @@ from psyche.protocol.config import (
     SingleUrl,
     TokenSize,
 )
-from psyche.protocol.data_selection import BatchId
 
 __all__ = ["GCS_BASE_URL", "HttpDataProvider", "list_gcs_bucket", "numbered_file_urls"]
 

@@ -24,8 +24,8 @@ import torch
 
 from psyche.data.provider import DataError, SampleIndex, tokens_to_tensor
 from psyche.data.tokenfiles import TokenLayout, list_token_files, read_local_layout
-from psyche.protocol.config import DontShuffle, Shuffle, TokenSize
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.locations import DontShuffle, Shuffle, TokenSize
 
 __all__ = ["LocalDataProvider"]
 

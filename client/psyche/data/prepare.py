@@ -27,7 +27,7 @@ import numpy as np
 
 from psyche.data.provider import DataError
 from psyche.data.tokenfiles import has_data_extension
-from psyche.protocol.config import TokenSize
+from psyche.protocol.locations import TokenSize
 
 __all__ = [
     "ByteTokenizer",
@@ -110,7 +110,7 @@ def find_text_files(inputs: Sequence[str | Path]) -> list[Path]:
 def write_data_toml(
     path: Path, token_size: TokenSize, seq_len: int, shuffle_seed: bytes, comment: str = ""
 ) -> None:
-    """A ``data.toml`` readable by ``psyche.protocol.runconfig.load_data_config``."""
+    """A ``data.toml`` readable by ``psyche.protocol.run_file.load_data_config``."""
     if len(shuffle_seed) != 32:
         raise ValueError("shuffle_seed must be 32 bytes")
     lines = [f"# {line}" for line in comment.splitlines()]

@@ -2,9 +2,10 @@
 
 Trainers ask for samples by id: ``get_samples(BatchId(a, b))`` returns an int64 tensor of shape
 ``[b - a + 1, seq_len]``, one row per sample id in the closed interval, each row exactly
-``seq_len`` tokens (the model shifts labels itself, SPEC §7). Which ids a client trains is a pure
-function of the round (``psyche.protocol.data_selection``); providers only map ids to tokens, so
-every honest client, and the data server, must map an id to the same tokens.
+``seq_len`` tokens (the model shifts labels itself; docs/protocol.md, "Data providers"). Which ids
+a client trains is a pure function of the round (``psyche.protocol.data_selection``); providers
+only map ids to tokens, so every honest client, and the data server, must map an id to the same
+tokens.
 
 Sample index (local and HTTP providers; the rule every client must reproduce):
 
@@ -12,22 +13,24 @@ Sample index (local and HTTP providers; the rule every client must reproduce):
    URL order of the config, or sorted object names for a bucket listing).
 2. File ``f`` holding ``T_f`` tokens contributes ``T_f // seq_len`` sequences at token offsets
    ``0, seq_len, 2·seq_len, …``. *Every* full sequence counts; the reference's strict ``<`` dropped
-   the last one of each file (SPEC §11.18). Tokens after the last full sequence are unused.
+   the last one of each file (docs/protocol.md, "Known flaws of the reference", flaw 18). Tokens
+   after the last full sequence are unused.
 3. The sequences of all files are concatenated into pointers ``0 … N-1``.
 4. Sample ids wrap: id ``i`` reads pointer ``p = i mod N``. An epoch's data index keeps growing
    across runs longer than one pass over the data, and wrapping replays the corpus instead of
    failing a round. ``N == 0`` is an error at construction.
 5. ``DontShuffle``: pointer ``p``. ``Seeded(seed32)``: pointer
    ``compute_shuffled_index(p, N, sha256(seed32 ‖ b"psyche-data-shuffle"))`` — the 90-round
-   swap-or-not shuffle of SPEC §3.1 (``psyche.protocol.shuffle``).
+   swap-or-not shuffle (``psyche.protocol.shuffle``; docs/protocol.md, "Swap-or-not shuffle").
 
 Why swap-or-not instead of the reference's ChaCha8 Fisher–Yates or a NumPy permutation: HTTP
 clients shuffle independently and must agree bit for bit, and NumPy's ``Generator`` streams are
-not promised stable across releases (NEP 19); rand_chacha internals are hard to port (SPEC
-§11.18). Swap-or-not is already specified and vector-tested, needs no O(N) permutation table
-(a 100 B-token corpus has ~50 M sequences), and is evaluated lazily per id. Per-id cost is
-≈180 SHA-256 calls, so :func:`shuffled_positions` evaluates a batch round by round and reuses
-the hash blocks that contiguous ids share (a few hashes per round instead of ~2 per id).
+not promised stable across releases (NEP 19); rand_chacha internals are hard to port
+(docs/protocol.md, "Known flaws of the reference", flaw 18). Swap-or-not is already specified and
+vector-tested, needs no O(N) permutation table (a 100 B-token corpus has ~50 M sequences), and is
+evaluated lazily per id. Per-id cost is ≈180 SHA-256 calls, so :func:`shuffled_positions`
+evaluates a batch round by round and reuses the hash blocks that contiguous ids share (a few
+hashes per round instead of ~2 per id).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from psyche.protocol.config import DontShuffle, SeededShuffle, Shuffle
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.locations import DontShuffle, SeededShuffle, Shuffle
 from psyche.protocol.shuffle import SHUFFLE_ROUNDS
 
 __all__ = [

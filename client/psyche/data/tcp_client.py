@@ -1,7 +1,7 @@
 """``TcpDataProvider``: the client side of the TCP data server (``ServerData`` locations).
 
 A blocking socket client, because the trainer asks for samples synchronously: connect, answer the
-challenge with the node's ed25519 key (see :mod:`psyche.data.wire`), check that the server cuts
+challenge with the node's ed25519 key (see :mod:`psyche.net.handshake`), check that the server cuts
 samples of our ``seq_len``, then request one interval at a time over the same connection.
 
 Failure policy: a refusal by the server (:class:`DataRequestRejected`, e.g. ``NotInThisRound``
@@ -24,11 +24,12 @@ from typing import TypeVar
 
 import torch
 
-from psyche.data.framing import MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME, encode_frame, recv_frame
 from psyche.data.provider import DataError
-from psyche.data.wire import (
+from psyche.data.server_messages import (
+    AUTH,
+    MAX_REQUEST_FRAME,
+    MAX_RESPONSE_FRAME,
     Challenge,
-    ChallengeResponse,
     Ready,
     RejectReason,
     RequestRejected,
@@ -37,16 +38,18 @@ from psyche.data.wire import (
     TrainingData,
     WireBatchId,
     WireError,
-    auth_message,
     decode_server,
-    encode,
     max_request_samples,
     unpack_tokens,
 )
+from psyche.net.address import parse_address
+from psyche.net.codec import encode_message_frame
+from psyche.net.errors import FrameError
+from psyche.net.framing import recv_frame
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
 
-__all__ = ["DataRequestRejected", "IncompatibleDataServer", "TcpDataProvider", "parse_address"]
+__all__ = ["DataRequestRejected", "IncompatibleDataServer", "TcpDataProvider"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,16 +66,6 @@ class DataRequestRejected(DataError):
 
 class IncompatibleDataServer(DataError):
     """The server cuts samples of another length than this client trains on."""
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[ipv6]:port`` → (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"data server address {address!r} must look like host:port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
 
 
 class TcpDataProvider:
@@ -166,9 +159,8 @@ class TcpDataProvider:
             challenge = self._recv(sock)
             if not isinstance(challenge, Challenge):
                 raise WireError(f"expected Challenge, got {type(challenge).__name__}")
-            signature = self._key.sign(auth_message(challenge.nonce))
-            answer = ChallengeResponse(public_key=self._key.public_key(), signature=signature)
-            sock.sendall(encode_frame(encode(answer), MAX_REQUEST_FRAME))
+            answer = AUTH.answer(self._key, challenge.nonce)
+            sock.sendall(encode_message_frame(answer, MAX_REQUEST_FRAME))
             try:
                 ready = self._recv(sock)
             except DataError as e:
@@ -188,12 +180,16 @@ class TcpDataProvider:
 
     @staticmethod
     def _recv(sock: socket.socket) -> ServerMessage:
-        return decode_server(recv_frame(sock, MAX_RESPONSE_FRAME))
+        try:
+            payload = recv_frame(sock, MAX_RESPONSE_FRAME)
+        except FrameError as e:
+            raise DataError(str(e)) from None  # a transport fault: retried like the others
+        return decode_server(payload)
 
     def _request(self, batch_id: BatchId) -> torch.Tensor:
         sock = self._connection()
         wire_id = WireBatchId.of(batch_id)
-        sock.sendall(encode_frame(encode(RequestTrainingData(wire_id)), MAX_REQUEST_FRAME))
+        sock.sendall(encode_message_frame(RequestTrainingData(wire_id), MAX_REQUEST_FRAME))
         reply = self._recv(sock)
         if not isinstance(reply, TrainingData | RequestRejected) or reply.batch_id != wire_id:
             raise WireError(f"reply {type(reply).__name__} does not answer {batch_id}")

@@ -1,12 +1,12 @@
 """The TCP data server: serves token samples to authenticated, authorized clients.
 
-Clients prove who they are with the challenge–response handshake of :mod:`psyche.data.wire`;
+Clients prove who they are with the challenge–response handshake of :mod:`psyche.net.handshake`;
 the connection identity is the ed25519 public key that signed the challenge (in a run, the
 client's P2P key). Each request is then put to an ``authorizer(public_key, batch_id)`` that
 returns ``None`` to serve it or a :class:`RejectReason`. The centralized server wires the
 authorizer to coordinator state (:class:`RoundAuthorizer` is a ready-made one); ``psyche data
 serve`` uses :func:`allow_all`. Unlike the reference, which never checked that requested ids were
-assigned to the requester (SPEC §11.20), a ``RoundAuthorizer`` answers ``WrongDataIdForStep``.
+assigned to the requester, a ``RoundAuthorizer`` answers ``WrongDataIdForStep``.
 
 Robustness rules, because any host on the network can connect:
 
@@ -19,8 +19,8 @@ Robustness rules, because any host on the network can connect:
 * faults are counted per kind (:attr:`DataServer.faults`) and the first of each kind from each
   peer is logged as one warning, never as a traceback, so garbage in a loop does not flood the
   log;
-* one request asks for at most :func:`~psyche.data.wire.max_request_samples` samples (4 MiB of
-  tokens, 1024 samples); a larger one is answered ``TooLarge`` at once;
+* one request asks for at most :func:`~psyche.data.server_messages.max_request_samples`
+  samples (4 MiB of tokens, 1024 samples); a larger one is answered ``TooLarge`` at once;
 * reads are fair: samples are read on ``read_workers`` threads in chunks of at most
   :data:`CHUNK_TOKENS` tokens and :data:`CHUNK_SAMPLES` samples; source hosts take turns for the
   threads, a host runs at most ``reads_per_host`` chunks at once and a connection one, so a peer
@@ -32,6 +32,10 @@ Robustness rules, because any host on the network can connect:
   requests are dropped and counted (``stats["abandoned"]``) and its queued chunks never run;
 * at most ``max_connections_per_host`` connections per source address are served.
 
+Connection tracking, the handshake time limit, the per-address budget, fault counting and
+shutdown are :class:`psyche.net.service.TcpService`'s; reads are scheduled by
+:class:`psyche.data.read_scheduler.FairReader`.
+
 Before these rules, reads ran on one thread and whole: one peer asking for the largest response
 (64 MiB) held every other client for seconds, requests of peers that had already disconnected
 were still read and sent, and each such request materialised several copies of the response.
@@ -40,42 +44,35 @@ were still read and sent, and each such request materialised several copies of t
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
-import secrets
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 
-from psyche.data.framing import (
-    MAX_REQUEST_FRAME,
-    FrameError,
-    encode_frame,
-    frame_header,
-    read_frame,
-)
 from psyche.data.provider import DataError, DataProvider
-from psyche.data.wire import (
+from psyche.data.read_scheduler import FairReader
+from psyche.data.server_messages import (
+    AUTH,
+    MAX_REQUEST_FRAME,
+    MAX_RESPONSE_FRAME,
     Challenge,
-    ChallengeResponse,
     Ready,
     RejectReason,
     RequestRejected,
     RequestTrainingData,
     WireBatchId,
     WireError,
-    auth_message,
     decode_client,
-    encode,
     max_request_samples,
     pack_tokens,
     training_data_header,
 )
+from psyche.net.codec import encode_message_frame
+from psyche.net.errors import BadSignature, NetError
+from psyche.net.framing import frame_header, read_frame
+from psyche.net.handshake import challenge_peer
+from psyche.net.service import Connection, TcpService
 from psyche.protocol.data_selection import BatchId
-from psyche.protocol.identity import verify_signature
-from psyche.protocol.untrusted import FaultLog
 
 __all__ = ["Authorizer", "BackgroundDataServer", "DataServer", "RoundAuthorizer", "allow_all"]
 
@@ -126,98 +123,8 @@ class RoundAuthorizer:
         return RejectReason.WrongDataIdForStep
 
 
-class _TooManyRequests(WireError):
-    """More requests waiting on one connection than :data:`MAX_PIPELINED`."""
-
-
-class _SlowReader(DataError):
-    """The peer did not take a response chunk within ``send_timeout``."""
-
-
 class _Idle(DataError):
     """No request for ``idle_timeout`` seconds."""
-
-
-def _fault_kind(e: DataError) -> str:
-    if isinstance(e, FrameError):
-        return e.kind
-    if isinstance(e, _TooManyRequests):
-        return "too_many_requests"
-    if isinstance(e, _SlowReader):
-        return "slow_reader"
-    return "malformed"
-
-
-class _FairReader:
-    """Runs provider reads on ``workers`` threads, source hosts taking turns for them.
-
-    Each job is one chunk of a request. A host with a job waiting goes to the back of the line
-    when one of its jobs starts, and runs at most ``per_host`` jobs at once, so a host asking for
-    a lot delays others by at most the chunks already running, however much it has asked for.
-    A job whose future was cancelled (its connection is gone) is skipped, never run.
-    """
-
-    def __init__(
-        self,
-        read: Callable[[BatchId], bytes],
-        workers: int,
-        per_host: int,
-        stats: dict[str, int],
-    ) -> None:
-        self._read = read
-        self._stats = stats
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="data-server-read")
-        self._free = workers
-        self._per_host = per_host
-        self._queued: OrderedDict[str, deque[tuple[BatchId, asyncio.Future[bytes]]]] = OrderedDict()
-        self._running: dict[str, int] = {}
-
-    def read(self, host: str, batch: BatchId) -> asyncio.Future[bytes]:
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._queued.setdefault(host, deque()).append((batch, future))
-        self._dispatch()
-        return future
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._free:
-            host = next((h for h in self._queued if self._running.get(h, 0) < self._per_host), None)
-            if host is None:
-                return
-            jobs = self._queued.pop(host)
-            batch, future = jobs.popleft()
-            if jobs:
-                self._queued[host] = jobs
-            if future.done():
-                continue
-            self._free -= 1
-            self._running[host] = self._running.get(host, 0) + 1
-            work = loop.run_in_executor(self._executor, self._read, batch)
-            work.add_done_callback(functools.partial(self._finished, host, future))
-
-    def _finished(
-        self, host: str, future: asyncio.Future[bytes], work: asyncio.Future[bytes]
-    ) -> None:
-        self._free += 1
-        self._stats["chunks_read"] += 1
-        if future.done():
-            self._stats["chunks_wasted"] += 1  # its connection went while it ran
-        left = self._running.pop(host) - 1
-        if left:
-            self._running[host] = left
-        if work.cancelled():
-            future.cancel()
-        else:
-            error = work.exception()  # retrieved even when nobody waits for it any more
-            if not future.done():
-                if error is None:
-                    future.set_result(work.result())
-                else:
-                    future.set_exception(error)
-        self._dispatch()
 
 
 class _Requests:
@@ -230,7 +137,7 @@ class _Requests:
         """A request is being answered."""
 
 
-class DataServer:
+class DataServer(TcpService[Connection, bytes]):
     """Serves ``provider`` over TCP; start with :meth:`start`, stop with :meth:`close`.
 
     ``provider`` is called from up to ``read_workers`` threads at once; :class:`LocalDataProvider`
@@ -252,59 +159,35 @@ class DataServer:
         reads_per_host: int = 1,
         max_connections_per_host: int = 64,
     ) -> None:
+        super().__init__(
+            log,
+            handshake_timeout=handshake_timeout,
+            max_connections_per_address=max_connections_per_host,
+        )
         self.provider = provider
         self.authorizer = authorizer
-        self.handshake_timeout = handshake_timeout
         self.idle_timeout = idle_timeout
         self.frame_timeout = frame_timeout
         self.send_timeout = send_timeout
         cap = max_request_samples(provider.seq_len)
         self.max_samples = min(max_samples_per_request or cap, cap)
         self.chunk_samples = max(1, min(CHUNK_SAMPLES, CHUNK_TOKENS // provider.seq_len))
-        self.max_connections_per_host = max_connections_per_host
-        self.stats = {
-            "connections": 0,
-            "auth_failures": 0,
-            "dropped": 0,
-            "idle_closed": 0,
-            "served": 0,
-            "abandoned": 0,
-            "chunks_read": 0,
-            "chunks_wasted": 0,
-        }
+        self.stats.update(
+            auth_failures=0,
+            dropped=0,
+            idle_closed=0,
+            served=0,
+            abandoned=0,
+            chunks_read=0,
+            chunks_wasted=0,
+        )
         """``served``: complete responses; ``abandoned``: requests dropped unanswered or
         half-sent because their peer left; ``chunks_read``: reads run; ``chunks_wasted``: reads
         that finished after their peer had left (a read cannot be stopped once running)."""
-        self.faults = FaultLog(log)
-        """Protocol faults per kind; the first of each kind from each peer is logged."""
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._per_host: dict[str, int] = {}
-        self._reader = _FairReader(self._read, read_workers, reads_per_host, self.stats)
-
-    async def start(self, host: str = "0.0.0.0", port: int = 0) -> None:
-        self._server = await asyncio.start_server(self._handle, host, port)
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def serve_forever(self) -> None:
-        assert self._server is not None, "server not started"
-        await self._server.serve_forever()
+        self._reader = FairReader(self._read, read_workers, reads_per_host, self.stats)
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        # Python 3.11's Server.close() leaves accepted connections open: end them ourselves.
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+        await super().close()
         self._reader.close()
 
     def summary(self) -> str:
@@ -312,91 +195,53 @@ class DataServer:
         stats = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in self.stats.items())
         return f"{stats}; faults: {self.faults.summary()}"
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername")
-        host = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername)
-        peer = host
-        self.stats["connections"] += 1
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        open_here = self._per_host.get(host, 0)
-        self._per_host[host] = open_here + 1
+    def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Connection:
+        return Connection(reader, writer)
+
+    def on_error(self, conn: Connection, error: Exception) -> None:
+        if isinstance(error, _Idle):
+            self.stats["idle_closed"] += 1
+            log.debug("data client %s idle, closed", conn.name)
+            return
+        self.stats["dropped"] += 1
+        if isinstance(error, WireError):
+            self.faults.record(conn.fault_peer, "malformed", str(error))
+        elif isinstance(error, DataError):
+            log.info("data client %s dropped: %s", conn.name, error)
+        else:
+            super().on_error(conn, error)
+
+    async def authenticate(self, conn: Connection) -> bytes | None:
+        async def send_challenge(nonce: bytes) -> None:
+            conn.writer.write(encode_message_frame(Challenge(nonce), MAX_RESPONSE_FRAME))
+            await conn.writer.drain()
+
         try:
-            if open_here >= self.max_connections_per_host:
-                n = self.max_connections_per_host
-                self.faults.record(peer, "too_many_connections", f"more than {n} open")
-                return
-            key = await asyncio.wait_for(
-                self._handshake(reader, writer, peer), self.handshake_timeout
+            key = await challenge_peer(
+                AUTH, conn.reader, send_challenge, decode_client, MAX_REQUEST_FRAME
             )
-            if key is None:
-                return
-            peer = f"{host} key {key[:8].hex()}"
-            await self._session(reader, writer, key, host)
-        except DataError as e:
-            if isinstance(e, _Idle):
-                self.stats["idle_closed"] += 1
-                log.debug("data client %s idle, closed", peer)
-                return
-            self.stats["dropped"] += 1
-            if isinstance(e, WireError | FrameError | _SlowReader):
-                self.faults.record(peer, _fault_kind(e), str(e))
-            else:
-                log.info("data client %s dropped: %s", peer, e)
-        except TimeoutError:
-            self.stats["dropped"] += 1
-            self.faults.record(peer, "handshake_timeout", f"{self.handshake_timeout:g} s passed")
-        except OSError as e:
-            self.stats["dropped"] += 1
-            log.info("data client %s dropped: %s", peer, e or type(e).__name__)
-        except asyncio.CancelledError:
-            pass  # server shutdown; letting it escape makes asyncio log a spurious error
-        except Exception:
-            self.stats["dropped"] += 1
-            log.exception("data client %s: internal error, connection closed", peer)
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            left = self._per_host.pop(host) - 1
-            if left:
-                self._per_host[host] = left
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _handshake(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
-    ) -> bytes | None:
-        nonce = secrets.token_bytes(32)
-        writer.write(encode_frame(encode(Challenge(nonce))))
-        await writer.drain()
-        frame = await read_frame(reader, MAX_REQUEST_FRAME)
-        if frame is None:
-            return None
-        msg = decode_client(frame)
-        if not isinstance(msg, ChallengeResponse):
-            raise WireError(f"expected ChallengeResponse, got {type(msg).__name__}")
-        if not verify_signature(msg.public_key, auth_message(nonce), msg.signature):
+        except BadSignature as e:
+            # Closed without a reply: a peer probing keys learns nothing from the server.
             self.stats["auth_failures"] += 1
-            self.faults.record(peer, "bad_signature", "challenge signature does not verify")
+            self.faults.record(conn.fault_peer, e.kind, "challenge signature does not verify")
             return None
+        if key is None:
+            return None
+        conn.label = f"{conn.host} key {key[:8].hex()}"
         ready = Ready(seq_len=self.provider.seq_len, num_samples=self.provider.num_samples)
-        writer.write(encode_frame(encode(ready)))
-        await writer.drain()
-        return msg.public_key
+        conn.writer.write(encode_message_frame(ready, MAX_RESPONSE_FRAME))
+        await conn.writer.drain()
+        return key
 
-    async def _session(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: bytes, host: str
-    ) -> None:
+    async def session(self, conn: Connection, key: bytes) -> None:
         """Read requests and answer them concurrently, until either side stops.
 
         Reading goes on while a request is answered, so a peer that leaves is noticed at once and
         its unanswered requests are dropped instead of read for nobody.
         """
         requests = _Requests()
-        reading = asyncio.create_task(self._read_requests(reader, requests))
-        serving = asyncio.create_task(self._serve_requests(writer, key, host, requests))
+        reading = asyncio.create_task(self._read_requests(conn.reader, requests))
+        serving = asyncio.create_task(self._serve_requests(conn.writer, key, conn.host, requests))
         try:
             done, _ = await asyncio.wait((reading, serving), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -417,7 +262,7 @@ class DataServer:
             if not isinstance(msg, RequestTrainingData):
                 raise WireError(f"expected RequestTrainingData, got {type(msg).__name__}")
             if len(requests.waiting) >= MAX_PIPELINED:
-                raise _TooManyRequests(f"more than {MAX_PIPELINED} requests waiting")
+                raise NetError(f"more than {MAX_PIPELINED} requests waiting", "too_many_requests")
             requests.waiting.append(msg.batch_id)
             requests.arrived.set()
 
@@ -450,7 +295,7 @@ class DataServer:
             if reason is not None:
                 log.info("rejected %s for %s: %s", batch, key[:4].hex(), reason.value)
         if reason is not None:
-            writer.write(encode_frame(encode(RequestRejected(wire_id, reason))))
+            writer.write(encode_message_frame(RequestRejected(wire_id, reason), MAX_RESPONSE_FRAME))
             await self._drain(writer)
             return
         assert batch is not None
@@ -481,7 +326,7 @@ class DataServer:
             async with asyncio.timeout(self.send_timeout):
                 await writer.drain()
         except TimeoutError:
-            raise _SlowReader(f"took nothing for {self.send_timeout:g} s") from None
+            raise NetError(f"took nothing for {self.send_timeout:g} s", "slow_reader") from None
 
     def _read(self, batch: BatchId) -> bytes:
         return pack_tokens(self.provider.get_samples(batch))

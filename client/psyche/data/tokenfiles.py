@@ -12,9 +12,9 @@ A token file is a flat array of little-endian token ids. Two layouts are accepte
   (``FourBytes``) tokens with no header, as the run config says. A trailing partial token is
   ignored.
 
-The reference read ``.npy`` headers as tokens (SPEC §11.18); we parse them. Only the first bytes
-of a file are needed to find its layout, so the HTTP provider can probe remote files with one
-small range request.
+The reference read ``.npy`` headers as tokens (docs/protocol.md, "Known flaws of the reference",
+flaw 18); we parse them. Only the first bytes of a file are needed to find its layout, so the HTTP
+provider can probe remote files with one small range request.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from psyche.data.provider import DataError
-from psyche.protocol.config import TokenSize
+from psyche.protocol.locations import TokenSize
 
 __all__ = [
     "DATA_EXTENSIONS",
@@ -160,8 +160,9 @@ def read_local_layout(path: Path, token_size: TokenSize) -> TokenLayout:
 def list_token_files(directory: Path) -> list[Path]:
     """Token files directly inside ``directory``, sorted by file name (code-point order).
 
-    Sorting makes the sample order independent of the filesystem (the reference used
-    ``read_dir`` order, SPEC §11.18). Subdirectories are not searched.
+    Sorting makes the sample order independent of the filesystem (the reference used ``read_dir``
+    order; docs/protocol.md, "Known flaws of the reference", flaw 18). Subdirectories are not
+    searched.
     """
     if not directory.is_dir():
         raise DataError(f"{directory}: not a directory")

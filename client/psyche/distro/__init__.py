@@ -2,8 +2,8 @@
 
 Modules, bottom up: `dct` (chunked orthonormal DCT-II), `compress` (top-k per tile, aggregation,
 1-bit signs), `payload` (the validated wire format and its commitment hash), `optimizer` (the
-per-client `Distro` state machine: lookahead, generate, apply). SPEC §5 is the contract; the module
-docstrings say where and why this implementation departs from the reference.
+per-client `Distro` state machine: lookahead, generate, apply). docs/distro.md is the contract;
+the module docstrings say where and why this implementation departs from the reference.
 
 Imports only torch, numpy and the standard library.
 """

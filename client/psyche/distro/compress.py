@@ -1,16 +1,19 @@
-"""Top-k sparsification of DCT tiles, its inverse, aggregation and 1-bit sign packing (SPEC §5.2).
+"""Top-k sparsification of DCT tiles, its inverse, aggregation and 1-bit sign packing.
+
+See docs/distro.md, "Top-k compression".
 
 Each tile (a 1-D chunk, or an h×w 2-D tile flattened) keeps its `k` largest-magnitude coefficients
 as (index, value) pairs. Indices are local to the tile, so they fit in u8/u16/u32 depending on the
 tile size (`totalk`) and cost 1–4 bytes each on the wire.
 
 Aggregation (`aggregate`) is the mean over peers of each coefficient that at least one peer chose
-(`scatter_reduce(mean, include_self=False)` on zeros, SPEC §5.4). It is computed by accumulating
-the peers one at a time in a fixed order rather than by one `scatter_reduce` call: on accelerators
-`scatter_reduce` sums with atomics in an unspecified order, which would let honest clients end a
-round with different weights. Because every peer's indices are distinct within a tile (checked by
-the payload decoder, guaranteed by `topk`), the per-peer scatter has no collisions and the sum order
-is exactly the payload order — bit-identical to the CPU `scatter_reduce` result, on any device.
+(`scatter_reduce(mean, include_self=False)` on zeros; docs/distro.md, "Apply"). It is computed by
+accumulating the peers one at a time in a fixed order rather than by one `scatter_reduce` call: on
+accelerators `scatter_reduce` sums with atomics in an unspecified order, which would let honest
+clients end a round with different weights. Because every peer's indices are distinct within a tile
+(checked by the payload decoder, guaranteed by `topk`), the per-peer scatter has no collisions and
+the sum order is exactly the payload order — bit-identical to the CPU `scatter_reduce` result, on
+any device.
 
 1-bit mode sends `signbit(value)` packed 8 per byte, least significant bit first; bit `b` decodes
 to `1 − 2b`. A zero coefficient (only chosen when a tile has fewer than `k` non-zeros) reads as +1.

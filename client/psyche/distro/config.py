@@ -1,9 +1,9 @@
 """DisTrO configuration: the run-wide knobs every client must agree on.
 
-The values come from the run config (`OptimizerDefinition::Distro` in the reference, SPEC §5) and
-are shared by all peers: the payload format is derived from them, so two clients with different
-`compression_chunk` or `compression_topk` cannot exchange results at all (their payloads fail
-validation instead of being silently mis-decoded).
+The values come from the run config (`OptimizerDefinition::Distro` in the reference; docs/distro.md,
+"Configuration") and are shared by all peers: the payload format is derived from them, so two
+clients with different `compression_chunk` or `compression_topk` cannot exchange results at all
+(their payloads fail validation instead of being silently mis-decoded).
 
 `residual_fp32` is local to each client and never reaches the wire: it only changes the precision
 in which the client accumulates its own residual. It is off by default to match the reference
@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from psyche.protocol.config import (
-    check_clip_grad_norm,
-    check_compression_decay,
-    check_weight_decay,
-)
+from psyche.protocol.optimizers import DistroOptimizer
 
 __all__ = ["DistroConfig"]
 
@@ -51,9 +47,7 @@ class DistroConfig:
     """Keep the residual δ in fp32 instead of the parameter dtype (local only, not on the wire)."""
 
     def __post_init__(self) -> None:
-        # The run config's rules (`DistroOptimizer.check`), so a config that passed
-        # validate-config always builds, and one that would not build never passes it.
-        check_compression_decay("compression_decay", self.compression_decay)
+        # Python ints are unbounded; the run config's U16 fields are bounded by their decoder.
         if not 1 <= self.compression_topk <= MAX_CHUNK:
             raise ValueError(
                 f"compression_topk must be in [1, {MAX_CHUNK}] (u16 on the wire), "
@@ -64,8 +58,16 @@ class DistroConfig:
                 f"compression_chunk must be in [1, {MAX_CHUNK}] (u16 on the wire), "
                 f"got {self.compression_chunk}"
             )
-        check_clip_grad_norm("clip_grad_norm", self.clip_grad_norm)
-        check_weight_decay("weight_decay", self.weight_decay)
+        # The run config's own rules, so a config that passed validate-config always builds,
+        # and one that would not build never passes it.
+        DistroOptimizer.check_fields(
+            "",
+            compression_decay=self.compression_decay,
+            compression_topk=self.compression_topk,
+            compression_chunk=self.compression_chunk,
+            clip_grad_norm=self.clip_grad_norm,
+            weight_decay=self.weight_decay,
+        )
 
     @property
     def clip_enabled(self) -> bool:

@@ -1,4 +1,4 @@
-"""Chunked orthonormal DCT-II: the transform DisTrO sparsifies in (SPEC §5.1).
+"""Chunked orthonormal DCT-II: the transform DisTrO sparsifies in (docs/distro.md, "DCT chunking").
 
 Why a DCT: gradients and momenta of neighbouring weights are correlated, so in the frequency domain
 most of the energy sits in a few coefficients per tile and top-k keeps most of the signal. Tiles are
@@ -15,8 +15,9 @@ Trade-offs kept from the reference:
 
 Unlike the reference (bf16 bases built in f32), each basis entry is the exact value rounded once to
 float64 (computed with `decimal`, so no platform's `cos` is involved) and cast once to the compute
-dtype; `Distro` runs the transforms in fp32 even for bf16 models (SPEC §11 item 23). Basis
-matrices are cached per (size, dtype, device) and must be treated as read-only.
+dtype; `Distro` runs the transforms in fp32 even for bf16 models (docs/protocol.md,
+"Known flaws of the reference", flaw 23). Basis matrices are cached per (size, dtype, device) and
+must be treated as read-only.
 
 `decode_sign` is the inverse transform that every client runs on the consensus result set at apply
 time, where honest clients must agree bit for bit whatever their CPU, GPU or thread count. A float
@@ -268,11 +269,12 @@ def _exact_rows_times_basis(x: torch.Tensor, size: int) -> tuple[torch.Tensor, t
 def decode_sign(encoded: torch.Tensor) -> torch.Tensor:
     """`sign(decode(encoded))`, computed so that every device and thread count gives the same bits.
 
-    The sum `Σ X·B_h·B_w` (or `Σ X·B` for 1-D) of SPEC §5.1 is evaluated on integer grids (see the
-    module docstring): the basis rounded to `BASIS_BITS` bits, each row of coefficients to
-    `coefficient_bits(size)` bits relative to the row's largest magnitude (24 bits for a tile edge
-    of 64, as fp32), the last axis first, then the tile's first axis. Zero rule: where that exact
-    sum is 0 the sign is 0, i.e. no update; the same positions are 0 on every client.
+    The sum `Σ X·B_h·B_w` (or `Σ X·B` for 1-D; docs/distro.md, "DCT chunking") is evaluated on
+    integer grids (see the module docstring): the basis rounded to `BASIS_BITS` bits, each row of
+    coefficients to `coefficient_bits(size)` bits relative to the row's largest magnitude (24 bits
+    for a tile edge of 64, as fp32), the last axis first, then the tile's first axis. Zero rule:
+    where that exact sum is 0 the sign is 0, i.e. no update; the same positions are 0 on every
+    client.
 
     Returns {−1, 0, 1} in `encoded`'s dtype and device, in `decode`'s output shape. Runs in
     float64; on devices without float64 (e.g. MPS) it computes on the CPU.

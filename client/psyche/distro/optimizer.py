@@ -1,4 +1,6 @@
-"""The DisTrO optimizer: one per client, driving a model's parameters through a round (SPEC §5.3–4).
+"""The DisTrO optimizer: one per client, driving a model's parameters through a round.
+
+See docs/distro.md, "Train step" and "Apply".
 
 A round, seen from one client:
 
@@ -18,12 +20,14 @@ Departures from the reference, each chosen so honest clients stay bit-identical:
   reference's weights drift apart between clients by rounding. The copy costs one parameter-sized
   buffer while a lookahead is pending.
 - `cancel()` undoes a pending lookahead when a round's training is abandoned (the reference leaves
-  it applied and the model silently diverges, SPEC §11 item 13). `cancel(lr)` also applies the
-  weight decay the finished clients applied, so a client cut short stays identical to them.
+  it applied and the model silently diverges; docs/protocol.md, "Known flaws of the reference",
+  flaw 13). `cancel(lr)` also applies the weight decay the finished clients applied, so a client cut
+  short stays identical to them.
 - `generate` refuses a non-finite gradient norm before changing anything, so one bad batch cannot
   poison the residual for the rest of the run; the caller then cancels the round.
 - Transforms run in fp32 even for bf16 models, and `residual_fp32` optionally keeps δ in fp32
-  (SPEC §11 item 23); values go on the wire in the parameter dtype, so the payload is unchanged.
+  (docs/protocol.md, "Known flaws of the reference", flaw 23); values go on the wire in the
+  parameter dtype, so the payload is unchanged.
 - `apply` aggregates peer by peer in payload order (see `compress.aggregate`), in fp32, which is
   deterministic on accelerators where `scatter_reduce` is not.
 - `apply` takes the sign of the inverse DCT with `dct.decode_sign`, an exact evaluation of the
@@ -119,7 +123,10 @@ class Distro:
 
     @torch.no_grad()
     def lookahead(self, prev_lr: float) -> None:
-        """`p ← p − prev_lr·sign(δ)`; call before forward/backward (SPEC §5.3 step 2)."""
+        """`p ← p − prev_lr·sign(δ)`; call before forward/backward.
+
+        This is step 2 of docs/distro.md, "Train step".
+        """
         if self._backup is not None:
             raise RuntimeError("a lookahead is already applied: call generate() or cancel() first")
         self._backup = [p.detach().clone() for p in self._params]
@@ -172,7 +179,9 @@ class Distro:
         batch_end: int = 0,
         trainer_nonce: int = 0,
     ) -> Payload:
-        """Turn this round's gradients into a payload (SPEC §5.3 steps 4–6); consumes `.grad`.
+        """Turn this round's gradients into a payload; consumes `.grad`.
+
+        Steps 4–5 of docs/distro.md, "Train step".
 
         `prev_lr` must be what `lookahead` got. `prev_self` is the payload this client's previous
         `generate` returned (unquantized: never a decoded 1-bit payload), or None. Raises

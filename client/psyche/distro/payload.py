@@ -27,7 +27,8 @@ Layout (all integers little-endian; indices and values are raw little-endian arr
 
 The commitment (`payload_hash`) is SHA-256 over a domain tag, the step and batch (big-endian, as
 in the reference) and the whole canonical payload, so unlike the reference it also covers shapes,
-`totalk`, the trainer nonce and the format version (SPEC §3.4, §11 item 19).
+`totalk`, the trainer nonce and the format version (docs/protocol.md, "Commitments and payload
+hashing", and "Known flaws of the reference", flaw 19).
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Peer-to-peer layer: gossip announcements and blob transfer between a run's clients (SPEC §6).
+"""Peer-to-peer layer: gossip announcements and blob transfer between a run's clients.
 
-The libp2p host runs in its own process (DESIGN §7); the modules split along that boundary.
+See docs/protocol.md, "Networking".
+
+The libp2p host runs in its own process (docs/architecture.md, "The libp2p host process"); the
+modules split along that boundary.
 
 Daemon side (asyncio; imports neither trio nor libp2p):
   ``node``      :class:`P2PNode`, the API the daemon uses
@@ -25,8 +28,9 @@ from psyche.p2p.errors import (
     NodeStopped,
     P2PError,
 )
-from psyche.p2p.identity import peer_id_for, public_key_for, show_identity
-from psyche.p2p.node import FetchResult, P2PNode
+from psyche.p2p.node import P2PNode
+from psyche.p2p.peer_id import peer_id_for, public_key_for, show_identity
+from psyche.p2p.transport import FetchResult, Transport
 
 __all__ = [
     "AnnouncementError",
@@ -38,6 +42,7 @@ __all__ = [
     "NodeStopped",
     "P2PError",
     "P2PNode",
+    "Transport",
     "peer_id_for",
     "public_key_for",
     "show_identity",

@@ -55,7 +55,10 @@ HASH_LEN = 32
 REQUEST_LEN = HASH_LEN + 8
 HEADER_LEN = 1 + 8
 CHUNK = 1 << 20
-"""1 MiB reads and writes: the size at which Noise+Yamux reached ~200 MB/s (DESIGN §7)."""
+"""1 MiB reads and writes: the size at which Noise+Yamux reached ~200 MB/s.
+
+See docs/architecture.md, "The libp2p host process".
+"""
 
 
 class Status(enum.IntEnum):

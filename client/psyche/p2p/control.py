@@ -2,16 +2,18 @@
 
 Why a second process: py-libp2p is trio-only and pure Python. Run in the daemon's process, a
 training thread holding the GIL starves it (gossip round trips over a second, blobs at 2 MB/s;
-DESIGN §7), and trio guest mode inside asyncio failed under load. So the host runs in a child
-process and the parent talks to it over a Unix socket pair with small frames; blobs never cross
-the socket, they are handed over as files in a shared directory (``/dev/shm`` when it exists).
+docs/architecture.md, "The libp2p host process"), and trio guest mode inside asyncio failed under
+load. So the host runs in a child process and the parent talks to it over a Unix socket pair with
+small frames; blobs never cross the socket, they are handed over as files in a shared directory
+(``/dev/shm`` when it exists).
 
 Wire format: each frame is a 4-byte big-endian length then one msgspec-msgpack message, tagged
-by class name. Both sides bound the frame size (:data:`MAX_CONTROL_FRAME`) before buffering a
-frame, and decode strictly, although both ends are our own code: a bug on one side then fails
-loudly at the boundary instead of corrupting the other; anything a decoder can raise on bad bytes
-(deep nesting, invalid UTF-8 included) is a :class:`ControlError`. :class:`FrameDecoder` is a pure
-incremental decoder shared by the asyncio and trio ends.
+by class name (:mod:`psyche.net.framing`, :mod:`psyche.net.codec`). Both sides bound the frame
+size (:data:`MAX_CONTROL_FRAME`) before buffering a frame, and decode strictly, although both ends
+are our own code: a bug on one side then fails loudly at the boundary instead of corrupting the
+other; anything a decoder can raise on bad bytes (deep nesting, invalid UTF-8 included) and any
+framing fault is a :class:`ControlError`. :class:`FrameDecoder` is a pure incremental decoder
+shared by the asyncio and trio ends.
 
 Conversation::
 
@@ -35,9 +37,11 @@ from typing import Annotated
 
 import msgspec
 
+from psyche.net import framing
+from psyche.net.codec import MessageDecoder, encode_message_frame
+from psyche.net.errors import FrameError
 from psyche.p2p.errors import ControlError
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
-from psyche.protocol.untrusted import decode_untrusted
 
 __all__ = [
     "MAX_CONTROL_FRAME",
@@ -69,7 +73,6 @@ __all__ = [
     "encode_frame",
 ]
 
-LENGTH_BYTES = 4
 MAX_CONTROL_FRAME = 1 << 20
 """Largest control frame: a 4 KiB gossip message, or id lists for a few thousand peers."""
 MAX_PEERS = 4096
@@ -241,9 +244,14 @@ ParentMessage = (
 )
 HostMessage = Ready | Failed | Ack | Delivery | FetchDone | PeerStats
 
-_encoder = msgspec.msgpack.Encoder()
-_host_decoder = msgspec.msgpack.Decoder(HostMessage)
-_parent_decoder = msgspec.msgpack.Decoder(ParentMessage)
+decode_host: MessageDecoder[HostMessage] = MessageDecoder(
+    HostMessage, ControlError, "bad frame from the p2p host"
+)
+"""Decode a frame the host sent (parent side)."""
+decode_parent: MessageDecoder[ParentMessage] = MessageDecoder(
+    ParentMessage, ControlError, "bad frame from the p2p parent"
+)
+"""Decode a frame the parent sent (host side)."""
 
 
 def blob_path(blob_dir: Path, blob_hash: bytes) -> Path:
@@ -253,49 +261,21 @@ def blob_path(blob_dir: Path, blob_hash: bytes) -> Path:
 
 def encode_frame(msg: _Ctl) -> bytes:
     """One length-prefixed frame; refuses messages the other side would reject as oversize."""
-    body = _encoder.encode(msg)
-    if len(body) > MAX_CONTROL_FRAME:
-        raise ControlError(f"control frame of {len(body)} bytes exceeds {MAX_CONTROL_FRAME}")
-    return len(body).to_bytes(LENGTH_BYTES, "big") + body
+    try:
+        return encode_message_frame(msg, MAX_CONTROL_FRAME)
+    except FrameError as e:
+        raise ControlError(f"control {e}") from None
 
 
-def decode_host(payload: bytes) -> HostMessage:
-    """Decode a frame the host sent (parent side)."""
-    return decode_untrusted(
-        _host_decoder.decode, payload, ControlError, "bad frame from the p2p host"
-    )
-
-
-def decode_parent(payload: bytes) -> ParentMessage:
-    """Decode a frame the parent sent (host side)."""
-    return decode_untrusted(
-        _parent_decoder.decode, payload, ControlError, "bad frame from the p2p parent"
-    )
-
-
-class FrameDecoder:
-    """Incremental frame splitter: feed received bytes, get whole frame payloads back."""
+class FrameDecoder(framing.FrameDecoder):
+    """:class:`psyche.net.framing.FrameDecoder` for control frames: faults are ControlErrors."""
 
     def __init__(self, max_size: int = MAX_CONTROL_FRAME) -> None:
-        self._max = max_size
-        self._buf = bytearray()
+        super().__init__(max_size)
 
     def feed(self, data: bytes) -> list[bytes]:
         """Raises :class:`ControlError` as soon as a header announces an oversize frame."""
-        self._buf += data
-        frames: list[bytes] = []
-        while len(self._buf) >= LENGTH_BYTES:
-            length = int.from_bytes(self._buf[:LENGTH_BYTES], "big")
-            if length > self._max:
-                raise ControlError(f"control frame of {length} bytes exceeds {self._max}")
-            end = LENGTH_BYTES + length
-            if len(self._buf) < end:
-                break
-            frames.append(bytes(self._buf[LENGTH_BYTES:end]))
-            del self._buf[:end]
-        return frames
-
-    @property
-    def buffered(self) -> int:
-        """Bytes of an incomplete frame; non-zero at end of stream means a truncated frame."""
-        return len(self._buf)
+        try:
+            return super().feed(data)
+        except FrameError as e:
+            raise ControlError(f"control {e}") from None

@@ -6,7 +6,8 @@ fetcher never trusts a server: the announced length must fit ``max_size``, bytes
 they arrive, and only a file whose SHA-256 equals the requested hash is renamed into place
 (:func:`~psyche.p2p.control.blob_path`); partial files are always removed. A peer killed
 mid-transfer looks like a clean EOF to py-libp2p and a frozen one is never detected
-(DESIGN §7), hence the explicit length and a deadline on every attempt.
+(docs/architecture.md, "The libp2p host process"), hence the explicit length and a deadline on every
+attempt.
 
 Peers that sent a wrong hash, announced an oversize blob or refused us are excluded for the rest
 of that fetch; peers that were busy, did not have the blob yet, were slow or unreachable are

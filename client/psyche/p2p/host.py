@@ -1,16 +1,16 @@
 """The libp2p host process: ``python -m psyche.p2p.host --control-fd N --parent-pid P``.
 
-This process (with :mod:`.service`) is the only place that imports libp2p, and the only trio
-program in the client. The daemon (asyncio plus a GIL-heavy training thread) would starve an
-in-process host (DESIGN §7), so :class:`psyche.p2p.node.P2PNode` spawns this process and drives
-it over one end of a Unix socket pair (:mod:`psyche.p2p.control`); blobs are exchanged as files
-in a shared directory. The process exits when the parent says ``Shutdown``, when the control
-socket reaches EOF (the parent died or closed it), or, as a backstop for a wedged event loop,
-through ``PR_SET_PDEATHSIG`` (SIGTERM, handled outside the event loop) when the parent thread
+This process (with :mod:`.service`) is the only place that imports libp2p, and the only trio program
+in the client. The daemon (asyncio plus a GIL-heavy training thread) would starve an in-process host
+(docs/architecture.md, "The libp2p host process"), so :class:`psyche.p2p.node.P2PNode` spawns this
+process and drives it over one end of a Unix socket pair (:mod:`psyche.p2p.control`); blobs are
+exchanged as files in a shared directory. The process exits when the parent says ``Shutdown``, when
+the control socket reaches EOF (the parent died or closed it), or, as a backstop for a wedged event
+loop, through ``PR_SET_PDEATHSIG`` (SIGTERM, handled outside the event loop) when the parent thread
 that spawned it dies; in every case it deletes a blob dir the parent created for it. It ignores
 SIGINT so a Ctrl-C in the terminal is handled by the parent, which then stops it in order.
 
-The host follows the measured settings of DESIGN §7 exactly:
+The host follows the measured settings of docs/architecture.md, "The libp2p host process", exactly:
 
 * Noise is the only security transport (the default list also offers plaintext, which lets a
   dialer impersonate any peer id on stream protocols) and Yamux the only muxer (Mplex is ~7×
@@ -57,7 +57,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from psyche.p2p.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.control import Failed, Init, Ready, decode_parent
-from psyche.p2p.identity import libp2p_key_pair
+from psyche.p2p.peer_id import libp2p_key_pair
 from psyche.p2p.service import ControlChannel, HostService
 from psyche.protocol.identity import SecretKey
 

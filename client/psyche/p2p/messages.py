@@ -1,7 +1,8 @@
 """Signed gossip announcements: the schema of everything peers say on the run's topic.
 
-Gossip carries only small announcements (SPEC §4.4, §4.7, §6.2); payloads travel as blobs. An
-announcement is one of
+Gossip carries only small announcements (docs/protocol.md, "Training and publishing",
+"Finished and opportunistic witness" and "Gossip"); payloads travel as blobs. An announcement is
+one of
 
 * :class:`TrainingResult` — "I trained batch ``[batch_start, batch_end]`` at ``step``; the
   payload's SHA-256 is ``commitment.data_hash`` (signed), fetch blob ``blob_hash`` of
@@ -15,7 +16,7 @@ wrapped in a :class:`SignedAnnouncement` ``{from_key, payload, signature}`` wher
 is ed25519 over ``DOMAIN ‖ payload`` by ``from_key``, the sender's ``NodeIdentity.p2p_identity``.
 
 Two signatures protect a message. libp2p's strict message signing authenticates the libp2p
-originator (whose peer id is derived from the same key, see :mod:`psyche.p2p.identity`); this
+originator (whose peer id is derived from the same key, see :mod:`psyche.p2p.peer_id`); this
 one binds the payload to the coordinator-visible key independently of libp2p internals, and
 :func:`open_announcement` insists that both name the same key, so a peer cannot relay another
 client's announcement as its own or claim another client's key. The commitment inside a
@@ -39,7 +40,7 @@ from typing import Annotated
 import msgspec
 
 from psyche.p2p.errors import AnnouncementError
-from psyche.p2p.identity import peer_id_for
+from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.commitment import Commitment, sha256v
 from psyche.protocol.identity import SecretKey, verify_signature
 from psyche.protocol.untrusted import decode_untrusted
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 MAX_ANNOUNCEMENT = 4096
-"""Largest gossip message in bytes, as in the reference (SPEC §6.2)."""
+"""Largest gossip message in bytes, as in the reference (docs/protocol.md, "Gossip")."""
 DOMAIN = b"psyche-announcement-v1"
 """Signature domain: a signature made for anything else never verifies as an announcement."""
 
@@ -110,7 +111,10 @@ class Finished(_Payload, frozen=True):
     step: U32
     warmup: bool
     broadcast_merkle: Bytes32 = bytes(32)
-    """Merkle root of the previous round's broadcasts (informational, SPEC §11.14)."""
+    """Merkle root of the previous round's broadcasts (informational).
+
+    See docs/protocol.md, "Known flaws of the reference", flaw 14.
+    """
 
 
 class ModelAvailable(_Payload, frozen=True):
@@ -144,8 +148,11 @@ class Announcement:
 
 
 def gossip_topic(run_id: str) -> str:
-    """The run's gossip topic: the reference's ``sha256("psyche gossip" ‖ run_id)`` (SPEC §6.2),
-    as hex text under a ``psyche/`` prefix, so different runs never share a mesh."""
+    """The run's gossip topic: the reference's ``sha256("psyche gossip" ‖ run_id)``, as hex text
+    under a ``psyche/`` prefix, so different runs never share a mesh.
+
+    See docs/protocol.md, "Gossip".
+    """
     return "psyche/" + sha256v(b"psyche gossip", run_id.encode()).hex()
 
 

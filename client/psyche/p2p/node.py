@@ -1,16 +1,16 @@
 """The daemon's P2P node: an asyncio facade over a libp2p host running in a child process.
 
 Process boundary. The daemon runs asyncio plus a training thread that holds the GIL for long
-stretches; py-libp2p is pure-Python trio and, in that process, starves (DESIGN §7). So
-:meth:`P2PNode.start` spawns ``python -m psyche.p2p.host`` (via :mod:`psyche.p2p.process`)
-and talks to it over a Unix socket pair with small msgspec frames (:mod:`psyche.p2p.control`).
-This side never imports trio or libp2p. Blobs cross the boundary as files in a directory both
-processes use (a fresh one under ``/dev/shm`` when it exists, so handing over a payload is a
-memory copy): :meth:`P2PNode.serve` writes a file and registers it, a fetch leaves a verified
-file that this side reads. The child exits when told to, when its control socket reaches EOF
-(this process died), or via ``PR_SET_PDEATHSIG`` when the thread that started it dies — so start
-the node from the thread that runs the event loop for the node's whole life, as asyncio programs
-normally do. Starting takes seconds (importing py-libp2p alone does); start it early.
+stretches; py-libp2p is pure-Python trio and, in that process, starves (docs/architecture.md,
+"The libp2p host process"). So :meth:`P2PNode.start` spawns ``python -m psyche.p2p.host`` (via
+:mod:`psyche.p2p.process`) and talks to it over a Unix socket pair with small msgspec frames
+(:mod:`psyche.p2p.control`). This side never imports trio or libp2p. Blobs cross the boundary as
+files in a directory both processes use (a fresh one under ``/dev/shm`` when it exists, so handing
+over a payload is a memory copy): :meth:`P2PNode.serve` writes a file and registers it, a fetch
+leaves a verified file that this side reads. The child exits when told to, when its control socket
+reaches EOF (this process died), or via ``PR_SET_PDEATHSIG`` when the thread that started it dies —
+so start the node from the thread that runs the event loop for the node's whole life, as asyncio
+programs normally do. Starting takes seconds (importing py-libp2p alone does); start it early.
 
 What the node guarantees to the daemon:
 
@@ -40,7 +40,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -71,9 +70,10 @@ from psyche.p2p.errors import (
     NodeStopped,
     P2PError,
 )
-from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
+from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.process import HostProcess
+from psyche.p2p.transport import FetchResult
 from psyche.protocol.identity import SecretKey
 
 __all__ = ["FetchResult", "P2PNode"]
@@ -82,16 +82,6 @@ log = logging.getLogger(__name__)
 
 ANNOUNCEMENT_QUEUE = 4096
 """Deliveries buffered for :meth:`P2PNode.announcements`; beyond this the oldest are dropped."""
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    data: bytes
-    """The blob; ``sha256(data)`` equals the requested hash."""
-    from_peer: str
-    seconds: float
-    failures: list[tuple[str, str]]
-    """``(peer, reason)`` of every attempt that failed before the one that worked."""
 
 
 def _default_blob_root() -> str | None:

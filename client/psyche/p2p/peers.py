@@ -1,4 +1,6 @@
-"""Per-peer latency and bandwidth, and the order in which to ask peers for a blob (SPEC §6.4).
+"""Per-peer latency and bandwidth, and the order in which to ask peers for a blob.
+
+See docs/protocol.md, "P2P model sharing".
 
 The host process measures every peer it talks to: round-trip time from a small ping protocol
 every few seconds, and throughput from every blob it downloads. A download asks peers in the

@@ -144,7 +144,9 @@ class HostService:
             msg = await subscription.get()
             origin = ID(msg.from_id).to_base58()
             if origin == self.me:
-                continue  # the daemon applies its own announcements directly (SPEC §4.4)
+                # The daemon applies its own announcements directly (docs/protocol.md,
+                # "Training and publishing").
+                continue
             try:
                 self.deliveries_in.send_nowait(Delivery(from_peer=origin, data=msg.data))
             except trio.WouldBlock:

@@ -1,9 +1,12 @@
-"""The witness bloom filter: our improved variant of the reference's ``Bloom<16, 8>`` (SPEC §2.1).
+"""The witness bloom filter: our improved variant of the reference's ``Bloom<16, 8>``.
 
-Witnesses fold "which trainers delivered" and "which payload hashes arrived" into bloom filters
-and send them to the coordinator, which counts votes from them. The reference uses 1024 bits
-for up to 256 items, a false-positive rate of ~31 % at full size (SPEC §11.2), which makes
-health checks and consensus unreliable in large runs. We change two things:
+See docs/protocol.md, "Bloom filter".
+
+Witnesses fold "which trainers delivered" and "which payload hashes arrived" into bloom filters and
+send them to the coordinator, which counts votes from them. The reference uses 1024 bits for up to
+256 items, a false-positive rate of ~31 % at full size (docs/protocol.md,
+"Known flaws of the reference", flaw 2), which makes health checks and consensus unreliable in large
+runs. We change two things:
 
 * **3072 bits** (48 u64 words), still 8 hash functions. With ``n`` items the false-positive
   rate is about ``(1 - e^(-8n/3072))^8``: ~0.3 % at n = 256 (the maximum number of clients),

@@ -1,4 +1,6 @@
-"""SHA-256 helpers and signed payload commitments (SPEC §3.4).
+"""SHA-256 helpers and signed payload commitments.
+
+See docs/protocol.md, "Commitments and payload hashing".
 
 A ``Commitment`` is what a trainer gossips before peers download its payload: the payload's
 SHA-256 ``data_hash`` and an ed25519 signature over exactly those 32 bytes, made with the sender's

@@ -1,4 +1,6 @@
-"""Committee and witness selection for one round (SPEC §3.2).
+"""Committee and witness selection for one round.
+
+See docs/protocol.md, "Committee and witness selection".
 
 Every client computes the same roles from public inputs only (the round's ``random_seed`` and
 client count), so nobody has to announce roles and anyone can check a claimed role from a small
@@ -12,8 +14,9 @@ witnesses is ``min(total_nodes, witness_nodes or 32)``.
 
 Verification differs from the reference in one deliberate way: malformed or out-of-range proofs
 return ``False`` instead of panicking (on chain a panic aborts the transaction; here it would crash
-a server on peer input). The seed is grindable on Solana (SPEC §11.8); that is a property of how
-``random_seed`` is drawn, not of this module.
+a server on peer input). The seed is grindable on Solana (docs/protocol.md,
+"Known flaws of the reference", flaw 8); that is a property of how ``random_seed`` is drawn, not of
+this module.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which samples each trainer trains in a round (SPEC §3.3).
+"""Which samples each trainer trains in a round (docs/protocol.md, "Data assignment").
 
 Assignment is a pure function of public round data (clients, seed, data index, batch size), so
 every client, the data server and the witnesses agree on it without messages. The round's samples
@@ -13,7 +13,8 @@ Trade-offs and deliberate limits:
   validation requires ``verification_percent == 0`` (and no tie-breakers) so this cannot happen
   in a valid run.
 * When ``batch_size`` is smaller than the number of trainers, the last trainers in the shuffled
-  order get no interval and no entry (SPEC §11.7: they then look unhealthy to witnesses).
+  order get no interval and no entry (they then look unhealthy to witnesses: docs/protocol.md,
+  "Known flaws of the reference", flaw 7).
 * With zero trainers the result is empty instead of the reference's division by zero.
 
 **Retries** (docs/protocol.md, "no lost work"): a round may re-assign up to a few intervals of

@@ -1,4 +1,6 @@
-"""Node identities and ed25519 keys (SPEC §1.3, §3.4).
+"""Node identities and ed25519 keys.
+
+See docs/protocol.md, "Coordinator state" and "Commitments and payload hashing".
 
 A ``NodeIdentity`` pairs the key that signs coordinator transactions (``signer``, a Solana wallet
 on chain) with the key that signs P2P traffic (``p2p_identity``). Equality and hashing use only

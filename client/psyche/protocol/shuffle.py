@@ -1,4 +1,6 @@
-"""Deterministic shuffles every client must reproduce bit for bit (SPEC §3.1, §3.3).
+"""Deterministic shuffles every client must reproduce bit for bit.
+
+See docs/protocol.md, "Swap-or-not shuffle" and "Data assignment".
 
 Two different shuffles are used, for two different jobs:
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from psyche.events import EventTail
-from psyche.protocol.runconfig import RunConfig
+from psyche.events import EventTail, StateEvent
+from psyche.protocol.run_file import RunConfig
 from psyche.testnet.summary import ClientTally, Summary, build_summary, plot_losses
 
 __all__ = ["LocalTestnet", "NetOptions", "Proc", "epochs_completed", "finish", "stop_processes"]
@@ -74,12 +74,12 @@ class LocalTestnet:
     """Clients killed on purpose and not to be restarted."""
     _tail: EventTail | None = None
 
-    def states(self) -> list[dict[str, Any]]:
+    def states(self) -> list[StateEvent]:
         """Every coordinator state logged so far (read incrementally)."""
         if self._tail is None:
             self._tail = EventTail(self.states_file)
         self._tail.poll()
-        return [e for e in self._tail.events if e.get("event") == "state"]
+        return [e for e in self._tail.events if isinstance(e, StateEvent)]
 
     def client_log(self, label: str) -> Path:
         return self.out / "events" / f"{label}.jsonl"
@@ -156,7 +156,7 @@ class LocalTestnet:
                 if on_tick is not None and on_tick(self):
                     break
                 states = self.states()
-                last = states[-1]["run_state"] if states else ""
+                last = states[-1].run_state if states else ""
                 if last in ("Finished", "Paused"):
                     break
                 if o.epochs is not None and epochs_completed(states) >= o.epochs:
@@ -221,11 +221,11 @@ def stop_processes(procs: Sequence[Proc], grace_s: float = 15.0) -> None:
         p.log.close()
 
 
-def epochs_completed(states: list[dict[str, Any]]) -> int:
+def epochs_completed(states: list[StateEvent]) -> int:
     return sum(
         1
         for a, b in itertools.pairwise(states)
-        if a["run_state"] == "Cooldown" and b["run_state"] != "Cooldown"
+        if a.run_state == "Cooldown" and b.run_state != "Cooldown"
     )
 
 

@@ -124,4 +124,4 @@ class ChainFollower:
         if snap.nonce <= self._nonce:
             return
         self._nonce = snap.nonce
-        self.events.write("state", nonce=snap.nonce, **state_event(snap.coordinator))
+        self.events.write(state_event(snap.coordinator, nonce=snap.nonce))

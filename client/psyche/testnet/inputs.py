@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from psyche.protocol.config import LLM, HubCheckpoint, LocalData, ServerData
-from psyche.protocol.runconfig import RunConfig, load_data_config
+from psyche.protocol.locations import HubCheckpoint, LocalData, ServerData
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import RunConfig, load_data_config
 
 __all__ = ["prepare_local_inputs"]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.run_file import load_run_config
 from psyche.testnet.base import LocalTestnet, NetOptions, Proc, epochs_completed, finish
 from psyche.testnet.inputs import prepare_local_inputs
 

@@ -45,10 +45,11 @@ from pathlib import Path
 import httpx
 from solders.keypair import Keypair
 
-from psyche.events import read_events
-from psyche.p2p.identity import peer_id_for
-from psyche.protocol.config import LLM, ServerData
-from psyche.protocol.runconfig import load_run_config
+from psyche.events import TransactionEvent, read_events
+from psyche.p2p.peer_id import peer_id_for
+from psyche.protocol.locations import ServerData
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import load_run_config
 from psyche.testnet.base import LocalTestnet, NetOptions, Proc
 from psyche.testnet.chain import ChainFollower
 from psyche.testnet.envfile import read_env_file, write_env_file
@@ -332,7 +333,7 @@ class SolanaTestnet(LocalTestnet):
         sigs = list(self.setup_signatures)
         for label in sorted(self.tallies):
             events = read_events(self.client_log(label))
-            sigs += [e["signature"] for e in events if e.get("event") == "transaction"]
+            sigs += [e.signature for e in events if isinstance(e, TransactionEvent)]
         try:
             calls = tally_program_calls(self.rpc_url, sigs, program_ids())
         except (httpx.HTTPError, ValueError) as e:

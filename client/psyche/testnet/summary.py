@@ -23,7 +23,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from psyche.events import read_events
+from psyche.events import (
+    ApplyEvent,
+    ModelLoadedEvent,
+    RejectionsEvent,
+    StateEvent,
+    TrainEvent,
+    read_events,
+)
 from psyche.p2p.rejections import merge_counts
 
 
@@ -72,24 +79,24 @@ def build_summary(
 ) -> Summary:
     """``client_logs`` maps a launcher label (client-1 …) to its event log; ``tallies`` holds
     the launcher's own counts of process starts and kills, by the same label."""
-    states = [e for e in read_events(server_events) if e.get("event") == "state"]
-    train: dict[tuple[int, str], dict[str, Any]] = {}
+    states = [e for e in read_events(server_events) if isinstance(e, StateEvent)]
+    train: dict[tuple[int, str], TrainEvent] = {}
     apply: dict[tuple[int, str], str] = {}
     ids: dict[str, str] = {}
-    loads: list[dict[str, Any]] = []
-    rejected: dict[str, dict[tuple[Any, Any], dict[str, int]]] = defaultdict(dict)
+    loads: list[tuple[str, ModelLoadedEvent]] = []
+    rejected: dict[str, dict[tuple[int, float], dict[str, int]]] = defaultdict(dict)
     for label, path in client_logs.items():
         for e in read_events(path):
-            ids[e["client"]] = label
-            if e["event"] == "rejections":
+            ids[e.client] = label
+            if isinstance(e, RejectionsEvent):
                 # Cumulative per process: the last event of each process counts.
-                rejected[label][(e.get("pid"), e.get("since"))] = e.get("counts") or {}
-            elif e["event"] == "model_loaded":
-                loads.append({**e, "label": label})
-            elif e["event"] == "train":
-                train[(e["step"], e["client"])] = e
-            elif e["event"] == "apply":
-                apply[(e["step"], e["client"])] = e["model_hash"]
+                rejected[label][(e.pid, e.since)] = e.counts
+            elif isinstance(e, ModelLoadedEvent):
+                loads.append((label, e))
+            elif isinstance(e, TrainEvent):
+                train[(e.step, e.client)] = e
+            elif isinstance(e, ApplyEvent):
+                apply[(e.step, e.client)] = e.model_hash
     # Copies: drops are counted here, and the launcher rebuilds the summary while the run goes
     # on; counting into its own tallies would add the same drops again at every rebuild.
     out = Summary(
@@ -103,38 +110,38 @@ def build_summary(
     prev_state: str | None = None
     prev_clients: dict[str, str] = {}
     for e in states:
-        key = (e["epoch"], e["step"])
-        if e["run_state"] == "RoundTrain" and key not in rounds:
+        key = (e.epoch, e.step)
+        if e.run_state == "RoundTrain" and key not in rounds:
             rounds[key] = {
-                "epoch": e["epoch"],
-                "step": e["step"],
-                "height": e["height"],
-                "started_at": e["t"],
+                "epoch": e.epoch,
+                "step": e.step,
+                "height": e.height,
+                "started_at": e.t,
                 "end_reason": "timeout",
                 "witnesses": 0,
-                "retries": e.get("retries", []),
-                "_target": e["witness_target"],
+                "retries": [list(b) for b in e.retries],
+                "_target": e.witness_target,
             }
             order.append(key)
-        if e["run_state"] in ("RoundTrain", "RoundWitness") and key in rounds:
+        if e.run_state in ("RoundTrain", "RoundWitness") and key in rounds:
             r = rounds[key]
-            r["witnesses"] = max(r["witnesses"], e["witnesses"])
-            if e["run_state"] == "RoundWitness" and "_ended_at" not in r:
-                r["_ended_at"] = e["t"]
-                if e["witnesses"] >= r["_target"]:
+            r["witnesses"] = max(r["witnesses"], e.witnesses)
+            if e.run_state == "RoundWitness" and "_ended_at" not in r:
+                r["_ended_at"] = e.t
+                if e.witnesses >= r["_target"]:
                     r["end_reason"] = "opportunistic"
-        if prev_state == "Cooldown" and e["run_state"] != "Cooldown":
+        if prev_state == "Cooldown" and e.run_state != "Cooldown":
             out.epochs_completed += 1
-        for cid, st in e["clients"].items():
+        for cid, st in e.clients.items():
             if st != "Healthy" and prev_clients.get(cid) == "Healthy" and cid in ids:
                 out.clients[ids[cid]].drops += 1
-        prev_clients = e["clients"]
-        prev_state = e["run_state"]
-        out.final_state = e["run_state"]
+        prev_clients = e.clients
+        prev_state = e.run_state
+        out.final_state = e.run_state
     next_start = {k: rounds[n]["started_at"] for k, n in itertools.pairwise(order)}
-    last_t = states[-1]["t"] if states else 0.0
+    last_t = states[-1].t if states else 0.0
     # Index the client events by step once (the summary is rebuilt while a run goes on).
-    train_at: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    train_at: dict[int, list[tuple[str, TrainEvent]]] = defaultdict(list)
     for (s, c), t in train.items():
         train_at[s].append((c, t))
     apply_at: dict[int, list[tuple[str, str]]] = defaultdict(list)
@@ -144,8 +151,8 @@ def build_summary(
         r = rounds[key]
         end = next_start.get(key, r.get("_ended_at", last_t))
         step = r["step"]
-        losses = {ids[c]: t["loss"] for c, t in train_at[step] if c in ids}
-        compute = [t["compute_s"] for _, t in train_at[step]]
+        losses = {ids[c]: t.loss for c, t in train_at[step] if c in ids}
+        compute = [t.compute_s for _, t in train_at[step]]
         out.rounds.append(
             {
                 "epoch": r["epoch"],
@@ -157,7 +164,7 @@ def build_summary(
                 "end_reason": r["end_reason"],
                 "witnesses": r["witnesses"],
                 "retries": r["retries"],
-                "trained": sorted(t["batch"] for _, t in train_at[step] if "batch" in t),
+                "trained": sorted(list(t.batch) for _, t in train_at[step]),
                 "loss": dict(sorted(losses.items())),
                 "model_hash": dict(sorted((ids[c], h) for c, h in apply_at[step] if c in ids)),
             }
@@ -170,9 +177,9 @@ def build_summary(
 
 
 def epoch_entries(
-    states: list[dict[str, Any]],
+    states: list[StateEvent],
     rounds: list[dict[str, Any]],
-    loads: list[dict[str, Any]],
+    loads: list[tuple[str, ModelLoadedEvent]],
     ids: dict[str, str],
     tallies: dict[str, ClientTally],
 ) -> list[dict[str, Any]]:
@@ -184,25 +191,27 @@ def epoch_entries(
 
     An epoch's window runs from its first logged state to the first state of the next epoch;
     a client's load belongs to the epoch whose window holds the ``model_loaded`` event."""
-    by_epoch: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_epoch: dict[int, list[StateEvent]] = defaultdict(list)
     for e in states:
-        by_epoch[e["epoch"]].append(e)
+        by_epoch[e.epoch].append(e)
     epochs = sorted(by_epoch)
     # Clients started before the run's first Warmup are its founders; later starts are joiners.
-    first_t = next((e["t"] for e in states if e["run_state"] == "Warmup"), float("inf"))
+    first_t = next((e.t for e in states if e.run_state == "Warmup"), float("inf"))
     out: list[dict[str, Any]] = []
     for i, epoch in enumerate(epochs):
         es = by_epoch[epoch]
-        start = es[0]["t"]
-        end = by_epoch[epochs[i + 1]][0]["t"] if i + 1 < len(epochs) else None
-        warmup = next((e["t"] for e in es if e["run_state"] == "Warmup"), None)
-        trained = [e for e in es if e["run_state"] in ("RoundTrain", "RoundWitness")]
-        members = sorted({ids[c] for e in trained for c in e["clients"] if c in ids})
+        start = es[0].t
+        end = by_epoch[epochs[i + 1]][0].t if i + 1 < len(epochs) else None
+        warmup = next((e.t for e in es if e.run_state == "Warmup"), None)
+        trained = [e for e in es if e.run_state in ("RoundTrain", "RoundWitness")]
+        members = sorted({ids[c] for e in trained for c in e.clients if c in ids})
         steps = [r["step"] for r in rounds if r["epoch"] == epoch]
-        in_window = [ld for ld in loads if ld["t"] >= start and (end is None or ld["t"] < end)]
+        in_window = [
+            (label, ld) for label, ld in loads if ld.t >= start and (end is None or ld.t < end)
+        ]
         joiners = []
-        for ld in sorted(in_window, key=lambda ld: ld["t"]):
-            starts = [t for t in tallies.get(ld["label"], ClientTally()).started_at if t <= ld["t"]]
+        for label, ld in sorted(in_window, key=lambda x: x[1].t):
+            starts = [t for t in tallies.get(label, ClientTally()).started_at if t <= ld.t]
             # A founder is a client's first process, started before the run's first Warmup. A
             # restart is a joiner even when it came back before that Warmup (a kill while the
             # run still waited for members, as a slow machine makes likely): its kill counts in
@@ -211,14 +220,12 @@ def epoch_entries(
                 continue
             joiners.append(
                 {
-                    "client": ld["label"],
-                    "source": ld.get("source"),
-                    "peers": len(ld.get("peers") or []),
-                    "ready_s": round(ld["t"] - max(starts), 3),
-                    "ready_after_warmup_s": (
-                        round(ld["t"] - warmup, 3) if warmup is not None else None
-                    ),
-                    "fetch_s": ld.get("seconds"),
+                    "client": label,
+                    "source": ld.source,
+                    "peers": len(ld.peers),
+                    "ready_s": round(ld.t - max(starts), 3),
+                    "ready_after_warmup_s": round(ld.t - warmup, 3) if warmup is not None else None,
+                    "fetch_s": ld.seconds,
                 }
             )
         kills = sorted(
@@ -234,12 +241,12 @@ def epoch_entries(
                 "duration_s": round(end - start, 3) if end is not None else None,
                 "steps": [min(steps), max(steps)] if steps else [],
                 "clients": members,
-                "checkpoint": es[0].get("checkpoint"),
-                "model_sources": {ld["label"]: ld.get("source") for ld in in_window},
+                "checkpoint": es[0].checkpoint,
+                "model_sources": {label: ld.source for label, ld in in_window},
                 "joiners": joiners,
                 "kills": [{"client": label, "after_s": dt} for dt, label in kills],
                 "checkpoint_after": (
-                    by_epoch[epochs[i + 1]][0].get("checkpoint") if i + 1 < len(epochs) else None
+                    by_epoch[epochs[i + 1]][0].checkpoint if i + 1 < len(epochs) else None
                 ),
             }
         )

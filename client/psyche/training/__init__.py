@@ -1,9 +1,10 @@
 """The model/training layer: build and load models, run DisTrO train steps, hash weights.
 
-Modules: `presets` (random Llama models for tests and demos) and `tokenizer` (a byte tokenizer
-that needs no download), `loading` (local directories, the HF Hub, P2P tensors), `trainer` (the
-train step of SPEC §5.3 around an injected `psyche.distro.Distro`), `schedule` (LR with the
-cold-start factor), `hashing` (bit-exact weight hashes), `device` (device, dtype, determinism).
+Modules: `presets` (random Llama models for tests and demos) and `tokenizer` (a byte tokenizer that
+needs no download), `loading` (local directories, the HF Hub, P2P tensors), `trainer` (the train
+step of docs/distro.md, "Train step", around an injected `psyche.distro.Distro`), `schedule` (LR
+with the cold-start factor), `hashing` (bit-exact weight hashes), `device` (device, dtype,
+determinism).
 
 Imports only `psyche.protocol` and `psyche.distro` from this package.
 """

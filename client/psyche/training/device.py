@@ -1,7 +1,7 @@
 """Where and in which precision a model trains, and the switches that make training repeatable.
 
-Honest clients must end every round with bit-identical weights (DESIGN §4), which needs two
-things from this module:
+Honest clients must end every round with bit-identical weights (docs/architecture.md, "Invariants"),
+which needs two things from this module:
 
 - the same dtype everywhere for a given device kind: bf16 on CUDA (as the reference, whose models
   are bf16), fp32 on CPU, where bf16 matmuls are slow and tests want exact arithmetic;
@@ -22,7 +22,10 @@ __all__ = ["DEFAULT_SEED", "DeviceKind", "default_dtype", "enable_determinism", 
 DeviceKind = Literal["auto", "cpu", "cuda"]
 
 DEFAULT_SEED = 1337
-"""The reference client seeds torch with this before building its trainers (SPEC §4.2)."""
+"""The reference client seeds torch with this before building its trainers.
+
+See docs/protocol.md, "Warmup".
+"""
 
 
 def pick_device(kind: str = "auto") -> torch.device:

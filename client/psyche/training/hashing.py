@@ -1,10 +1,12 @@
 """A content hash of a model's weights, to prove that clients agree bit for bit.
 
-The reference never compares weights between clients (SPEC §11 item 14), so a client that drifts
-goes unnoticed. `model_hash` is cheap enough to run after every round in tests and demos, and it
-is independent of device, memory layout and process: it hashes values, not storage.
+The reference never compares weights between clients (docs/protocol.md,
+"Known flaws of the reference", flaw 14), so a client that drifts goes unnoticed. `model_hash` is
+cheap enough to run after every round in tests and demos, and it is independent of device, memory
+layout and process: it hashes values, not storage.
 
-Encoding, fed to SHA-256 in ascending order of parameter name (the order DisTrO uses, SPEC §5):
+Encoding, fed to SHA-256 in ascending order of parameter name (the order DisTrO uses,
+docs/distro.md):
 
     "psyche-model-hash-v1"
     then per parameter: field(name, UTF-8) | field(dtype, e.g. "bfloat16") |

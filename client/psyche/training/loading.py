@@ -8,9 +8,11 @@ model from `psyche model init` are read by exactly the same code:
 - the Hub (`HubRepo`/`HubCheckpoint`): as the reference, a `repo_id` that names an existing
   directory with no revision is that directory; anything else is fetched with
   `snapshot_download` into the HF cache and loaded from the snapshot;
-- `model_from_state_dict`: a config JSON and tensors received over P2P (SPEC §6.4).
+- `model_from_state_dict`: a config JSON and tensors received over P2P (docs/protocol.md,
+  "P2P model sharing").
 
-Safety and strictness, since checkpoints may come from untrusted peers (SPEC §11 item 4):
+Safety and strictness, since checkpoints may come from untrusted peers (docs/protocol.md,
+"Known flaws of the reference", flaw 4):
 
 - only safetensors are read (never pickle-based `pytorch_model.bin`), and no repository code is
   downloaded or run (`*.py` is not fetched, `trust_remote_code` is never set);
@@ -45,7 +47,8 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from psyche.protocol.config import Checkpoint, HubCheckpoint, HubRepo, LLMArchitecture
+from psyche.protocol.locations import Checkpoint, HubCheckpoint, HubRepo
+from psyche.protocol.model import LLMArchitecture
 from psyche.training.errors import ModelLoadError
 
 __all__ = [

@@ -2,8 +2,9 @@
 
 After a pause the run resumes from a checkpoint with fresh DisTrO residuals, and large sign-SGD
 steps on a cold residual would undo progress, so the reference ramps the LR back in linearly over
-`cold_start_warmup_steps` steps (SPEC §1.11). The factor multiplies every LR lookup a round makes:
-the train LR, the lookahead's `prev_lr` and the apply LR, so all three stay consistent.
+`cold_start_warmup_steps` steps (docs/protocol.md, "Batch size, data index and cold start"). The
+factor multiplies every LR lookup a round makes: the train LR, the lookahead's `prev_lr` and the
+apply LR, so all three stay consistent.
 
 The bounds `(start, end)` come from the coordinator: `start` is the first step of the cold-start
 epoch and `end = start + cold_start_warmup_steps`; they exist only while a cold start is in effect.
@@ -11,7 +12,7 @@ epoch and `end = start + cold_start_warmup_steps`; they exist only while a cold 
 
 from __future__ import annotations
 
-from psyche.protocol.config import LearningRateSchedule
+from psyche.protocol.lr_schedules import LearningRateSchedule
 
 __all__ = ["cold_start_factor", "lr_for_step", "prev_lr_for_step"]
 

@@ -1,4 +1,6 @@
-"""One client's train step: forward/backward over micro-batches wrapped in DisTrO (SPEC §5.3).
+"""One client's train step: forward/backward over micro-batches wrapped in DisTrO.
+
+See docs/distro.md, "Train step".
 
 A round for the trainer is `train_step` (produce this client's payload for its batch) and, at the
 start of a later round, `apply_step` (the sign-SGD step on the consensus payloads, run by every
@@ -7,7 +9,7 @@ here is arranged to keep them so:
 
 - the lookahead is undone by the optimizer restoring a saved copy, and a cancelled or failed step
   restores it too, so a client that gives up on a round is bit-identical to before the step (the
-  reference left the lookahead applied, SPEC §11 item 13);
+  reference left the lookahead applied; docs/protocol.md, "Known flaws of the reference", flaw 13);
 - micro-batches are processed in order with the loss scaled by `1/#micro-batches`, so the
   gradient does not depend on how a batch is split beyond float rounding;
 - with `grad_accum_fp32`, bf16 gradients are summed in fp32 buffers and rounded once at the end;
@@ -29,7 +31,7 @@ from typing import Protocol
 import torch
 
 from psyche.distro import DistroConfig, Payload, encode_payload
-from psyche.protocol.config import DistroOptimizer
+from psyche.protocol.optimizers import DistroOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
 
@@ -114,7 +116,10 @@ class Trainer:
         self.device = device
         self.grad_accum_fp32 = grad_accum_fp32
         self.trainer_nonce = 0
-        """Train steps started since this trainer was built (sent in payloads, SPEC §5.5)."""
+        """Train steps started since this trainer was built, sent in payloads.
+
+        See docs/distro.md, "Payload format".
+        """
 
     def _check_batch(self, batch: torch.Tensor) -> torch.Tensor:
         if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < 2:

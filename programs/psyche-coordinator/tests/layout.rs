@@ -107,8 +107,8 @@ fn pod_layout_equals_borsh() {
     assert_eq!(RunMetadata::try_from_slice(bytemuck::bytes_of(&meta)).unwrap(), meta);
 }
 
-/// `client/psyche/coordinator/wire.py`: proof (u64, u64, u8), two 392-byte blooms, then the
-/// metadata (step u32, four f32, u32 count, (u8, f32) per eval).
+/// The client's witness arguments (built from the IDL): proof (u64, u64, u8), two 392-byte
+/// blooms, then the metadata (step u32, four f32, u32 count, (u8, f32) per eval).
 #[test]
 fn witness_argument_encoding() {
     let arg = WitnessArg {

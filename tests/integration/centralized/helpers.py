@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from psyche.backends.centralized.client import CentralizedBackend
+from psyche.backends.centralized.backend import CentralizedBackend
 from psyche.coordinator import Coordinator, RunState, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof

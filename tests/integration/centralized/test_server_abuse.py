@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from psyche.backends.centralized.app import load_coordinator
-from psyche.backends.centralized.hub import Hub
 from psyche.backends.centralized.protocol import (
     MAX_CLIENT_FRAME,
     MAX_SERVER_FRAME,
@@ -37,6 +36,7 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
+from psyche.backends.centralized.run_host import Hub
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator import ClientState, Coordinator, RunState, Witness
 from psyche.protocol.bloom import Bloom

@@ -26,8 +26,8 @@ from psyche.backends.centralized.protocol import (
     frame,
 )
 from psyche.coordinator import ClientState, Coordinator, RunState, WitnessMetadata
+from psyche.data.server_messages import RejectReason
 from psyche.data.tcp_client import DataRequestRejected, TcpDataProvider
-from psyche.data.wire import RejectReason
 from psyche.protocol.data_selection import assign_data_for_state
 from psyche.protocol.identity import SecretKey
 

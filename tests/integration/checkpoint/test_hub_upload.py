@@ -18,7 +18,7 @@ from psyche.checkpoint.hub import HubUploadError, upload_checkpoint
 from psyche.checkpoint.local import save_checkpoint
 from psyche.daemon.checkpointing import Checkpointer, CheckpointOptions
 from psyche.events import EventLog
-from psyche.protocol.config import Checkpoint, HubCheckpoint, HubRepo
+from psyche.protocol.locations import Checkpoint, HubCheckpoint, HubRepo
 
 from .fake_hub import FakeHub
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from psyche.checkpoint.manifest import build_snapshot
-from psyche.checkpoint.p2p import Choice, ModelSharer, PeerFetchError, fetch_snapshot
+from psyche.checkpoint.p2p import Choice, PeerFetchError, SnapshotServer, fetch_snapshot
 from psyche.p2p.node import P2PNode
 from psyche.protocol.identity import SecretKey
 from psyche.training.hashing import tensors_hash
@@ -70,7 +70,7 @@ def test_joiner_fetches_from_several_peers_past_liars_and_a_vanishing_peer(
                 piece_size=256 << 10,
             )
             for node in (honest1, honest2):
-                ModelSharer(node).share(snap)
+                SnapshotServer(node).share(snap)
             liar.serve(snap.manifest_bytes)
             _lie(liar, snap.pieces, [p.sha256 for p in snap.manifest.pieces], tmp_path / "lies")
             choice = Choice(

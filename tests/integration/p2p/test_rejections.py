@@ -2,7 +2,7 @@
 peer and kind, and an honest result still gets through (issue 12, finding 8).
 
 The victim is a real :class:`P2PNode` (with its own host child process) feeding a real
-:class:`ClientDaemon`'s gossip loop; the daemon's view is a simulated first training round whose
+:class:`RoundEngine`'s gossip router; the daemon's view is a simulated first training round whose
 clients are the victim, an honest peer and a rogue peer (real keys). Around it:
 
 * the rogue, a client of the epoch, sends bursts of announcements no honest client sends
@@ -35,9 +35,10 @@ import torch
 
 from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.sim import Sim
-from psyche.daemon.client import ClientDaemon
+from psyche.daemon.engine import RoundEngine
+from psyche.daemon.epoch import EpochView
+from psyche.daemon.parts import ModelKit, client_parts
 from psyche.daemon.rounds import RoundState, round_state_for
-from psyche.daemon.state import EpochView, Trained
 from psyche.distro import (
     DistroConfig,
     DistroResult,
@@ -48,8 +49,7 @@ from psyche.distro import (
     encode_payload,
     payload_hash,
 )
-from psyche.events import EventLog, read_events
-from psyche.p2p.identity import peer_id_for
+from psyche.events import EventLog, RejectionsEvent, read_events
 from psyche.p2p.messages import (
     Finished,
     ModelAvailable,
@@ -58,10 +58,11 @@ from psyche.p2p.messages import (
     sign_announcement,
 )
 from psyche.p2p.node import P2PNode
+from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.run_file import load_run_config
 
 pytestmark = pytest.mark.slow
 
@@ -179,20 +180,20 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
                 await nodes[n].connect(victim.listen_addrs)
             for n in ("honest", "rogue", "outsider"):
                 await nodes[n].wait_for_gossip_peers(1, 30)
-            daemon = ClientDaemon(
+            parts = client_parts(
                 key=keys["victim"],
                 backend=_Unused(),  # type: ignore[arg-type]
-                directory=_Unused(),  # type: ignore[arg-type]
-                p2p=victim,
+                transport=victim,
                 load=lambda c, r: None,  # type: ignore[arg-type,return-value]
                 events=EventLog(tmp_path / "victim.jsonl", keys["victim"].public_key().hex()),
             )
-            daemon.coord = coord
-            daemon.view = EpochView(
+            daemon = RoundEngine(parts, _Unused())  # type: ignore[arg-type]
+            daemon.held.coord = coord
+            daemon.held.epoch = EpochView(
                 coord.progress.epoch, rounds={state.height: state, later.height: later}
             )
-            daemon.trained = Trained(trainer=None, spec=SPEC, data=None)  # type: ignore[arg-type]
-            gossip = asyncio.create_task(daemon._gossip_loop())
+            daemon.held.kit = ModelKit(trainer=None, spec=SPEC, data=None)  # type: ignore[arg-type]
+            gossip = asyncio.create_task(daemon.gossip.run())
 
             # Oversized gossip, from a raw host (a P2PNode refuses to send it).
             proc = subprocess.Popen(
@@ -279,7 +280,7 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
                     break
             else:
                 raise AssertionError("the honest result was never fetched")
-            daemon._report_rejections()
+            daemon.report_rejections()
             return {
                 "counts": daemon.rejection_counts(),
                 "honest": state.results[honest_batch].payload,
@@ -328,5 +329,5 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
     assert not any(peer["honest"] in ln for ln in [*daemon_lines, *host])
 
     # The counts reach the event log the testnet summary is built from.
-    events = [e for e in read_events(tmp_path / "victim.jsonl") if e["event"] == "rejections"]
-    assert events and events[-1]["counts"] == counts
+    events = [e for e in read_events(tmp_path / "victim.jsonl") if isinstance(e, RejectionsEvent)]
+    assert events and events[-1].counts == counts

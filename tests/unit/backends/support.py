@@ -4,23 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.run_host import Hub
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import RunState, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
-from psyche.protocol.config import (
-    LLM,
-    ConstantLR,
-    CoordinatorConfig,
-    DistroOptimizer,
-    DummyData,
-    HubCheckpoint,
-    HubRepo,
-    LLMArchitecture,
-    LLMDataType,
-)
+from psyche.protocol.coordinator_config import CoordinatorConfig
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import DummyData, HubCheckpoint, HubRepo
+from psyche.protocol.lr_schedules import ConstantLR
+from psyche.protocol.model import LLM, LLMArchitecture, LLMDataType
+from psyche.protocol.optimizers import DistroOptimizer
 
 T0 = 1_700_000_000
 

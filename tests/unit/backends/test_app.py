@@ -18,14 +18,14 @@ from psyche.backends.centralized.app import (
     data_authorization,
     load_coordinator,
 )
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.run_host import Hub
 from psyche.backends.centralized.server import CentralizedServer
 from psyche.backends.centralized.state_store import StateStore
 from psyche.backends.centralized.status import render_status
 from psyche.cli.server import server as server_cli
 from psyche.coordinator.sim import sim_identity
 from psyche.coordinator.types import ClientState, RunState
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.strict_obj import ConfigError
 
 from .support import Clock, make_coordinator
 

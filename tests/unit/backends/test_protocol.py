@@ -32,12 +32,12 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
-from psyche.coordinator import serde
+from psyche.coordinator import state_json as serde
 from psyche.coordinator.sim import sim_identity
 from psyche.coordinator.types import EvalResult, Witness, WitnessMetadata
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
-from psyche.protocol.config import GcsCheckpoint, GcsRepo, HubCheckpoint, HubRepo
+from psyche.protocol.locations import GcsCheckpoint, GcsRepo, HubCheckpoint, HubRepo
 
 from .support import make_coordinator
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from psyche.backends.base import Backend, BackendClosedError, BackendError, JoinRejectedError
-from psyche.backends.centralized.client import CentralizedBackend, IncompatibleServerError
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.backend import CentralizedBackend, IncompatibleServerError
 from psyche.backends.centralized.protocol import MAX_SERVER_FRAME, Challenge, frame
+from psyche.backends.centralized.run_host import Hub
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator.types import ClientState, RunState, Witness, WitnessMetadata
 from psyche.protocol.bloom import Bloom

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.run_host import Hub
 from psyche.backends.centralized.state_store import StateStore, restore_progress
-from psyche.coordinator import serde
+from psyche.coordinator import state_json as serde
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import sim_identity
 from psyche.coordinator.types import Client, RunState
-from psyche.protocol.config import HubCheckpoint, HubRepo, P2PCheckpoint
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.locations import HubCheckpoint, HubRepo, P2PCheckpoint
 
 from .support import Clock, make_coordinator
 

@@ -12,9 +12,10 @@ from click.testing import CliRunner
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.types import RunState
-from psyche.protocol.config import LLM, HttpData
-from psyche.protocol.runconfig import RunConfig, load_run_config, parse_toml, run_config_from_obj
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.locations import HttpData
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import RunConfig, load_run_config, parse_toml, run_config_from_obj
+from psyche.protocol.strict_obj import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "config" / "seed-sample" / "config.toml"

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.serde import to_obj_state
 from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.state_json import to_obj_state
 from psyche.coordinator.types import RunState, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
-from psyche.protocol.config import (
-    LLM,
-    Checkpoint,
-    CoordinatorConfig,
-    CosineLR,
-    DistroOptimizer,
-    HubCheckpoint,
-    HubRepo,
-    LLMArchitecture,
-    LLMDataType,
-    ServerData,
-)
+from psyche.protocol.coordinator_config import CoordinatorConfig
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import Checkpoint, HubCheckpoint, HubRepo, ServerData
+from psyche.protocol.lr_schedules import CosineLR
+from psyche.protocol.model import LLM, LLMArchitecture, LLMDataType
+from psyche.protocol.optimizers import DistroOptimizer
 
 RS = RunState
 N_CLIENTS = 4

@@ -9,23 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from psyche.protocol.config import (
-    LLM,
-    ConstantLR,
-    CoordinatorConfig,
-    CosineLR,
-    DistroOptimizer,
+from psyche.protocol.coordinator_config import CoordinatorConfig
+from psyche.protocol.locations import (
     DontShuffle,
-    DummyOptimizer,
     EphemeralCheckpoint,
     GcsCheckpoint,
     GcsRepo,
     HttpData,
     HubCheckpoint,
     HubRepo,
-    LinearLR,
-    LLMArchitecture,
-    LLMDataType,
     LocalData,
     P2PCheckpoint,
     P2PGcsCheckpoint,
@@ -34,16 +26,18 @@ from psyche.protocol.config import (
     ServerData,
     SingleUrl,
     TokenSize,
-    WarmupStableDecayLR,
     WeightedHttpData,
 )
-from psyche.protocol.runconfig import (
+from psyche.protocol.lr_schedules import ConstantLR, CosineLR, LinearLR, WarmupStableDecayLR
+from psyche.protocol.model import LLM, LLMArchitecture, LLMDataType
+from psyche.protocol.optimizers import DistroOptimizer, DummyOptimizer
+from psyche.protocol.run_file import (
     RunConfig,
     load_run_config,
     parse_toml,
     run_config_from_obj,
 )
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.strict_obj import ConfigError
 
 from .support import make_config, make_model
 
@@ -223,7 +217,7 @@ def test_cosine_lr_and_clamp() -> None:
     assert s.get_lr(60) == pytest.approx(0.55)
     assert s.get_lr(110) == pytest.approx(0.1)
     # Past total_steps the reference's unclamped formula rose again (p = 2 gives base_lr at
-    # step 210); ours stays at final_lr (SPEC §11.16).
+    # step 210); ours stays at final_lr (docs/protocol.md, "Known flaws of the reference", flaw 16).
     p = (210 - 10) / 100
     assert 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)) == pytest.approx(1.0)
     for step in (111, 150, 210, 10**6):

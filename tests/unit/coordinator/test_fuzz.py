@@ -1,7 +1,7 @@
 """Fuzzing the decoders and the handlers with garbage.
 
-* ``serde.from_obj_state`` on random JSON values and on mutated valid states: only ``ConfigError``
-  may come out, and its message starts with the path of the offending key.
+* ``state_json.from_obj_state`` on random JSON values and on mutated valid states: only
+  ``ConfigError`` may come out, and its message starts with the path of the offending key.
 * ``run_config_from_obj(parse_toml(...))`` + ``.check()`` on random text and on mutated versions
   of a valid state.toml: only ``ConfigError``, naming a key (or, for unparsable text, saying the
   TOML is malformed).
@@ -22,13 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from psyche.coordinator import serde
+from psyche.coordinator import state_json
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.types import CoordinatorException, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
-from psyche.protocol.config import (
-    CoordinatorConfig,
+from psyche.protocol.coordinator_config import CoordinatorConfig
+from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import (
     DummyCheckpoint,
     EphemeralCheckpoint,
     GcsCheckpoint,
@@ -38,9 +39,8 @@ from psyche.protocol.config import (
     P2PCheckpoint,
     P2PGcsCheckpoint,
 )
-from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.runconfig import parse_toml, run_config_from_obj
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.run_file import parse_toml, run_config_from_obj
+from psyche.protocol.strict_obj import ConfigError
 
 from .support import RS, phase
 
@@ -70,12 +70,13 @@ def _all_keys() -> set[str]:
     """Every key and variant name a run config can contain."""
     import dataclasses
 
-    from psyche.protocol import config as cfgmod
-    from psyche.protocol.serde import Tagged
+    from psyche.protocol import coordinator_config, locations, lr_schedules, model, optimizers
+    from psyche.protocol.strict_obj import Tagged
 
     names = {"run_id", "run_state", "config", "model", "progress", "epoch_state", "metadata"}
     names |= {"model_extra_data", "LLM"}
-    for obj in vars(cfgmod).values():
+    modules = (coordinator_config, locations, lr_schedules, model, optimizers)
+    for obj in (o for m in modules for o in vars(m).values()):
         if isinstance(obj, type) and dataclasses.is_dataclass(obj):
             names |= {f.name for f in dataclasses.fields(obj)}
         if isinstance(obj, type) and issubclass(obj, Tagged) and obj.TAG:
@@ -122,7 +123,7 @@ json_values = st.recursive(
 @given(obj=json_values)
 def test_from_obj_state_garbage(obj: Any) -> None:
     with pytest.raises(ConfigError) as e:
-        serde.from_obj_state(obj)
+        state_json.from_obj_state(obj)
     assert names_state_key(str(e.value)), str(e.value)
 
 
@@ -130,7 +131,7 @@ def test_from_obj_state_garbage(obj: Any) -> None:
 @given(obj=st.dictionaries(st.sampled_from((*TOP_KEYS, "extra")), json_values, max_size=9))
 def test_from_obj_state_garbage_top_level(obj: Any) -> None:
     with pytest.raises(ConfigError) as e:
-        serde.from_obj_state(obj)
+        state_json.from_obj_state(obj)
     assert names_state_key(str(e.value)), str(e.value)
 
 
@@ -190,21 +191,21 @@ def test_from_obj_state_mutated(muts: list[tuple[tuple[Any, ...], str, Any]]) ->
         except (KeyError, IndexError, TypeError):
             continue  # an earlier mutation removed or replaced this path
     try:
-        c = serde.from_obj_state(obj)
+        c = state_json.from_obj_state(obj)
     except ConfigError as e:
         assert names_state_key(str(e)), str(e)
         return
     # Decoded (optional keys may have been defaulted): encoding is then a fixed point.
-    again = serde.to_obj_state(c)
-    assert serde.to_obj_state(serde.from_obj_state(again)) == again
+    again = state_json.to_obj_state(c)
+    assert state_json.to_obj_state(state_json.from_obj_state(again)) == again
 
 
 def test_from_obj_state_valid_round_trip() -> None:
-    c = serde.from_obj_state(VALID_STATE)
-    assert serde.to_obj_state(c) == VALID_STATE
+    c = state_json.from_obj_state(VALID_STATE)
+    assert state_json.to_obj_state(c) == VALID_STATE
     assert (
-        serde.from_json(serde.to_json(c)) == c
-        or serde.to_obj_state(serde.from_json(serde.to_json(c))) == VALID_STATE
+        state_json.from_json(state_json.to_json(c)) == c
+        or state_json.to_obj_state(state_json.from_json(state_json.to_json(c))) == VALID_STATE
     )
 
 
@@ -226,7 +227,7 @@ def test_from_obj_state_valid_round_trip() -> None:
 def test_from_obj_state_messages(path: tuple[Any, ...], value: Any, message: str) -> None:
     obj = _mutate(VALID_STATE, path, "replace", value) if path else value
     with pytest.raises(ConfigError) as e:
-        serde.from_obj_state(obj)
+        state_json.from_obj_state(obj)
     assert str(e.value).startswith(message), str(e.value)
 
 
@@ -236,19 +237,19 @@ def test_from_obj_state_bloom_and_witness_messages() -> None:
     r = next(i for i, x in enumerate(rounds) if x["witnesses"])
     rounds[r]["witnesses"][0]["participant_bloom"] = "00" * 10
     with pytest.raises(ConfigError, match=rf"^epoch_state.rounds\[{r}\].witnesses\[0\]"):
-        serde.from_obj_state(obj)
+        state_json.from_obj_state(obj)
     obj = copy.deepcopy(VALID_STATE)
     obj["epoch_state"]["rounds"][0]["witnesses"] = [
         obj["epoch_state"]["rounds"][r]["witnesses"][0]
     ] * 33
     with pytest.raises(ConfigError, match=r"^epoch_state.rounds\[0\].witnesses: at most 32"):
-        serde.from_obj_state(obj)
+        state_json.from_obj_state(obj)
 
 
 def test_from_json_garbage() -> None:
     for text in ("", "{", "nul", "[1,", b"\xff\xfe", "1e999999"):
         with pytest.raises(ConfigError):
-            serde.from_json(text)
+            state_json.from_json(text)
 
 
 # --- run-config TOML ----------------------------------------------------------------------------
@@ -407,11 +408,13 @@ def call(sim: Sim, c: tuple[Any, ...]) -> object:
 def test_handlers_random_inputs(name: str, seq: list[tuple[Any, ...]]) -> None:
     sim = phase_copy(name)
     for c in seq:
-        before = serde.to_obj_state(sim.coord)
+        before = state_json.to_obj_state(sim.coord)
         try:
             call(sim, c)
         except CoordinatorException:
-            assert serde.to_obj_state(sim.coord) == before, f"rejected {c[0]} changed the state"
+            assert state_json.to_obj_state(sim.coord) == before, (
+                f"rejected {c[0]} changed the state"
+            )
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -419,18 +422,18 @@ def test_handlers_random_inputs(name: str, seq: list[tuple[Any, ...]]) -> None:
 def test_health_check_random_proof_for_real_client(name: str, proof: CommitteeProof) -> None:
     sim = phase_copy(name)
     who: NodeIdentity = sim.coord.epoch_state.clients[0].id
-    before = serde.to_obj_state(sim.coord)
+    before = state_json.to_obj_state(sim.coord)
     try:
         sim.coord.health_check(who, [(sim.coord.epoch_state.clients[-1].id, proof)])
     except CoordinatorException:
-        assert serde.to_obj_state(sim.coord) == before
+        assert state_json.to_obj_state(sim.coord) == before
 
 
 def test_config_is_unchecked_in_states() -> None:
     """from_obj_state does not apply CoordinatorConfig.check (vectors use crafted configs)."""
     obj = copy.deepcopy(VALID_STATE)
     obj["config"]["witness_nodes"] = 40
-    c = serde.from_obj_state(obj)
+    c = state_json.from_obj_state(obj)
     assert isinstance(c.config, CoordinatorConfig) and c.config.witness_nodes == 40
 
 
@@ -451,7 +454,7 @@ def test_handlers_on_mutated_states(
         except (KeyError, IndexError, TypeError):
             continue
     try:
-        coord = serde.from_obj_state(obj)
+        coord = state_json.from_obj_state(obj)
     except ConfigError:
         return
     sim = Sim(coord)

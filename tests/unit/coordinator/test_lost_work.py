@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from psyche.coordinator import lost_work
-from psyche.coordinator.serde import from_obj_state, to_obj_state
+from psyche.coordinator.state_json import from_obj_state, to_obj_state
 from psyche.coordinator.types import MAX_LOST_BATCHES, EpochState, Round
 from psyche.protocol.data_selection import BatchId
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.strict_obj import ConfigError
 
 from .support import make_sim
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.run_host import Hub
 from psyche.coordinator import types
 from psyche.coordinator.types import RunState
 from psyche.protocol.identity import NodeIdentity

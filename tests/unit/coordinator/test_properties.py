@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from psyche.coordinator import lost_work
-from psyche.coordinator.serde import from_obj_state, to_obj_state
 from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.state_json import from_obj_state, to_obj_state
 from psyche.coordinator.types import (
     MAX_CLIENTS,
     MAX_LOST_BATCHES,
@@ -39,15 +39,9 @@ from psyche.coordinator.types import (
 )
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
-from psyche.protocol.config import (
-    CoordinatorConfig,
-    GcsCheckpoint,
-    GcsRepo,
-    HubCheckpoint,
-    HubRepo,
-    P2PCheckpoint,
-)
+from psyche.protocol.coordinator_config import CoordinatorConfig
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import GcsCheckpoint, GcsRepo, HubCheckpoint, HubRepo, P2PCheckpoint
 
 from .support import RS, make_config, make_sim, phase
 
@@ -370,7 +364,8 @@ def test_honest_run_reaches_the_end(cfg: CoordinatorConfig, seed: int) -> None:
 
 # --- quorum ---------------------------------------------------------------------------------------
 
-# witness_nodes (0 = "use n") → quorum, straight from SPEC §2.3: 1→1, 2→2, 3→2, else ⌊2W/3⌋.
+# witness_nodes (0 = "use n") → quorum, straight from docs/protocol.md, "Quorum": 1→1, 2→2, 3→2,
+# else ⌊2W/3⌋.
 QUORUM = {
     1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 4, 7: 4, 8: 5, 9: 6, 10: 6, 11: 7, 12: 8, 15: 10, 16: 10,
     20: 13, 31: 20, 32: 21,

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from psyche.coordinator import serde
+from psyche.coordinator import state_json
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.types import ClientState, CoordinatorException
 from psyche.protocol.committee import Committee, CommitteeProof
-from psyche.protocol.runconfig import parse_toml
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.run_file import parse_toml
+from psyche.protocol.strict_obj import ConfigError
 
 from .support import RS, finish_round, make_config, make_sim, pool
 
 PREVIOUS_ROUND_CLIENTS_FIX = (
     "previous_round_clients re-inserts every exited client whose exited_height equals the "
     "previous round's height; Warmup exits also carry height 0, and exits at the last boundary "
-    "(height = current) are never re-inserted. Fix in client/psyche/coordinator/coordinator.py "
+    "(height = current) are never re-inserted. Fix in client/psyche/coordinator/queries.py "
     "previous_round_clients: undo exactly the removals made since the previous round started, "
     "i.e. the last k = prev.clients_len - len(clients) entries of exited_clients, newest "
     "boundary first (group by exited_height descending, each group ascending by exited_index)"
@@ -91,7 +91,7 @@ def test_health_check_negative_index_is_a_coordinator_error() -> None:
 
 def test_from_json_deeply_nested_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
-        serde.from_json("[" * 100_000)
+        state_json.from_json("[" * 100_000)
 
 
 def test_parse_toml_deeply_nested_is_a_config_error() -> None:
@@ -101,7 +101,7 @@ def test_parse_toml_deeply_nested_is_a_config_error() -> None:
 
 def test_from_obj_state_rejects_overlong_run_id() -> None:
     sim = make_sim()
-    obj = serde.to_obj_state(sim.coord)
+    obj = state_json.to_obj_state(sim.coord)
     obj["run_id"] = "r" * 33
     with pytest.raises(ConfigError, match=r"^run_id"):
-        serde.from_obj_state(obj)
+        state_json.from_obj_state(obj)

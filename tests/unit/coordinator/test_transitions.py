@@ -19,8 +19,8 @@ from psyche.coordinator import lost_work
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.types import ClientState, CoordinatorException, TickResult
 from psyche.protocol.committee import CommitteeProof
-from psyche.protocol.config import HubCheckpoint, HubRepo, P2PCheckpoint
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import HubCheckpoint, HubRepo, P2PCheckpoint
 
 from .support import (
     RS,
@@ -345,7 +345,7 @@ def test_waiting_for_members_without_pending_list() -> None:
 
 def test_round_witness_quorum_needs_one_witness_when_witness_nodes_zero() -> None:
     """With witness_nodes = 0 the quorum is computed from the witness count itself, so any
-    non-zero number of witnesses keeps the epoch going (SPEC §2.3)."""
+    non-zero number of witnesses keeps the epoch going (docs/protocol.md, "Quorum")."""
     sim = make_sim()
     to_warmup(sim)
     sim.send_warmup_witnesses()

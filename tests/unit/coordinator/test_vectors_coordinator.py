@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from psyche.coordinator import serde
+from psyche.coordinator import state_json
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.types import CoordinatorError, CoordinatorException, TickResult, Witness
+from psyche.coordinator.types import CoordinatorErrorCode, CoordinatorException, TickResult, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
-from psyche.protocol.config import Checkpoint
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import from_obj
+from psyche.protocol.locations import Checkpoint
+from psyche.protocol.strict_obj import from_obj
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors"
 COORDINATOR = VECTORS / "coordinator"
@@ -152,8 +152,8 @@ def test_replay(path: Path) -> None:
     assert list(data) == ["name", "description", "initial", "steps"]
     assert data["name"] == path.stem
     assert data["description"] and data["steps"]
-    c = serde.from_obj_state(data["initial"])
-    assert serde.to_obj_state(c) == data["initial"], "initial state does not round-trip"
+    c = state_json.from_obj_state(data["initial"])
+    assert state_json.to_obj_state(c) == data["initial"], "initial state does not round-trip"
     expected_state = data["initial"]
     for i, step in enumerate(data["steps"]):
         ev = step["event"]
@@ -166,7 +166,7 @@ def test_replay(path: Path) -> None:
         if step["state"] != UNCHANGED:
             assert step["state"] != expected_state, f"step {i}: equal state not 'unchanged'"
             expected_state = step["state"]
-        actual = serde.to_obj_state(c)
+        actual = state_json.to_obj_state(c)
         if actual != expected_state:
             diff = [k for k in actual if actual[k] != expected_state.get(k)]
             pytest.fail(f"step {i} ({ev['op']}): state differs in {diff}")
@@ -221,7 +221,7 @@ def test_coverage() -> None:
                 states.add(step["state"]["run_state"])
     assert total < 8_000_000
     assert ops == OPS
-    assert errors == {e.name for e in CoordinatorError}
+    assert errors == {e.name for e in CoordinatorErrorCode}
     assert results == {"Ticked", "EpochEnd(true)", "EpochEnd(false)", "Dropped", "Ok"}
     assert states == {
         "Uninitialized",

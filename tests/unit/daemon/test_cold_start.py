@@ -1,6 +1,7 @@
 """The cold-start LR ramp and residual reset that every client derives from the coordinator
-(SPEC §1.11): the first rounds of an epoch after a pause ramp the train, lookahead and apply LRs
-by `(step − start)/cold_start_warmup_steps`, and round 0 zeroes the DisTrO residual."""
+(docs/protocol.md, "Batch size, data index and cold start"): the first rounds of an epoch after a
+pause ramp the train, lookahead and apply LRs by `(step − start)/cold_start_warmup_steps`, and
+round 0 zeroes the DisTrO residual."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.daemon.rounds import cold_start_bounds, round_lrs, round_state_for
-from psyche.protocol.config import LLM
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import load_run_config
 
 TINY = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 WARMUP = 4
@@ -68,7 +69,8 @@ def test_lrs_ramp_and_residual_is_zeroed_in_a_cold_start_epoch() -> None:
     assert [h for h, *_ in got] == list(range(6))
     for height, step, lr, prev_lr, zero_optim in got:
         assert step == start + height
-        # The apply at this round's start uses `lr` too (SPEC §4.6: LR of the current step).
+        # The apply at this round's start uses `lr` too, the LR of the current step
+        # (docs/protocol.md, "Applying results").
         assert lr == pytest.approx(expected(step), abs=0, rel=1e-15)
         prev = step - 1
         prev_expected = schedule.get_lr(prev) * (

@@ -15,7 +15,7 @@ import pytest
 from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.sim import Sim, sim_identity, sim_result_hash
 from psyche.daemon.rounds import ReceivedResult, RoundState, results_to_apply, round_state_for
-from psyche.protocol.config import CoordinatorConfig
+from psyche.protocol.coordinator_config import CoordinatorConfig
 
 from ..coordinator.support import make_config, make_model
 

@@ -17,11 +17,11 @@ from psyche.coordinator import Client, Coordinator, RunState
 from psyche.coordinator.sim import Sim
 from psyche.daemon.sharing import ModelSharing, SharingOptions
 from psyche.p2p.errors import BlobNotFound
-from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import ModelAvailable
+from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import Rejection, Rejections
 from psyche.protocol.identity import SecretKey
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.run_file import load_run_config
 
 TINY = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 LOG = logging.getLogger("test.offers")

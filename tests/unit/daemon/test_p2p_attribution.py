@@ -6,7 +6,7 @@ still hold one twice (a coordinator from before the rule). It used to attribute 
 the key to the first holder, so a squatter listed before the key's owner got the owner's results
 dropped ("not its batch") and the owner counted as silent, then ejected.
 
-Drives ``ClientDaemon._on_announcement`` (what the gossip loop calls for each verified message)
+Drives ``GossipRouter.on_announcement`` (what the gossip loop calls for each verified message)
 on a simulated first training round; nothing is fetched (the fake node never answers).
 """
 
@@ -19,9 +19,10 @@ from pathlib import Path
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import Sim
 from psyche.coordinator.types import RunState
-from psyche.daemon.client import ClientDaemon
+from psyche.daemon.epoch import EpochView
+from psyche.daemon.gossip import GossipRouter
+from psyche.daemon.parts import Holdings, ModelKit, client_parts
 from psyche.daemon.rounds import RoundState, round_state_for
-from psyche.daemon.state import EpochView, Trained
 from psyche.distro import DistroConfig, PayloadSpec
 from psyche.events import EventLog
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment
@@ -86,28 +87,27 @@ def test_the_owner_of_a_twice_listed_key_keeps_its_results(tmp_path: Path) -> No
     state = round_state_for(coord)
 
     async def scenario() -> None:
-        daemon = ClientDaemon(
+        parts = client_parts(
             key=RECEIVER,
             backend=None,  # type: ignore[arg-type]
-            directory=None,  # type: ignore[arg-type]
-            p2p=_Node(),  # type: ignore[arg-type]
+            transport=_Node(),  # type: ignore[arg-type]
             load=lambda c, r: None,  # type: ignore[arg-type,return-value]
             events=EventLog(tmp_path / "events.jsonl", RECEIVER.public_key().hex()),
         )
-        daemon.coord = coord
-        daemon.view = EpochView(coord.progress.epoch, rounds={state.height: state})
-        daemon.trained = Trained(trainer=None, spec=SPEC, data=None)  # type: ignore[arg-type]
+        epoch = EpochView(coord.progress.epoch, rounds={state.height: state})
+        kit = ModelKit(trainer=None, spec=SPEC, data=None)  # type: ignore[arg-type]
+        router = GossipRouter(parts, Holdings(coord=coord, epoch=epoch, kit=kit))
         sender = OWNER.public_key()
         try:
-            daemon._on_announcement(sender, _result(state, owner, OWNER), "owner-peer")
+            router.on_announcement(sender, _result(state, owner, OWNER), "owner-peer")
             batch = state.batch_of(owner)
             assert batch in state.results, "the owner's result was dropped"
             assert state.results[batch].trainer == owner
-            daemon._on_announcement(sender, Finished(step=state.step, warmup=False), "p")
+            router.on_announcement(sender, Finished(step=state.step, warmup=False), "p")
             assert owner in state.finished
         finally:
-            for task in list(daemon._fetches):
-                task.cancel()
-            await asyncio.gather(*daemon._fetches, return_exceptions=True)
+            downloads = list(epoch.downloads.values())
+            epoch.cancel_downloads()
+            await asyncio.gather(*downloads, return_exceptions=True)
 
     asyncio.run(scenario())

@@ -16,7 +16,7 @@ from psyche.daemon.rounds import (
 )
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.data_selection import BatchId
-from psyche.protocol.runconfig import load_run_config
+from psyche.protocol.run_file import load_run_config
 
 TINY = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 

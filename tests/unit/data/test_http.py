@@ -12,7 +12,8 @@ import pytest
 from psyche.data.http import HttpDataProvider, numbered_file_urls
 from psyche.data.local import LocalDataProvider
 from psyche.data.provider import DataError
-from psyche.protocol.config import (
+from psyche.protocol.data_selection import BatchId
+from psyche.protocol.locations import (
     DontShuffle,
     Gcp,
     NumberedFiles,
@@ -20,7 +21,6 @@ from psyche.protocol.config import (
     SingleUrl,
     TokenSize,
 )
-from psyche.protocol.data_selection import BatchId
 
 from .conftest import FakeHost
 

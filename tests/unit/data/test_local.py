@@ -11,8 +11,8 @@ import torch
 
 from psyche.data.local import LocalDataProvider
 from psyche.data.provider import DataError, SampleIndex, shuffle_key, shuffled_positions
-from psyche.protocol.config import DontShuffle, SeededShuffle, TokenSize
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.locations import DontShuffle, SeededShuffle, TokenSize
 from psyche.protocol.shuffle import compute_shuffled_index
 
 from .helpers import write_npy, write_raw

@@ -15,9 +15,9 @@ from psyche.data.prepare import ByteTokenizer, prepare_corpus
 from psyche.data.provider import DataError
 from psyche.data.synth import synth_corpus
 from psyche.data.tokenfiles import read_local_layout
-from psyche.protocol.config import TokenSize
 from psyche.protocol.data_selection import BatchId
-from psyche.protocol.runconfig import load_data_config
+from psyche.protocol.locations import TokenSize
+from psyche.protocol.run_file import load_data_config
 
 DOCS = ["Hello, wörld! ✓\n", "second document\nwith two lines", "", "ünïcødé ☃ " * 20]
 

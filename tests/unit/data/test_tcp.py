@@ -9,17 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from psyche.data.framing import MAX_REQUEST_FRAME, MAX_RESPONSE_FRAME, encode_frame, recv_frame
 from psyche.data.local import LocalDataProvider
 from psyche.data.provider import DataError
-from psyche.data.tcp_client import (
-    DataRequestRejected,
-    IncompatibleDataServer,
-    TcpDataProvider,
-    parse_address,
-)
-from psyche.data.tcp_server import BackgroundDataServer, DataServer, RoundAuthorizer
-from psyche.data.wire import (
+from psyche.data.server_messages import (
+    MAX_REQUEST_FRAME,
+    MAX_RESPONSE_FRAME,
     Challenge,
     ChallengeResponse,
     Ready,
@@ -31,9 +25,17 @@ from psyche.data.wire import (
     decode_server,
     encode,
 )
-from psyche.protocol.config import SeededShuffle
+from psyche.data.tcp_client import (
+    DataRequestRejected,
+    IncompatibleDataServer,
+    TcpDataProvider,
+)
+from psyche.data.tcp_server import BackgroundDataServer, DataServer, RoundAuthorizer
+from psyche.net.address import parse_address
+from psyche.net.framing import encode_frame, recv_frame
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
+from psyche.protocol.locations import SeededShuffle
 
 from .helpers import write_npy
 

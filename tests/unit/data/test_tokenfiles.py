@@ -10,7 +10,7 @@ import pytest
 
 from psyche.data.provider import DataError
 from psyche.data.tokenfiles import list_token_files, read_local_layout
-from psyche.protocol.config import TokenSize
+from psyche.protocol.locations import TokenSize
 
 from .helpers import write_npy, write_raw
 

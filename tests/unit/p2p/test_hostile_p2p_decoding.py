@@ -17,7 +17,6 @@ import pytest
 
 from psyche.p2p import control
 from psyche.p2p.errors import AnnouncementError, ControlError
-from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import (
     DOMAIN,
     MAX_ANNOUNCEMENT,
@@ -25,6 +24,7 @@ from psyche.p2p.messages import (
     open_announcement,
     sign_announcement,
 )
+from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import SecretKey
 
 KEY = SecretKey.from_bytes(b"\x11" * 32)

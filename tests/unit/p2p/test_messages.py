@@ -6,7 +6,6 @@ import msgspec
 import pytest
 
 from psyche.p2p.errors import AnnouncementError
-from psyche.p2p.identity import peer_id_for
 from psyche.p2p.messages import (
     DOMAIN,
     MAX_ANNOUNCEMENT,
@@ -18,6 +17,7 @@ from psyche.p2p.messages import (
     open_announcement,
     sign_announcement,
 )
+from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.commitment import make_commitment, sha256, verify_commitment
 from psyche.protocol.identity import SecretKey
 

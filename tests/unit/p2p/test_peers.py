@@ -1,4 +1,7 @@
-"""Peer ordering for downloads: measured-fast first, then unmeasured, then failed (SPEC §6.4)."""
+"""Peer ordering for downloads: measured-fast first, then unmeasured, then failed.
+
+See docs/protocol.md, "P2P model sharing".
+"""
 
 from __future__ import annotations
 

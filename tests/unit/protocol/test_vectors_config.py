@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from psyche.protocol.runconfig import run_config_from_obj
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.run_file import run_config_from_obj
+from psyche.protocol.strict_obj import ConfigError
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors"
 FILE = VECTORS / "config" / "validity.json"

@@ -14,12 +14,8 @@ from transformers import LlamaForCausalLM, PreTrainedModel
 
 from psyche.cli.model import model_group
 from psyche.data.prepare import ByteTokenizer
-from psyche.protocol.config import (
-    HubCheckpoint,
-    HubRepo,
-    LLMArchitecture,
-    P2PCheckpoint,
-)
+from psyche.protocol.locations import HubCheckpoint, HubRepo, P2PCheckpoint
+from psyche.protocol.model import LLMArchitecture
 from psyche.training import (
     BYTE_VOCAB_SIZE,
     PRESETS,

@@ -1,4 +1,7 @@
-"""LR schedules at their boundary steps, and the cold-start factor on top (SPEC §1.5, §1.11)."""
+"""LR schedules at their boundary steps, and the cold-start factor on top.
+
+See docs/protocol.md, "Run configuration" and "Batch size, data index and cold start".
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import math
 
 import pytest
 
-from psyche.protocol.config import (
+from psyche.protocol.lr_schedules import (
     ConstantLR,
     CosineLR,
     LearningRateSchedule,
@@ -48,7 +51,8 @@ WSD = WarmupStableDecayLR(
         (COSINE, 10, 1e-3),
         (COSINE, 60, 5.5e-4),
         (COSINE, 110, 1e-4),
-        # clamped past total_steps (the reference's cosine rose again, SPEC §11 item 16)
+        # clamped past total_steps (the reference's cosine rose again; docs/protocol.md,
+        # "Known flaws of the reference", flaw 16)
         (COSINE, 160, 1e-4),
         (COSINE, 210, 1e-4),
         (WSD, 5, 5e-4),

@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from psyche.distro import Payload, decode_payload
-from psyche.protocol.config import DistroOptimizer
+from psyche.protocol.optimizers import DistroOptimizer
 from psyche.training import (
     NonFiniteGradient,
     Trainer,

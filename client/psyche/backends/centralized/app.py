@@ -5,7 +5,7 @@ from ``state.toml`` (with the progress of the newest saved state when ``--save-s
 the :class:`Hub` with its options, and, when the run's data location is ``Server(addr)``, the TCP
 data server of :mod:`psyche.data.tcp_server` on ``addr``'s port with a ``RoundAuthorizer`` that
 follows every published state. :func:`serve` runs it until SIGINT/SIGTERM. Configuration problems
-raise :class:`~psyche.protocol.serde.ConfigError` (or ``DataError``) before anything listens.
+raise :class:`~psyche.protocol.strict_obj.ConfigError` (or ``DataError``) before anything listens.
 
 Unlike the reference, the server does not pre-download Hub/GCS checkpoints: it never loads a
 model, and the clients fetch the checkpoint themselves.
@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.run_host import Hub
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.backends.centralized.state_store import StateStore, progress_summary, restore_progress
 from psyche.backends.centralized.status import render_status
@@ -33,11 +33,12 @@ from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import ClientState, CoordinatorException, Progress, RunState
 from psyche.data.tcp_server import DataServer, RoundAuthorizer
 from psyche.events import EventLog, state_event
-from psyche.protocol.config import LLM, SeededShuffle, ServerData
 from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.runconfig import load_data_config, load_run_config
-from psyche.protocol.serde import U16, U32, U64, ConfigError, from_obj
+from psyche.protocol.locations import SeededShuffle, ServerData
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import load_data_config, load_run_config
+from psyche.protocol.strict_obj import U16, U32, U64, ConfigError, from_obj
 
 __all__ = ["Built", "ServerSettings", "build", "data_authorization", "load_coordinator", "serve"]
 
@@ -168,7 +169,7 @@ def build(settings: ServerSettings) -> Built:
         if follow is not None:
             follow(c)
         if events is not None:
-            events.write("state", **state_event(c))
+            events.write(state_event(c))
 
     options = ServerOptions(host=settings.host, port=settings.port)
     server = CentralizedServer(hub, options, on_state=on_state)
@@ -187,7 +188,7 @@ def _data_server(
             "model.LLM.data_location is Server: pass --data-config data.toml to serve the data"
         )
     from psyche.data.local import LocalDataProvider
-    from psyche.data.tcp_client import parse_address
+    from psyche.net.address import parse_address
 
     try:
         _, port = parse_address(llm.data_location.address)

@@ -1,7 +1,7 @@
-"""Wire protocol between the centralized server and its clients (our version of SPEC §6.5, §8.1).
+"""Wire protocol between the centralized server and its clients (see ``docs/protocol.md``).
 
-Framing is the data server's (:mod:`psyche.data.framing`): a 4-byte big-endian length, then one
-msgpack map encoded by msgspec and tagged by ``"type"``. Frame limits are asymmetric because the
+Framing is :mod:`psyche.net.framing`: a 4-byte big-endian length, then one msgpack map encoded by
+msgspec and tagged by ``"type"`` (:mod:`psyche.net.codec`). Frame limits are asymmetric because the
 traffic is: clients send a witness (≈ 900 bytes) or a health check (≤ 256 entries, ≈ 25 KB), so
 the server reads at most :data:`MAX_CLIENT_FRAME` (64 KiB) per frame, checked before the payload
 is read; the server sends full coordinator states (≈ 100 KB typical, < 1 MB worst case), so a
@@ -23,18 +23,18 @@ or takes longer than ``frame_timeout`` (10 s) from a frame's first byte to its l
 Version 2 added ``Keepalive`` (a version 1 client would be dropped as idle, a version 1 server
 would reject the message); a client refuses a server of another version at the challenge.
 
-The domain prefix keeps this signature from being valid in the data server's handshake (which
-signs ``b"psyche-data-auth" ‖ nonce``) or anywhere else, and the fresh nonce prevents replay.
+The handshake is :mod:`psyche.net.handshake` with the domain ``b"psyche-coordinator-auth"``, so
+an answer made for the data server's handshake is not valid here, nor the other way round.
 
 Messages carry values, not our Python types: blooms as their 392-byte encoding, identities as raw
 keys, a checkpoint as the JSON text of its serde form, the coordinator as its serde JSON
-(:mod:`psyche.coordinator.serde`, the same form as the shared test vectors). JSON rather than a
+(:mod:`psyche.coordinator.state_json`, the same form as the shared test vectors). JSON rather than a
 binary encoding for the state because one schema (with its strict validating decoder) then covers
 vectors, saved states and the wire, and the Rust side derives it with serde for free. Decoding is
 strict: unknown fields, wrong types, out-of-range integers, wrong-size keys and blooms,
 non-finite floats, malformed JSON, invalid UTF-8 or lone surrogates and absurdly deep nesting all
-raise :class:`ProtocolError` (through :func:`psyche.data.framing.decode_untrusted`), never a
-bare ``RecursionError`` or ``UnicodeError``.
+raise :class:`ProtocolError` (through :func:`psyche.protocol.untrusted.decode_untrusted`), never
+a bare ``RecursionError`` or ``UnicodeError``.
 """
 
 from __future__ import annotations
@@ -47,17 +47,23 @@ from typing import Annotated
 import msgspec
 
 from psyche.backends.base import BackendProtocolError
-from psyche.coordinator import serde
+from psyche.coordinator import state_json as serde
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import MAX_CLIENTS, MAX_EVALS, EvalResult, Witness, WitnessMetadata
-from psyche.data.framing import FrameError, decode_untrusted, encode_frame, read_frame
+from psyche.net.codec import MessageDecoder, encode, encode_message_frame
+from psyche.net.errors import NetError
+from psyche.net.framing import read_frame
+from psyche.net.handshake import ChallengeAuth, ChallengeResponse
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
-from psyche.protocol.config import RUN_ID_MAX_LEN, Checkpoint
+from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import from_obj, to_obj
+from psyche.protocol.locations import Checkpoint
+from psyche.protocol.strict_obj import from_obj, to_obj
+from psyche.protocol.untrusted import decode_untrusted
 
 __all__ = [
+    "AUTH",
     "AUTH_DOMAIN",
     "MAX_CLIENT_FRAME",
     "MAX_SERVER_FRAME",
@@ -86,6 +92,7 @@ __all__ = [
 
 PROTOCOL_VERSION = 2
 AUTH_DOMAIN = b"psyche-coordinator-auth"
+AUTH = ChallengeAuth(AUTH_DOMAIN)
 MAX_CLIENT_FRAME = 64 * 1024
 MAX_SERVER_FRAME = 8 * 1024 * 1024
 MAX_REASON_LEN = 1024
@@ -96,7 +103,6 @@ U16 = Annotated[int, msgspec.Meta(ge=0, le=2**16 - 1)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack integers cannot exceed u64 anyway
 Bytes32 = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
-Bytes64 = Annotated[bytes, msgspec.Meta(min_length=64, max_length=64)]
 BloomBytes = Annotated[bytes, msgspec.Meta(min_length=Bloom.BYTES_LEN, max_length=Bloom.BYTES_LEN)]
 Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON_LEN)]
 
@@ -105,9 +111,9 @@ class ProtocolError(BackendProtocolError):
     """A frame or message broke the protocol; the message says what was wrong.
 
     ``kind`` names the fault for the server's counters: ``malformed`` (does not decode or is
-    invalid), or a :class:`~psyche.data.framing.FrameError` kind (``oversize``, ``truncated``,
-    ``idle_timeout``, ``frame_timeout``), or one the server sets (``unexpected``,
-    ``rate_limited``).
+    invalid), or a :class:`~psyche.net.errors.NetError` kind (``oversize``, ``truncated``,
+    ``idle_timeout``, ``frame_timeout``, ``unexpected``), or one the server sets
+    (``rate_limited``).
     """
 
     def __init__(self, message: str, kind: str = "malformed") -> None:
@@ -172,11 +178,6 @@ class _Msg(msgspec.Struct, tag=True, frozen=True, forbid_unknown_fields=True):
 class Challenge(_Msg, frozen=True):
     protocol_version: U16
     nonce: Bytes32
-
-
-class ChallengeResponse(_Msg, frozen=True):
-    public_key: Bytes32
-    signature: Bytes64
 
 
 class Join(_Msg, frozen=True):
@@ -351,29 +352,21 @@ def _witness(proof: WireWitnessProof, participants: bytes, broadcasts: bytes) ->
 
 # --- codec --------------------------------------------------------------------------------------
 
-_encoder = msgspec.msgpack.Encoder()
-_client_decoder = msgspec.msgpack.Decoder(ClientMessage)
-_server_decoder = msgspec.msgpack.Decoder(ServerMessage)
+decode_client: MessageDecoder[ClientMessage] = MessageDecoder(
+    ClientMessage, ProtocolError, "malformed client message"
+)
+decode_server: MessageDecoder[ServerMessage] = MessageDecoder(
+    ServerMessage, ProtocolError, "malformed server message"
+)
+auth_message = AUTH.message
 
 
-def encode(msg: _Msg) -> bytes:
-    return _encoder.encode(msg)
-
-
-def frame(msg: _Msg, max_size: int) -> bytes:
+def frame(msg: msgspec.Struct, max_size: int) -> bytes:
     """``msg`` as one length-prefixed frame; refuses what the peer's limit would reject."""
     try:
-        return encode_frame(encode(msg), max_size)
-    except FrameError as e:
+        return encode_message_frame(msg, max_size)
+    except NetError as e:
         raise ProtocolError(f"cannot send {type(msg).__name__}: {e}") from None
-
-
-def decode_client(data: bytes) -> ClientMessage:
-    return decode_untrusted(_client_decoder.decode, data, ProtocolError, "malformed client message")
-
-
-def decode_server(data: bytes) -> ServerMessage:
-    return decode_untrusted(_server_decoder.decode, data, ProtocolError, "malformed server message")
 
 
 async def read_message(
@@ -386,17 +379,12 @@ async def read_message(
     """The next frame's payload, ``None`` on a clean end of stream between frames.
 
     ``idle_timeout`` bounds the wait for a frame to start, ``frame_timeout`` the time a started
-    frame may take (see :func:`psyche.data.framing.read_frame`); either passing is a
+    frame may take (see :func:`psyche.net.framing.read_frame`); either passing is a
     :class:`ProtocolError` of that kind.
     """
     try:
         return await read_frame(
             reader, max_size, idle_timeout=idle_timeout, frame_timeout=frame_timeout
         )
-    except FrameError as e:
+    except NetError as e:
         raise ProtocolError(str(e), e.kind) from None
-
-
-def auth_message(nonce: bytes) -> bytes:
-    """The bytes a client signs to answer ``nonce``."""
-    return AUTH_DOMAIN + nonce

@@ -1,11 +1,13 @@
-"""The centralized server's network layer: asyncio TCP, authentication, ticking, broadcasting.
+"""The centralized server's network layer: authentication, ticking, broadcasting.
 
-Each connection goes through the handshake of :mod:`~psyche.backends.centralized.protocol`
-(challenge, ed25519 response, ``Join``); its identity is then
+It is a :class:`psyche.net.service.TcpService` (connection tracking, handshake budgets and time
+limit, fault log, shutdown). Each connection goes through the handshake of
+:mod:`~psyche.backends.centralized.protocol` (challenge, ed25519 response, ``Join``); its
+identity is then
 ``NodeIdentity.from_single_key(public key)``, so its P2P key is the key it just proved it holds
 by signing the fresh nonce: no wallet can join with another's P2P key (issue 12, finding 4), and
 the hub's P2P key rule (:meth:`Coordinator.claim_p2p_key`) is a second line. Everything after
-that is one call into the :class:`~psyche.backends.centralized.hub.Hub` per event, and a
+that is one call into the :class:`~psyche.backends.centralized.run_host.Hub` per event, and a
 broadcast of the new state to every joined connection when the call reports a change. A tick
 runs every 500 ms with the wall clock (whole seconds) and a fresh 64-bit random seed.
 
@@ -25,9 +27,10 @@ Robustness rules, because any host can connect:
   connection;
   a message the coordinator rejects (e.g. a witness from a non-witness) is answered with
   ``Error{reason}`` and the connection stays open. Nobody else is affected either way.
-* Writes go through one queue per connection, drained by its own task, so a slow reader never
-  blocks the tick or other clients; a connection whose backlog exceeds ``max_backlog`` frames or
-  whose writes stall for ``send_timeout`` is dropped (it reconnects and gets the latest state).
+* Writes go through one queue per connection
+  (:class:`~psyche.backends.centralized.connection.ClientConnection`), so a slow reader never
+  blocks the tick or other clients; one more than ``max_backlog`` frames behind or stalled for
+  ``send_timeout`` is dropped (it reconnects and gets the latest state).
 * A second connection with the same key replaces the first (a client reconnecting before the
   server noticed the old socket died); the replaced one closes without a disconnect/withdraw.
 
@@ -35,7 +38,7 @@ A slow or abusive peer must cost only itself:
 
 * Peer-list (``Peers``) broadcasts are coalesced: a change marks the list dirty and one task sends
   the latest list at most every ``peers_interval``. Each connection holds at most one unsent peer
-  list (a newer one replaces it), so peer-list churn can never fill anyone's backlog; before this,
+  list, so peer-list churn can never fill anyone's backlog; before this,
   one key sending ~70 ``P2PAddrs`` frames made the server queue ~70 lists on every connection and
   drop (and withdraw) every client.
 * ``P2PAddrs`` is rate limited per connection (token bucket: ``p2p_addrs_burst`` frames, refilled
@@ -44,30 +47,27 @@ A slow or abusive peer must cost only itself:
   socket cannot starve the send tasks and the tick.
 * Unauthenticated connections and joined clients have separate budgets, so idle sockets cannot
   lock real clients out: at most ``max_handshakes`` handshakes in progress, at most
-  ``max_handshakes_per_address`` of them per source address. A new connection over either bound
-  evicts the oldest handshake of its own address, or else of the address holding the most, so a
-  flood mostly evicts itself while an honest handshake (one round trip) gets through. Joined
-  clients are capped by ``max_connections``, checked only after authentication.
+  ``max_handshakes_per_address`` of them per source address (the oldest is evicted, see
+  :mod:`psyche.net.service`). Joined clients are capped by ``max_connections``, checked only
+  after authentication.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.connection import ClientConnection
 from psyche.backends.centralized.protocol import (
+    AUTH,
     MAX_CLIENT_FRAME,
     MAX_SERVER_FRAME,
     PROTOCOL_VERSION,
     Challenge,
-    ChallengeResponse,
     CheckpointMsg,
     ClientMessage,
     ErrorMsg,
@@ -82,15 +82,17 @@ from psyche.backends.centralized.protocol import (
     StateMsg,
     WarmupWitnessMsg,
     WitnessMsg,
-    auth_message,
     decode_client,
     frame,
     read_message,
 )
+from psyche.backends.centralized.run_host import Hub
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import CoordinatorException, P2PIdentityTakenError
-from psyche.protocol.identity import NodeIdentity, verify_signature
-from psyche.protocol.untrusted import FaultLog
+from psyche.net.errors import BadSignature, HandshakeTimeout, NetError
+from psyche.net.handshake import challenge_peer
+from psyche.net.service import TcpService
+from psyche.protocol.identity import NodeIdentity
 
 __all__ = ["CentralizedServer", "ServerOptions"]
 
@@ -141,7 +143,7 @@ class _Refused(Exception):
     """The handshake failed; the message goes to the log and to the peer.
 
     ``kind`` is set when the refusal is a protocol fault (counted, and logged once per peer and
-    kind, see :class:`~psyche.protocol.untrusted.FaultLog`) rather than the server being full.
+    kind, see :class:`~psyche.net.faults.FaultLog`) rather than the server being full.
     """
 
     def __init__(self, message: str, kind: str | None = None) -> None:
@@ -149,82 +151,7 @@ class _Refused(Exception):
         self.kind = kind
 
 
-# Queued in place of a peer list: the sender takes the latest list from ``_Connection._peers``
-# when it reaches this item (real frames are never empty: they start with a 4-byte length).
-_PEERS_SLOT = b""
-
-
-class _Connection:
-    def __init__(self, writer: asyncio.StreamWriter, options: ServerOptions) -> None:
-        self.writer = writer
-        host, port = (writer.get_extra_info("peername") or ("?", "?"))[:2]
-        self.host = str(host)
-        self.peer = f"{host}:{port}"
-        self.identity: NodeIdentity | None = None
-        self._options = options
-        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._peers: bytes | None = None
-        self._p2p_tokens = float(options.p2p_addrs_burst)
-        self._p2p_at = time.monotonic()
-        self._sender = asyncio.create_task(self._send_loop())
-
-    @property
-    def name(self) -> str:
-        return self.identity.hex() if self.identity is not None else self.peer
-
-    def send(self, data: bytes) -> None:
-        if self._queue.qsize() >= self._options.max_backlog:
-            log.warning("%s: %d frames behind, dropping it", self.name, self._queue.qsize())
-            self.abort()
-            return
-        self._queue.put_nowait(data)
-
-    def send_peers(self, data: bytes) -> None:
-        """Queue a peer list; one still waiting in the queue is replaced, not added to."""
-        waiting = self._peers is not None
-        self._peers = data
-        if not waiting:
-            self.send(_PEERS_SLOT)
-
-    def take_p2p_token(self) -> bool:
-        """Whether one more ``P2PAddrs`` frame is within this connection's rate limit."""
-        now = time.monotonic()
-        rate, burst = self._options.p2p_addrs_per_second, self._options.p2p_addrs_burst
-        self._p2p_tokens = min(float(burst), self._p2p_tokens + (now - self._p2p_at) * rate)
-        self._p2p_at = now
-        if self._p2p_tokens < 1.0:
-            return False
-        self._p2p_tokens -= 1.0
-        return True
-
-    def abort(self) -> None:
-        self.writer.transport.abort()
-
-    async def close(self) -> None:
-        """Flush what is queued (bounded by ``send_timeout``), then close."""
-        self._queue.put_nowait(None)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self._sender), self._options.send_timeout)
-        self._sender.cancel()
-        self.writer.close()
-        with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
-
-    async def _send_loop(self) -> None:
-        try:
-            while (data := await self._queue.get()) is not None:
-                if data == _PEERS_SLOT:
-                    data, self._peers = self._peers, None
-                    if data is None:
-                        continue
-                self.writer.write(data)
-                await asyncio.wait_for(self.writer.drain(), self._options.send_timeout)
-        except (OSError, TimeoutError) as e:
-            log.info("%s: send failed (%s), dropping it", self.name, e or type(e).__name__)
-            self.abort()
-
-
-class CentralizedServer:
+class CentralizedServer(TcpService[ClientConnection, NodeIdentity]):
     """Serves one :class:`Hub` on TCP; :meth:`start`, then :meth:`serve_forever`."""
 
     def __init__(
@@ -234,48 +161,32 @@ class CentralizedServer:
         *,
         on_state: Callable[[Coordinator], None] | None = None,
     ) -> None:
+        self.options = options = options or ServerOptions()
+        super().__init__(
+            log,
+            handshake_timeout=options.handshake_timeout,
+            max_handshakes=options.max_handshakes,
+            max_handshakes_per_address=options.max_handshakes_per_address,
+        )
         self.hub = hub
-        self.options = options or ServerOptions()
         self.run_id = hub.coordinator.run_id
         self.on_state = on_state
-        self.connections: dict[NodeIdentity, _Connection] = {}
+        self.connections: dict[NodeIdentity, ClientConnection] = {}
         self.p2p_addrs: dict[NodeIdentity, list[str]] = {}
         """P2P listen addresses the connected clients published (relayed, never interpreted)."""
-        self.stats = {
-            "connections": 0,
-            "refused": 0,
-            "evicted": 0,
-            "protocol_errors": 0,
-            "rejected": 0,
-        }
-        self.faults = FaultLog(log)
-        """Protocol faults per kind (shown by the status view); the first of each kind from each
-        peer is logged, the rest only counted."""
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        # Handshakes in progress per source address, oldest first (dicts keep insertion order).
-        self._handshaking: dict[str, dict[_Connection, None]] = {}
-        self._handshake_count = 0
+        self.stats.update(refused=0, evicted=0, protocol_errors=0, rejected=0)
         self._peers_dirty = False
         self._peers_sent_at = -float("inf")
         self._peers_task: asyncio.Task[None] | None = None
-        self._closing = False
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._handle, self.options.host, self.options.port
+    async def start(self, host: str | None = None, port: int | None = None) -> None:
+        """Listen on ``options.host`` and ``options.port`` unless told otherwise."""
+        await super().start(
+            self.options.host if host is None else host,
+            self.options.port if port is None else port,
         )
         if self.on_state is not None:
             self.on_state(self.hub.coordinator)
-
-    @property
-    def listening(self) -> bool:
-        return self._server is not None
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return int(self._server.sockets[0].getsockname()[1])
 
     async def serve_forever(self) -> None:
         """Tick until cancelled."""
@@ -295,19 +206,10 @@ class CentralizedServer:
 
     async def close(self) -> None:
         # Shutting down is not the clients leaving: keep the state as it is.
-        self._closing = True
-        if self._server is not None:
-            self._server.close()
+        self.closing = True
         if self._peers_task is not None:
             self._peers_task.cancel()
-        # Python 3.11's Server.close() leaves accepted connections open: end them ourselves.
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+        await super().close()
 
     def publish_peers(self) -> None:
         """Send every connected client's P2P addresses to every connection, soon.
@@ -320,7 +222,7 @@ class CentralizedServer:
             self._peers_task = asyncio.get_running_loop().create_task(self._broadcast_peers())
 
     async def _broadcast_peers(self) -> None:
-        while self._peers_dirty and not self._closing:
+        while self._peers_dirty and not self.closing:
             # Sleep even when due, so that changes made in this loop iteration go out together.
             due = self._peers_sent_at + self.options.peers_interval
             await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -348,122 +250,31 @@ class CentralizedServer:
 
     # --- one connection -------------------------------------------------------------------------
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self.stats["connections"] += 1
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        conn = _Connection(writer, self.options)
-        self._admit_handshake(conn)
-        try:
-            who = await asyncio.wait_for(
-                self._handshake(reader, conn), self.options.handshake_timeout
-            )
-            self._end_handshake(conn)
-            if who is None:
-                return
-            limit = self.options.max_connections
-            if who not in self.connections and len(self.connections) >= limit:
-                raise _Refused(f"too many clients ({limit})")
-            if not self._register(conn, who):
-                return
-            while (
-                data := await read_message(
-                    reader,
-                    MAX_CLIENT_FRAME,
-                    idle_timeout=self.options.idle_timeout,
-                    frame_timeout=self.options.frame_timeout,
-                )
-            ) is not None:
-                self._dispatch(conn, who, decode_client(data))
-                # A socket's buffered frames are read without awaiting anything: yield, so the
-                # send tasks and the tick run between this peer's frames.
-                await asyncio.sleep(0)
-        except _Refused as e:
-            self.stats["refused"] += 1
-            if e.kind is None:
-                log.warning("%s refused: %s", conn.name, e)
-            else:
-                self.faults.record(self._fault_peer(conn), e.kind, f"refused: {e}")
-            conn.send(frame(ErrorMsg(str(e)), MAX_SERVER_FRAME))
-        except ProtocolError as e:
-            self.stats["protocol_errors"] += 1
-            self.faults.record(self._fault_peer(conn), e.kind, f"dropped: {e}")
-            conn.send(frame(ErrorMsg(f"protocol violation: {e}"[:1000]), MAX_SERVER_FRAME))
-        except TimeoutError:
-            self.faults.record(
-                self._fault_peer(conn), "handshake_timeout", "dropped: handshake not finished"
-            )
-        except OSError as e:
-            log.info("%s: connection lost: %s", conn.name, e or type(e).__name__)
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("%s: internal error, connection closed", conn.name)
-        finally:
-            self._end_handshake(conn)
-            self._tasks.discard(task)
-            self._unregister(conn)
-            if self._closing:
-                conn.abort()  # do not wait for slow readers while shutting down
-            await conn.close()
+    def connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> ClientConnection:
+        o = self.options
+        return ClientConnection(
+            reader,
+            writer,
+            send_timeout=o.send_timeout,
+            max_backlog=o.max_backlog,
+            p2p_addrs_burst=o.p2p_addrs_burst,
+            p2p_addrs_per_second=o.p2p_addrs_per_second,
+        )
 
-    @staticmethod
-    def _fault_peer(conn: _Connection) -> str:
-        # A joined client is its key (clients behind one address are told apart); before the
-        # handshake there is only the address, and keying on it bounds what a host reconnecting
-        # in a loop can write to the log.
-        return conn.identity.hex() if conn.identity is not None else conn.host
+    async def authenticate(self, conn: ClientConnection) -> NodeIdentity | None:
+        async def send_challenge(nonce: bytes) -> None:
+            conn.send(frame(Challenge(PROTOCOL_VERSION, nonce), MAX_SERVER_FRAME))
 
-    def _admit_handshake(self, conn: _Connection) -> None:
-        """Count ``conn`` as handshaking, first evicting one handshake if a budget is full."""
-        own = self._handshaking.get(conn.host, {})
-        victims: dict[_Connection, None] | None = None
-        if len(own) >= self.options.max_handshakes_per_address:
-            victims = own
-        elif self._handshake_count >= self.options.max_handshakes:
-            victims = max(self._handshaking.values(), key=len)
-        if victims:
-            old = next(iter(victims))
-            self._end_handshake(old)
-            self.stats["evicted"] += 1
-            log.debug("%s: handshake evicted for a newer connection", old.peer)
-            old.abort()
-        # Fetched again: the eviction may have dropped this address's (emptied) entry.
-        self._handshaking.setdefault(conn.host, {})[conn] = None
-        self._handshake_count += 1
-
-    def _end_handshake(self, conn: _Connection) -> None:
-        own = self._handshaking.get(conn.host)
-        if own is None or own.pop(conn, False) is False:
-            return
-        self._handshake_count -= 1
-        if not own:
-            del self._handshaking[conn.host]
-
-    async def _handshake(
-        self, reader: asyncio.StreamReader, conn: _Connection
-    ) -> NodeIdentity | None:
-        nonce = secrets.token_bytes(32)
-        conn.send(frame(Challenge(PROTOCOL_VERSION, nonce), MAX_SERVER_FRAME))
-        data = await read_message(reader, MAX_CLIENT_FRAME)
-        if data is None:
+        key = await challenge_peer(
+            AUTH, conn.reader, send_challenge, decode_client, MAX_CLIENT_FRAME
+        )
+        if key is None:
             return None
-        answer = decode_client(data)
-        if not isinstance(answer, ChallengeResponse):
-            raise ProtocolError(
-                f"expected ChallengeResponse, got {type(answer).__name__}", "unexpected"
-            )
-        if not verify_signature(answer.public_key, auth_message(nonce), answer.signature):
-            raise _Refused("bad challenge signature", "bad_signature")
-        who = NodeIdentity.from_single_key(answer.public_key)
-        conn.identity = who
-        data = await read_message(reader, MAX_CLIENT_FRAME)
+        who = NodeIdentity.from_single_key(key)
+        conn.authenticated(who)
+        data = await read_message(conn.reader, MAX_CLIENT_FRAME)
         if data is None:
             return None
         join = decode_client(data)
@@ -476,7 +287,48 @@ class CentralizedServer:
             return None
         return who
 
-    def _register(self, conn: _Connection, who: NodeIdentity) -> bool:
+    async def session(self, conn: ClientConnection, who: NodeIdentity) -> None:
+        limit = self.options.max_connections
+        if who not in self.connections and len(self.connections) >= limit:
+            raise _Refused(f"too many clients ({limit})")
+        if not self._register(conn, who):
+            return
+        while (
+            data := await read_message(
+                conn.reader,
+                MAX_CLIENT_FRAME,
+                idle_timeout=self.options.idle_timeout,
+                frame_timeout=self.options.frame_timeout,
+            )
+        ) is not None:
+            self._dispatch(conn, who, decode_client(data))
+            # A socket's buffered frames are read without awaiting anything: yield, so the
+            # send tasks and the tick run between this peer's frames.
+            await asyncio.sleep(0)
+
+    def on_error(self, conn: ClientConnection, error: Exception) -> None:
+        if isinstance(error, BadSignature):
+            error = _Refused(str(error), error.kind)
+        if isinstance(error, _Refused):
+            self.stats["refused"] += 1
+            if error.kind is None:
+                log.warning("%s refused: %s", conn.name, error)
+            else:
+                self.faults.record(conn.fault_peer, error.kind, f"refused: {error}")
+            conn.send(frame(ErrorMsg(str(error)), MAX_SERVER_FRAME))
+        elif isinstance(error, HandshakeTimeout):
+            self.faults.record(conn.fault_peer, error.kind, f"dropped: {error}")
+        elif isinstance(error, ProtocolError | NetError):
+            self.stats["protocol_errors"] += 1
+            self.faults.record(conn.fault_peer, error.kind, f"dropped: {error}")
+            conn.send(frame(ErrorMsg(f"protocol violation: {error}"[:1000]), MAX_SERVER_FRAME))
+        else:
+            super().on_error(conn, error)
+
+    def disconnected(self, conn: ClientConnection) -> None:
+        self._unregister(conn)
+
+    def _register(self, conn: ClientConnection, who: NodeIdentity) -> bool:
         """Join ``who`` on ``conn``; False (after a ``JoinRejected``) if the hub refused it."""
         try:
             self.hub.join(who)
@@ -500,18 +352,18 @@ class CentralizedServer:
         log.debug("%s joined from %s (%d connected)", who.hex(), conn.peer, len(self.connections))
         return True
 
-    def _unregister(self, conn: _Connection) -> None:
+    def _unregister(self, conn: ClientConnection) -> None:
         who = conn.identity
         if who is None or self.connections.get(who) is not conn:
             return
         del self.connections[who]
-        if self.p2p_addrs.pop(who, None) is not None and not self._closing:
+        if self.p2p_addrs.pop(who, None) is not None and not self.closing:
             self.publish_peers()
         log.debug("%s disconnected (%d connected)", who.hex(), len(self.connections))
-        if not self._closing and self.hub.disconnect(who):
+        if not self.closing and self.hub.disconnect(who):
             self.publish()
 
-    def _dispatch(self, conn: _Connection, who: NodeIdentity, msg: ClientMessage) -> None:
+    def _dispatch(self, conn: ClientConnection, who: NodeIdentity, msg: ClientMessage) -> None:
         now = int(time.time())
         try:
             if isinstance(msg, WitnessMsg):

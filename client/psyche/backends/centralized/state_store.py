@@ -5,7 +5,7 @@ At every successful epoch end the server writes the coordinator to ``{run_id}-st
 restarted server continues the run instead of starting it over.
 
 Why JSON and not the reference's TOML: the file is the coordinator's serde JSON
-(:mod:`psyche.coordinator.serde`), the same form as the wire state and the shared test vectors,
+(:mod:`psyche.coordinator.state_json`), the same form as the wire state and the shared test vectors,
 so it round-trips every field exactly (TOML has no null, and the reference lost fields to
 ``reset_ephemeral`` before writing) and is read back through the same strict validating decoder.
 
@@ -31,10 +31,10 @@ import re
 import urllib.parse
 from pathlib import Path
 
-from psyche.coordinator import serde
+from psyche.coordinator import state_json as serde
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import EpochState, Progress, RunState
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.strict_obj import ConfigError
 
 __all__ = ["StateStore", "restore_progress"]
 

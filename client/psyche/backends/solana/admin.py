@@ -1,4 +1,6 @@
-"""What the ``psyche-solana-client`` run-administration commands do (SPEC §9.5), one coroutine each.
+"""What the ``psyche-solana-client`` run-administration commands do, one coroutine each.
+
+See docs/solana.md, "Python side".
 
 The CLI (:mod:`psyche.cli.solana`) only parses flags and prints; these take a
 :class:`~psyche.backends.solana.session.Session` and return JSON-able results, so tests call them
@@ -26,10 +28,10 @@ from psyche.backends.solana.layout import fixed_str
 from psyche.backends.solana.session import Session
 from psyche.backends.solana.snapshot import AccountLayoutError, RunSnapshot
 from psyche.coordinator import RunState
-from psyche.coordinator.serde import identity_obj, to_obj_state
-from psyche.protocol.config import HubCheckpoint, HubRepo, P2PCheckpoint
-from psyche.protocol.runconfig import load_run_config
-from psyche.protocol.serde import to_obj
+from psyche.coordinator.state_json import identity_obj, to_obj_state
+from psyche.protocol.locations import HubCheckpoint, HubRepo, P2PCheckpoint
+from psyche.protocol.run_file import load_run_config
+from psyche.protocol.strict_obj import to_obj
 
 __all__ = [
     "can_join",
@@ -205,7 +207,10 @@ def _metadata_obj(account: dict[str, Any]) -> dict[str, Any]:
 
 
 def _data_index_for_step(snap: RunSnapshot, target: int) -> int:
-    """Sum of the batch sizes of steps 1..target-1 (SPEC §1.11 ``get_data_index_for_step``)."""
+    """Sum of the batch sizes of steps 1..target-1 (``get_data_index_for_step``).
+
+    See docs/protocol.md, "Batch size, data index and cold start".
+    """
     coord = snap.coordinator
     if target <= 1 or target > coord.config.total_steps:
         return 0
@@ -305,7 +310,7 @@ async def dump_run(s: Session, run_id: str) -> dict[str, Any]:
 async def can_join(
     s: Session, run_id: str, address: Pubkey, grantee: Pubkey | None
 ) -> dict[str, Any]:
-    """Would ``address`` pass ``join_run``'s authorization check (SPEC §9.3)?"""
+    """Would ``address`` pass ``join_run``'s authorization check (docs/solana.md, "Programs")?"""
     inst = await s.instance(run_id)
     join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
     pda = s.join_authorization(join_authority, grantee)

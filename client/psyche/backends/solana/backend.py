@@ -1,4 +1,4 @@
-"""``SolanaBackend``: the Backend seam on a Solana run (SPEC §9.6).
+"""``SolanaBackend``: the Backend seam on a Solana run (docs/solana.md, "Python side").
 
 Tasks, all owned by the backend and cancelled by :meth:`SolanaBackend.close`:
 
@@ -42,8 +42,8 @@ from psyche.backends.solana.rpc import SolanaRpc, TxSender, account_updates, rec
 from psyche.backends.solana.snapshot import ClientInstructions, CoordinatorCodec, RunSnapshot
 from psyche.backends.solana.ticker import predicts_transition, tick_probability
 from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
-from psyche.protocol.config import Checkpoint
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import Checkpoint
 
 __all__ = [
     "EXIT_LEFT_RUN",
@@ -68,7 +68,10 @@ class ClientVersionMismatchError(BackendError):
 
 
 class LeftRunError(BackendError):
-    """An exit condition of SPEC §9.6: halted run, not selected, or unhealthy after joining."""
+    """An exit condition: halted run, not selected, or unhealthy after joining.
+
+    See docs/solana.md, "Python side".
+    """
 
     exit_code = EXIT_LEFT_RUN
 

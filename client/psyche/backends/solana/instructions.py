@@ -21,9 +21,9 @@ from solders.pubkey import Pubkey
 from psyche.backends.base import HealthCheckEntries
 from psyche.backends.solana.idl import IdlCodec, IdlError
 from psyche.coordinator import Witness, WitnessMetadata
-from psyche.protocol.config import Checkpoint
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import to_obj
+from psyche.protocol.locations import Checkpoint
+from psyche.protocol.strict_obj import to_obj
 
 __all__ = [
     "COORDINATOR_SEED",

@@ -3,7 +3,7 @@
 :class:`CoordinatorLayout` decodes ``CoordinatorAccount`` (zero-copy, ~170 KB) with the
 IDL-driven codec of :mod:`psyche.backends.solana.idl` into the same Python
 :class:`~psyche.coordinator.Coordinator` the centralized backend uses, by way of the serde object
-form (:func:`psyche.coordinator.serde.from_obj_state`), which validates every value: a client
+form (:func:`psyche.coordinator.state_json.from_obj_state`), which validates every value: a client
 never trusts bytes it decodes. The ``Model`` is a bounded borsh blob inside the account, decoded
 with the IDL's ``Model`` type. Names below are the Rust field names (programs/psyche-coordinator:
 ``core/types.rs``, ``state/*.rs``); counts (``num_*``) cut the fixed arrays; ``_pad*`` fields are
@@ -19,11 +19,11 @@ from typing import Any
 from psyche.backends.solana.idl import IdlCodec, IdlError
 from psyche.backends.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 from psyche.coordinator import Coordinator, RunState
-from psyche.coordinator.serde import from_obj_state, to_obj_state
+from psyche.coordinator.state_json import from_obj_state, to_obj_state
 from psyche.protocol.bloom import Bloom
-from psyche.protocol.config import Model
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import ConfigError, to_obj
+from psyche.protocol.model import Model
+from psyche.protocol.strict_obj import ConfigError, to_obj
 
 __all__ = ["ACCOUNT_VERSION", "CoordinatorLayout", "fixed_str", "model_from_obj_idl"]
 

@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Iterable
 
-from psyche.p2p.identity import public_key_for
+from psyche.p2p.peer_id import public_key_for
 
 __all__ = ["BootstrapDirectory", "parse_bootstrap_peers"]
 

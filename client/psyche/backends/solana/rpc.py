@@ -1,7 +1,7 @@
 """Solana JSON-RPC over HTTP (httpx) and ``accountSubscribe`` over websocket, with retries.
 
 Only the handful of methods the client needs, written directly against the JSON-RPC API so the
-retry, timeout and fallback policy is ours and visible (SPEC §9.6):
+retry, timeout and fallback policy is ours and visible (docs/solana.md, "Python side"):
 
 * :class:`SolanaRpc` — one endpoint: ``getAccountInfo`` (base64), ``getLatestBlockhash``,
   ``sendTransaction`` (preflight on, so a program error comes back at once with its custom code),
@@ -65,7 +65,10 @@ class ProgramRejectedError(BackendError):
 
 
 def reconnect_delay(retries: int) -> float:
-    """Websocket reconnect backoff (SPEC §9.6): ``min(30, 2·retries)`` seconds."""
+    """Websocket reconnect backoff: ``min(30, 2·retries)`` seconds.
+
+    See docs/solana.md, "Python side".
+    """
     return float(min(30, 2 * retries))
 
 
@@ -184,7 +187,8 @@ def decode_account_data(value: dict[str, Any]) -> bytes:
 
 
 class TxSender:
-    """Sends transactions with the retry policy of SPEC §9.6 through ``rpcs`` in order."""
+    """Sends transactions through ``rpcs`` in order, with the retry policy of docs/solana.md,
+    "Python side"."""
 
     def __init__(
         self,

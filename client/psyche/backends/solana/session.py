@@ -203,7 +203,7 @@ class Session:
         return value
 
     def join_authorization(self, join_authority: Pubkey, grantee: Pubkey | None) -> Pubkey:
-        """The authorization PDA a client presents to ``join_run`` (SPEC §9.3)."""
+        """The authorization PDA a client presents to ``join_run`` (docs/solana.md, "Programs")."""
         return authorization_pda(
             self.authorizer.program_id, join_authority, grantee or Pubkey.default(), JOIN_RUN_SCOPE
         )

@@ -18,8 +18,8 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendProtocolError, HealthCheckEntries
 from psyche.coordinator import Coordinator, Witness, WitnessMetadata
-from psyche.protocol.config import Checkpoint
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import Checkpoint
 
 __all__ = [
     "AccountLayoutError",

@@ -1,4 +1,6 @@
-"""Predicting ``tick`` on a Solana run (SPEC §9.6): nobody ticks a chain, so clients do.
+"""Predicting ``tick`` on a Solana run: nobody ticks a chain, so clients do.
+
+See docs/solana.md, "Python side".
 
 Every 500 ms each client runs the Python coordinator's ``tick`` on a copy of the latest snapshot
 with its own clock. Only when the copy changes phase is a ``tick`` transaction worth its fee, and

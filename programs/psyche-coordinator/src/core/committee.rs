@@ -1,6 +1,7 @@
-//! Committee and witness selection for one round (`client/psyche/protocol/committee.py`,
-//! SPEC §3.2). Roles come from two salted swap-or-not shuffles of the round's seed, so anyone can
-//! check a claimed role from a small proof `(position, index)`.
+//! Committee and witness selection for one round (`client/psyche/protocol/committee.py`;
+//! docs/protocol.md, "Committee and witness selection"). Roles come from two salted swap-or-not
+//! shuffles of the round's seed, so anyone can check a claimed role from a small proof
+//! `(position, index)`.
 
 use anchor_lang::prelude::*;
 

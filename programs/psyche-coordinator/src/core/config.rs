@@ -1,5 +1,6 @@
 //! `CoordinatorConfig` and `Progress` with their checks and derived quantities
-//! (`client/psyche/protocol/config.py`, SPEC §1.4, §1.11, §2.3).
+//! (`client/psyche/protocol/coordinator_config.py`; docs/protocol.md, "Run configuration",
+//! "Batch size, data index and cold start" and "Quorum").
 
 use anchor_lang::prelude::*;
 use bytemuck::{Pod, Zeroable};
@@ -106,7 +107,8 @@ impl CoordinatorConfig {
         }
     }
 
-    /// Witness quorum (SPEC §2.3): W <= 3 gives {1, 2, 2}; otherwise max(1, floor(2W/3)).
+    /// Witness quorum (docs/protocol.md, "Quorum"): W <= 3 gives {1, 2, 2}; otherwise
+    /// max(1, floor(2W/3)).
     pub fn quorum(&self, n: usize) -> usize {
         let w = if self.witness_nodes != 0 { usize::from(self.witness_nodes) } else { n };
         match w {
@@ -164,7 +166,7 @@ impl Progress {
         Self { epoch, _pad: [0; 2], step, epoch_start_data_index }
     }
 
-    /// SPEC §1.4: the step counter starts at 1.
+    /// The step counter starts at 1 (docs/protocol.md, "Run configuration").
     pub fn check(&self) -> core::result::Result<(), &'static str> {
         rule(self.step > 0, "progress.step must be greater than 0")
     }
@@ -212,7 +214,7 @@ mod tests {
             verification_percent: 0,
             waiting_for_members_extra_time: 1,
         };
-        // Values from psyche.protocol.config.CoordinatorConfig.get_batch_size.
+        // Values from psyche.protocol.coordinator_config.CoordinatorConfig.get_batch_size.
         let cases: [(u128, u64); 7] = [
             (0, 3),
             (1, 3),

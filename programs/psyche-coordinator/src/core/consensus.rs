@@ -1,5 +1,6 @@
 //! Quorum, trainer health and consensus selection from witness blooms
-//! (`client/psyche/coordinator/consensus.py`, SPEC §2.3–2.5).
+//! (`client/psyche/coordinator/consensus.py`; docs/protocol.md, "Quorum", "Consensus" and
+//! "Health and health checks").
 
 use super::config::CoordinatorConfig;
 use super::hash::sha256;

@@ -1,6 +1,7 @@
 //! The coordinator state machine: initialization, internal transitions and `tick`
-//! (`client/psyche/coordinator/coordinator.py`, SPEC §1.7, with our deviations: drain rounds
-//! also at `total_steps` and on a pending pause, Warmup witness index remapping, no lost work).
+//! (`client/psyche/coordinator/coordinator.py`; docs/protocol.md, "Tick rules", with our
+//! deviations: drain rounds also at `total_steps` and on a pending pause, Warmup witness index
+//! remapping, no lost work).
 //! Read-only helpers are in `queries.rs`, message handlers in `handlers.rs`, the lost-work
 //! queue in `lost_work.rs`.
 //!
@@ -164,7 +165,7 @@ impl CoordinatorState {
         self.model.store(&model);
     }
 
-    // --- tick (SPEC §1.7) ------------------------------------------------------------------------
+    // --- tick (docs/protocol.md, "Tick rules") ---------------------------------------------------
 
     pub fn tick(
         &mut self,

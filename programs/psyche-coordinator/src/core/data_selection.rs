@@ -1,5 +1,6 @@
-//! Which samples each trainer trains in a round (`client/psyche/protocol/data_selection.py`,
-//! SPEC §3.3), including the round's retried lost intervals (docs/protocol.md, "no lost work").
+//! Which samples each trainer trains in a round (`client/psyche/protocol/data_selection.py`;
+//! docs/protocol.md, "Data assignment"), including the round's retried lost intervals
+//! (docs/protocol.md, "no lost work").
 //! Clients and data servers use the whole assignment (here: the shared vectors and off-chain
 //! Rust tools); the program itself only needs one trainer's interval (`trainer_order`,
 //! `interval_for_slot`) when it queues lost work, without the committee checks.

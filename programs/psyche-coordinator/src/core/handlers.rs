@@ -1,7 +1,8 @@
-//! Message handlers (`client/psyche/coordinator/coordinator.py`, SPEC §1.8, with our deviations:
-//! validated warmup witnesses, elected-witness-only `witness`, checkpointer election with the
-//! first accepted checkpoint ending Cooldown, `Ejected` health checks judged against the exactly
-//! rebuilt previous-round client list, ejected clients' work queued as lost).
+//! Message handlers (`client/psyche/coordinator/coordinator.py`; docs/protocol.md,
+//! "Message handlers", with our deviations: validated warmup witnesses, elected-witness-only
+//! `witness`, checkpointer election with the first accepted checkpoint ending Cooldown, `Ejected`
+//! health checks judged against the exactly rebuilt previous-round client list, ejected clients'
+//! work queued as lost).
 //!
 //! Each handler runs every check before its first write, in Python's order, so an `Err` leaves
 //! the state exactly as it was.

@@ -1,11 +1,12 @@
-//! The model description (`client/psyche/protocol/config.py`, SPEC §1.5) and its bounded borsh
-//! blob inside the account.
+//! The model description (`client/psyche/protocol/model.py` and the component modules it
+//! imports; docs/protocol.md, "Run configuration") and its bounded borsh blob inside the account.
 //!
 //! The nested tagged enums cannot be Pod, so the account stores the borsh encoding of `Model`
 //! (`ModelBlob`), and the IDL describes `Model` because `update` takes it as an argument; the
 //! Python side decodes the blob with that same type. Variant order is the declaration order in
-//! config.py, field order is the dataclass order. Strings are bounded like Python's `MaxBytes`
-//! (64, or 192 for URLs and paths), which Python enforces when decoding and `check` does here.
+//! the Python modules, field order is the dataclass order. Strings are bounded like Python's
+//! `MaxBytes` (64, or 192 for URLs and paths), which Python enforces when decoding and `check`
+//! does here.
 //!
 //! `Model::check` is Python's `LLM.check`, rule for rule and in the same order (each component's
 //! `check` here mirrors the same component's `check` there), so a config that `validate-config`

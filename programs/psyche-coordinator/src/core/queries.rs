@@ -1,6 +1,6 @@
 //! Read-only views of the coordinator state (`client/psyche/coordinator/coordinator.py`'s
-//! helpers, SPEC §1.6): timers, rounds, membership, committee selection, the exactly rebuilt
-//! previous-round client list and the checkpointer election.
+//! helpers; docs/protocol.md, "Timers and round helpers"): timers, rounds, membership, committee
+//! selection, the exactly rebuilt previous-round client list and the checkpointer election.
 
 use super::committee::CommitteeSelection;
 use super::consensus;
@@ -53,7 +53,7 @@ impl RoundClients<'_> {
 }
 
 impl CoordinatorState {
-    // --- accessors (SPEC §1.6) -------------------------------------------------------------------
+    // --- accessors (docs/protocol.md, "Timers and round helpers") --------------------------------
 
     /// The run phase; an unknown tag (a corrupted account) reads as `Uninitialized`, i.e. halted.
     pub fn state(&self) -> RunState {

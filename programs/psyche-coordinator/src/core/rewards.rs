@@ -1,5 +1,5 @@
-//! Points per epoch (`client/psyche/coordinator/rewards.py`, SPEC §1.12, fixed): credited only
-//! when an epoch ends successfully.
+//! Points per epoch (`client/psyche/coordinator/rewards.py`; docs/protocol.md, "Rewards"), fixed:
+//! credited only when an epoch ends successfully.
 //!
 //! On `EpochEnd(true)` the clients still in `epoch_state.clients` that are Healthy share
 //! `earning_rate_total_shared` equally (integer division, the remainder is not paid), and every

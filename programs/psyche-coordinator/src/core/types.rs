@@ -1,4 +1,5 @@
-//! Layout types of the coordinator state (`client/psyche/coordinator/types.py`, SPEC §1.2–1.3).
+//! Layout types of the coordinator state (`client/psyche/coordinator/types.py`; docs/protocol.md,
+//! "Coordinator state").
 //!
 //! Every stored type is `repr(C)` Pod with explicit padding, u8 tags instead of enums and u8 0/1
 //! instead of bools, and fixed lists as a count plus an array, so the bytemuck layout equals the
@@ -412,7 +413,7 @@ pub struct CoordinatorState {
 }
 
 /// What a client says about itself in a `witness` / `warmup_witness` instruction (the borsh
-/// layout of `client/psyche/coordinator/wire.py`: no padding, a real bool).
+/// layout the client builds from this IDL: no padding, a real bool).
 #[derive(Clone, Copy, Debug, PartialEq, AnchorSerialize, AnchorDeserialize)]
 pub struct WitnessProofArg {
     pub position: u64,
@@ -466,7 +467,7 @@ impl WitnessMetadata {
     }
 }
 
-/// Human-facing run description (SPEC §9.1), settable at any time by the run owner.
+/// Human-facing run description (docs/solana.md, "Programs"), settable at any time by its owner.
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, AnchorSerialize, AnchorDeserialize)]
 #[repr(C)]
 pub struct RunMetadata {

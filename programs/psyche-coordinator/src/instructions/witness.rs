@@ -7,9 +7,10 @@ use crate::state::unix_now;
 
 /// An elected witness reports what it received in the previous round (blooms) plus statistics
 /// (`metadata`, not stored: indexers read it from the transaction), then the run ticks. The
-/// arguments are `client/psyche/coordinator/wire.py`'s layout; the largest such transaction fits
-/// the 1232-byte limit (tests/program_tx_size.rs). Accounts: `PermissionlessCoordinatorAccounts`
-/// (`user` must be a registered client).
+/// arguments are the compact layout the client builds from the IDL
+/// (`client/psyche/backends/solana/instructions.py`); the largest such transaction fits the
+/// 1232-byte limit (tests/program_tx_size.rs, tests/unit/test_witness_budget.py). Accounts:
+/// `PermissionlessCoordinatorAccounts` (`user` must be a registered client).
 pub fn witness_processor(
     ctx: Context<PermissionlessCoordinatorAccounts>,
     proof: WitnessProofArg,

@@ -1,4 +1,5 @@
-//! Registered wallets of a run: who joined for which epoch, and their points ledger (SPEC §1.12).
+//! Registered wallets of a run: who joined for which epoch, and their points ledger
+//! (docs/protocol.md, "Rewards").
 
 use anchor_lang::prelude::*;
 

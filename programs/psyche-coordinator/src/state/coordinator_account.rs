@@ -65,9 +65,10 @@ pub fn unix_now(clock: &Clock) -> Result<u64> {
     u64::try_from(clock.unix_timestamp).map_err(|_| error!(CoordinatorProgramError::InvalidClock))
 }
 
-/// The round seed: the first 8 bytes (LE) of `sha256(unix_timestamp i64 LE ‖ slot u64 LE)`, as
-/// the reference derives it. A ticker can choose its slot and so grind the seed a little
-/// (SPEC §11.8); nothing better is available on chain without an oracle.
+/// The round seed: the first 8 bytes (LE) of `sha256(unix_timestamp i64 LE ‖ slot u64 LE)`, as the
+/// reference derives it. A ticker can choose its slot and so grind the seed a little
+/// (docs/protocol.md, "Known flaws of the reference", flaw 8); nothing better is available on chain
+/// without an oracle.
 pub fn random_seed(clock: &Clock) -> u64 {
     let digest = solana_sha256_hasher::hashv(&[
         &clock.unix_timestamp.to_le_bytes(),
@@ -114,7 +115,8 @@ impl CoordinatorInstanceState {
     /// - the first time the run is seen in Warmup, the epoch's rates are fixed;
     /// - the first time the run is seen training in an epoch, `next_active` is bumped, so the
     ///   clients pending for this epoch must join again for the next one;
-    /// - at an epoch end, points are credited (SPEC §1.12 as fixed: only successful epochs pay).
+    /// - at an epoch end, points are credited (docs/protocol.md, "Rewards": only successful epochs
+    ///   pay).
     pub fn after_transition(&mut self, result: TickResult) -> Result<()> {
         match result {
             TickResult::Ticked => {

@@ -1,5 +1,5 @@
 //! The coordinator state as JSON, exactly in the shared vectors' format
-//! (`psyche.coordinator.serde.to_obj_state`, tests/vectors/README.md), and back.
+//! (`psyche.coordinator.state_json.to_obj_state`, tests/vectors/README.md), and back.
 //!
 //! Reusable by every test of this crate (`mod common;`): vector replay, program tests, and
 //! cross-language checks. Decoding is strict (missing and unknown keys are errors) but, like

@@ -1,4 +1,5 @@
-//! `Model` and `Checkpoint` as serde's externally tagged JSON (`psyche.protocol.serde.to_obj`).
+//! `Model` and `Checkpoint` as serde's externally tagged JSON
+//! (`psyche.protocol.strict_obj.to_obj`).
 
 use psyche_coordinator::core::model::{
     Checkpoint, DataLocation, GcsRepo, HttpLocation, HubRepo, LLMArchitecture, LLMDataType,

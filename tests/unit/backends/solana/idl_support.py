@@ -9,7 +9,7 @@ import pytest
 
 from psyche.backends.solana.idl import IdlCodec
 from psyche.coordinator import Coordinator
-from psyche.coordinator.serde import from_obj_state
+from psyche.coordinator.state_json import from_obj_state
 
 ROOT = Path(__file__).resolve().parents[4]
 IDL_DIR = ROOT / "idl"

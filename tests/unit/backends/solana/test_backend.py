@@ -21,8 +21,8 @@ from psyche.backends.solana.backend import (
 from psyche.backends.solana.rpc import ProgramRejectedError, RpcError, SolanaRpc, TxSender
 from psyche.backends.solana.snapshot import RegisteredClient
 from psyche.coordinator import ClientState, Coordinator, RunState
-from psyche.protocol.config import HubCheckpoint, HubRepo
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import HubCheckpoint, HubRepo
 
 from ..support import make_config, make_model
 from .rpc_double import SolanaRpcDouble

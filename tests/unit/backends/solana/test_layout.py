@@ -10,8 +10,8 @@ import pytest
 
 from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout
 from psyche.backends.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
-from psyche.coordinator import CoordinatorError
-from psyche.coordinator.serde import to_obj_state
+from psyche.coordinator import CoordinatorErrorCode
+from psyche.coordinator.state_json import to_obj_state
 from psyche.protocol.identity import NodeIdentity
 
 from .idl_support import coordinator_idl, needs_coordinator_idl, vector_states
@@ -77,7 +77,7 @@ def test_wrong_size_discriminator_or_version_is_rejected() -> None:
 
 def test_every_coordinator_error_has_an_idl_error() -> None:
     names = set(coordinator_idl().errors.values())
-    for e in CoordinatorError:
+    for e in CoordinatorErrorCode:
         assert any(e.name in n for n in names), e.name
 
 

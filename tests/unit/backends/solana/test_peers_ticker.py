@@ -8,7 +8,7 @@ from psyche.backends.solana.peers import BootstrapDirectory, BootstrapError, par
 from psyche.backends.solana.snapshot import RegisteredClient, RunSnapshot
 from psyche.backends.solana.ticker import predicts_transition, tick_probability
 from psyche.coordinator import Coordinator, RunState
-from psyche.p2p.identity import peer_id_for
+from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
 
 from ..support import make_config, make_model

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from psyche.protocol.untrusted import FaultLog
+from psyche.net.faults import FaultLog
 
 log = logging.getLogger("test.faults")
 

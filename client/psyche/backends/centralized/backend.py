@@ -40,11 +40,11 @@ from psyche.backends.base import (
     JoinRejectedError,
 )
 from psyche.backends.centralized.protocol import (
+    AUTH,
     MAX_CLIENT_FRAME,
     MAX_SERVER_FRAME,
     PROTOCOL_VERSION,
     Challenge,
-    ChallengeResponse,
     CheckpointMsg,
     ErrorMsg,
     HealthCheckMsg,
@@ -58,7 +58,6 @@ from psyche.backends.centralized.protocol import (
     StateMsg,
     WarmupWitnessMsg,
     WitnessMsg,
-    auth_message,
     decode_server,
     frame,
     read_message,
@@ -66,9 +65,10 @@ from psyche.backends.centralized.protocol import (
 from psyche.backends.inbox import Inbox
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import Witness, WitnessMetadata
-from psyche.data.tcp_client import parse_address
-from psyche.protocol.config import RUN_ID_MAX_LEN, Checkpoint
+from psyche.net.address import parse_address
+from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
 from psyche.protocol.identity import NodeIdentity, SecretKey
+from psyche.protocol.locations import Checkpoint
 
 __all__ = ["CentralizedBackend", "IncompatibleServerError"]
 
@@ -280,10 +280,7 @@ class CentralizedBackend:
                     f"the server speaks protocol version {challenge.protocol_version}, "
                     f"this client {PROTOCOL_VERSION}"
                 )
-            signature = self._key.sign(auth_message(challenge.nonce))
-            writer.write(
-                frame(ChallengeResponse(self._key.public_key(), signature), MAX_CLIENT_FRAME)
-            )
+            writer.write(frame(AUTH.answer(self._key, challenge.nonce), MAX_CLIENT_FRAME))
             writer.write(frame(Join(self.run_id), MAX_CLIENT_FRAME))
             if self._my_addrs is not None:
                 writer.write(frame(P2PAddrsMsg(self._my_addrs), MAX_CLIENT_FRAME))

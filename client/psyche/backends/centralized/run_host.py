@@ -1,17 +1,19 @@
 """The server's coordinator host: membership, message dispatch and change detection, no I/O.
 
-:class:`Hub` owns the :class:`~psyche.coordinator.Coordinator` and everything the pure state
-machine deliberately leaves to its host (SPEC §8.2): who is waiting to join, who is kicked, when
-the state counts as changed, what happens at an epoch end. The network layer
+:class:`Hub` (the hub every client of the run connects through; nothing to do with the Hugging Face
+Hub of checkpoints) owns the :class:`~psyche.coordinator.Coordinator` and everything the pure state
+machine deliberately leaves to its host (docs/protocol.md, "Server loop"): who is waiting to join,
+who is kicked, when the state counts as changed, what happens at an epoch end. The network layer
 (:mod:`psyche.backends.centralized.server`) only authenticates peers, decodes frames, calls one
 method here per event and broadcasts when a method returns ``True``. Keeping this free of sockets
 and clocks (``now`` and ``seed`` are arguments) is what makes the membership rules unit-testable.
 
 Membership rules, and where they differ from the reference:
 
-* ``pending`` is a dict in join order, so the epoch's client order is the order clients joined
-  (the reference used a HashSet: arbitrary order, SPEC §11.21). It persists across epochs: a
-  connected client is offered to every new epoch without joining again.
+* ``pending`` is a dict in join order, so the epoch's client order is the order clients joined (the
+  reference used a HashSet: arbitrary order; docs/protocol.md, "Known flaws of the reference",
+  flaw 21). It persists across epochs: a connected client is offered to every new epoch without
+  joining again.
 * A disconnect removes the client from ``pending`` and, with ``withdraw_on_disconnect``, withdraws
   it from the running epoch. When it reconnects and joins again it is pending again and takes part
   in the next epoch. The reference removed every non-healthy exited client from ``pending`` on
@@ -35,13 +37,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from psyche.coordinator import serde
+from psyche.coordinator import state_json as serde
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import ClientState, RunState, TickResult, Witness, WitnessMetadata
 from psyche.protocol.committee import CommitteeProof
-from psyche.protocol.config import Checkpoint
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import ConfigError
+from psyche.protocol.locations import Checkpoint
+from psyche.protocol.strict_obj import ConfigError
 
 __all__ = ["Event", "Hub"]
 

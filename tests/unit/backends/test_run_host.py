@@ -6,11 +6,16 @@ from collections.abc import Callable
 
 import pytest
 
-from psyche.backends.centralized.hub import Hub
+from psyche.backends.centralized.run_host import Hub
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import sim_identity
-from psyche.coordinator.types import ClientState, CoordinatorError, CoordinatorException, RunState
-from psyche.protocol.serde import ConfigError
+from psyche.coordinator.types import (
+    ClientState,
+    CoordinatorErrorCode,
+    CoordinatorException,
+    RunState,
+)
+from psyche.protocol.strict_obj import ConfigError
 
 from .support import Clock, make_coordinator
 
@@ -69,7 +74,7 @@ def test_rejected_message_changes_nothing() -> None:
     clock.warm_up([A])  # not in Warmup: nothing sent
     with pytest.raises(CoordinatorException) as info:
         hub.checkpoint(A, 0, hub.coordinator.llm.checkpoint, clock.now)
-    assert info.value.code is CoordinatorError.InvalidRunState
+    assert info.value.code is CoordinatorErrorCode.InvalidRunState
     assert hub.seq == seq
 
 

@@ -1,9 +1,9 @@
-"""Messages of the TCP data server protocol (our version of SPEC §6.5 and §7.5).
+"""Messages of the TCP data server protocol (see ``docs/protocol.md``).
 
-Every frame (see :mod:`psyche.data.framing`) holds one msgpack map encoded by msgspec, tagged by
-``"type"`` with the class name. Decoding is strict: unknown fields, wrong types, out-of-range
-integers and wrong-size keys are errors, so nothing a peer sends reaches the server logic
-unvalidated. A session is::
+Every frame (see :mod:`psyche.net.framing`) holds one msgpack map encoded by msgspec, tagged by
+``"type"`` with the class name (:mod:`psyche.net.codec`). Decoding is strict: unknown fields,
+wrong types, out-of-range integers and wrong-size keys are errors, so nothing a peer sends
+reaches the server logic unvalidated. A session is::
 
     server → Challenge{nonce: 32 random bytes}
     client → ChallengeResponse{public_key: 32 bytes, signature: 64 bytes}
@@ -21,8 +21,10 @@ anything, and clients split larger intervals into requests of that size. The cap
 request costs the server (shuffle and reads grow with samples, memory and transfer with tokens),
 so a peer cannot make one request occupy it for seconds.
 
-The domain prefix keeps a signature made for this handshake from being valid for any other signed
-message of the protocol, and the fresh nonce prevents replay.
+The handshake is :mod:`psyche.net.handshake` with the domain ``b"psyche-data-auth"``.
+Frame limits are asymmetric because the traffic is: requests and handshake messages are a few
+hundred bytes (the server accepts at most :data:`MAX_REQUEST_FRAME`), token responses are large
+(the client accepts at most :data:`MAX_RESPONSE_FRAME`, the reference's 64 MiB).
 ``Ready`` is not in the reference: it lets the client check its ``seq_len`` against the server's
 before training on wrongly cut samples, and tells it the dataset size.
 """
@@ -36,14 +38,19 @@ import msgspec
 import numpy as np
 import torch
 
-from psyche.data.framing import decode_untrusted
 from psyche.data.provider import DataError
+from psyche.net.codec import MessageDecoder, encode
+from psyche.net.framing import MAX_FRAME
+from psyche.net.handshake import ChallengeAuth, ChallengeResponse
 from psyche.protocol.data_selection import BatchId
 
 __all__ = [
+    "AUTH",
     "AUTH_DOMAIN",
+    "MAX_REQUEST_FRAME",
     "MAX_REQUEST_SAMPLES",
     "MAX_REQUEST_TOKENS",
+    "MAX_RESPONSE_FRAME",
     "Challenge",
     "ChallengeResponse",
     "ClientMessage",
@@ -66,7 +73,9 @@ __all__ = [
 ]
 
 AUTH_DOMAIN = b"psyche-data-auth"
-NONCE_LEN = 32
+AUTH = ChallengeAuth(AUTH_DOMAIN)
+MAX_REQUEST_FRAME = 64 * 1024
+MAX_RESPONSE_FRAME = MAX_FRAME
 MAX_REQUEST_TOKENS = 1 << 20
 """Tokens one request may ask for: a 4 MiB response, read in a few tens of milliseconds."""
 MAX_REQUEST_SAMPLES = 1024
@@ -82,7 +91,6 @@ def max_request_samples(seq_len: int) -> int:
 U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack ints cannot exceed u64 anyway
 Bytes32 = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
-Bytes64 = Annotated[bytes, msgspec.Meta(min_length=64, max_length=64)]
 
 
 class WireError(DataError):
@@ -123,11 +131,6 @@ class Challenge(_Msg, frozen=True):
     nonce: Bytes32
 
 
-class ChallengeResponse(_Msg, frozen=True):
-    public_key: Bytes32
-    signature: Bytes64
-
-
 class Ready(_Msg, frozen=True):
     seq_len: U32
     num_samples: U64
@@ -150,21 +153,13 @@ class RequestRejected(_Msg, frozen=True):
 ServerMessage = Challenge | Ready | TrainingData | RequestRejected
 ClientMessage = ChallengeResponse | RequestTrainingData
 
-_encoder = msgspec.msgpack.Encoder()
-_client_decoder = msgspec.msgpack.Decoder(ClientMessage)
-_server_decoder = msgspec.msgpack.Decoder(ServerMessage)
-
-
-def encode(msg: _Msg) -> bytes:
-    return _encoder.encode(msg)
-
-
-def decode_client(data: bytes) -> ClientMessage:
-    return decode_untrusted(_client_decoder.decode, data, WireError, "bad client message")
-
-
-def decode_server(data: bytes) -> ServerMessage:
-    return decode_untrusted(_server_decoder.decode, data, WireError, "bad server message")
+decode_client: MessageDecoder[ClientMessage] = MessageDecoder(
+    ClientMessage, WireError, "bad client message"
+)
+decode_server: MessageDecoder[ServerMessage] = MessageDecoder(
+    ServerMessage, WireError, "bad server message"
+)
+auth_message = AUTH.message
 
 
 # ``TrainingData`` is a map whose last field is ``tokens``; an empty ``bytes`` encodes as bin8
@@ -176,14 +171,9 @@ _EMPTY_BIN = b"\xc4\x00"
 def training_data_header(batch_id: WireBatchId, n_bytes: int) -> bytes:
     """The bytes of ``encode(TrainingData(batch_id, tokens))`` that precede ``tokens``, for a
     ``tokens`` of ``n_bytes`` bytes (bin32 form, which every msgpack decoder accepts)."""
-    empty = _encoder.encode(TrainingData(batch_id, b""))
+    empty = encode(TrainingData(batch_id, b""))
     assert empty.endswith(_EMPTY_BIN), "tokens must be the last field of TrainingData"
     return empty[: -len(_EMPTY_BIN)] + b"\xc6" + n_bytes.to_bytes(4, "big")
-
-
-def auth_message(nonce: bytes) -> bytes:
-    """The bytes a client signs to answer ``nonce``."""
-    return AUTH_DOMAIN + nonce
 
 
 def pack_tokens(samples: torch.Tensor) -> bytes:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from psyche.p2p.identity import ENV_SECRET_KEY, peer_id_for, public_key_for, show_identity
+from psyche.p2p.peer_id import ENV_SECRET_KEY, peer_id_for, public_key_for, show_identity
 from psyche.protocol.identity import SecretKey
 
 # (seed, libp2p's ID.from_pubkey(create_new_key_pair(seed).public_key).to_base58())

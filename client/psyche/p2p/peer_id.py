@@ -1,4 +1,4 @@
-"""libp2p peer ids from the client's ed25519 key (SPEC §6.1).
+"""libp2p peer ids from the client's ed25519 key (docs/protocol.md, "Transport").
 
 A client has one P2P key: ``NodeIdentity.p2p_identity`` on the coordinator, which signs
 commitments and announcements. The libp2p host is built from the *same* 32-byte seed, so its

@@ -1,17 +1,14 @@
-"""Length-prefixed frames for the TCP data server (SPEC §6.5).
+"""Length-prefixed frames: a 4-byte big-endian payload length, then the payload.
 
-Each frame is a 4-byte big-endian payload length followed by the payload, as with tokio's
-``LengthDelimitedCodec`` in the reference. The length is checked against a hard maximum *before*
-any payload byte is read or buffered, so a peer cannot make us allocate by announcing a huge
-frame. The limits are asymmetric because the traffic is: requests and handshake messages are a
-few hundred bytes (the server accepts at most :data:`MAX_REQUEST_FRAME`), token responses are
-large (the client accepts at most :data:`MAX_RESPONSE_FRAME`, the reference's 64 MiB).
+This is the framing of every protocol of the client (tokio's ``LengthDelimitedCodec`` in the
+reference). The length is checked against the caller's maximum *before* any payload byte is read
+or buffered, so a peer cannot make us allocate by announcing a huge frame; each protocol picks
+its own, usually asymmetric, limits.
 
-Both an asyncio reader (server) and a blocking-socket reader (client) are provided; they share
-the wire format and the limit check; the asyncio reader also enforces an idle and a per-frame
-time limit. :func:`decode_untrusted` (from :mod:`psyche.protocol.untrusted`, re-exported here) is
-the one place where decoding a payload (or text inside one) is made to fail only with the caller's
-protocol error type.
+Three readers share the format and the limit check: an asyncio one for servers and clients
+(which also enforces an idle and a per-frame time limit), a blocking-socket one for synchronous
+clients, and an incremental :class:`FrameDecoder` for transports that hand over arbitrary chunks
+(the trio end of the P2P control socket).
 """
 
 from __future__ import annotations
@@ -19,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from psyche.data.provider import DataError
-from psyche.protocol.untrusted import decode_untrusted
+from psyche.net.errors import FrameError
 
 __all__ = [
-    "MAX_REQUEST_FRAME",
-    "MAX_RESPONSE_FRAME",
+    "LENGTH_BYTES",
+    "MAX_FRAME",
+    "FrameDecoder",
     "FrameError",
-    "decode_untrusted",
     "encode_frame",
     "frame_header",
     "read_frame",
@@ -34,35 +30,22 @@ __all__ = [
 ]
 
 LENGTH_BYTES = 4
-MAX_REQUEST_FRAME = 64 * 1024
-MAX_RESPONSE_FRAME = 64 * 1024 * 1024
+MAX_FRAME = 64 * 1024 * 1024
+"""The largest frame any of our protocols accepts (data server responses); others are lower."""
 
 
-class FrameError(DataError):
-    """The peer broke framing or its time limits; ``kind`` names how, for fault counters.
-
-    Kinds: ``oversize`` (length above the limit), ``truncated`` (stream ended inside a frame),
-    ``idle_timeout`` (no frame started in time), ``frame_timeout`` (a started frame did not
-    complete in time).
-    """
-
-    def __init__(self, message: str, kind: str = "truncated") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-def _check_length(length: int, max_size: int) -> None:
+def check_length(length: int, max_size: int) -> None:
     if length > max_size:
         raise FrameError(f"frame of {length} bytes exceeds the {max_size}-byte limit", "oversize")
 
 
-def frame_header(length: int, max_size: int = MAX_RESPONSE_FRAME) -> bytes:
+def frame_header(length: int, max_size: int = MAX_FRAME) -> bytes:
     """The length prefix of a payload of ``length`` bytes sent in pieces after it."""
-    _check_length(length, max_size)
+    check_length(length, max_size)
     return length.to_bytes(LENGTH_BYTES, "big")
 
 
-def encode_frame(payload: bytes, max_size: int = MAX_RESPONSE_FRAME) -> bytes:
+def encode_frame(payload: bytes, max_size: int = MAX_FRAME) -> bytes:
     """Prefix ``payload`` with its length; refuses payloads the peer would reject."""
     return frame_header(len(payload), max_size) + payload
 
@@ -93,7 +76,7 @@ async def read_frame(
         async with asyncio.timeout(frame_timeout):
             head = first + await reader.readexactly(LENGTH_BYTES - 1)
             length = int.from_bytes(head, "big")
-            _check_length(length, max_size)
+            check_length(length, max_size)
             return await reader.readexactly(length)
     except asyncio.IncompleteReadError as e:
         raise FrameError(f"stream ended inside a frame ({len(e.partial)} bytes read)") from None
@@ -118,5 +101,32 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 def recv_frame(sock: socket.socket, max_size: int) -> bytes:
     """Blocking read of the next payload (the socket's timeout applies to each ``recv``)."""
     length = int.from_bytes(_recv_exactly(sock, LENGTH_BYTES), "big")
-    _check_length(length, max_size)
+    check_length(length, max_size)
     return _recv_exactly(sock, length)
+
+
+class FrameDecoder:
+    """Incremental frame splitter: feed received bytes, get whole frame payloads back."""
+
+    def __init__(self, max_size: int) -> None:
+        self._max = max_size
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Raises :class:`FrameError` as soon as a header announces an oversize frame."""
+        self._buf += data
+        frames: list[bytes] = []
+        while len(self._buf) >= LENGTH_BYTES:
+            length = int.from_bytes(self._buf[:LENGTH_BYTES], "big")
+            check_length(length, self._max)
+            end = LENGTH_BYTES + length
+            if len(self._buf) < end:
+                break
+            frames.append(bytes(self._buf[LENGTH_BYTES:end]))
+            del self._buf[:end]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame; non-zero at end of stream means a truncated frame."""
+        return len(self._buf)

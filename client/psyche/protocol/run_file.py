@@ -1,4 +1,6 @@
-"""Loading run-config files: ``state.toml`` (SPEC §8.3) and ``data.toml``.
+"""Loading run-config files: ``state.toml`` and ``data.toml``.
+
+See docs/protocol.md, "Run-config files".
 
 ``state.toml`` is the serde form of the reference's Coordinator: top-level ``run_id`` and
 ``run_state``, a ``[config]`` table and ``[model.LLM…]`` tables; ``progress`` and ``epoch_state``
@@ -22,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from psyche.protocol.config import LLM, RUN_ID_MAX_LEN, CoordinatorConfig, Model, TokenSize
-from psyche.protocol.serde import U8, U32, ConfigError, from_obj
+from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN, CoordinatorConfig
+from psyche.protocol.locations import TokenSize
+from psyche.protocol.model import LLM, Model
+from psyche.protocol.strict_obj import U8, U32, ConfigError, from_obj
 
 RUN_STATE = "WaitingForMembers"
 """The only ``run_state`` a run-config file may name: every run starts there (the other states are

@@ -31,10 +31,11 @@ from psyche.coordinator.types import (
 )
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
-from psyche.protocol.config import RUN_ID_MAX_LEN, CoordinatorConfig, Model
+from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN, CoordinatorConfig
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.serde import U16, U32, U64, ConfigError, MaxBytes, from_obj, to_obj
+from psyche.protocol.model import Model
+from psyche.protocol.strict_obj import U16, U32, U64, ConfigError, MaxBytes, from_obj, to_obj
 
 
 def identity_obj(i: NodeIdentity) -> dict[str, str]:

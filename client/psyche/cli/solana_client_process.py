@@ -1,26 +1,23 @@
 """``psyche-solana-client train``: the client daemon on a Solana run.
 
-The process is assembled by :func:`psyche.daemon.runner.run_client` exactly as for the centralized
-backend; only the backend differs. The daemon's key is the wallet's own ed25519 key, so one key
-is the coordinator ``signer`` (wallet) and the P2P identity: the daemon finds itself in the
-epoch by that key and signs its gossip with it.
+The process is assembled by :func:`psyche.cli.client_process.run_client` exactly as for the
+centralized backend; only the backend differs. The daemon's key is the wallet's own ed25519 key,
+so one key is the coordinator ``signer`` (wallet) and the P2P identity: the daemon finds itself in
+the epoch by that key and signs its gossip with it.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from solders.pubkey import Pubkey
 
 from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.peers import BootstrapDirectory, parse_bootstrap_peers
 from psyche.backends.solana.session import Session
-from psyche.events import EventLog
+from psyche.cli.client_process import ClientOptions, run_client
+from psyche.daemon.checkpointing import CheckpointOptions
+from psyche.daemon.sharing import SharingOptions
+from psyche.events import EventLog, TransactionEvent
 from psyche.protocol.identity import SecretKey
-
-if TYPE_CHECKING:
-    from psyche.daemon.checkpointing import CheckpointOptions
-    from psyche.daemon.sharing import SharingOptions
 
 __all__ = ["train_on_solana"]
 
@@ -40,10 +37,6 @@ async def train_on_solana(
     device: str = "auto",
     event_log: str | None = None,
 ) -> int:
-    from psyche.daemon.checkpointing import CheckpointOptions
-    from psyche.daemon.runner import ClientOptions, run_client
-    from psyche.daemon.sharing import SharingOptions
-
     ixs, _ = await session.run(run_id)
     inst = await session.instance(run_id)
     join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
@@ -55,7 +48,7 @@ async def train_on_solana(
 
     def confirmed(label: str, signature: str) -> None:
         if events is not None:
-            events.write("transaction", label=label, signature=signature)
+            events.write(TransactionEvent(label=label, signature=signature))
 
     def make_backend(key: SecretKey) -> SolanaBackend:
         return SolanaBackend(
@@ -75,7 +68,7 @@ async def train_on_solana(
 
     options = ClientOptions(
         run_id=run_id,
-        server_addr=session.endpoints.rpc,
+        coordinator_addr=session.endpoints.rpc,
         p2p_host=bind_p2p_host,
         p2p_port=bind_p2p_port,
         micro_batch_size=micro_batch_size,

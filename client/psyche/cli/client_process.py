@@ -1,0 +1,97 @@
+"""Assembles a client process: identity, coordinator backend, P2P node, model loader, engine.
+
+Kept apart from :mod:`psyche.daemon` so the round engine never builds its own parts (the
+simulated run and tests hand it in-memory ones) and never chooses a backend, and so exit codes
+live in one place. The Solana client (:mod:`psyche.cli.solana_client_process`) assembles the same
+process with its own backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from psyche.backends.base import Backend, BackendError, JoinRejectedError
+from psyche.backends.centralized.backend import CentralizedBackend
+from psyche.daemon.checkpointing import CheckpointOptions
+from psyche.daemon.engine import RoundEngine
+from psyche.daemon.loader import model_loader
+from psyche.daemon.parts import PeerDirectory, client_parts
+from psyche.daemon.sharing import SharingOptions
+from psyche.events import EventLog
+from psyche.p2p.node import P2PNode
+from psyche.protocol.identity import SecretKey, secret_key_from_env_or_file
+
+log = logging.getLogger("psyche.client")
+
+EXIT_OK, EXIT_ERROR, EXIT_JOIN_REJECTED = 0, 1, 2
+
+
+class ClientBackend(Backend, PeerDirectory, Protocol):
+    """A backend that also relays peers, as ``run_client`` needs (centralized or Solana)."""
+
+    async def connect(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientOptions:
+    run_id: str
+    coordinator_addr: str
+    """Where the coordinator is: the server's ``host:port``, or the Solana RPC URL (logged)."""
+    key_path: str | None = None
+    raw_key: str | None = None
+    p2p_host: str = "127.0.0.1"
+    p2p_port: int = 0
+    micro_batch_size: int = 2
+    device: str = "auto"
+    event_log: str | None = None
+    checkpoint: CheckpointOptions = field(default_factory=CheckpointOptions)
+    sharing: SharingOptions = field(default_factory=SharingOptions)
+
+
+async def run_client(
+    options: ClientOptions,
+    *,
+    key: SecretKey | None = None,
+    make_backend: Callable[[SecretKey], ClientBackend] | None = None,
+) -> int:
+    """``key`` and ``make_backend`` default to the key file and the centralized backend."""
+    key = key or secret_key_from_env_or_file(options.key_path, options.raw_key)
+    me = key.node_identity()
+    log.info("client %s joining run %r at %s", me.hex(), options.run_id, options.coordinator_addr)
+    backend: ClientBackend = (
+        make_backend(key)
+        if make_backend is not None
+        else CentralizedBackend(options.coordinator_addr, key, options.run_id)
+    )
+    p2p = P2PNode()
+    try:
+        await backend.connect()
+        await p2p.start(
+            key, run_id=options.run_id, listen_port=options.p2p_port, listen_host=options.p2p_host
+        )
+        parts = client_parts(
+            key=key,
+            backend=backend,
+            transport=p2p,
+            load=model_loader(
+                key, device=options.device, micro_batch_size=options.micro_batch_size
+            ),
+            events=EventLog(options.event_log, me.hex()),
+            checkpoint=options.checkpoint,
+            sharing=options.sharing,
+        )
+        await RoundEngine(parts, backend).run()
+        log.info("run %r finished", options.run_id)
+        return EXIT_OK
+    except JoinRejectedError as e:
+        log.error("%s", e)
+        return EXIT_JOIN_REJECTED
+    except BackendError as e:
+        log.error("coordinator connection failed: %s", e)
+        return int(getattr(e, "exit_code", EXIT_ERROR))
+    finally:
+        await p2p.stop()
+        await backend.close()

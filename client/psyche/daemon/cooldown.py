@@ -1,0 +1,70 @@
+"""Cooldown: serve the epoch's final weights to joiners; an elected checkpointer saves them.
+
+Started from the epoch's last training step, whose training must be over first (the weights
+served must be the ones every client holds). Also run, as :func:`missed_cooldown`, when the
+epoch ended without this client seeing its Cooldown (states coalesced): its weights have not
+changed since the epoch's last round, so they are served all the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from psyche.checkpoint.local import state_tensors
+from psyche.coordinator import Coordinator
+from psyche.daemon.epoch import EpochView
+from psyche.daemon.parts import ClientParts, ModelKit
+from psyche.daemon.training import TrainingStep
+from psyche.daemon.warmup import healthy_index
+from psyche.training.hashing import model_hash
+
+__all__ = ["CooldownStep", "missed_cooldown"]
+
+
+class CooldownStep:
+    def __init__(
+        self, parts: ClientParts, epoch: EpochView, kit: ModelKit, last: TrainingStep | None
+    ) -> None:
+        self.parts = parts
+        self.epoch = epoch
+        self.kit = kit
+        self.last = last
+
+    async def run(self, coord: Coordinator) -> None:
+        self.epoch.cooldown_done = True
+        if self.last is not None:
+            await self.last.stop()
+        i = healthy_index(self.parts, coord)
+        if i is None:
+            return
+        model = self.kit.trainer.model
+        await self.parts.sharing.snapshot(model, self.kit.files, coord.progress.step)
+        checkpointer = self.parts.checkpointer
+        if not checkpointer.enabled or i not in coord.checkpointer_indices():
+            return
+        tensors = await asyncio.to_thread(state_tensors, model)
+        digest = await asyncio.to_thread(model_hash, model)
+        checkpointer.start(
+            run_id=coord.run_id,
+            step=coord.progress.step - 1,
+            epoch=coord.progress.epoch,
+            index=i,
+            tensors=tensors,
+            files=self.kit.files,
+            model_hash=digest,
+        )
+
+
+async def missed_cooldown(
+    parts: ClientParts,
+    coord: Coordinator,
+    epoch: EpochView | None,
+    kit: ModelKit | None,
+    last: TrainingStep | None,
+) -> None:
+    if epoch is None or epoch.dropped or epoch.cooldown_done or not epoch.rounds or kit is None:
+        return
+    epoch.cooldown_done = True
+    if last is not None:
+        await last.wait()
+    await parts.sharing.snapshot(kit.trainer.model, kit.files, coord.progress.step)

@@ -1,0 +1,75 @@
+"""Builds a client's :class:`ModelKit` from what the coordinator says the run's model is."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from psyche.checkpoint.manifest import SHARED_FILES
+from psyche.checkpoint.p2p import ReceivedModel
+from psyche.coordinator import Coordinator
+from psyche.daemon.parts import ModelKit, ModelLoader
+from psyche.data.factory import provider_for_location
+from psyche.distro import Distro
+from psyche.protocol.identity import SecretKey
+from psyche.protocol.locations import Checkpoint, P2PCheckpoint, P2PGcsCheckpoint
+from psyche.protocol.optimizers import DistroOptimizer
+from psyche.training.device import default_dtype, pick_device
+from psyche.training.errors import ModelLoadError
+from psyche.training.hashing import model_hash
+from psyche.training.loading import load_model, model_from_state_dict, resolve_checkpoint_dir
+from psyche.training.trainer import Trainer, distro_config
+
+__all__ = ["model_loader"]
+
+log = logging.getLogger("psyche.client")
+
+
+def model_loader(
+    key: SecretKey,
+    *,
+    device: str = "auto",
+    micro_batch_size: int = 2,
+    resolve: Callable[[Checkpoint], Path] = resolve_checkpoint_dir,
+) -> ModelLoader:
+    """The loader a client process uses: the model from the checkpoint the coordinator names
+    (or as fetched from peers), DisTrO from the run's optimizer config, and the run's data
+    provider (authenticated with ``key`` where the provider asks for it). ``resolve`` finds the
+    checkpoint's files (the Hub cache, or a local directory)."""
+    dev = pick_device(device)
+
+    def load(coord: Coordinator, received: ReceivedModel | None) -> ModelKit:
+        llm = coord.llm
+        if not isinstance(llm.optimizer, DistroOptimizer):
+            raise ModelLoadError("multi-client runs need the Distro optimizer")
+        if received is not None:
+            # Built in the tensors' own dtype: the joiner must hold the servers' exact bits.
+            config = received.manifest.config_json
+            model = model_from_state_dict(config, received.tensors, device=dev)
+            if model_hash(model) != received.manifest.model_hash:
+                raise ModelLoadError("the model fetched from peers does not match its manifest")
+            files = {**received.files, "config.json": config.encode()}
+            source = "p2p"
+        elif isinstance(llm.checkpoint, P2PCheckpoint | P2PGcsCheckpoint):
+            raise ModelLoadError("this run's model is only available from peers (P2P checkpoint)")
+        else:
+            path = resolve(llm.checkpoint)
+            model, _ = load_model(
+                path, device=dev, dtype=default_dtype(dev), architecture=llm.architecture
+            )
+            files = {
+                name: (path / name).read_bytes()
+                for name in ("config.json", *SHARED_FILES)
+                if (path / name).is_file()
+            }
+            source = str(llm.checkpoint.TAG)
+        distro = Distro(model.named_parameters(), distro_config(llm.optimizer))
+        trainer = Trainer(model, distro, micro_batch_size=micro_batch_size, device=dev)
+        data = provider_for_location(llm.data_location, llm.max_seq_len, secret_key=key)
+        log.info("model loaded on %s; training data from %s", dev, type(llm.data_location).TAG)
+        return ModelKit(
+            trainer=trainer, spec=distro.payload_spec, data=data, files=files, source=source
+        )
+
+    return load

@@ -1,0 +1,133 @@
+"""What the round engine's steps share: the client's parts, the model kit and what it knows now.
+
+The steps (:mod:`.warmup`, :mod:`.training`, :mod:`.witnessing`, :mod:`.cooldown`) get these
+from :class:`~psyche.daemon.engine.RoundEngine`; none of them builds a part itself, so the
+client process, the simulated run and the tests hand the same steps real or in-memory parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from psyche.backends.base import Backend
+from psyche.checkpoint.p2p import ReceivedModel
+from psyche.coordinator import Coordinator
+from psyche.daemon.checkpointing import Checkpointer, CheckpointOptions
+from psyche.daemon.epoch import EpochView
+from psyche.daemon.sharing import ModelSharing, SharingOptions
+from psyche.data.provider import DataProvider
+from psyche.distro import PayloadSpec
+from psyche.events import EventLog
+from psyche.p2p.rejections import Rejections
+from psyche.p2p.transport import Transport
+from psyche.protocol.identity import NodeIdentity, SecretKey
+from psyche.training.trainer import Trainer
+
+__all__ = [
+    "ClientParts",
+    "Holdings",
+    "ModelKit",
+    "ModelLoader",
+    "PeerDirectory",
+    "client_parts",
+]
+
+
+class PeerDirectory(Protocol):
+    """Where the client learns the P2P addresses of other clients (the coordinator only knows
+    their keys). The centralized backend relays them; the Solana backend reads them from
+    ``--bootstrap-peers``."""
+
+    async def publish_p2p_addrs(self, addrs: list[str]) -> None: ...
+
+    def peer_addrs(self) -> dict[bytes, list[str]]: ...
+
+
+@dataclass
+class ModelKit:
+    """What this client trains with: built once per process (at its first warmup), kept across
+    epochs, and dropped when the client drops out (its weights may then miss applies)."""
+
+    trainer: Trainer
+    spec: PayloadSpec
+    data: DataProvider
+    files: dict[str, bytes] = field(default_factory=dict)
+    """``config.json`` and tokenizer files exactly as the model came (served and checkpointed
+    with it, so every copy of a run's model has byte-identical files)."""
+    source: str = "checkpoint"
+
+
+ModelLoader = Callable[[Coordinator, ReceivedModel | None], ModelKit]
+"""Builds the kit from the coordinator's model description, or from a model fetched from
+peers; blocking (runs in a worker thread)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientParts:
+    """The parts one client is made of; fixed for the life of the process."""
+
+    key: SecretKey
+    backend: Backend
+    transport: Transport
+    events: EventLog
+    rejections: Rejections
+    sharing: ModelSharing
+    checkpointer: Checkpointer
+    load: ModelLoader
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to make the engine look for opportunistic work now (see :meth:`wake`)."""
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for the warmup grace; the simulated run passes its own clock."""
+    apply_deadline_s: float = 30.0
+
+    @property
+    def identity(self) -> NodeIdentity:
+        return self.key.node_identity()
+
+    def wake(self) -> None:
+        """Something that can unblock opportunistic work happened (a training finished, a
+        download arrived, a peer announced Finished)."""
+        self.woken.set()
+
+
+def client_parts(
+    *,
+    key: SecretKey,
+    backend: Backend,
+    transport: Transport,
+    load: ModelLoader,
+    events: EventLog,
+    checkpoint: CheckpointOptions | None = None,
+    sharing: SharingOptions | None = None,
+    apply_deadline_s: float = 30.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> ClientParts:
+    """One client's parts, with the rejection counter the engine and sharing share."""
+    rejections = Rejections(logging.getLogger("psyche.daemon"))
+    return ClientParts(
+        key=key,
+        backend=backend,
+        transport=transport,
+        events=events,
+        rejections=rejections,
+        sharing=ModelSharing(key, transport, sharing or SharingOptions(), rejections),
+        checkpointer=Checkpointer(checkpoint or CheckpointOptions(), backend, events),
+        load=load,
+        clock=clock,
+        apply_deadline_s=apply_deadline_s,
+    )
+
+
+@dataclass
+class Holdings:
+    """What the client holds right now; the engine replaces parts of it as states arrive."""
+
+    coord: Coordinator | None = None
+    """The newest coordinator state seen."""
+    epoch: EpochView | None = None
+    kit: ModelKit | None = None

@@ -1,0 +1,206 @@
+"""One round's RoundTrain: apply round h−2, report the unhealthy, train this client's batch.
+
+A :class:`TrainingStep` is started from the previous round's step (whose training must be over
+before the apply: a training thread still running would restore its pre-lookahead backup over
+the applied weights) and owns its round: the :class:`RoundState`, the training task and its
+cancel flag, and the DisTrO self-result the next round's lookahead needs. While the round runs,
+:meth:`poll` announces ``Finished`` once this client's result is out and the previous round's
+results are all in, and witnesses as soon as every member has finished (the opportunistic end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from psyche.coordinator import ClientState, Coordinator
+from psyche.daemon.epoch import EpochView
+from psyche.daemon.parts import ClientParts, ModelKit
+from psyche.daemon.rounds import ReceivedResult, RoundState, results_to_apply, round_lrs
+from psyche.daemon.witnessing import report_unhealthy, send_witness
+from psyche.distro import Payload, decode_payload
+from psyche.distro.payload import payload_hash
+from psyche.events import ApplyEvent, TrainEvent
+from psyche.p2p.messages import Finished, TrainingResult, WireCommitment, sign_announcement
+from psyche.protocol.commitment import make_commitment
+from psyche.protocol.data_selection import BatchId
+from psyche.training.errors import TrainingCancelled
+from psyche.training.hashing import model_hash
+
+__all__ = ["TrainingStep"]
+
+log = logging.getLogger("psyche.daemon")
+
+
+class TrainingStep:
+    def __init__(
+        self,
+        parts: ClientParts,
+        epoch: EpochView,
+        kit: ModelKit,
+        state: RoundState,
+        previous: TrainingStep | None,
+    ) -> None:
+        self.parts = parts
+        self.epoch = epoch
+        self.kit = kit
+        self.state = state
+        self.self_result: Payload | None = None
+        """This round's own DisTrO result, for the next round's lookahead (None if it did not
+        train, or its training was cancelled)."""
+        self._previous = previous
+        self._cancel = threading.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, coord: Coordinator) -> None:
+        if self._previous is not None:
+            await self._previous.stop()
+        prev_self = self._previous.self_result if self._previous is not None else None
+        self._previous = None  # one round of history is all a step keeps
+        self.parts.sharing.clear()  # joiners are served until training resumes
+        state = self.state
+        self.epoch.rounds[state.height] = state
+        self.epoch.keep_rounds_from(state.height - 2)
+        await self._apply(coord)
+        await report_unhealthy(self.parts, coord)
+        mine = state.batch_of(self.parts.identity) if state.trains else None
+        if mine is None:
+            if state.trains:
+                # Weight decay is part of every client's step, batch or not, or weights drift.
+                lr = round_lrs(coord, state.step, state.height).lr
+                await asyncio.to_thread(self.kit.trainer.sit_out, lr=lr)
+            return
+        self._task = asyncio.create_task(self._train(coord, mine, prev_self))
+
+    def cancel(self) -> None:
+        """Ask the training to stop; its lookahead is undone and no result is published."""
+        self._cancel.set()
+
+    @property
+    def training(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def wait(self) -> None:
+        """Until this round's training is over (finished or cancelled)."""
+        if self._task is not None:
+            await asyncio.wait([self._task])
+
+    async def stop(self) -> None:
+        self.cancel()
+        await self.wait()
+
+    # --- apply --------------------------------------------------------------------------------
+
+    async def _apply(self, coord: Coordinator) -> None:
+        """Apply round h−2 by the consensus of round h−1's witnesses, waiting for downloads
+        still in flight up to the apply deadline, then log the parameter hash (every round, so
+        agreement between clients is checkable at every step)."""
+        state, epoch, kit = self.state, self.epoch, self.kit
+        applied = epoch.rounds.get(state.height - 2)
+        prev = coord.previous_round()
+        payloads: list[Payload] = []
+        if applied is not None and prev is not None and state.height >= 2:
+            chosen = results_to_apply(applied, prev.witnesses, coord)
+            pending = [
+                t
+                for r in chosen
+                if (t := epoch.downloads.get((applied.height, r.batch))) is not None
+            ]
+            if pending:
+                await asyncio.wait(pending, timeout=self.parts.apply_deadline_s)
+            for res in (applied.results.get(r.batch, r) for r in chosen):
+                if res.payload is None:
+                    log.warning(
+                        "result for %s of step %d not downloaded in time; skipped",
+                        res.batch,
+                        applied.step,
+                    )
+                    continue
+                payloads.append(decode_payload(res.payload, kit.spec))
+            if payloads:
+                lr = round_lrs(coord, state.step, state.height).lr
+                await asyncio.to_thread(kit.trainer.apply_step, payloads, lr=lr)
+        digest = await asyncio.to_thread(model_hash, kit.trainer.model)
+        self.parts.events.write(
+            ApplyEvent(
+                step=state.step,
+                height=state.height,
+                applied_step=applied.step if applied is not None and payloads else None,
+                batches=len(payloads),
+                model_hash=digest,
+            )
+        )
+
+    # --- train --------------------------------------------------------------------------------
+
+    async def _train(self, coord: Coordinator, batch: BatchId, prev_self: Payload | None) -> None:
+        parts, state, kit = self.parts, self.state, self.kit
+        lrs = round_lrs(coord, state.step, state.height)
+        t0 = time.perf_counter()
+        try:
+            tokens = await asyncio.to_thread(kit.data.get_samples, batch)
+            out = await asyncio.to_thread(
+                kit.trainer.train_step,
+                tokens,
+                step=state.step,
+                lr=lrs.lr,
+                prev_lr=lrs.prev_lr,
+                prev_self_results=prev_self,
+                zero_optim=lrs.zero_optim,
+                cancel=self._cancel,
+                batch_id=(batch.start, batch.end),
+            )
+        except TrainingCancelled:
+            log.warning("training of step %d cancelled; lookahead undone", state.step)
+            return
+        self.self_result = out.self_result
+        digest = payload_hash(state.step, batch.start, batch.end, out.payload)
+        blob = parts.transport.serve(out.payload)
+        commitment = make_commitment(parts.key, digest)
+        state.results[batch] = ReceivedResult(parts.identity, batch, digest, out.payload)
+        ann = TrainingResult(
+            step=state.step,
+            batch_start=batch.start,
+            batch_end=batch.end,
+            commitment=WireCommitment.of(commitment),
+            blob_hash=blob,
+            blob_size=len(out.payload),
+            nonce=0,
+        )
+        await parts.transport.announce(sign_announcement(parts.key, ann))
+        parts.wake()
+        parts.events.write(
+            TrainEvent(
+                step=state.step,
+                batch=(batch.start, batch.end),
+                loss=out.loss,
+                seconds=round(time.perf_counter() - t0, 4),
+                compute_s=round(out.seconds, 4),
+                payload_bytes=len(out.payload),
+            )
+        )
+
+    # --- opportunistic end --------------------------------------------------------------------
+
+    async def poll(self, coord: Coordinator) -> None:
+        """``Finished`` once this client's part of the round is done, and the witness once
+        every awaited member has finished (stragglers are not awaited)."""
+        parts, state, epoch = self.parts, self.state, self.epoch
+        if state.step != coord.progress.step:
+            return
+        mine = state.batch_of(parts.identity) if state.trains else None
+        mine_done = mine is None or mine in state.results or not self.training
+        prev = epoch.rounds.get(state.height - 1)
+        previous_in = prev is None or prev.all_received(ignore=epoch.stragglers)
+        if not state.sent_finished and mine_done and previous_in:
+            state.sent_finished = True
+            state.finished.add(parts.identity)
+            done = Finished(step=state.step, warmup=False)
+            await parts.transport.announce(sign_announcement(parts.key, done))
+        healthy = {c.id for c in coord.epoch_state.clients if c.state is ClientState.Healthy}
+        if state.sent_finished and healthy - epoch.stragglers <= state.finished:
+            await send_witness(parts, coord, epoch)

@@ -1,0 +1,106 @@
+"""Witnessing: attest the previous round's results, note stragglers, report the unhealthy.
+
+An elected witness sends one witness per round: blooms over the previous round's verified
+results (docs/protocol.md, "Witnesses and consensus"), either early from the training step once
+every awaited member has finished, or when the round's RoundWitness phase begins. The
+:class:`WitnessStep` is that phase: it stops the round's training, sends the witness if it was
+not sent, and marks the members that never finished as stragglers when the round timed out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from psyche.coordinator import ClientState, Coordinator, WitnessMetadata
+from psyche.daemon.epoch import EpochView
+from psyche.daemon.parts import ClientParts
+from psyche.daemon.rounds import bloom_seed_for, build_witness
+from psyche.daemon.warmup import healthy_index
+
+if TYPE_CHECKING:
+    from psyche.daemon.training import TrainingStep
+
+__all__ = ["WitnessStep", "report_unhealthy", "send_witness"]
+
+log = logging.getLogger("psyche.daemon")
+
+
+async def send_witness(parts: ClientParts, coord: Coordinator, epoch: EpochView) -> None:
+    """This round's witness, once, if this client is an elected witness of it."""
+    i = healthy_index(parts, coord)
+    rnd = coord.current_round()
+    state = epoch.rounds.get(rnd.height)
+    if i is None or state is None or state.sent_witness:
+        return
+    proof = coord.committee_selection(rnd).get_witness(i)
+    if not proof.witness:
+        return
+    state.sent_witness = True
+    seed = bloom_seed_for(parts.identity, rnd, os.urandom(8))
+    witness = build_witness(proof, epoch.rounds.get(rnd.height - 1), seed)
+    await parts.backend.send_witness(witness, WitnessMetadata(step=state.step))
+
+
+async def report_unhealthy(parts: ClientParts, coord: Coordinator) -> None:
+    """A client that witnessed the previous round reports the trainers that a quorum of its
+    witnesses agree delivered nothing (never itself: a forged view could name it too;
+    docs/protocol.md item 8)."""
+    prev = coord.previous_round()
+    if prev is None or coord.current_round().height < 2 or coord.epoch_state.first_round:
+        return
+    prev_clients = coord.previous_round_clients()
+    sel = coord.committee_selection(prev)
+    me = parts.identity
+    mine = next((i for i, c in enumerate(prev_clients) if c == me), None)
+    if mine is None or not sel.get_witness(mine).witness:
+        return
+    report = []
+    for i, who in enumerate(prev_clients):
+        idx = coord.index_of(who)
+        if idx is None or coord.epoch_state.clients[idx].state is not ClientState.Healthy:
+            continue
+        if who != me and coord.trainer_ejectable(who):
+            report.append((who, sel.get_committee(i)))
+    if report:
+        log.warning("health check: reporting %s", [w.hex() for w, _ in report])
+        await parts.backend.send_health_check(report)
+
+
+class WitnessStep:
+    """The RoundWitness phase of the round that ``training`` ran."""
+
+    def __init__(self, parts: ClientParts, epoch: EpochView, training: TrainingStep) -> None:
+        self.parts = parts
+        self.epoch = epoch
+        self.training = training
+
+    async def begin(self, coord: Coordinator) -> None:
+        self.training.cancel()
+        self._note_stragglers(coord)
+        await send_witness(self.parts, coord, self.epoch)
+
+    def _note_stragglers(self, coord: Coordinator) -> None:
+        """At the end of a round that hit its train timeout (fewer witnesses than elected), the
+        members that never announced Finished become stragglers (see ``EpochView.stragglers``,
+        docs/protocol.md item 18)."""
+        rnd = coord.current_round()
+        state = self.training.state
+        if state.closed or state.step != coord.progress.step:
+            return
+        state.closed = True
+        if len(rnd.witnesses) >= coord.witness_count():
+            return
+        late = {
+            c.id
+            for c in coord.epoch_state.clients
+            if c.state is ClientState.Healthy and c.id not in state.finished
+        } - {self.parts.identity}
+        if late - self.epoch.stragglers:
+            log.info(
+                "round %d timed out; not waiting for %s until they announce Finished again",
+                rnd.height,
+                sorted(w.hex() for w in late - self.epoch.stragglers),
+            )
+        self.epoch.stragglers |= late

@@ -1,0 +1,81 @@
+"""The seam between the client's round engine and the peer-to-peer network.
+
+The engine and model sharing need only what this protocol lists: gossip (announce and receive
+signed announcements), content-addressed blobs (serve and fetch by SHA-256) and peer
+bookkeeping. :class:`~psyche.p2p.node.P2PNode` implements it over libp2p in a child process;
+:class:`~psyche.p2p.memory.MemoryTransport` implements it in memory for the simulated run
+(``psyche demo``) and for tests that must run many clients in one event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from psyche.p2p.control import Counters
+
+__all__ = ["FetchResult", "Transport"]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    data: bytes
+    """The blob; ``sha256(data)`` equals the requested hash."""
+    from_peer: str
+    seconds: float
+    failures: list[tuple[str, str]]
+    """``(peer, reason)`` of every attempt that failed before the one that worked."""
+
+
+class Transport(Protocol):
+    @property
+    def peer_id(self) -> str: ...
+
+    @property
+    def listen_addrs(self) -> list[str]: ...
+
+    @property
+    def counters(self) -> Counters:
+        """Running totals, including what the transport refused from peers by kind."""
+        ...
+
+    async def connect(self, addrs: Sequence[str]) -> list[str]:
+        """Dial peers; returns the errors of the first attempt (retried in the background)."""
+        ...
+
+    def set_allowed_peers(self, peer_ids: Iterable[str]) -> None:
+        """The peers gossip and blobs are exchanged with (the epoch's clients)."""
+        ...
+
+    async def announce(self, data: bytes) -> None: ...
+
+    def announcements(self) -> AsyncIterator[tuple[str, bytes]]:
+        """``(peer_id, data)`` per gossip message from an allowed peer; one consumer only."""
+        ...
+
+    def serve(self, blob: bytes) -> bytes:
+        """Serve ``blob``; returns its SHA-256."""
+        ...
+
+    def unserve(self, blob_hash: bytes) -> None: ...
+
+    async def fetch(
+        self,
+        blob_hash: bytes,
+        *,
+        from_any_of: Sequence[str],
+        max_size: int,
+        timeout: float = 600.0,
+        attempt_timeout: float = 10.0,
+    ) -> bytes: ...
+
+    async def fetch_detailed(
+        self,
+        blob_hash: bytes,
+        *,
+        from_any_of: Sequence[str],
+        max_size: int,
+        timeout: float = 600.0,
+        attempt_timeout: float = 10.0,
+    ) -> FetchResult: ...

@@ -1,0 +1,1 @@
+"""Many clients in one process: in-memory network, simulated clock, the real round engine."""

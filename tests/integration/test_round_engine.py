@@ -1,0 +1,286 @@
+"""The round engine itself, many clients in one event loop (``psyche.simulation``): real engines,
+real coordinator and run host, real models trained with DisTrO; in-memory network and simulated
+clock. Each case is a situation the engine must survive, reached in seconds: a client that
+drops out on an internal error and comes back next epoch, a download that misses the apply
+deadline, an epoch whose Cooldown a client never saw, a member that never loads (warmup grace),
+training cancelled by the end of its round, a client killed and restarted mid-epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from psyche.coordinator import Coordinator, RunState
+from psyche.daemon.parts import ModelKit
+from psyche.daemon.warmup import WARMUP_GRACE_S
+from psyche.data.prepare import ByteTokenizer, prepare_corpus
+from psyche.data.synth import synth_corpus
+from psyche.events import ApplyEvent, ModelLoadedEvent, TrainEvent, read_events
+from psyche.protocol.model import LLM
+from psyche.protocol.run_file import RunConfig, load_run_config
+from psyche.simulation.run import RunSummary, SimulatedRun
+from psyche.training import Preset, write_model_dir
+from psyche.training.errors import TrainingCancelled
+
+TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"
+SMALL = Preset(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_seq_len=64)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("engine")
+    write_model_dir(root / "model", preset=SMALL, seed=0)
+    synth_corpus(root / "text", 30_000, seed=0)
+    prepare_corpus([root / "text"], ByteTokenizer(), root / "data", seq_len=64)
+    return root / "model", root / "data"
+
+
+def _config(**changes: Any) -> RunConfig:
+    rc = load_run_config(TINY)
+    assert isinstance(rc.model, LLM)
+    return dataclasses.replace(rc, config=dataclasses.replace(rc.config, **changes))
+
+
+def _sim(
+    corpus: tuple[Path, Path], out: Path, rc: RunConfig, n: int = 3, **kw: Any
+) -> SimulatedRun:
+    model, data = corpus
+    return SimulatedRun(rc, model, data, out, n_clients=n, **kw)
+
+
+def _hashes_by_step(out: Path, n: int) -> dict[int, dict[int, str]]:
+    """step → client → the parameter hash its apply logged at that step."""
+    by_step: dict[int, dict[int, str]] = {}
+    for i in range(n):
+        for e in read_events(out / "events" / f"client-{i}.jsonl"):
+            if isinstance(e, ApplyEvent):
+                by_step.setdefault(e.step, {})[i] = e.model_hash
+    return by_step
+
+
+def _run(
+    sim: SimulatedRun, before: Callable[[SimulatedRun], None] | None = None, **kw: Any
+) -> RunSummary:
+    """Run ``sim`` to its end; ``before`` prepares it inside the event loop (clients are tasks)."""
+
+    async def main() -> RunSummary:
+        if before is not None:
+            before(sim)
+        return await sim.run(**kw)
+
+    return asyncio.run(asyncio.wait_for(main(), 150))
+
+
+def test_an_epoch_ends_by_witnesses_with_identical_weights(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    t0 = time.monotonic()
+    summary = _run(_sim(corpus, tmp_path, _config()))
+    assert summary.final_state == "Finished" and summary.epochs_completed == 1
+    # Steps 1–9 train (total_steps 10), then two drain rounds apply the last two.
+    assert [r.trained for r in summary.rounds] == [True] * 9 + [False] * 2
+    assert all(r.hashes_agree for r in summary.rounds)
+    assert all(r.end_reason == "opportunistic" for r in summary.rounds)
+    assert all(r.applied_batches == 3 for r in summary.rounds[2:])
+    assert summary.checkpoints, "the elected checkpointer saved the epoch's weights"
+    assert time.monotonic() - t0 < 60
+
+
+def test_an_internal_error_drops_one_client_for_the_epoch_and_it_rejoins_the_next(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    failed = threading.Event()
+
+    def break_once(index: int, kit: ModelKit) -> ModelKit:
+        if index == 1:
+            apply = kit.trainer.apply_step
+
+            def apply_step(payloads: Any, *, lr: float) -> None:
+                if not failed.is_set():
+                    failed.set()
+                    raise RuntimeError("injected apply failure")
+                apply(payloads, lr=lr)
+
+            kit.trainer.apply_step = apply_step  # type: ignore[method-assign]
+        return kit
+
+    rc = _config(epoch_time=12, total_steps=14, min_clients=2)
+    sim = _sim(corpus, tmp_path, rc, on_kit=break_once)
+    summary = _run(sim, max_epochs=2)
+    assert failed.is_set()
+    assert summary.epochs_completed == 2
+    # The dropped client discarded its weights and loaded them again for the second epoch.
+    loads = [e for e in read_events(tmp_path / "events" / "client-1.jsonl")
+             if isinstance(e, ModelLoadedEvent)]  # fmt: skip
+    assert len(loads) == 2
+    hashes = _hashes_by_step(tmp_path, 3)
+    last = max(hashes)
+    assert set(hashes[last]) == {0, 1, 2}, "client 1 trains again in the second epoch"
+    assert len(set(hashes[last].values())) == 1
+    assert all(len(set(h.values())) == 1 for h in hashes.values())
+
+
+def test_a_download_that_misses_the_apply_deadline_is_skipped_and_the_run_goes_on(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Client 2's downloads stall (a bad link): the others' witnesses carry the round, client 2
+    waits for its downloads until the apply deadline, then applies without them, and the run
+    is not held. Its weights then differ from the others' (it missed an apply, logged), which
+    is why the deadline exists at all: a stuck download must not stop the client."""
+    sim = _sim(corpus, tmp_path, _config(total_steps=4), apply_deadline_s=0.5)
+
+    def stall(s: SimulatedRun) -> None:
+        s.start_client(2).transport.stall_fetches = True
+
+    t0 = time.monotonic()
+    summary = _run(sim, stall)
+    assert summary.final_state == "Finished"
+    applies = [e for e in read_events(tmp_path / "events" / "client-2.jsonl")
+               if isinstance(e, ApplyEvent) and e.height >= 2]  # fmt: skip
+    assert applies and all(e.batches < 3 for e in applies)
+    hashes = _hashes_by_step(tmp_path, 3)
+    assert all(h[0] == h[1] for h in hashes.values())
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_missed_cooldown_still_serves_the_final_weights(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Client 0 never sees the Cooldown state (coalesced away); at the next WaitingForMembers
+    it serves the epoch's final weights to joiners all the same."""
+    rc = _config(epoch_time=8, total_steps=20)
+    sim = _sim(corpus, tmp_path, rc, checkpoint=False)
+
+    def blind_to_cooldown(s: SimulatedRun) -> None:
+        backend = s.start_client(0).backend
+        deliver = backend.deliver
+
+        def drop_cooldown(coord: Coordinator) -> None:
+            if coord.run_state is not RunState.Cooldown:
+                deliver(coord)
+
+        backend.deliver = drop_cooldown  # type: ignore[method-assign]
+
+    served: list[str] = []
+
+    def until(s: SimulatedRun) -> bool:
+        c = s.coordinator
+        snap = s.clients[0].engine.parts.sharing.sharer.snapshot
+        if snap is not None:
+            served.append(snap.manifest.model_hash)
+        return c.progress.epoch >= 1
+
+    summary = _run(sim, blind_to_cooldown, until=until)
+    assert summary.epochs_completed == 1
+    assert served, "client 0 served nothing after the cooldown it missed"
+    applies = [e for e in read_events(tmp_path / "events" / "client-0.jsonl")
+               if isinstance(e, ApplyEvent)]  # fmt: skip
+    assert served[0] == applies[-1].model_hash, "the weights served are the epoch's final ones"
+
+
+def test_a_member_that_never_loads_holds_warmup_only_for_the_grace(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    rc = _config(warmup_time=55, init_min_clients=3, min_clients=2, total_steps=3)
+    sim = _sim(corpus, tmp_path, rc, n=2)
+
+    def phantom(s: SimulatedRun) -> None:
+        # Joined and listed in the epoch, but it never loads nor speaks (nor reads its states).
+        s.host.connect(SimulatedRun.key_of(9).node_identity()).closed = True
+
+    started: list[int] = []
+
+    def until(s: SimulatedRun) -> bool:
+        c = s.coordinator
+        if c.run_state is RunState.Warmup and not started:
+            started.append(s.host.now)
+        if c.run_state is RunState.RoundTrain and len(started) == 1:
+            started.append(s.host.now)
+        return len(started) == 2
+
+    _run(sim, phantom, until=until)
+    assert len(started) == 2, "training never started"
+    waited = started[1] - started[0]
+    assert WARMUP_GRACE_S <= waited < rc.config.warmup_time
+
+
+def test_training_is_cancelled_when_its_round_ends_and_the_lookahead_is_undone(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Client 2 trains slowly (until cancelled); the round ends by the train timeout, its
+    training is cancelled, it publishes nothing for that round, and its next apply gives the
+    same weights as the others' (the lookahead was undone). Having delivered nothing, it is
+    then reported and ejected, as the protocol says."""
+    slow_step: list[int] = []
+    cancelled: list[int] = []
+
+    def slow(index: int, kit: ModelKit) -> ModelKit:
+        if index == 2:
+            train = kit.trainer.train_step
+
+            def train_step(tokens: Any, **kw: Any) -> Any:
+                cancel = kw["cancel"]
+                if not slow_step:
+                    slow_step.append(kw["step"])
+                    assert cancel.wait(30), "the round ended but training was not cancelled"
+                    cancelled.append(kw["step"])
+                    raise TrainingCancelled("cancelled")
+                return train(tokens, **kw)
+
+            kit.trainer.train_step = train_step  # type: ignore[method-assign,assignment]
+        return kit
+
+    rc = _config(total_steps=5, max_round_train_time=5)
+    sim = _sim(corpus, tmp_path, rc, on_kit=slow, stall_after_s=0.5)
+    summary = _run(sim, max_epochs=1)
+    assert cancelled == slow_step
+    assert summary.epochs_completed == 1
+    # (a later round can time out as well: an ejected elected witness never attests)
+    timed_out = [r.step for r in summary.rounds if r.end_reason == "timeout"]
+    assert timed_out[0] == slow_step[0]
+    trains = [e for e in read_events(tmp_path / "events" / "client-2.jsonl")
+              if isinstance(e, TrainEvent)]  # fmt: skip
+    assert slow_step[0] not in {e.step for e in trains}
+    hashes = _hashes_by_step(tmp_path, 3)
+    assert all(len(set(h.values())) == 1 for h in hashes.values())
+
+
+def test_a_client_killed_mid_epoch_sits_it_out_and_rejoins_from_its_peers(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    rc = _config(epoch_time=10, total_steps=16, min_clients=2)
+    sim = _sim(corpus, tmp_path, rc)
+    restarted: list[int] = []
+
+    def until(s: SimulatedRun) -> bool:
+        c = s.coordinator
+        if (
+            not restarted
+            and c.run_state in (RunState.RoundTrain, RunState.RoundWitness)
+            and c.current_round().height >= 3
+        ):
+            restarted.append(c.progress.step)
+            asyncio.get_running_loop().create_task(_restart(s))
+        return s.summary.epochs_completed >= 2
+
+    async def _restart(s: SimulatedRun) -> None:
+        await s.kill_client(1)
+        s.start_client(1)
+
+    _run(sim, until=until)
+    assert restarted
+    loads = [e for e in read_events(tmp_path / "events" / "client-1.jsonl")
+             if isinstance(e, ModelLoadedEvent)]  # fmt: skip
+    assert [e.source for e in loads][-1] == "p2p", loads
+    hashes = _hashes_by_step(tmp_path, 3)
+    last = max(hashes)
+    assert set(hashes[last]) == {0, 1, 2} and len(set(hashes[last].values())) == 1
+    assert all(len(set(h.values())) == 1 for h in hashes.values())

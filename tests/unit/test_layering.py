@@ -1,0 +1,211 @@
+"""Imports between psyche's subpackages point one way.
+
+Every module under ``client/psyche`` is parsed (not imported), and every ``import`` in it counts:
+top-level ones, those inside functions and those under ``if TYPE_CHECKING:``. A lazy import hides a
+dependency from the interpreter, not from the architecture. Each import is mapped to the
+subpackage it names (``psyche.backends.solana.rpc`` → ``backends``; top-level modules such as
+``psyche.events`` are their own unit) and checked against :data:`ALLOWED`; the subpackage graph
+must also have no cycle. Run ``python tests/unit/test_layering.py`` to print the real graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "client" / "psyche"
+
+PROTOCOL_CORE = {"protocol", "coordinator"}
+EVERYTHING = {
+    "psyche", "protocol", "coordinator", "events", "net", "p2p", "distro", "training", "data",
+    "checkpoint", "backends", "daemon", "simulation", "testnet", "localsvm",
+}  # fmt: skip
+
+# What each unit may import (a unit never needs itself listed). An entry is a subpackage, or a
+# dotted module prefix when only part of a subpackage is open to the importer.
+ALLOWED: dict[str, set[str]] = {
+    # The package root only carries the version.
+    "psyche": set(),
+    # Byte-exact primitives and run-config types: the shared base, so it depends on nothing.
+    "protocol": set(),
+    # The pure state machine, mirrored by the Rust program: no I/O, only the protocol's types.
+    "coordinator": {"protocol"},
+    # The structured event log records coordinator states; nothing below it writes events.
+    "events": PROTOCOL_CORE,
+    # Framing and connections shared by every network transport: they know no run.
+    "net": {"protocol"},
+    # Peer-to-peer gossip and blobs carry protocol messages over net.
+    "p2p": {"protocol", "net"},
+    # The optimizer works on the run config alone.
+    "distro": {"protocol"},
+    # Token sources read files or fetch them over net.
+    "data": {"protocol", "net"},
+    # The trainer drives the DisTrO optimizer.
+    "training": {"protocol", "distro"},
+    # Checkpoints are models (training) saved locally or fetched from peers.
+    "checkpoint": {"protocol", "p2p", "net", "training"},
+    # A local Solana validator stand-in: it must not know what psyche runs on it.
+    "localsvm": set(),
+    # Coordinator transports: they host (centralized) or reach the coordinator, serve data and
+    # name peers, and log events; they never reach up into the daemon that drives them.
+    "backends": PROTOCOL_CORE | {"events", "data", "p2p", "net"},
+    # The client's logic talks to its coordinator only through the Backend seam; which backend
+    # it gets is decided where the process is assembled (cli).
+    "daemon": PROTOCOL_CORE
+    | {"events", "p2p", "net", "distro", "training", "data", "checkpoint", "backends.base"},
+    # Many clients in one process: it assembles daemons and a coordinator host in memory, as cli
+    # assembles one process.
+    "simulation": EVERYTHING - {"cli", "testnet", "localsvm"},
+    # The local testnet starts processes and prepares their chain, data and models.
+    "testnet": PROTOCOL_CORE | {"events", "p2p", "net", "data", "training", "backends"},
+    # Processes are assembled here, from everything; nothing imports cli.
+    "cli": EVERYTHING,
+}
+
+# Known edges that break the table, in files whose owner has not moved them yet. Each entry is
+# (importing module, imported module); remove an entry once the import is gone.
+PENDING: set[tuple[str, str]] = set()
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_module(dotted: str) -> bool:
+    base = ROOT.parent.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imports_of(path: Path) -> Iterator[str]:
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imports_in(path.read_text(encoding="utf-8"), package)
+
+
+def imports_in(source: str, package: str) -> Iterator[str]:
+    """Every module the code imports, wherever the import statement is (``package`` resolves
+    relative imports)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                yield sub if is_module(sub) else module
+
+
+def unit_of(dotted: str) -> str | None:
+    """``psyche.backends.solana.rpc`` → ``backends``; not psyche → None."""
+    parts = dotted.split(".")
+    if parts[0] != "psyche":
+        return None
+    return parts[1] if len(parts) > 1 else "psyche"
+
+
+def edges() -> set[tuple[str, str]]:
+    """(importing module, imported module) pairs between different units."""
+    out = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        src = module_name(path)
+        for dst in imports_of(path):
+            if unit_of(dst) not in (None, unit_of(src)):
+                out.add((src, dst))
+    return out
+
+
+def allowed(src: str, dst: str) -> bool:
+    rel = dst.split(".", 1)[1] if "." in dst else dst
+    unit = unit_of(src)
+    assert unit is not None
+    return any(rel == a or rel.startswith(a + ".") for a in ALLOWED[unit])
+
+
+def unit_graph(pairs: set[tuple[str, str]]) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for src, dst in pairs:
+        a, b = unit_of(src), unit_of(dst)
+        assert a is not None and b is not None
+        graph[a].add(b)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each unit that lies on one (depth-first search)."""
+    found: list[list[str]] = []
+    on_cycle: set[str] = set()
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        seen = set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    if not on_cycle & set(trail):
+                        found.append([*trail, start])
+                        on_cycle.update(trail)
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    return found
+
+
+def test_every_unit_has_a_row() -> None:
+    units = {unit_of(module_name(p)) for p in ROOT.rglob("*.py")}
+    missing = units - set(ALLOWED)
+    assert not missing, f"classify the new subpackage(s) in ALLOWED: {sorted(missing)}"
+
+
+def test_imports_follow_the_allowed_table() -> None:
+    pairs = edges()
+    bad = sorted(p for p in pairs - PENDING if not allowed(*p))
+    assert not bad, "imports outside ALLOWED:\n" + "\n".join(f"  {s} -> {d}" for s, d in bad)
+
+
+def test_pending_exceptions_still_exist() -> None:
+    # A fixed edge must leave PENDING, or the exception would silently cover a new import.
+    gone = sorted(PENDING - edges())
+    assert not gone, f"remove from PENDING (no longer imported): {gone}"
+
+
+def test_no_cycle_between_subpackages() -> None:
+    found = cycles(unit_graph(edges()))
+    assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_checker_sees_lazy_and_type_checking_imports() -> None:
+    code = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from psyche.daemon.engine import RoundEngine\n"
+        "def f():\n    import psyche.cli.main\n    from psyche.protocol import bloom\n"
+        "    from . import commitment\n"
+    )
+    assert {m for m in imports_in(code, "psyche.protocol") if m.startswith("psyche")} == {
+        "psyche.daemon.engine",
+        "psyche.cli.main",
+        "psyche.protocol.bloom",
+        "psyche.protocol.commitment",
+    }
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert not cycles({"a": {"b"}, "b": set()})
+    assert not allowed("psyche.daemon.engine", "psyche.backends.centralized.backend")
+    assert allowed("psyche.daemon.engine", "psyche.backends.base")
+
+
+if __name__ == "__main__":
+    graph = unit_graph(edges())
+    for unit in sorted(graph):
+        print(f"{unit:12} -> {', '.join(sorted(graph[unit]))}")
+    if "-v" in sys.argv:
+        for src, dst in sorted(edges()):
+            print(f"  {src} -> {dst}")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from psyche.backends.centralized.backend import CentralizedBackend
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator import Coordinator, RunState
 from psyche.daemon.engine import RoundEngine
@@ -62,7 +62,7 @@ def test_three_engines_on_a_real_server_and_real_p2p_agree_after_every_apply(
         return resolve_checkpoint_dir(ck)
 
     async def main() -> None:
-        server = CentralizedServer(Hub(coord), ServerOptions(host="127.0.0.1", port=0))
+        server = CentralizedServer(RunHost(coord), ServerOptions(host="127.0.0.1", port=0))
         await server.start()
         ticking = asyncio.create_task(server.serve_forever())
         nodes: list[P2PNode] = []

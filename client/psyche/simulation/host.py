@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from psyche.backends.base import BackendClosedError, HealthCheckEntries
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.coordinator import Coordinator, CoordinatorException, Witness, WitnessMetadata
 from psyche.coordinator import state_json as coordinator_json
 from psyche.protocol.commitment import sha256
@@ -33,7 +33,7 @@ class SimulatedHost:
     def __init__(self, coordinator: Coordinator, *, now: int = START_UNIX) -> None:
         coordinator.run_state_start_unix_timestamp = now
         self.now = now
-        self.hub = Hub(coordinator)
+        self.run_host = RunHost(coordinator)
         self.backends: dict[NodeIdentity, SimulatedBackend] = {}
         self._seed = 0
         self.on_publish: Callable[[Coordinator], None] | None = None
@@ -41,7 +41,7 @@ class SimulatedHost:
 
     @property
     def coordinator(self) -> Coordinator:
-        return self.hub.coordinator
+        return self.run_host.coordinator
 
     def clock(self) -> float:
         return float(self.now)
@@ -53,7 +53,7 @@ class SimulatedHost:
             old.closed = True
         backend = SimulatedBackend(self, who)
         self.backends[who] = backend
-        self.hub.join(who)
+        self.run_host.join(who)
         backend.deliver(self.coordinator_copy())
         return backend
 
@@ -61,19 +61,19 @@ class SimulatedHost:
         backend = self.backends.pop(who, None)
         if backend is not None:
             backend.closed = True
-        self._after(self.hub.disconnect(who))
+        self._after(self.run_host.disconnect(who))
 
     def advance(self, seconds: int = 1) -> None:
         """Move the clock and tick the coordinator."""
         self.now += seconds
-        self._after(self.hub.tick(self.now, self._next_seed()))
+        self._after(self.run_host.tick(self.now, self._next_seed()))
 
     def quiet(self) -> bool:
         """Every published state has been taken by its client."""
         return all(not b.queue or b.closed for b in self.backends.values())
 
     def coordinator_copy(self) -> Coordinator:
-        return coordinator_json.from_json(self.hub.snapshot()[1])
+        return coordinator_json.from_json(self.run_host.snapshot()[1])
 
     # --- what clients send ----------------------------------------------------------------------
 
@@ -127,22 +127,19 @@ class SimulatedBackend:
         self.host._call(self.who, what, call)
 
     async def send_witness(self, witness: Witness, metadata: WitnessMetadata) -> None:
-        hub, now = self.host.hub, self.host.now
-        self._send("witness", lambda: hub.witness(self.who, witness, metadata, now))
+        host, now = self.host.run_host, self.host.now
+        self._send("witness", lambda: host.witness(self.who, witness, metadata, now))
 
     async def send_warmup_witness(self, witness: Witness) -> None:
-        host = self.host
-        seed = host._next_seed()
-        self._send(
-            "warmup witness", lambda: host.hub.warmup_witness(self.who, witness, host.now, seed)
-        )
+        run_host, now, seed = self.host.run_host, self.host.now, self.host._next_seed()
+        self._send("warmup witness", lambda: run_host.warmup_witness(self.who, witness, now, seed))
 
     async def send_health_check(self, checks: HealthCheckEntries) -> None:
-        self._send("health check", lambda: self.host.hub.health_check(self.who, checks))
+        self._send("health check", lambda: self.host.run_host.health_check(self.who, checks))
 
     async def send_checkpoint(self, index: int, checkpoint: Checkpoint) -> None:
-        hub, now = self.host.hub, self.host.now
-        self._send("checkpoint", lambda: hub.checkpoint(self.who, index, checkpoint, now))
+        host, now = self.host.run_host, self.host.now
+        self._send("checkpoint", lambda: host.checkpoint(self.who, index, checkpoint, now))
 
     async def close(self) -> None:
         self.closed = True

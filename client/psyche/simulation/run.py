@@ -141,7 +141,7 @@ class SimulatedRun:
         )
         self.host = SimulatedHost(coord)
         self.host.on_publish = self._on_publish
-        self.host.hub._on_epoch_end = self._on_epoch_end
+        self.host.run_host._on_epoch_end = self._on_epoch_end
         self.network = MemoryNetwork()
         self.model_dir = model_dir
         self.out_dir = out_dir

@@ -36,7 +36,7 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator import ClientState, Coordinator, RunState, Witness
 from psyche.protocol.bloom import Bloom
@@ -58,7 +58,7 @@ async def _serving(
         write_state(tmp_path / "state.toml", init_min_clients=init_min_clients)
     )
     opts = ServerOptions(host="127.0.0.1", port=0, tick_interval=0.05, **options)
-    server = CentralizedServer(Hub(coordinator), opts)
+    server = CentralizedServer(RunHost(coordinator), opts)
     await server.start()
     ticking = asyncio.create_task(server.serve_forever())
     try:

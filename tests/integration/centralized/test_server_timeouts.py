@@ -38,7 +38,7 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator import ClientState, RunState
 from psyche.protocol.identity import NodeIdentity, SecretKey
@@ -58,7 +58,7 @@ def _key(i: int) -> SecretKey:
 async def _serving(tmp_path: Path, **options: Any) -> AsyncIterator[CentralizedServer]:
     coordinator = load_coordinator(write_state(tmp_path / "state.toml", init_min_clients=4))
     opts = ServerOptions(host="127.0.0.1", port=0, tick_interval=0.05, **options)
-    server = CentralizedServer(Hub(coordinator), opts)
+    server = CentralizedServer(RunHost(coordinator), opts)
     await server.start()
     ticking = asyncio.create_task(server.serve_forever())
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import RunState, Witness
 from psyche.protocol.bloom import Bloom
@@ -70,7 +70,7 @@ def make_coordinator(run_id: str = "tiny", /, **config: int) -> Coordinator:
 class Clock:
     """Drives a hub with a simulated clock and deterministic seeds."""
 
-    def __init__(self, hub: Hub, now: int = T0) -> None:
+    def __init__(self, hub: RunHost, now: int = T0) -> None:
         self.hub = hub
         self.now = now
         self.seed = 0

@@ -18,7 +18,7 @@ from psyche.backends.centralized.app import (
     data_authorization,
     load_coordinator,
 )
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.server import CentralizedServer
 from psyche.backends.centralized.state_store import StateStore
 from psyche.backends.centralized.status import render_status
@@ -93,7 +93,7 @@ def test_data_server_is_built_on_the_configured_port(tmp_path: Path) -> None:
 
 
 def test_data_authorization_follows_members_and_rounds() -> None:
-    hub = Hub(make_coordinator(init_min_clients=3, max_round_train_time=3))
+    hub = RunHost(make_coordinator(init_min_clients=3, max_round_train_time=3))
     clock = Clock(hub)
     for who in (A, B, C):
         hub.join(who)
@@ -116,7 +116,7 @@ def test_data_authorization_follows_members_and_rounds() -> None:
 
 
 def test_status_view_shows_run_members_and_events() -> None:
-    hub = Hub(make_coordinator())
+    hub = RunHost(make_coordinator())
     server = CentralizedServer(hub)
     hub.join(A)
     hub.note("something happened")

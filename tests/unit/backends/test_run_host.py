@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import sim_identity
 from psyche.coordinator.types import (
@@ -29,8 +29,8 @@ def _hub(
     init_warmup_time: int | None = None,
     on_epoch_end: Callable[[Coordinator], object] | None = None,
     **config: int,
-) -> tuple[Hub, Clock]:
-    hub = Hub(
+) -> tuple[RunHost, Clock]:
+    hub = RunHost(
         make_coordinator(**config),
         withdraw_on_disconnect=withdraw_on_disconnect,
         init_warmup_time=init_warmup_time,
@@ -149,7 +149,7 @@ def test_init_warmup_time_applies_until_the_run_is_first_active() -> None:
 
 def test_init_warmup_time_must_fit_the_epoch() -> None:
     with pytest.raises(ConfigError, match="--init-warmup-time"):
-        Hub(make_coordinator(), init_warmup_time=30)
+        RunHost(make_coordinator(), init_warmup_time=30)
 
 
 def test_successful_epoch_end_runs_the_hook_with_the_new_state() -> None:

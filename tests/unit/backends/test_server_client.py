@@ -11,7 +11,7 @@ import pytest
 from psyche.backends.base import Backend, BackendClosedError, BackendError, JoinRejectedError
 from psyche.backends.centralized.backend import CentralizedBackend, IncompatibleServerError
 from psyche.backends.centralized.protocol import MAX_SERVER_FRAME, Challenge, frame
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator.types import ClientState, RunState, Witness, WitnessMetadata
 from psyche.protocol.bloom import Bloom
@@ -25,7 +25,7 @@ KEYS = [SecretKey.from_bytes(bytes([i + 1]) * 32) for i in range(3)]
 
 @contextlib.asynccontextmanager
 async def serving(**config: int) -> AsyncIterator[CentralizedServer]:
-    hub = Hub(make_coordinator(**config), first_seq=1000)
+    hub = RunHost(make_coordinator(**config), first_seq=1000)
     server = CentralizedServer(hub, ServerOptions(host="127.0.0.1", port=0, tick_interval=0.05))
     await server.start()
     ticking = asyncio.create_task(server.serve_forever())
@@ -187,7 +187,7 @@ def socket_port() -> Iterator[int]:
 
 def test_silent_peer_is_dropped_after_the_handshake_timeout() -> None:
     async def go() -> None:
-        hub = Hub(make_coordinator())
+        hub = RunHost(make_coordinator())
         options = ServerOptions(host="127.0.0.1", port=0, handshake_timeout=0.2)
         server = CentralizedServer(hub, options)
         await server.start()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.state_store import StateStore, restore_progress
 from psyche.coordinator import state_json as serde
 from psyche.coordinator.coordinator import Coordinator
@@ -110,7 +110,7 @@ def test_restore_keeps_a_halted_run_halted(
 
 def test_hub_saves_at_each_successful_epoch_end_and_restores(tmp_path: Path) -> None:
     store = StateStore(tmp_path, "tiny")
-    hub = Hub(make_coordinator(), on_epoch_end=store.save)
+    hub = RunHost(make_coordinator(), on_epoch_end=store.save)
     clock = Clock(hub)
     a, b = sim_identity(1), sim_identity(2)
     hub.join(a)

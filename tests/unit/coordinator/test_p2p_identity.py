@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.coordinator import types
 from psyche.coordinator.types import RunState
 from psyche.protocol.identity import NodeIdentity
@@ -33,12 +33,12 @@ def wallet(n: int, p2p: int | None = None) -> NodeIdentity:
     return NodeIdentity(signer=key(n), p2p_identity=key(n if p2p is None else p2p))
 
 
-def _hub(**config: int) -> tuple[Hub, Clock]:
-    hub = Hub(make_coordinator(**config))
+def _hub(**config: int) -> tuple[RunHost, Clock]:
+    hub = RunHost(make_coordinator(**config))
     return hub, Clock(hub)
 
 
-def _holders(hub: Hub, p2p: bytes) -> list[NodeIdentity]:
+def _holders(hub: RunHost, p2p: bytes) -> list[NodeIdentity]:
     return [c.id for c in hub.coordinator.epoch_state.clients if c.id.p2p_identity == p2p]
 
 

@@ -2,8 +2,8 @@
 
 :func:`build` turns the operator's files into a ready :class:`CentralizedServer`: the coordinator
 from ``state.toml`` (with the progress of the newest saved state when ``--save-state-dir`` has one),
-the :class:`Hub` with its options, and, when the run's data location is ``Server(addr)``, the TCP
-data server of :mod:`psyche.data.tcp_server` on ``addr``'s port with a ``RoundAuthorizer`` that
+the :class:`RunHost` with its options, and, when the run's data location is ``Server(addr)``, the
+TCP data server of :mod:`psyche.data.tcp_server` on ``addr``'s port with a ``RoundAuthorizer`` that
 follows every published state. :func:`serve` runs it until SIGINT/SIGTERM. Configuration problems
 raise :class:`~psyche.protocol.strict_obj.ConfigError` (or ``DataError``) before anything listens.
 
@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.backends.centralized.state_store import StateStore, progress_summary, restore_progress
 from psyche.backends.centralized.status import render_status
@@ -155,7 +155,7 @@ def build(settings: ServerSettings) -> Built:
         path = store.save(c)
         hub.note(f"saved {path.name}")
 
-    hub = Hub(
+    hub = RunHost(
         coordinator,
         withdraw_on_disconnect=settings.withdraw_on_disconnect,
         init_warmup_time=settings.init_warmup_time,

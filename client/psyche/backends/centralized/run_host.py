@@ -1,9 +1,9 @@
 """The server's coordinator host: membership, message dispatch and change detection, no I/O.
 
-:class:`Hub` (the hub every client of the run connects through; nothing to do with the Hugging Face
-Hub of checkpoints) owns the :class:`~psyche.coordinator.Coordinator` and everything the pure state
-machine deliberately leaves to its host (docs/protocol.md, "Server loop"): who is waiting to join,
-who is kicked, when the state counts as changed, what happens at an epoch end. The network layer
+:class:`RunHost` (the host every client of the run connects through) owns the
+:class:`~psyche.coordinator.Coordinator` and everything the pure state machine deliberately leaves
+to its host (docs/protocol.md, "Server loop"): who is waiting to join, who is kicked, when the state
+counts as changed, what happens at an epoch end. The network layer
 (:mod:`psyche.backends.centralized.server`) only authenticates peers, decodes frames, calls one
 method here per event and broadcasts when a method returns ``True``. Keeping this free of sockets
 and clocks (``now`` and ``seed`` are arguments) is what makes the membership rules unit-testable.
@@ -45,7 +45,7 @@ from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import Checkpoint
 from psyche.protocol.strict_obj import ConfigError
 
-__all__ = ["Event", "Hub"]
+__all__ = ["Event", "RunHost"]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Event:
     text: str
 
 
-class Hub:
+class RunHost:
     """Hosts one coordinator for the TCP server; every mutating method returns "changed"."""
 
     def __init__(

@@ -7,7 +7,7 @@ identity is then
 ``NodeIdentity.from_single_key(public key)``, so its P2P key is the key it just proved it holds
 by signing the fresh nonce: no wallet can join with another's P2P key (issue 12, finding 4), and
 the hub's P2P key rule (:meth:`Coordinator.claim_p2p_key`) is a second line. Everything after
-that is one call into the :class:`~psyche.backends.centralized.run_host.Hub` per event, and a
+that is one call into the :class:`~psyche.backends.centralized.run_host.RunHost` per event, and a
 broadcast of the new state to every joined connection when the call reports a change. A tick
 runs every 500 ms with the wall clock (whole seconds) and a fresh 64-bit random seed.
 
@@ -86,7 +86,7 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
-from psyche.backends.centralized.run_host import Hub
+from psyche.backends.centralized.run_host import RunHost
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import CoordinatorException, P2PIdentityTakenError
 from psyche.net.errors import BadSignature, HandshakeTimeout, NetError
@@ -152,11 +152,11 @@ class _Refused(Exception):
 
 
 class CentralizedServer(TcpService[ClientConnection, NodeIdentity]):
-    """Serves one :class:`Hub` on TCP; :meth:`start`, then :meth:`serve_forever`."""
+    """Serves one :class:`RunHost` on TCP; :meth:`start`, then :meth:`serve_forever`."""
 
     def __init__(
         self,
-        hub: Hub,
+        hub: RunHost,
         options: ServerOptions | None = None,
         *,
         on_state: Callable[[Coordinator], None] | None = None,

@@ -27,8 +27,12 @@ payloads + apply, each timed with `time.perf_counter`) over its forward+backward
 
 Decisions and trade-offs:
 
-- Apply lag: `--lag 2` by default, the real pipeline, wired as in
-  `psyche.simulation.run.SimulatedRun` (the daemon's real engines, in process): at step `s` every
+- Not a round engine: this is a study of the optimizer alone (no coordinator, no network, no
+  witnesses), so it drives `Distro` directly and can time each codec part, which the round
+  engine (`psyche.daemon.engine`, driven by the client process and by `psyche demo`) does not
+  expose. What it shares with the engine is the pipeline's arithmetic, from the same owners: the
+  lag (`psyche.daemon.rounds.APPLY_LAG`) and the LRs (`lr_for_step`, `prev_lr_for_step`).
+- Apply lag: `--lag 2` (`APPLY_LAG`) by default, the protocol's pipeline: at step `s` every
   client applies the payloads of step `s − 2` with step `s`'s LR, then takes its
   `lookahead(lr(s − 1))`, trains and calls `generate`; the last two steps' payloads are drained
   (applied) after the loop, before the final evaluation. The simpler `--lag 0` applies a step's
@@ -82,6 +86,7 @@ import transformers
 from rich.console import Console
 from rich.table import Table
 
+from psyche.daemon.rounds import APPLY_LAG
 from psyche.data.local import LocalDataProvider
 from psyche.data.prepare import ByteTokenizer, prepare_corpus
 from psyche.data.synth import synth_corpus
@@ -102,6 +107,7 @@ from psyche.training import (
     load_model,
     lr_for_step,
     model_hash,
+    prev_lr_for_step,
     write_model_dir,
 )
 
@@ -338,7 +344,7 @@ def run_distro(
         for c, batch in zip(clients, step_slices(cfg, step), strict=True):
             tokens = data.get_samples(batch)
             c.model.zero_grad(set_to_none=True)
-            prev_lr = lr(max(step - 1, 0))
+            prev_lr = prev_lr_for_step(schedule, step)
             if cfg.lag:
                 t = time.perf_counter()
                 c.distro.lookahead(prev_lr)
@@ -656,7 +662,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--lr-adamw", type=float, default=DEFAULT_LR_ADAMW)
     p.add_argument("--chunk", type=int, default=64, help="DisTrO DCT tile edge (target)")
     p.add_argument("--topk", type=int, default=8, help="DisTrO coefficients kept per tile")
-    p.add_argument("--lag", type=int, default=2, choices=(0, 1, 2), help="apply delay in steps")
+    p.add_argument(
+        "--lag", type=int, default=APPLY_LAG, choices=(0, 1, 2), help="apply delay in steps"
+    )
     p.add_argument("--evals", type=int, default=5, help="validation points along the run")
     p.add_argument(
         "--timing-warmup", type=int, default=5, help="leading steps left out of the timings"

@@ -23,6 +23,11 @@ from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.schedule import lr_for_step, prev_lr_for_step
 
+APPLY_LAG = 2
+"""Results of round h are applied at the start of round h + 2, by the consensus of round h + 1's
+witnesses (docs/protocol.md, "Epoch and round pipeline"); the two drain rounds at the end of an
+epoch apply the last two trained rounds."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReceivedResult:

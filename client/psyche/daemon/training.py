@@ -18,7 +18,13 @@ import time
 from psyche.coordinator import ClientState, Coordinator
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.parts import ClientParts, ModelKit
-from psyche.daemon.rounds import ReceivedResult, RoundState, results_to_apply, round_lrs
+from psyche.daemon.rounds import (
+    APPLY_LAG,
+    ReceivedResult,
+    RoundState,
+    results_to_apply,
+    round_lrs,
+)
 from psyche.daemon.witnessing import report_unhealthy, send_witness
 from psyche.distro import Payload, decode_payload
 from psyche.distro.payload import payload_hash
@@ -64,7 +70,7 @@ class TrainingStep:
         self.parts.sharing.clear()  # joiners are served until training resumes
         state = self.state
         self.epoch.rounds[state.height] = state
-        self.epoch.keep_rounds_from(state.height - 2)
+        self.epoch.keep_rounds_from(state.height - APPLY_LAG)
         await self._apply(coord)
         await report_unhealthy(self.parts, coord)
         mine = state.batch_of(self.parts.identity) if state.trains else None
@@ -100,10 +106,10 @@ class TrainingStep:
         still in flight up to the apply deadline, then log the parameter hash (every round, so
         agreement between clients is checkable at every step)."""
         state, epoch, kit = self.state, self.epoch, self.kit
-        applied = epoch.rounds.get(state.height - 2)
+        applied = epoch.rounds.get(state.height - APPLY_LAG)
         prev = coord.previous_round()
         payloads: list[Payload] = []
-        if applied is not None and prev is not None and state.height >= 2:
+        if applied is not None and prev is not None and state.height >= APPLY_LAG:
             chosen = results_to_apply(applied, prev.witnesses, coord)
             pending = [
                 t

@@ -29,17 +29,13 @@ Not thread-safe (neither is LiteSVM): call it from one thread only.
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-import base58
 from solders.account import Account
 from solders.compute_budget import set_compute_unit_limit
 from solders.hash import Hash
@@ -50,21 +46,16 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from solders.system_program import TransferParams, transfer
 from solders.transaction import VersionedTransaction
-from solders.transaction_metadata import FailedTransactionMetadata, TransactionMetadata
+from solders.transaction_metadata import FailedTransactionMetadata
 
 from psyche.localsvm.clock import BlockhashQueue, SlotClock
 from psyche.localsvm.errors import TxErr, rent_error
+from psyche.localsvm.execution import Execution, failure, meta_fields, with_blockhash
 from psyche.localsvm.fees import MAX_COMPUTE_UNIT_LIMIT, FeeDetails, fee_details
 from psyche.localsvm.history import History, TxRecord
-from psyche.localsvm.rent import rent_state, transition_allowed
+from psyche.localsvm.rent import rent_state, rent_violation, transition_allowed
 
-__all__ = [
-    "FAUCET_LAMPORTS",
-    "MAX_PROCESSING_AGE",
-    "PREFLIGHT_MAX_AGE",
-    "Chain",
-    "Execution",
-]
+__all__ = ["FAUCET_LAMPORTS", "MAX_PROCESSING_AGE", "PREFLIGHT_MAX_AGE", "Chain"]
 
 log = logging.getLogger(__name__)
 
@@ -74,47 +65,11 @@ MAX_PROCESSING_AGE = 150
 PREFLIGHT_MAX_AGE = MAX_PROCESSING_AGE - 6
 FAUCET_LAMPORTS = 500_000_000 * 10**9
 SYSTEM_PROGRAM = Pubkey.from_string("11111111111111111111111111111111")
-INCINERATOR = Pubkey.from_string("1nc1nerator11111111111111111111111111111111")
 NONCE_ACCOUNT_SIZE = 80
 
 SlotListener = Callable[[int], None]
 AccountListener = Callable[[int, Pubkey, Account | None], None]
 TxListener = Callable[[TxRecord], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Execution:
-    """The outcome of processing or simulating one transaction."""
-
-    signature: Signature
-    err: TxErr
-    slot: int
-    logs: tuple[str, ...] = ()
-    units: int = 0
-    fee: int = 0
-    committed: bool = False
-    inner_instructions: tuple[dict[str, Any], ...] = ()
-    return_data: dict[str, Any] | None = None
-    post_accounts: Mapping[Pubkey, Account] = field(default_factory=dict)
-    replacement_blockhash: Hash | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.err is None
-
-
-def _writable(msg: Message | MessageV0) -> list[int]:
-    """Indexes of the static account keys the header marks writable."""
-    h = msg.header
-    n, signed = len(msg.account_keys), h.num_required_signatures
-    out = []
-    for i in range(n):
-        if i < signed:
-            if i < signed - h.num_readonly_signed_accounts:
-                out.append(i)
-        elif i - signed < n - signed - h.num_readonly_unsigned_accounts:
-            out.append(i)
-    return out
 
 
 def _changed(before: Account | None, after: Account | None) -> bool:
@@ -126,66 +81,6 @@ def _changed(before: Account | None, after: Account | None) -> bool:
         or before.executable != after.executable
         or bytes(before.data) != bytes(after.data)
     )
-
-
-def _meta(meta: TransactionMetadata) -> dict[str, Any]:
-    inner = []
-    for index, ixs in enumerate(meta.inner_instructions()):
-        if ixs:
-            inner.append(
-                {
-                    "index": index,
-                    "instructions": [
-                        {
-                            "programIdIndex": ii.instruction().program_id_index,
-                            "accounts": list(bytes(ii.instruction().accounts)),
-                            "data": base58.b58encode(bytes(ii.instruction().data)).decode(),
-                            "stackHeight": ii.stack_height(),  # type: ignore[attr-defined]  # stub lacks it
-                        }
-                        for ii in ixs
-                    ],
-                }
-            )
-    # solders 0.26 names it ``return_data`` at run time, ``transaction_return_data`` in its stub.
-    rd = getattr(meta, "return_data")()  # noqa: B009
-    data = bytes(rd.data)
-    return_data = (
-        {"programId": str(rd.program_id), "data": [base64.b64encode(data).decode(), "base64"]}
-        if data
-        else None
-    )
-    return {
-        "logs": tuple(meta.logs()),
-        "units": meta.compute_units_consumed(),
-        "inner_instructions": tuple(inner),
-        "return_data": return_data,
-    }
-
-
-def _failure(res: FailedTransactionMetadata) -> tuple[TxErr, dict[str, Any]]:
-    err = json.loads(res.to_json())["err"]
-    return err, _meta(res.meta())
-
-
-def with_blockhash(tx: VersionedTransaction, blockhash: Hash) -> VersionedTransaction:
-    """``tx`` naming ``blockhash`` instead (its signatures no longer match: simulation only)."""
-    msg = tx.message
-    new: Message | MessageV0
-    if isinstance(msg, MessageV0):
-        new = MessageV0(
-            msg.header, msg.account_keys, blockhash, msg.instructions, msg.address_table_lookups
-        )
-    else:
-        h = msg.header
-        new = Message.new_with_compiled_instructions(
-            h.num_required_signatures,
-            h.num_readonly_signed_accounts,
-            h.num_readonly_unsigned_accounts,
-            msg.account_keys,
-            blockhash,
-            msg.instructions,
-        )
-    return VersionedTransaction.populate(new, tx.signatures)
 
 
 class Chain:
@@ -335,41 +230,6 @@ class Chain:
             return rent_error(0), fee
         return None, fee
 
-    def _rent_violation(
-        self,
-        msg: Message | MessageV0,
-        pre: Mapping[Pubkey, Account | None],
-        post: Mapping[Pubkey, Account],
-        fee: FeeDetails,
-    ) -> int | None:
-        keys = msg.account_keys
-        for i in _writable(msg):
-            key = keys[i]
-            if key == INCINERATOR:
-                continue
-            before = pre.get(key)
-            after = post.get(key, before)
-            pre_lamports = before.lamports if before is not None else 0
-            post_lamports = after.lamports if after is not None else 0
-            if i == 0:
-                # The payer's state before execution is after its fee; LiteSVM's post-state
-                # carries the signature fee but not the prioritization fee.
-                pre_lamports -= fee.total
-                post_lamports -= fee.prioritization
-            pre_state = rent_state(
-                pre_lamports,
-                len(bytes(before.data)) if before is not None else 0,
-                self.minimum_balance,
-            )
-            post_state = rent_state(
-                post_lamports,
-                len(bytes(after.data)) if after is not None else 0,
-                self.minimum_balance,
-            )
-            if not transition_allowed(pre_state, post_state):
-                return i
-        return None
-
     def _snapshot(self, keys: Iterable[Pubkey]) -> dict[Pubkey, Account | None]:
         return {k: self.svm.get_account(k) for k in keys}
 
@@ -408,12 +268,12 @@ class Chain:
         finally:
             self.svm.with_sigverify(True)
         if isinstance(res, FailedTransactionMetadata):
-            err, meta = _failure(res)
+            err, meta = failure(res)
             return Execution(
                 sig, err, self.slot, fee=fee.total, replacement_blockhash=replacement, **meta
             )
         post = dict(res.post_accounts())
-        index = self._rent_violation(tx.message, pre, post, fee)
+        index = rent_violation(tx.message, pre, post, fee, self.minimum_balance)
         return Execution(
             sig,
             rent_error(index) if index is not None else None,
@@ -421,7 +281,7 @@ class Chain:
             fee=fee.total,
             post_accounts=post,
             replacement_blockhash=replacement,
-            **_meta(res.meta()),
+            **meta_fields(res.meta()),
         )
 
     def process(self, tx: VersionedTransaction) -> Execution:
@@ -452,19 +312,19 @@ class Chain:
             # was in loading, which leaves the payer untouched: then nothing is committed).
             res = self.svm.send_transaction(tx)
             if isinstance(res, FailedTransactionMetadata):
-                err, meta = _failure(res)
+                err, meta = failure(res)
             else:
-                meta = _meta(res)
+                meta = meta_fields(res)
         else:
-            index = self._rent_violation(msg, pre, dict(sim.post_accounts()), fee)
+            index = rent_violation(msg, pre, dict(sim.post_accounts()), fee, self.minimum_balance)
             if index is None:
                 res = self.svm.send_transaction(tx)
                 if isinstance(res, FailedTransactionMetadata):
-                    err, meta = _failure(res)
+                    err, meta = failure(res)
                 else:
-                    meta = _meta(res)
+                    meta = meta_fields(res)
             else:
-                err, meta = rent_error(index), _meta(sim.meta())
+                err, meta = rent_error(index), meta_fields(sim.meta())
                 self._charge(payer, fee.base)
         before = pre[payer]
         committed = err is None or (

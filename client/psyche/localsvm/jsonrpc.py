@@ -2,24 +2,23 @@
 "apiVersion"}, "value": …}`` where a validator wraps, its error codes and messages).
 
 Every commitment level reads the one current state (there are no forks to wait out), and each
-request first brings the chain up to the wall clock (:meth:`Chain.sync`).
+request first brings the chain up to the wall clock (:meth:`Chain.sync`). The handlers parse
+(:mod:`~psyche.localsvm.params`) and check each request and ask the chain; a transaction's
+answer shapes are in :mod:`~psyche.localsvm.transactions`.
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
-import base58
 from solders.message import MessageV0, from_bytes_versioned
 from solders.pubkey import Pubkey
-from solders.transaction import Transaction, VersionedTransaction
+from solders.transaction import Transaction
 
 from psyche.localsvm.accounts import Encoding, EncodingError, ui_account
-from psyche.localsvm.chain import MAX_PROCESSING_AGE, Chain, Execution
+from psyche.localsvm.chain import MAX_PROCESSING_AGE, Chain
 from psyche.localsvm.errors import describe
-from psyche.localsvm.history import TxRecord
 from psyche.localsvm.params import (
     AccountConfig,
     ContextConfig,
@@ -44,57 +43,22 @@ from psyche.localsvm.protocol import (
     invalid_params,
     positional,
 )
+from psyche.localsvm.transactions import (
+    confirmed_transaction,
+    signature_status,
+    simulation_value,
+)
 
-__all__ = ["API_VERSION", "FINALITY_DEPTH", "RpcMethods"]
+__all__ = ["API_VERSION", "RpcMethods"]
 
 API_VERSION = "2.2.0"
 """The Agave version whose program runtime LiteSVM (solders 0.26) embeds."""
-FINALITY_DEPTH = 32
-"""Slots after which a validator's transaction status turns ``finalized`` (max lockout)."""
-STATUS_CACHE_SLOTS = 300
 MAX_MULTIPLE_ACCOUNTS = 100
 MAX_SIGNATURE_STATUSES = 256
 MAX_PRIORITIZATION_FEE_ADDRESSES = 128
 SIGNATURE_VERIFICATION_FAILURE = -32003
 PREFLIGHT_FAILURE = -32002
 UNSUPPORTED_TRANSACTION_VERSION = -32015
-
-
-def _status(err: Any) -> dict[str, Any]:
-    return {"Ok": None} if err is None else {"Err": err}
-
-
-def _ui_message(tx: VersionedTransaction) -> dict[str, Any]:
-    msg = tx.message
-    h = msg.header
-    out: dict[str, Any] = {
-        "accountKeys": [str(k) for k in msg.account_keys],
-        "header": {
-            "numReadonlySignedAccounts": h.num_readonly_signed_accounts,
-            "numReadonlyUnsignedAccounts": h.num_readonly_unsigned_accounts,
-            "numRequiredSignatures": h.num_required_signatures,
-        },
-        "instructions": [
-            {
-                "accounts": list(bytes(ix.accounts)),
-                "data": base58.b58encode(bytes(ix.data)).decode(),
-                "programIdIndex": ix.program_id_index,
-                "stackHeight": None,
-            }
-            for ix in msg.instructions
-        ],
-        "recentBlockhash": str(msg.recent_blockhash),
-    }
-    if isinstance(msg, MessageV0):
-        out["addressTableLookups"] = [
-            {
-                "accountKey": str(lookup.account_key),
-                "writableIndexes": list(lookup.writable_indexes),
-                "readonlyIndexes": list(lookup.readonly_indexes),
-            }
-            for lookup in msg.address_table_lookups
-        ]
-    return out
 
 
 class RpcMethods:
@@ -144,6 +108,9 @@ class RpcMethods:
 
     def _context(self, value: Any) -> dict[str, Any]:
         return {"context": {"apiVersion": API_VERSION, "slot": self.chain.slot}, "value": value}
+
+    def _last_valid_block_height(self) -> int:
+        return self.chain.block_height + MAX_PROCESSING_AGE
 
     @staticmethod
     def _no_params(params: list[Any], value: Any) -> Any:
@@ -292,25 +259,6 @@ class RpcMethods:
 
     # --- transactions ---------------------------------------------------------------------------
 
-    def _simulation_value(
-        self, ex: Execution, accounts: list[Any] | None, inner: bool
-    ) -> dict[str, Any]:
-        replacement = None
-        if ex.replacement_blockhash is not None:
-            replacement = {
-                "blockhash": str(ex.replacement_blockhash),
-                "lastValidBlockHeight": self.chain.block_height + MAX_PROCESSING_AGE,
-            }
-        return {
-            "accounts": accounts,
-            "err": ex.err,
-            "innerInstructions": list(ex.inner_instructions) if inner else None,
-            "logs": list(ex.logs),
-            "replacementBlockhash": replacement,
-            "returnData": ex.return_data,
-            "unitsConsumed": ex.units,
-        }
-
     def send_transaction(self, params: list[Any]) -> Any:
         value, cfg_value = positional(params, 1, 2)
         cfg = config(cfg_value, SendConfig)
@@ -326,7 +274,7 @@ class RpcMethods:
                 raise RpcFault(
                     PREFLIGHT_FAILURE,
                     f"Transaction simulation failed: {describe(sim.err)}",
-                    self._simulation_value(sim, None, False),
+                    simulation_value(sim, None, False, self._last_valid_block_height()),
                 )
         # Without preflight a transaction that fails before execution is dropped, as by a
         # leader: the caller gets its signature and never a status.
@@ -365,22 +313,9 @@ class RpcMethods:
                         acc = self.chain.get_account(k)
                     live = acc is not None and acc.lamports > 0
                     accounts.append(ui_account(acc, encoding) if live and acc is not None else None)
-        return self._context(self._simulation_value(ex, accounts, cfg.inner_instructions))
-
-    def _status(self, record: TxRecord | None, search_history: bool) -> dict[str, Any] | None:
-        if record is None:
-            return None
-        age = self.chain.slot - record.slot
-        if age > STATUS_CACHE_SLOTS and not search_history:
-            return None
-        finalized = age >= FINALITY_DEPTH
-        return {
-            "confirmationStatus": "finalized" if finalized else "confirmed",
-            "confirmations": None if finalized else age,
-            "err": record.err,
-            "slot": record.slot,
-            "status": _status(record.err),
-        }
+        return self._context(
+            simulation_value(ex, accounts, cfg.inner_instructions, self._last_valid_block_height())
+        )
 
     def get_signature_statuses(self, params: list[Any]) -> Any:
         sigs, cfg_value = positional(params, 1, 2)
@@ -391,7 +326,9 @@ class RpcMethods:
         cfg = config(cfg_value, SignatureStatusConfig)
         return self._context(
             [
-                self._status(self.chain.transaction(s), cfg.search_transaction_history)
+                signature_status(
+                    self.chain.transaction(s), self.chain.slot, cfg.search_transaction_history
+                )
                 for s in signatures
             ]
         )
@@ -415,43 +352,10 @@ class RpcMethods:
                 "the request again with the following configuration parameter: "
                 '"maxSupportedTransactionVersion": 0',
             )
-        tx = VersionedTransaction.from_bytes(record.wire)
         encoding = cfg.encoding or "json"
-        transaction: Any
-        if encoding == "base64":
-            transaction = [base64.b64encode(record.wire).decode(), "base64"]
-        elif encoding == "base58":
-            transaction = [base58.b58encode(record.wire).decode(), "base58"]
-        else:
-            transaction = {
-                "message": _ui_message(tx),
-                "signatures": [str(s) for s in tx.signatures],
-            }
-        meta: dict[str, Any] = {
-            "computeUnitsConsumed": record.compute_units,
-            "err": record.err,
-            "fee": record.fee,
-            "innerInstructions": list(record.inner_instructions),
-            "loadedAddresses": {"readonly": [], "writable": []},
-            "logMessages": list(record.logs),
-            "postBalances": list(record.post_balances),
-            "postTokenBalances": [],
-            "preBalances": list(record.pre_balances),
-            "preTokenBalances": [],
-            "rewards": [],
-            "status": _status(record.err),
-        }
-        if record.return_data is not None:
-            meta["returnData"] = record.return_data
-        out: dict[str, Any] = {
-            "blockTime": record.block_time,
-            "meta": meta,
-            "slot": record.slot,
-            "transaction": transaction,
-        }
-        if cfg.max_supported_transaction_version is not None:
-            out["version"] = "legacy" if record.legacy else 0
-        return out
+        return confirmed_transaction(
+            record, encoding, cfg.max_supported_transaction_version is not None
+        )
 
     def request_airdrop(self, params: list[Any]) -> Any:
         key, lamports, cfg_value = positional(params, 2, 3)

@@ -26,7 +26,6 @@ from websockets.exceptions import ConnectionClosed
 from psyche.localsvm.accounts import Encoding, ui_account
 from psyche.localsvm.chain import Chain
 from psyche.localsvm.history import TxRecord
-from psyche.localsvm.jsonrpc import FINALITY_DEPTH
 from psyche.localsvm.params import SubscribeConfig, config, parse_pubkey, parse_signature
 from psyche.localsvm.protocol import (
     Handler,
@@ -36,6 +35,7 @@ from psyche.localsvm.protocol import (
     invalid_params,
     positional,
 )
+from psyche.localsvm.transactions import FINALITY_DEPTH
 
 __all__ = ["PubSub"]
 

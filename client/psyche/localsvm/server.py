@@ -25,9 +25,10 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 from websockets.asyncio.server import Server, serve
 
-from psyche.localsvm.chain import FAUCET_LAMPORTS, Chain, Execution
+from psyche.localsvm.chain import FAUCET_LAMPORTS, Chain
 from psyche.localsvm.clock import SECONDS_PER_SLOT
 from psyche.localsvm.errors import describe
+from psyche.localsvm.execution import Execution
 from psyche.localsvm.history import TxRecord
 from psyche.localsvm.http_server import MAX_REQUEST_BODY_SIZE, HttpServer
 from psyche.localsvm.jsonrpc import RpcMethods

@@ -25,18 +25,17 @@ written in the centralized server's event format, so the summary, the per-round 
 plot are the centralized testnet's. At the end, before the SVM stops, every confirmed transaction
 of the run is looked up on it and ``program-calls.json`` tallies the instructions the programs
 executed (:mod:`psyche.testnet.program_calls`).
+
+This module holds the launcher (:class:`SolanaTestnet`: the chain, the run creator's flow, the
+joiners' env files and processes); the programs and the faucet are in
+:mod:`psyche.testnet.solana_chain`, how a process is started in :mod:`psyche.testnet.processes`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import shlex
-import shutil
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,34 +53,11 @@ from psyche.testnet.base import LocalTestnet, NetOptions, Proc
 from psyche.testnet.chain import ChainFollower
 from psyche.testnet.envfile import read_env_file, write_env_file
 from psyche.testnet.inputs import prepare_local_inputs
+from psyche.testnet.processes import console_script, container_env, free_port
 from psyche.testnet.program_calls import SIGNATURE, tally_program_calls
+from psyche.testnet.solana_chain import LAMPORTS, PROGRAMS, ROOT, program_ids, request_airdrop
 
 __all__ = ["SolanaTestnet", "SolanaTestnetOptions", "make_solana_testnet"]
-
-ROOT = Path(__file__).resolve().parents[3]
-PROGRAMS = ("psyche_coordinator", "psyche_authorizer")
-LAMPORTS = 1_000 * 10**9
-"""Each funded wallet's airdrop (1000 SOL): the run creator pays ~1.2 SOL of rent for the
-coordinator account; a client pays 5000 lamports per transaction."""
-
-# What a container would inherit from its image: the launcher passes these on, and nothing else
-# of its own environment, so each client is configured by its env file alone.
-INHERITED_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LANG",
-    "LC_ALL",
-    "TMPDIR",
-    "VIRTUAL_ENV",
-    "PYTHONPATH",
-    "LD_LIBRARY_PATH",
-    "HF_HOME",
-    "HF_HUB_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "XDG_CACHE_HOME",
-    "CUDA_VISIBLE_DEVICES",
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -354,57 +330,6 @@ class SolanaTestnet(LocalTestnet):
         env = read_env_file(self.write_client_env(slot, label))
         argv = [console_script("psyche-solana-client"), "train"]
         return self.spawn(label, argv, env=container_env(env))
-
-
-def container_env(values: Mapping[str, str]) -> dict[str, str]:
-    """``values`` over the few variables a container inherits (:data:`INHERITED_ENV`)."""
-    base = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
-    return {**base, **values}
-
-
-def console_script(name: str) -> str:
-    """This environment's console script ``name`` (beside the running Python), else PATH's."""
-    here = Path(sys.executable).parent / name
-    if here.exists():
-        return str(here)
-    found = shutil.which(name)
-    if found is None:
-        raise RuntimeError(f"{name} is not installed (pip install -e . in this environment)")
-    return found
-
-
-def request_airdrop(rpc_url: str, pubkey: str, lamports: int, timeout: float = 60.0) -> None:
-    """Fund ``pubkey`` from the chain's faucet and wait until the airdrop is confirmed."""
-    from psyche.backends.base import BackendError
-    from psyche.backends.solana.rpc import SolanaRpc
-
-    async def go() -> None:
-        rpc = SolanaRpc(rpc_url)
-        try:
-            sig = await rpc.call("requestAirdrop", [pubkey, lamports])
-            await rpc.confirm(str(sig), timeout)
-        finally:
-            await rpc.close()
-
-    try:
-        asyncio.run(go())
-    except BackendError as e:  # the launcher reports start-up failures as RuntimeError
-        raise RuntimeError(f"the airdrop to {pubkey} failed: {e}") from None
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (kept for the client's whole life, restarts included)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def program_ids() -> dict[str, str]:
-    """Program name → the id the clients address (the committed IDLs' ``address``)."""
-    return {
-        name: json.loads((ROOT / "idl" / f"{name}.json").read_text())["address"]
-        for name in PROGRAMS
-    }
 
 
 def make_solana_testnet(

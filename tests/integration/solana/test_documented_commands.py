@@ -37,11 +37,12 @@ LAMPORTS = 100 * 10**9
 
 def _cli_env_names() -> set[str]:
     """Every environment variable psyche-solana-client (or the scripts) would read."""
-    from psyche.cli.solana import DIRECT_ENV, _envvars, solana
+    from psyche.cli.solana import solana
+    from psyche.cli.solana_options import DIRECT_ENV, envvars
 
     names = set(DIRECT_ENV) | {"PSYCHE_SOLANA_CLIENT", "GRANTEE_PUBKEY", "GRANTOR_PUBKEY"}
     for cmd in solana.commands.values():
-        names |= _envvars(cmd)
+        names |= envvars(cmd)
     return names
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from solders.keypair import Keypair
 
 from psyche.localsvm import LocalSvmThread
-from psyche.testnet.solana import request_airdrop
+from psyche.testnet.solana_chain import request_airdrop
 
 
 def test_wallets_are_funded_by_request_airdrop(local_svm: LocalSvmThread) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from psyche.backends.solana import admin
+from psyche.backends.solana import authorization
 from psyche.backends.solana.session import Endpoints, resolve_rpc_url, websocket_url
 from psyche.cli.solana import solana
 
@@ -60,7 +60,7 @@ def _endpoints_of(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Endpoint
         seen["endpoints"] = session.endpoints
         return {"can_join": True, "authorization": "", "reasons": []}
 
-    monkeypatch.setattr(admin, "can_join", can_join)
+    monkeypatch.setattr(authorization, "can_join", can_join)
     res = CliRunner().invoke(
         solana,
         ["check-authorization", "--run-id", "r", "--pubkey", PUBKEY, *args],

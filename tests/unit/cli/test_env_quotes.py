@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 from solders.keypair import Keypair
 
-from psyche.backends.solana import admin
-from psyche.cli.solana import solana, unquote, unquote_environ
+from psyche.backends.solana import authorization
+from psyche.cli.solana import solana
+from psyche.cli.solana_options import unquote, unquote_environ
 
 
 @pytest.mark.parametrize(
@@ -51,7 +52,7 @@ def _seen_by_can_join(monkeypatch: pytest.MonkeyPatch, env: dict[str, str | None
         )
         return {"can_join": True, "authorization": "", "reasons": []}
 
-    monkeypatch.setattr(admin, "can_join", can_join)
+    monkeypatch.setattr(authorization, "can_join", can_join)
     res = CliRunner().invoke(solana, ["check-authorization"], env=env)
     assert res.exit_code == 0, res.output
     return seen

@@ -33,7 +33,7 @@ from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
-from psyche.backends.solana import admin
+from psyche.backends.solana import admin, authorization
 from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import (
     JOIN_RUN_SCOPE,
@@ -296,10 +296,10 @@ def _set_paused(ctx: Context, recs: list[dict[str, Any]]) -> list[Instruction]:
 
 
 def _join_authorization(ctx: Context, recs: list[dict[str, Any]]) -> list[Instruction]:
-    # admin.join_authorization_create builds both instructions inline with
+    # authorization.join_authorization_create builds both instructions inline with
     # ProgramClient.build, with the wallet as payer *and* grantor; the scenario's payer is
     # another key. So build them here as it does (same args, same account names) with the
-    # recorded payer, and check below that admin's own transaction differs only in the payer.
+    # recorded payer, and check below that its own transaction differs only in the payer.
     create, activate = recs
     assert activate["args"] == {"params": {"active": True}}
     s = ctx.session
@@ -319,13 +319,13 @@ def _join_authorization(ctx: Context, recs: list[dict[str, Any]]) -> list[Instru
         ),
         s.authorizer.build("authorization_grantor_update", {"active": True}, accounts),
     ]
-    admins = s.call(grantor, lambda s: admin.join_authorization_create(s, None))
+    admins = s.call(grantor, lambda s: authorization.join_authorization_create(s, None))
     assert [bytes(i.data) for i in admins] == [bytes(i.data) for i in ours]
     assert [i.program_id for i in admins] == [i.program_id for i in ours]
     swapped = [_metas(i) for i in admins]
     for m in swapped[0]:
         if m["pubkey"] == str(grantor) and m["is_writable"]:
-            m["pubkey"] = str(payer)  # admin's payer is the wallet (the grantor)
+            m["pubkey"] = str(payer)  # its payer is the wallet (the grantor)
     assert swapped == [_metas(i) for i in ours]
     ctx.checks["authorization_create + grantor_update via ProgramClient.build"] += 1
     return ours

@@ -15,9 +15,10 @@ Per tile, with the values sorted, `x_0 < x_1 < … < x_{k−1} < n`:
 
 Any placement of exactly `k` ones in the high part decodes to non-decreasing high halves below
 `buckets`; the decoder then requires strictly increasing values below `n`, so every accepted bit
-string is the coding of exactly one index set. `low_bits` is the one of smallest total size (the
-smallest on ties), so it too is a function of `(n, k)`. When `k = n` the set is all of `[0, n)`
-and takes no bits.
+string is the coding of exactly one index set. With a single bucket (`2^low_bits ≥ n`) the high
+part would be all ones, so it is left out and the code is plain fixed-width binary. `low_bits` is
+the one of smallest total size (the smallest on ties), so it too is a function of `(n, k)`. When
+`k = n` the set is all of `[0, n)` and takes no bits.
 
 Bits are numpy `uint8` arrays of 0/1 here; the payload packs them 8 per byte.
 """
@@ -57,7 +58,8 @@ class EliasFano:
         best: EliasFano | None = None
         for low in range(max(n - 1, 1).bit_length() + 1):
             buckets = ((n - 1) >> low) + 1
-            candidate = cls(n, k, low, k + buckets - 1)
+            # One bucket: the high part would be k ones whatever the set, so it is left out.
+            candidate = cls(n, k, low, k + buckets - 1 if buckets > 1 else 0)
             if best is None or candidate.tile_bits < best.tile_bits:
                 best = candidate
         assert best is not None
@@ -75,10 +77,10 @@ class EliasFano:
         reshape for the decoder). The caller has checked the rows; this only codes them.
         """
         tiles, k = sorted_idx.shape
-        if self.high_bits == 0 and self.low_bits == 0:
-            return np.zeros(0, dtype=np.uint8)
         shifts = np.arange(self.low_bits, dtype=np.int64)
         low = ((sorted_idx[..., None] >> shifts) & 1).astype(np.uint8).reshape(-1)
+        if self.high_bits == 0:
+            return low
         high = np.zeros((tiles, self.high_bits), dtype=np.uint8)
         positions = (sorted_idx >> self.low_bits) + np.arange(k, dtype=np.int64)
         np.put_along_axis(high, positions, 1, axis=1)
@@ -96,16 +98,17 @@ class EliasFano:
             return np.broadcast_to(np.arange(k, dtype=np.int64), (tiles, k)).copy()
         split = tiles * k * self.low_bits
         weights = np.left_shift(1, np.arange(self.low_bits, dtype=np.int64))
-        low = bits[:split].reshape(tiles, k, self.low_bits).astype(np.int64) @ weights
-        high = bits[split:].reshape(tiles, self.high_bits)
-        ones = high.sum(axis=1, dtype=np.int64)
-        if not bool((ones == k).all()):
-            tile = int(np.flatnonzero(ones != k)[0])
-            raise EliasFanoError(f"tile {tile}: {int(ones[tile])} high-part ones, expected {k}")
-        # Row-major `nonzero`: the rows come in order and each row's columns ascending, so every
-        # row holds its k positions sorted.
-        columns = np.nonzero(high)[1].reshape(tiles, k)
-        values: Ints = ((columns - np.arange(k, dtype=np.int64)) << self.low_bits) | low
+        values: Ints = bits[:split].reshape(tiles, k, self.low_bits).astype(np.int64) @ weights
+        if self.high_bits:
+            high = bits[split:].reshape(tiles, self.high_bits)
+            ones = high.sum(axis=1, dtype=np.int64)
+            if not bool((ones == k).all()):
+                tile = int(np.flatnonzero(ones != k)[0])
+                raise EliasFanoError(f"tile {tile}: {int(ones[tile])} high-part ones, expected {k}")
+            # Row-major `nonzero`: the rows come in order and each row's columns ascending, so
+            # every row holds its k positions sorted.
+            columns = np.nonzero(high)[1].reshape(tiles, k)
+            values |= (columns - np.arange(k, dtype=np.int64)) << self.low_bits
         if k > 1 and not bool((values[:, 1:] > values[:, :-1]).all()):
             tile = int(np.flatnonzero((values[:, 1:] <= values[:, :-1]).any(axis=1))[0])
             raise EliasFanoError(f"tile {tile}: indices are not strictly increasing")

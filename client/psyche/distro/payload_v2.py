@@ -19,7 +19,7 @@ first 4 bytes of a SHA-256 over the encoded shapes, k, value codes and the 1-bit
 longer travel per tensor, and a peer with another model or config fails on this field instead
 of at some later length check.
 
-The body has a fixed size for a spec; only the header's integers vary (by at most 26 bytes), so
+The body has a fixed size for a spec; only the header's integers vary (by at most 25 bytes), so
 `max_bytes` is a tight bound and a payload of another length is refused after the header.
 """
 
@@ -57,8 +57,9 @@ VERSION = 2
 _FLAG_1BIT = 0x01
 _FIXED = struct.Struct("<3sBBI")
 _LAYOUT_DOMAIN = b"psyche-distro-layout-v2"
-# LEB128 bytes of the largest value of each header integer: step and nonce u32, batch u64.
-_VARINT_MAX_BYTES = 5 + 10 + 10 + 5
+# LEB128 bytes of the widest header: step and nonce u32 (5 each); start + length ≤ 2^64 − 1, so
+# at most one of them reaches 2^63 and needs 10 bytes, the other then takes at most 9.
+_VARINT_MAX_BYTES = 5 + 19 + 5
 
 
 def layout_digest(entries: Sequence[tuple[tuple[int, ...], int, int]], quantized: bool) -> int:

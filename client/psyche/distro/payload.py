@@ -1,8 +1,12 @@
 """The DisTrO payload: a compact, versioned, strictly validated binary format, and its commitment.
 
 A payload is what one trainer sends per round: a small header and, for every parameter in name
-order, the top-k indices and values of its encoded residual. It arrives from untrusted peers, so the
-decoder is written as a validator first:
+order, the top-k indices and values of its encoded residual. Two formats share this module's
+types (`Payload`, `PayloadSpec`) and entry points (`encode_payload`, `decode_payload`): v2
+(`psyche.distro.payload_v2`, Elias–Fano indices, what clients send; docs/protocol.md, "Payload
+formats") and v1, laid out below, which stays readable. `PayloadSpec.version` says which one a
+decoder accepts. It arrives from untrusted peers, so each decoder is written as a validator first
+(v1's rules here; v2 keeps them with a fixed-length body instead of fixed-length fields):
 
 - The expected layout is fully determined by the model's parameter shapes and the run's
   `DistroConfig` (`PayloadSpec`), so every field is checked for equality with what it must be, not
@@ -18,7 +22,7 @@ decoder is written as a validator first:
 Pickle and `torch.save` are deliberately not used: both execute or trust attacker-controlled
 structure. No framework serializer is used either, so the format is specified here alone.
 
-Layout (all integers little-endian; indices and values are raw little-endian arrays):
+v1 layout (all integers little-endian; indices and values are raw little-endian arrays):
 
     header   magic b"PDT" | version u8 | step u32 | batch_start u64 | batch_end u64 |
              trainer_nonce u32 | flags u8 (bit 0: 1-bit values; other bits 0) | tensors u32

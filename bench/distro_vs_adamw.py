@@ -19,11 +19,21 @@ the steps from 0, cosine decay to base/10) and the same global gradient-norm cli
     the mean of the K slices' gradients (backward of each slice's loss / K), i.e. exactly what a
     K-way data-parallel all-reduce would produce.
 
-Figures, all from this one run: the payload size (every payload is measured; they all have
-exactly `PayloadSpec.max_bytes` bytes, since the format is fixed by shapes and config) against
-`2 × n_params` bytes of a bf16 gradient; the final validation loss of each arm and their ratio;
-and, per client and step, DisTrO's codec time (lookahead + generate + encode + decode of K
-payloads + apply, each timed with `time.perf_counter`) over its forward+backward time.
+Figures, all from this one run: the payload size in both wire formats (every payload is
+encoded as v2, the default, and as v1, and every client decodes both, each timed; v1 payloads
+all have exactly `PayloadSpec.max_bytes` bytes, v2 ones vary by a few header bytes) against
+`2 × n_params` bytes of a bf16 gradient and against the entropy bound (log2 C(totalk, k) bits
+per tile plus one per sign); the final validation loss of each arm and their ratio; and, per
+client and step, DisTrO's codec time (lookahead + generate + encode + decode of K payloads +
+apply, each timed with `time.perf_counter`) over its forward+backward time, for each format,
+also in ns per parameter. `--apply-format` picks which decoded payloads are applied (v2 by
+default); the two carry the same pairs, so the weights do not depend on it (bench/README.md
+shows both runs' hashes). The issue's JSON keys describe v2; v1's figures are under `"v1"`.
+
+Then, per preset (`--presets`, default tiny, small and medium), one client of the same
+pipeline (lag 2, K payloads decoded and applied per step: its own, standing in for its peers')
+gives both formats' sizes, the entropy bound and every codec part against forward+backward on
+the same per-client batch (`profile_preset`, `--profile-steps` timed steps after 2 untimed).
 
 Decisions and trade-offs:
 

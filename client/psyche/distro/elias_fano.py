@@ -25,6 +25,7 @@ Bits are numpy `uint8` arrays of 0/1 here; the payload packs them 8 per byte.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,11 @@ class EliasFano:
 
     @classmethod
     def for_tile(cls, n: int, k: int) -> EliasFano:
+        """The code for `k` of `n` (cached: a model has a handful of tile sizes)."""
+        return _for_tile(n, k)
+
+    @classmethod
+    def _search(cls, n: int, k: int) -> EliasFano:
         if not 1 <= k <= n:
             raise ValueError(f"need 1 ≤ k ≤ n, got k={k}, n={n}")
         if k == n:
@@ -118,3 +124,8 @@ class EliasFano:
                 f"tile {tile}: index {int(values[tile, -1])} is not below {self.n}"
             )
         return values
+
+
+@functools.lru_cache(maxsize=256)
+def _for_tile(n: int, k: int) -> EliasFano:
+    return EliasFano._search(n, k)

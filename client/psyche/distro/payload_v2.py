@@ -25,9 +25,11 @@ The body has a fixed size for a spec; only the header's integers vary (by at mos
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,6 +66,12 @@ _VARINT_MAX_BYTES = 5 + 19 + 5
 
 def layout_digest(entries: Sequence[tuple[tuple[int, ...], int, int]], quantized: bool) -> int:
     """u32 fingerprint of (xshape, k, value code) per tensor and the 1-bit flag."""
+    return _layout_digest(tuple(entries), quantized)
+
+
+@functools.lru_cache(maxsize=32)
+def _layout_digest(entries: tuple[tuple[tuple[int, ...], int, int], ...], quantized: bool) -> int:
+    # Cached: a client encodes the same layout every round.
     digest = hashlib.sha256(_LAYOUT_DOMAIN)
     digest.update(struct.pack("<BI", int(quantized), len(entries)))
     for xshape, k, value_code in entries:
@@ -71,30 +79,44 @@ def layout_digest(entries: Sequence[tuple[tuple[int, ...], int, int]], quantized
     return int.from_bytes(digest.digest()[:4], "little")
 
 
-def _spec_digest(spec: PayloadSpec) -> int:
-    return layout_digest([(t.xshape, t.k, t.value_code) for t in spec.tensors], spec.quantized)
-
-
 def _tiles(xshape: Sequence[int]) -> int:
     return int(np.prod(chunk_shape(xshape), dtype=np.int64))
 
 
-def _bits_of(spec: TensorSpec) -> int:
-    code = EliasFano.for_tile(spec.totalk, spec.k)
-    signs = spec.k if spec.value_code == VALUE_1BIT else 0
-    return _tiles(spec.xshape) * (code.tile_bits + signs)
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a spec implies for v2, worked out once per spec (decoding runs once per peer)."""
+
+    digest: int
+    codes: tuple[EliasFano, ...]
+    bits: tuple[int, ...]
+    """Per tensor: index bits plus, in 1-bit mode, sign bits."""
+    value_bytes: tuple[int, ...]
+
+    @property
+    def n_bits(self) -> int:
+        return sum(self.bits)
+
+    @property
+    def body_bytes(self) -> int:
+        return (self.n_bits + 7) // 8 + sum(self.value_bytes)
 
 
-def _value_bytes(spec: TensorSpec) -> int:
-    if spec.value_code == VALUE_1BIT:
-        return 0
-    return spec.n_values * (4 if spec.value_code == VALUE_F32 else 2)
+@functools.lru_cache(maxsize=32)
+def _plan(spec: PayloadSpec) -> _Plan:
+    codes = tuple(EliasFano.for_tile(t.totalk, t.k) for t in spec.tensors)
+    bits, value_bytes = [], []
+    for t, code in zip(spec.tensors, codes, strict=True):
+        one_bit = t.value_code == VALUE_1BIT
+        bits.append(_tiles(t.xshape) * (code.tile_bits + (t.k if one_bit else 0)))
+        value_bytes.append(0 if one_bit else t.n_values * (4 if t.value_code == VALUE_F32 else 2))
+    digest = layout_digest([(t.xshape, t.k, t.value_code) for t in spec.tensors], spec.quantized)
+    return _Plan(digest, codes, tuple(bits), tuple(value_bytes))
 
 
 def body_bytes(spec: PayloadSpec) -> int:
     """Bytes after the header: the packed bit section and the raw values."""
-    bits = sum(_bits_of(t) for t in spec.tensors)
-    return (bits + 7) // 8 + sum(_value_bytes(t) for t in spec.tensors)
+    return _plan(spec).body_bytes
 
 
 def max_bytes_v2(spec: PayloadSpec) -> int:
@@ -205,41 +227,41 @@ def decode_v2(data: bytes, expected: PayloadSpec) -> Payload:
     quantized = bool(flags & _FLAG_1BIT)
     if quantized != expected.quantized:
         raise PayloadError(f"quantize flag is {quantized}, the run uses {expected.quantized}")
-    if layout != _spec_digest(expected):
+    plan = _plan(expected)
+    if layout != plan.digest:
         raise PayloadError(
             f"layout digest {layout:#010x} does not match this model and config "
-            f"({_spec_digest(expected):#010x}): shapes, top-k or value dtype differ"
+            f"({plan.digest:#010x}): shapes, top-k or value dtype differ"
         )
     offset = _FIXED.size
     step, offset = _read_varint(data, offset, _U32_MAX, "step")
     start, offset = _read_varint(data, offset, _U64_MAX, "batch_start")
     length, offset = _read_varint(data, offset, _U64_MAX - start, "batch length")
     nonce, offset = _read_varint(data, offset, _U32_MAX, "trainer_nonce")
-    body = body_bytes(expected)
+    body = plan.body_bytes
     if len(data) - offset != body:
         raise PayloadError(
             f"body has {len(data) - offset} bytes after offset {offset}, expected {body}"
         )
-    n_bits = sum(_bits_of(t) for t in expected.tensors)
+    n_bits = plan.n_bits
     bit_bytes = (n_bits + 7) // 8
     bits = np.unpackbits(np.frombuffer(data, np.uint8, bit_bytes, offset), bitorder="little")
     if bits[n_bits:].any():
         raise PayloadError("padding bits after the bit section are not zero")
     bit_at, byte_at = 0, offset + bit_bytes
     results = []
-    for spec in expected.tensors:
-        size = _bits_of(spec)
-        value_size = _value_bytes(spec)
+    for spec, code, size, value_size in zip(
+        expected.tensors, plan.codes, plan.bits, plan.value_bytes, strict=True
+    ):
         raw = data[byte_at : byte_at + value_size]
-        results.append(_decode_tensor(spec, bits[bit_at : bit_at + size], raw))
+        results.append(_decode_tensor(spec, code, bits[bit_at : bit_at + size], raw))
         bit_at, byte_at = bit_at + size, byte_at + value_size
     return Payload(step, start, start + length, nonce, quantized, tuple(results))
 
 
-def _decode_tensor(spec: TensorSpec, bits: np.ndarray, raw: bytes) -> DistroResult:
+def _decode_tensor(spec: TensorSpec, code: EliasFano, bits: np.ndarray, raw: bytes) -> DistroResult:
     where = f"tensor {spec.name!r}"
     tiles, k = _tiles(spec.xshape), spec.k
-    code = EliasFano.for_tile(spec.totalk, k)
     index_bits = tiles * code.tile_bits
     try:
         idx_np = code.decode(bits[:index_bits], tiles)

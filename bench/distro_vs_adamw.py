@@ -19,11 +19,21 @@ the steps from 0, cosine decay to base/10) and the same global gradient-norm cli
     the mean of the K slices' gradients (backward of each slice's loss / K), i.e. exactly what a
     K-way data-parallel all-reduce would produce.
 
-Figures, all from this one run: the payload size (every payload is measured; they all have
-exactly `PayloadSpec.max_bytes` bytes, since the format is fixed by shapes and config) against
-`2 × n_params` bytes of a bf16 gradient; the final validation loss of each arm and their ratio;
-and, per client and step, DisTrO's codec time (lookahead + generate + encode + decode of K
-payloads + apply, each timed with `time.perf_counter`) over its forward+backward time.
+Figures, all from this one run: the payload size in both wire formats (every payload is
+encoded as v2, the default, and as v1, and every client decodes both, each timed; v1 payloads
+all have exactly `PayloadSpec.max_bytes` bytes, v2 ones vary by a few header bytes) against
+`2 × n_params` bytes of a bf16 gradient and against the entropy bound (log2 C(totalk, k) bits
+per tile plus one per sign); the final validation loss of each arm and their ratio; and, per
+client and step, DisTrO's codec time (lookahead + generate + encode + decode of K payloads +
+apply, each timed with `time.perf_counter`) over its forward+backward time, for each format,
+also in ns per parameter. `--apply-format` picks which decoded payloads are applied (v2 by
+default); the two carry the same pairs, so the weights do not depend on it (bench/README.md
+shows both runs' hashes). The issue's JSON keys describe v2; v1's figures are under `"v1"`.
+
+Then, per preset (`--presets`, default tiny, small and medium), one client of the same
+pipeline (lag 2, K payloads decoded and applied per step: its own, standing in for its peers')
+gives both formats' sizes, the entropy bound and every codec part against forward+backward on
+the same per-client batch (`profile_preset`, `--profile-steps` timed steps after 2 untimed).
 
 Decisions and trade-offs:
 
@@ -68,6 +78,7 @@ are missed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -91,14 +102,17 @@ from psyche.data.local import LocalDataProvider
 from psyche.data.prepare import ByteTokenizer, prepare_corpus
 from psyche.data.synth import synth_corpus
 from psyche.distro import (
+    PAYLOAD_VERSION,
     Distro,
     DistroConfig,
     Payload,
     PayloadSpec,
+    TensorSpec,
     clip_grad_norm_,
     decode_payload,
     encode_payload,
 )
+from psyche.distro.elias_fano import EliasFano
 from psyche.protocol.data_selection import BatchId, get_batch_ids_for_round
 from psyche.protocol.lr_schedules import CosineLR
 from psyche.training import (
@@ -111,7 +125,9 @@ from psyche.training import (
     write_model_dir,
 )
 
-TARGET_COMPRESSION = 450.0
+TARGET_COMPRESSION = 550.0
+"""v2's target on tiny (issue 17; v1's was 450×); medium's is `TARGET_COMPRESSION_MEDIUM`."""
+TARGET_COMPRESSION_MEDIUM = 650.0
 TARGET_LOSS_RATIO = 1.05
 TARGET_CODEC_FRACTION = 0.25
 
@@ -120,6 +136,10 @@ DEFAULT_STEPS = 400
 DEFAULT_LR_DISTRO = 3e-3
 DEFAULT_LR_ADAMW = 3e-3
 CODEC_PARTS = ("lookahead", "generate", "encode", "decode", "apply")
+"""The codec's parts in the default format (v2); v1's encode and decode are timed beside them."""
+V1_PARTS = ("lookahead", "generate", "encode_v1", "decode_v1", "apply")
+FORMATS = (1, 2)
+PRESET_NAMES = ("tiny", "small", "medium")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +155,10 @@ class BenchConfig:
     lag: int
     evals: int
     timing_warmup: int
+    apply_format: int = PAYLOAD_VERSION
+    presets: tuple[str, ...] = PRESET_NAMES
+    profile_steps: int = 4
+    profile_warmup: int = 2
     chunk: int = 64
     topk: int = 8
     compression_decay: float = 0.999
@@ -189,7 +213,7 @@ class ArmResult:
     fwd_bwd_s: float = 0.0
     optimizer_s: dict[str, float] = field(default_factory=dict)
     final_hash: str = ""
-    payload_sizes: set[int] = field(default_factory=set)
+    payload_sizes: dict[int, list[int]] = field(default_factory=lambda: {v: [] for v in FORMATS})
     step_times: list[dict[str, float]] = field(default_factory=list)
 
     @property
@@ -311,36 +335,44 @@ def distro_config(cfg: BenchConfig) -> DistroConfig:
 
 def run_distro(
     cfg: BenchConfig, ws: Workspace, data: LocalDataProvider, console: Console
-) -> tuple[ArmResult, PayloadSpec]:
+) -> tuple[ArmResult, dict[int, PayloadSpec]]:
+    """Arm (a). Every payload is encoded in both formats and every client decodes both (each
+    timed on its own); the `cfg.apply_format` decodes are applied. The two formats carry the
+    same (index, value) pairs, so the choice changes no weight (bench/README.md shows both)."""
     dcfg = distro_config(cfg)
     clients = []
     for _ in range(cfg.clients):
         model = load(ws)
         clients.append(Client(model, Distro(model.named_parameters(), dcfg)))
-    spec = clients[0].distro.payload_spec
+    base = clients[0].distro.payload_spec
+    specs = {v: dataclasses.replace(base, version=v) for v in FORMATS}
     schedule = cfg.schedule(cfg.lr_distro)
     evals = set(cfg.eval_steps())
     timer = Timer()
     result = ArmResult("distro")
-    pending: dict[int, list[bytes]] = {}
+    pending: dict[int, dict[int, list[bytes]]] = {}
+    labels = {1: ("encode_v1", "decode_v1"), 2: ("encode", "decode")}
 
     def lr(step: int) -> float:
         return lr_for_step(schedule, step)
 
-    def apply_all(payloads: list[bytes], step_lr: float) -> None:
+    def apply_all(payloads: dict[int, list[bytes]], step_lr: float) -> None:
         for c in clients:
+            decoded: dict[int, list[Payload]] = {}
+            for v in FORMATS:
+                t = time.perf_counter()
+                decoded[v] = [decode_payload(b, specs[v]) for b in payloads[v]]  # each client
+                timer.add(labels[v][1], t)
             t = time.perf_counter()
-            decoded = [decode_payload(b, spec) for b in payloads]  # each client decodes itself
-            timer.add("decode", t)
-            t = time.perf_counter()
-            c.distro.apply(decoded, step_lr)
+            c.distro.apply(decoded[cfg.apply_format], step_lr)
             timer.add("apply", t)
 
     for step in range(cfg.steps):
         timer.next_step()
         if cfg.lag and step - cfg.lag in pending:
             apply_all(pending.pop(step - cfg.lag), lr(step))
-        losses, sent = [], []
+        losses: list[float] = []
+        sent: dict[int, list[bytes]] = {v: [] for v in FORMATS}
         for c, batch in zip(clients, step_slices(cfg, step), strict=True):
             tokens = data.get_samples(batch)
             c.model.zero_grad(set_to_none=True)
@@ -363,12 +395,13 @@ def run_distro(
                 trainer_nonce=c.nonce,
             )
             timer.add("generate", t)
-            t = time.perf_counter()
-            wire = encode_payload(payload)
-            timer.add("encode", t)
+            for v in FORMATS:
+                t = time.perf_counter()
+                wire = encode_payload(payload, v)
+                timer.add(labels[v][0], t)
+                result.payload_sizes[v].append(len(wire))
+                sent[v].append(wire)
             c.prev_self, c.nonce = payload, c.nonce + 1
-            result.payload_sizes.add(len(wire))
-            sent.append(wire)
         result.train_losses.append(sum(losses) / len(losses))
         if cfg.lag:
             pending[step] = sent
@@ -387,9 +420,9 @@ def run_distro(
     result.final_hash = _check_agreement(clients)
     totals = timer.totals(cfg.timing_skip)
     result.fwd_bwd_s = totals["fwd_bwd"]
-    result.optimizer_s = {part: totals.get(part, 0.0) for part in CODEC_PARTS}
+    result.optimizer_s = {part: totals.get(part, 0.0) for part in (*CODEC_PARTS, *V1_PARTS)}
     result.step_times = timer.per_step
-    return result, spec
+    return result, specs
 
 
 def _check_agreement(clients: Sequence[Client]) -> str:
@@ -444,31 +477,150 @@ def run_adamw(
     return result
 
 
+# --- codec profile per preset ------------------------------------------------------------------
+
+
+PROFILE_PARTS = ("lookahead", "generate", "encode_v1", "encode", "decode_v1", "decode", "apply")
+
+
+def profile_preset(
+    name: str, cfg: BenchConfig, root: Path, data: LocalDataProvider, console: Console
+) -> dict[str, Any]:
+    """One client of `cfg.clients` on preset `name`: payload sizes in both formats, the entropy
+    bound, and the codec's parts against forward+backward on `cfg.batch_per_client` samples.
+
+    The client runs the real pipeline at lag 2 (apply of step s − 2, lookahead, forward and
+    backward, generate, encode), and decodes and applies `cfg.clients` payloads per step: its
+    own `cfg.clients` times, standing in for its peers' (same sizes, same work). The weights do
+    not matter here, so a constant LR is used; the first `cfg.profile_warmup` steps are not timed.
+    """
+    model_dir = root / f"model-{name}"
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    init = write_model_dir(model_dir, preset=PRESETS[name], seed=cfg.seed)
+    model, _ = load_model(str(model_dir), device=torch.device("cpu"), dtype=torch.float32)
+    distro = Distro(model.named_parameters(), distro_config(cfg))
+    specs = {v: dataclasses.replace(distro.payload_spec, version=v) for v in FORMATS}
+    labels = {1: ("encode_v1", "decode_v1"), 2: ("encode", "decode")}
+    timer, sizes = Timer(), {v: 0 for v in FORMATS}
+    pending: list[dict[int, bytes]] = []
+    prev: Payload | None = None
+    lr = cfg.lr_distro
+    steps = cfg.profile_warmup + cfg.profile_steps
+    for step in range(steps):
+        timer.next_step()
+        if len(pending) > APPLY_LAG - 1:
+            wires = pending.pop(0)
+            decoded: dict[int, list[Payload]] = {}
+            for v in FORMATS:
+                t = time.perf_counter()
+                decoded[v] = [decode_payload(wires[v], specs[v]) for _ in range(cfg.clients)]
+                timer.add(labels[v][1], t)
+            t = time.perf_counter()
+            distro.apply(decoded[PAYLOAD_VERSION], lr)
+            timer.add("apply", t)
+        t = time.perf_counter()
+        distro.lookahead(lr)
+        timer.add("lookahead", t)
+        batch = BatchId(step * cfg.batch_per_client, (step + 1) * cfg.batch_per_client - 1)
+        model.zero_grad(set_to_none=True)
+        t = time.perf_counter()
+        forward_backward(model, data.get_samples(batch), 1.0)
+        timer.add("fwd_bwd", t)
+        t = time.perf_counter()
+        prev = distro.generate(
+            lr, lr, prev, step=step, batch_start=batch.start, batch_end=batch.end
+        )
+        timer.add("generate", t)
+        wires = {}
+        for v in FORMATS:
+            t = time.perf_counter()
+            wires[v] = encode_payload(prev, v)
+            timer.add(labels[v][0], t)
+            sizes[v] = max(sizes[v], len(wires[v]))
+        pending.append(wires)
+    rows = timer.per_step[cfg.profile_warmup :]
+    seconds = {part: sum(r.get(part, 0.0) for r in rows) / len(rows) for part in PROFILE_PARTS}
+    fwd_bwd = sum(r["fwd_bwd"] for r in rows) / len(rows)
+    n = init.n_params
+    bound = entropy_bound_bytes(specs[2])
+    out: dict[str, Any] = {
+        "n_params": n,
+        "bf16_grad_bytes": 2 * n,
+        "entropy_bound_bytes": bound,
+        "entropy_bound_ratio_vs_bf16": 2 * n / bound,
+        "fwd_bwd_ms": fwd_bwd * 1e3,
+        "fwd_bwd_ns_per_param": fwd_bwd * 1e9 / n,
+        "ms_per_part": {part: s * 1e3 for part, s in seconds.items()},
+        "ns_per_param": {part: s * 1e9 / n for part, s in seconds.items()},
+    }
+    for v, (enc, dec) in labels.items():
+        codec = sum(seconds[p] for p in ("lookahead", "generate", enc, dec, "apply"))
+        out[f"v{v}"] = {
+            "bytes_per_client_step": sizes[v],
+            "max_bytes": specs[v].max_bytes,
+            "compression_ratio_vs_bf16": 2 * n / sizes[v],
+            "codec_fraction_of_fwd_bwd": codec / fwd_bwd,
+        }
+    ratio = {v: out[f"v{v}"]["compression_ratio_vs_bf16"] for v in FORMATS}
+    console.print(
+        f"  {name}: {n:,} params; v1 {sizes[1]:,} B ({ratio[1]:.1f}×),"
+        f" v2 {sizes[2]:,} B ({ratio[2]:.1f}×), bound"
+        f" {bound:,.0f} B ({out['entropy_bound_ratio_vs_bf16']:.1f}×); codec v2"
+        f" {out['v2']['codec_fraction_of_fwd_bwd']:.1%} of forward+backward"
+    )
+    del model, distro
+    return out
+
+
 # --- report ---------------------------------------------------------------------------------------
 
 
-def payload_breakdown(spec: PayloadSpec) -> dict[str, dict[str, int]]:
-    """Wire bytes and parameters per tensor group, split into indices, signs and headers."""
-    groups: dict[str, dict[str, int]] = {}
+def _group(t: TensorSpec) -> str:
+    if len(t.shape) == 1:
+        return "norms (1-D, 64-wide chunks)"
+    if "embed" in t.name or "lm_head" in t.name:
+        return "embeddings + lm_head (44×64 tiles)"
+    return "MLP (64×64 tiles)" if "mlp" in t.name else "attention (64×64 tiles)"
+
+
+def payload_breakdown(spec: PayloadSpec) -> dict[str, dict[str, float]]:
+    """Wire bytes and parameters per tensor group, split into indices, signs and headers.
+
+    v1 has per-tensor headers; v2 has none (its payload header is counted apart), and its
+    bits are packed across tensors, so a group's bytes are its bits / 8.
+    """
+    groups: dict[str, dict[str, float]] = {}
     for t in spec.tensors:
-        if len(t.shape) == 1:
-            group = "norms (1-D, 64-wide chunks)"
-        elif "embed" in t.name or "lm_head" in t.name:
-            group = "embeddings + lm_head (44×64 tiles)"
-        elif "mlp" in t.name:
-            group = "MLP (64×64 tiles)"
-        else:
-            group = "attention (64×64 tiles)"
         g = groups.setdefault(
-            group, {"tensors": 0, "params": 0, "indices": 0, "signs": 0, "headers": 0, "bytes": 0}
+            _group(t),
+            {"tensors": 0, "params": 0, "indices": 0, "signs": 0, "headers": 0, "bytes": 0},
         )
+        indices: float
+        if spec.version == 1:
+            indices, signs = t.index_bytes, t.value_bytes
+            headers = t.wire_bytes - indices - signs
+        else:
+            tiles = t.n_values // t.k
+            indices = tiles * EliasFano.for_tile(t.totalk, t.k).tile_bits / 8
+            signs, headers = t.value_bytes, 0
         g["tensors"] += 1
         g["params"] += math.prod(t.shape)
-        g["indices"] += t.index_bytes
-        g["signs"] += t.value_bytes
-        g["headers"] += t.wire_bytes - t.index_bytes - t.value_bytes
-        g["bytes"] += t.wire_bytes
+        g["indices"] += indices
+        g["signs"] += signs
+        g["headers"] += headers
+        g["bytes"] += indices + signs + headers
     return groups
+
+
+def entropy_bound_bytes(spec: PayloadSpec) -> float:
+    """What any coding of the same results needs at least: per tile log2(C(totalk, k)) bits for
+    the index set and one bit per sign (1-bit mode; assumed here), no headers."""
+    bits = 0.0
+    for t in spec.tensors:
+        tiles = t.n_values // t.k
+        bits += tiles * (math.log2(math.comb(t.totalk, t.k)) + t.k)
+    return bits / 8
 
 
 def figures(
@@ -476,26 +628,53 @@ def figures(
     ws: Workspace,
     distro: ArmResult,
     adamw: ArmResult,
-    spec: PayloadSpec,
+    specs: dict[int, PayloadSpec],
+    profiles: dict[str, dict[str, Any]],
     initial_val: float,
     wall_s: float,
 ) -> dict[str, Any]:
-    if len(distro.payload_sizes) != 1:
-        raise AssertionError(f"payload sizes vary: {sorted(distro.payload_sizes)}")
-    sent = distro.payload_sizes.pop()
-    if sent != spec.max_bytes:
-        raise AssertionError(f"payloads have {sent} bytes, the spec says {spec.max_bytes}")
+    """The figures; the issue's keys describe the default format (v2), `v1` holds v1's."""
+    for v in FORMATS:
+        if max(distro.payload_sizes[v]) > specs[v].max_bytes:
+            raise AssertionError(f"a v{v} payload exceeds the spec's {specs[v].max_bytes} bytes")
+    if len(set(distro.payload_sizes[1])) != 1:
+        raise AssertionError("v1 payload sizes vary, yet the format fixes them")
+    # v2's header integers (batch start, nonce) grow with the run, so sizes vary by a few bytes.
+    mean = {v: statistics.fmean(distro.payload_sizes[v]) for v in FORMATS}
     bf16 = 2 * ws.n_params
     client_steps = cfg.timed_steps * cfg.clients
-    codec_fraction = distro.optimizer_total_s / distro.fwd_bwd_s
+    codec_s = {
+        2: sum(distro.optimizer_s[p] for p in CODEC_PARTS),
+        1: sum(distro.optimizer_s[p] for p in V1_PARTS),
+    }
+    codec_fraction = codec_s[2] / distro.fwd_bwd_s
+    bound = entropy_bound_bytes(specs[2])
     out: dict[str, Any] = {
-        "bytes_per_client_step": sent,
+        "bytes_per_client_step": mean[2],
         "bf16_grad_bytes": bf16,
-        "compression_ratio_vs_bf16": bf16 / sent,
+        "compression_ratio_vs_bf16": bf16 / mean[2],
         "loss_distro": distro.final_val,
         "loss_adamw": adamw.final_val,
         "loss_ratio_distro_over_adamw": distro.final_val / adamw.final_val,
         "codec_fraction_of_fwd_bwd": codec_fraction,
+        "payload_format": PAYLOAD_VERSION,
+        "apply_format": cfg.apply_format,
+        "v1": {
+            "bytes_per_client_step": mean[1],
+            "compression_ratio_vs_bf16": bf16 / mean[1],
+            "codec_fraction_of_fwd_bwd": codec_s[1] / distro.fwd_bwd_s,
+            "codec_s_per_client_step": {
+                p: distro.optimizer_s[p] / client_steps for p in ("encode_v1", "decode_v1")
+            },
+            "payload_breakdown": payload_breakdown(specs[1]),
+        },
+        "bytes_per_client_step_max": max(distro.payload_sizes[2]),
+        "entropy_bound_bytes": bound,
+        "entropy_bound_ratio_vs_bf16": bf16 / bound,
+        "codec_ns_per_param": {
+            p: s * 1e9 / (client_steps * ws.n_params) for p, s in distro.optimizer_s.items()
+        },
+        "presets": profiles,
         "steps": cfg.steps,
         "clients": cfg.clients,
         # Context (not required by the issue).
@@ -527,7 +706,7 @@ def figures(
         "final_train_loss": {"distro": distro.train_losses[-1], "adamw": adamw.train_losses[-1]},
         "fwd_bwd_s_per_client_step": distro.fwd_bwd_s / client_steps,
         "codec_s_per_client_step": {
-            part: s / client_steps for part, s in distro.optimizer_s.items()
+            part: distro.optimizer_s[part] / client_steps for part in CODEC_PARTS
         },
         "timed_steps": cfg.timed_steps,
         "batch_per_client_for_codec_target": math.ceil(
@@ -536,7 +715,7 @@ def figures(
         "codec_fraction_all_steps": _fraction(distro.step_times, 0),
         "codec_fraction_median_step": _median_fraction(distro.step_times[cfg.timing_skip :]),
         "adamw_step_fraction_of_fwd_bwd": adamw.optimizer_total_s / adamw.fwd_bwd_s,
-        "payload_breakdown": payload_breakdown(spec),
+        "payload_breakdown": payload_breakdown(specs[2]),
         # Per step, summed over clients (all steps, warm-up included), for spotting preemption.
         "distro_fwd_bwd_ms_per_step": [round(r["fwd_bwd"] * 1e3, 2) for r in distro.step_times],
         "distro_codec_ms_per_step": [round(_codec_s(r) * 1e3, 2) for r in distro.step_times],
@@ -567,30 +746,42 @@ def _verdict(ok: bool) -> str:
 def print_report(fig: dict[str, Any], console: Console) -> None:
     comp, loss_ratio = fig["compression_ratio_vs_bf16"], fig["loss_ratio_distro_over_adamw"]
     codec = fig["codec_fraction_of_fwd_bwd"]
+    v1 = fig["v1"]
     table = Table(title=f"DisTrO vs AdamW: {fig['clients']} clients, {fig['steps']} steps")
-    for col in ("figure", "value", "target", ""):
+    for col in ("figure", "v2 (default)", "v1", "target", ""):
         table.add_column(col, justify="left" if col == "figure" else "right")
-    table.add_row("bytes each client sends per step", f"{fig['bytes_per_client_step']:,}", "", "")
-    table.add_row("bf16 full gradient bytes", f"{fig['bf16_grad_bytes']:,}", "", "")
+    table.add_row(
+        "bytes each client sends per step",
+        f"{fig['bytes_per_client_step']:,.1f}",
+        f"{v1['bytes_per_client_step']:,.0f}",
+        f"bound {fig['entropy_bound_bytes']:,.0f}",
+        "",
+    )
+    table.add_row("bf16 full gradient bytes", f"{fig['bf16_grad_bytes']:,}", "", "", "")
     table.add_row(
         "compression vs bf16",
         f"{comp:.1f}×",
-        f"≥ {TARGET_COMPRESSION:.0f}×",
+        f"{v1['compression_ratio_vs_bf16']:.1f}×",
+        f"≥ {TARGET_COMPRESSION:.0f}× (bound {fig['entropy_bound_ratio_vs_bf16']:.0f}×)",
         _verdict(comp >= TARGET_COMPRESSION),
-    )
-    table.add_row("final val loss, DisTrO", f"{fig['loss_distro']:.4f}", "", "")
-    table.add_row("final val loss, AdamW", f"{fig['loss_adamw']:.4f}", "", "")
-    table.add_row(
-        "loss ratio DisTrO / AdamW",
-        f"{loss_ratio:.4f}",
-        f"≤ {TARGET_LOSS_RATIO:.2f}",
-        _verdict(loss_ratio <= TARGET_LOSS_RATIO),
     )
     table.add_row(
         "codec / forward+backward (per client)",
         f"{codec:.1%}",
+        f"{v1['codec_fraction_of_fwd_bwd']:.1%}",
         f"≤ {TARGET_CODEC_FRACTION:.0%}",
         _verdict(codec <= TARGET_CODEC_FRACTION),
+    )
+    table.add_row(
+        f"final val loss, DisTrO (applying v{fig['apply_format']})", f"{fig['loss_distro']:.4f}"
+    )
+    table.add_row("final val loss, AdamW", f"{fig['loss_adamw']:.4f}")
+    table.add_row(
+        "loss ratio DisTrO / AdamW",
+        f"{loss_ratio:.4f}",
+        "",
+        f"≤ {TARGET_LOSS_RATIO:.2f}",
+        _verdict(loss_ratio <= TARGET_LOSS_RATIO),
     )
     table.add_row(
         "  median over steps; all steps",
@@ -605,31 +796,74 @@ def print_report(fig: dict[str, Any], console: Console) -> None:
     )
     console.print(table)
 
-    parts = Table(title="Per client and step (ms)")
+    parts = Table(title="Per client and step: ms (ns/param)")
     parts.add_column("forward+backward", justify="right")
-    for part in CODEC_PARTS:
-        parts.add_column(part, justify="right")
+    shown = ("lookahead", "generate", "encode", "encode_v1", "decode", "decode_v1", "apply")
+    for part in shown:
+        parts.add_column(part.replace("_v1", " v1"), justify="right")
+    per_step = {**fig["codec_s_per_client_step"], **fig["v1"]["codec_s_per_client_step"]}
+    ns = fig["codec_ns_per_param"]
     parts.add_row(
         f"{fig['fwd_bwd_s_per_client_step'] * 1e3:.1f}",
-        *(f"{fig['codec_s_per_client_step'][p] * 1e3:.1f}" for p in CODEC_PARTS),
+        *(f"{per_step[p] * 1e3:.1f} ({ns[p]:.2f})" for p in shown),
     )
     console.print(parts)
 
-    wire = Table(title="Payload bytes by tensor group")
-    for col in ("group", "tensors", "params", "indices", "signs", "headers", "bytes", "vs bf16"):
-        wire.add_column(col, justify="left" if col == "group" else "right")
-    for name, g in fig["payload_breakdown"].items():
-        wire.add_row(
-            name,
-            str(g["tensors"]),
-            f"{g['params']:,}",
-            f"{g['indices']:,}",
-            f"{g['signs']:,}",
-            f"{g['headers']:,}",
-            f"{g['bytes']:,}",
-            f"{2 * g['params'] / g['bytes']:.1f}×",
-        )
-    console.print(wire)
+    for version, breakdown in ((2, fig["payload_breakdown"]), (1, fig["v1"]["payload_breakdown"])):
+        wire = Table(title=f"Payload v{version} bytes by tensor group")
+        for col in (
+            "group",
+            "tensors",
+            "params",
+            "indices",
+            "signs",
+            "headers",
+            "bytes",
+            "vs bf16",
+        ):
+            wire.add_column(col, justify="left" if col == "group" else "right")
+        for name, g in breakdown.items():
+            wire.add_row(
+                name,
+                str(g["tensors"]),
+                f"{g['params']:,}",
+                *(f"{g[c]:,.0f}" for c in ("indices", "signs", "headers", "bytes")),
+                f"{2 * g['params'] / g['bytes']:.1f}×",
+            )
+        console.print(wire)
+
+    if fig["presets"]:
+        presets = Table(title="Per preset (one client, chunk 64 / top-k 8 / 1-bit)")
+        for col in (
+            "preset", "params", "v1 B", "v1 ×", "v2 B", "v2 ×", "bound ×",
+            "fwd+bwd ms", "codec v1", "codec v2",
+        ):  # fmt: skip
+            presets.add_column(col, justify="left" if col == "preset" else "right")
+        for name, p in fig["presets"].items():
+            presets.add_row(
+                name,
+                f"{p['n_params']:,}",
+                f"{p['v1']['bytes_per_client_step']:,}",
+                f"{p['v1']['compression_ratio_vs_bf16']:.1f}",
+                f"{p['v2']['bytes_per_client_step']:,}",
+                f"{p['v2']['compression_ratio_vs_bf16']:.1f}",
+                f"{p['entropy_bound_ratio_vs_bf16']:.1f}",
+                f"{p['fwd_bwd_ms']:.0f}",
+                f"{p['v1']['codec_fraction_of_fwd_bwd']:.1%}",
+                f"{p['v2']['codec_fraction_of_fwd_bwd']:.1%}",
+            )
+        console.print(presets)
+        ns_table = Table(title="Codec ns/param per part and preset (encode/decode: v2, v1)")
+        ns_table.add_column("preset")
+        for part in ("fwd+bwd", *PROFILE_PARTS):
+            ns_table.add_column(part.replace("_v1", " v1"), justify="right")
+        for name, p in fig["presets"].items():
+            ns_table.add_row(
+                name,
+                f"{p['fwd_bwd_ns_per_param']:.1f}",
+                *(f"{p['ns_per_param'][part]:.2f}" for part in PROFILE_PARTS),
+            )
+        console.print(ns_table)
 
     curve = Table(title=f"Validation loss (initial {fig['initial_val_loss']:.4f})")
     for col in ("step", "DisTrO", "AdamW", "ratio"):
@@ -669,11 +903,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--timing-warmup", type=int, default=5, help="leading steps left out of the timings"
     )
+    p.add_argument(
+        "--apply-format",
+        type=int,
+        default=PAYLOAD_VERSION,
+        choices=FORMATS,
+        help="which decoded format DisTrO applies (both are encoded, decoded and timed)",
+    )
+    p.add_argument(
+        "--presets",
+        default=",".join(PRESET_NAMES),
+        help="presets to profile (sizes, bound, codec parts); empty for none",
+    )
+    p.add_argument(
+        "--profile-steps", type=int, help="timed steps per preset profile (default 4; 10 full)"
+    )
     p.add_argument("--workdir", type=Path, help="keep model and data here (default: temp dir)")
     p.add_argument("--json", type=Path, help="write the figures to this file")
     args = p.parse_args(argv)
     if args.steps is None:
         args.steps = QUICK_STEPS if args.quick else DEFAULT_STEPS
+    if args.profile_steps is None:
+        args.profile_steps = 4 if args.quick else 10
+    args.presets = tuple(name for name in args.presets.split(",") if name)
+    for name in args.presets:
+        if name not in PRESETS:
+            p.error(f"--presets: unknown preset {name!r} (known: {', '.join(PRESETS)})")
     for name in ("steps", "clients", "batch_per_client", "val_samples", "evals"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be ≥ 1")
@@ -696,6 +951,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         lag=args.lag,
         evals=args.evals,
         timing_warmup=args.timing_warmup,
+        apply_format=args.apply_format,
+        presets=args.presets,
+        profile_steps=args.profile_steps,
         chunk=args.chunk,
         topk=args.topk,
     )
@@ -711,10 +969,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = LocalDataProvider(ws.data_dir, cfg.seq_len)
         initial_val = evaluate(load(ws), ws.val)
         console.print(f"initial validation loss {initial_val:.4f}; arm (a) DisTrO")
-        distro, spec = run_distro(cfg, ws, data, console)
+        distro, specs = run_distro(cfg, ws, data, console)
         console.print("arm (b) AdamW")
         adamw = run_adamw(cfg, ws, data, console)
-    fig = figures(cfg, ws, distro, adamw, spec, initial_val, time.perf_counter() - started)
+        if cfg.presets:
+            console.print(f"codec profile per preset ({cfg.profile_steps} timed steps each)")
+        profiles = {name: profile_preset(name, cfg, root, data, console) for name in cfg.presets}
+    wall = time.perf_counter() - started
+    fig = figures(cfg, ws, distro, adamw, specs, profiles, initial_val, wall)
     print_report(fig, console)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

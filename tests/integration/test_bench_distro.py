@@ -32,6 +32,7 @@ def test_quick_bench_writes_finite_positive_figures(
 ) -> None:
     out = tmp_path / "out.json"
     cmd = [sys.executable, str(SCRIPT), "--quick", "--steps", "8", "--clients", "2"]
+    cmd += ["--presets", "tiny", "--profile-steps", "1"]
     cmd += ["--workdir", str(tmp_path / "work"), "--json", str(out)]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -58,3 +59,13 @@ def test_quick_bench_writes_finite_positive_figures(
         figures["loss_distro"] / figures["loss_adamw"]
     )
     assert "compression vs bf16" in text
+    # The default format's figures under the issue's keys, v1's beside them, and the bound.
+    assert figures["payload_format"] == 2
+    v1 = figures["v1"]
+    assert v1["compression_ratio_vs_bf16"] < figures["compression_ratio_vs_bf16"]
+    assert figures["compression_ratio_vs_bf16"] < figures["entropy_bound_ratio_vs_bf16"]
+    assert v1["codec_fraction_of_fwd_bwd"] > 0
+    tiny = figures["presets"]["tiny"]
+    assert tiny["n_params"] == figures["n_params"]
+    assert tiny["v2"]["bytes_per_client_step"] < tiny["v1"]["bytes_per_client_step"]
+    assert set(tiny["ns_per_param"]) >= {"encode", "decode", "encode_v1", "decode_v1", "apply"}

@@ -23,6 +23,7 @@ from psyche.distro.dct import chunk_size, dct_basis, decode, decode_sign, encode
 from psyche.distro.optimizer import Distro, clip_grad_norm_, wire_dtype
 from psyche.distro.payload import (
     FORMAT_VERSION,
+    PAYLOAD_VERSION,
     Payload,
     PayloadError,
     PayloadSpec,
@@ -34,6 +35,7 @@ from psyche.distro.payload import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "PAYLOAD_VERSION",
     "Distro",
     "DistroConfig",
     "DistroResult",

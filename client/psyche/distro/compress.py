@@ -141,8 +141,8 @@ def aggregate(
         raise ValueError(f"totalk {totalk} does not match xshape {xshape}")
     device = first.idx.device if device is None else device
     total = torch.zeros((*grid, totalk), dtype=dtype, device=device)
-    count = torch.zeros_like(total)
-    scratch = torch.empty_like(total)
+    count: torch.Tensor | None = None
+    scratch: torch.Tensor | None = None
     for n, result in enumerate(results):
         if result.xshape != xshape or result.totalk != totalk:
             raise ValueError(
@@ -158,11 +158,28 @@ def aggregate(
         val = result.val.to(device=device, dtype=dtype)
         if not distinct and _has_duplicates(idx):
             # Only hand-built inputs get here (decoded payloads are checked): one peer, one vote.
+            if scratch is None:
+                scratch = torch.empty_like(total)
             part = scratch.zero_().scatter_reduce(-1, idx, val, "mean", include_self=False)
+            chosen = torch.zeros_like(total).scatter_(-1, idx, 1.0)
+            total += part
         else:
-            part = scratch.zero_().scatter_(-1, idx, val)
-        total += part
-        count += torch.zeros_like(total).scatter_(-1, idx, 1.0)
+            # Distinct indices: each chosen coefficient gets exactly one addition from this peer
+            # (no collisions, so no atomics order on accelerators) and the others none, which
+            # is bit-identical to adding the dense scatter: `total` is never −0.0, so `x + 0.0`
+            # would have left it unchanged.
+            total.scatter_add_(-1, idx, val)
+            chosen = None
+        if len(results) == 1 and chosen is None:
+            # One peer: its mean is its own values (count 1 where chosen, 0 elsewhere).
+            return total.reshape(xshape)
+        if count is None:
+            count = torch.zeros_like(total)
+        if chosen is None:
+            count.scatter_add_(-1, idx, torch.ones_like(val))
+        else:
+            count += chosen
+    assert count is not None
     return (total / count.clamp_min(1.0)).reshape(xshape)
 
 

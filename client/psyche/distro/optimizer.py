@@ -48,7 +48,7 @@ import torch
 from psyche.distro.compress import DistroResult, aggregate, compress, sign_values
 from psyche.distro.config import DistroConfig
 from psyche.distro.dct import decode, decode_sign, encode
-from psyche.distro.payload import Payload, PayloadError, PayloadSpec, TensorSpec
+from psyche.distro.payload import PAYLOAD_VERSION, Payload, PayloadError, PayloadSpec, TensorSpec
 
 __all__ = ["STATE_FORMAT", "Distro", "clip_grad_norm_", "wire_dtype"]
 
@@ -84,8 +84,15 @@ class Distro:
     """DisTrO state for one client: the residual δ of every parameter, in parameter-name order."""
 
     def __init__(
-        self, named_parameters: Iterable[tuple[str, torch.Tensor]], config: DistroConfig
+        self,
+        named_parameters: Iterable[tuple[str, torch.Tensor]],
+        config: DistroConfig,
+        *,
+        payload_version: int = PAYLOAD_VERSION,
     ) -> None:
+        """`payload_version` is the wire format this client sends and accepts; clients of one
+        protocol version agree on it (docs/protocol.md, "Payload formats"), and tests and the
+        bench pick 1 to compare with the v1 format."""
         items = sorted(named_parameters, key=lambda item: item[0])
         names = tuple(name for name, _ in items)
         if not items:
@@ -96,6 +103,7 @@ class Distro:
             if not param.is_floating_point():
                 raise ValueError(f"parameter {name!r} is {param.dtype}, not floating point")
         self.config = config
+        self.payload_version = payload_version
         self.names = names
         self._params = tuple(param for _, param in items)
         self._residual = [
@@ -114,7 +122,9 @@ class Distro:
     @property
     def payload_spec(self) -> PayloadSpec:
         """The layout this client's payloads have, and that peers' payloads must have."""
-        return PayloadSpec(tensors=self._specs, quantized=self.config.quantize_1bit)
+        return PayloadSpec(
+            tensors=self._specs, quantized=self.config.quantize_1bit, version=self.payload_version
+        )
 
     @property
     def lookahead_pending(self) -> bool:

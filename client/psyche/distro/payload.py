@@ -1,8 +1,12 @@
 """The DisTrO payload: a compact, versioned, strictly validated binary format, and its commitment.
 
 A payload is what one trainer sends per round: a small header and, for every parameter in name
-order, the top-k indices and values of its encoded residual. It arrives from untrusted peers, so the
-decoder is written as a validator first:
+order, the top-k indices and values of its encoded residual. Two formats share this module's
+types (`Payload`, `PayloadSpec`) and entry points (`encode_payload`, `decode_payload`): v2
+(`psyche.distro.payload_v2`, Elias–Fano indices, what clients send; docs/protocol.md, "Payload
+formats") and v1, laid out below, which stays readable. `PayloadSpec.version` says which one a
+decoder accepts. It arrives from untrusted peers, so each decoder is written as a validator first
+(v1's rules here; v2 keeps them with a fixed-length body instead of fixed-length fields):
 
 - The expected layout is fully determined by the model's parameter shapes and the run's
   `DistroConfig` (`PayloadSpec`), so every field is checked for equality with what it must be, not
@@ -18,7 +22,7 @@ decoder is written as a validator first:
 Pickle and `torch.save` are deliberately not used: both execute or trust attacker-controlled
 structure. No framework serializer is used either, so the format is specified here alone.
 
-Layout (all integers little-endian; indices and values are raw little-endian arrays):
+v1 layout (all integers little-endian; indices and values are raw little-endian arrays):
 
     header   magic b"PDT" | version u8 | step u32 | batch_start u64 | batch_end u64 |
              trainer_nonce u32 | flags u8 (bit 0: 1-bit values; other bits 0) | tensors u32
@@ -48,6 +52,7 @@ from psyche.distro.dct import encoded_shape
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "PAYLOAD_VERSION",
     "Payload",
     "PayloadError",
     "PayloadSpec",
@@ -60,6 +65,12 @@ __all__ = [
 
 MAGIC = b"PDT"
 FORMAT_VERSION = 1
+"""The v1 layout's version byte (this module's `_encode_v1`/`_decode_v1`)."""
+PAYLOAD_VERSION = 2
+"""The format this client version sends and expects (v2, `psyche.distro.payload_v2`). It is tied to
+the client's protocol version rather than to a run-config field, so the account layout does not
+change: every client of a run runs the same version (docs/protocol.md, "Payload formats")."""
+_KNOWN_VERSIONS = (1, 2)
 HASH_DOMAIN = b"psyche-distro-v1"
 
 _HEADER = struct.Struct("<3sBIQQIBI")
@@ -159,6 +170,12 @@ class PayloadSpec:
 
     tensors: tuple[TensorSpec, ...]
     quantized: bool
+    version: int = PAYLOAD_VERSION
+    """The format peers must send; `decode_payload` refuses the other one."""
+
+    def __post_init__(self) -> None:
+        if self.version not in _KNOWN_VERSIONS:
+            raise ValueError(f"payload format version must be one of {_KNOWN_VERSIONS}")
 
     @classmethod
     def from_model(
@@ -166,6 +183,7 @@ class PayloadSpec:
         named_shapes: Mapping[str, Sequence[int]] | Iterable[tuple[str, Sequence[int]]],
         config: DistroConfig,
         value_dtype: torch.dtype = torch.bfloat16,
+        version: int = PAYLOAD_VERSION,
     ) -> PayloadSpec:
         """Spec for parameters `named_shapes` (ordered by name here), values sent as `value_dtype`.
 
@@ -179,12 +197,17 @@ class PayloadSpec:
             TensorSpec.for_parameter(name, shape, config, value_dtype)
             for name, shape in sorted(items, key=lambda item: item[0])
         )
-        return cls(tensors=tensors, quantized=config.quantize_1bit)
+        return cls(tensors=tensors, quantized=config.quantize_1bit, version=version)
 
     @property
     def max_bytes(self) -> int:
-        """Hard upper bound on a payload's size (a valid payload has exactly this many bytes)."""
-        return _HEADER.size + sum(t.wire_bytes for t in self.tensors)
+        """Hard upper bound on a payload's size in this spec's format (v1: the exact size; v2:
+        the size with the header's variable-length integers at their widest)."""
+        if self.version == 1:
+            return _HEADER.size + sum(t.wire_bytes for t in self.tensors)
+        from psyche.distro.payload_v2 import max_bytes_v2  # v2 builds on this module's types
+
+        return max_bytes_v2(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +232,19 @@ def _check_range(what: str, value: int, limit: int) -> None:
         raise PayloadError(f"{what} = {value} is outside [0, {limit}]")
 
 
-def encode_payload(payload: Payload) -> bytes:
-    """Serialize `payload` to its canonical bytes (raises `PayloadError` if it cannot be sent)."""
+def encode_payload(payload: Payload, version: int = PAYLOAD_VERSION) -> bytes:
+    """Serialize `payload` to its canonical bytes in format `version` (default: the one this
+    client sends); raises `PayloadError` if it cannot be sent."""
+    if version == 1:
+        return _encode_v1(payload)
+    if version == 2:
+        from psyche.distro.payload_v2 import encode_v2  # v2 builds on this module's types
+
+        return encode_v2(payload)
+    raise ValueError(f"payload format version must be one of {_KNOWN_VERSIONS}, got {version}")
+
+
+def _encode_v1(payload: Payload) -> bytes:
     _check_range("step", payload.step, _U32_MAX)
     _check_range("batch_start", payload.batch_start, _U64_MAX)
     _check_range("batch_end", payload.batch_end, _U64_MAX)
@@ -303,7 +337,8 @@ class _Reader:
 
 
 def decode_payload(data: bytes, expected: PayloadSpec) -> Payload:
-    """Parse and validate `data` against `expected`; any defect raises `PayloadError`."""
+    """Parse and validate `data` against `expected` (its layout and format version); any defect
+    raises `PayloadError`."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise PayloadError(f"payload must be bytes, got {type(data).__name__}")
     size = data.nbytes if isinstance(data, memoryview) else len(data)
@@ -311,6 +346,16 @@ def decode_payload(data: bytes, expected: PayloadSpec) -> Payload:
         # Checked before copying or parsing anything: the cheap bound a transport can also apply.
         raise PayloadError(f"oversized: {size} bytes > maximum {expected.max_bytes}")
     data = bytes(data)
+    if len(data) >= 4 and data[:3] == MAGIC and data[3] != expected.version:
+        raise PayloadError(f"format version {data[3]}, the run expects {expected.version}")
+    if expected.version == 2:
+        from psyche.distro.payload_v2 import decode_v2  # v2 builds on this module's types
+
+        return decode_v2(data, expected)
+    return _decode_v1(data, expected)
+
+
+def _decode_v1(data: bytes, expected: PayloadSpec) -> Payload:
     reader = _Reader(data)
     magic, version, step, start, end, nonce, flags, count = _HEADER.unpack(
         reader.take(_HEADER.size, "header")

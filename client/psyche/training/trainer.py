@@ -41,6 +41,9 @@ __all__ = ["StepOptimizer", "TrainOutput", "Trainer", "distro_config"]
 class StepOptimizer(Protocol):
     """The part of `psyche.distro.Distro` a trainer drives."""
 
+    payload_version: int
+    """The payload format the trainer encodes its results in."""
+
     def lookahead(self, prev_lr: float) -> None: ...
 
     def cancel(self, lr: float | None = None) -> None: ...
@@ -210,7 +213,7 @@ class Trainer:
             self._abandon(lr)
             raise
         return TrainOutput(
-            payload=encode_payload(result),
+            payload=encode_payload(result, self.distro.payload_version),
             self_result=result,
             loss=loss,
             tokens=batch.numel(),

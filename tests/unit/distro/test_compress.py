@@ -53,17 +53,27 @@ def test_index_width(totalk: int, width: int) -> None:
     assert index_width(totalk) == width
 
 
-def test_aggregate_equals_scatter_reduce_mean_bit_exact() -> None:
+@pytest.mark.parametrize("peers", [1, 2, 3])
+@pytest.mark.parametrize("distinct", [False, True])
+@pytest.mark.parametrize("signs", [False, True])
+def test_aggregate_equals_scatter_reduce_mean_bit_exact(
+    peers: int, distinct: bool, signs: bool
+) -> None:
+    """Also with ±1 values (1-bit mode), whose sums cancel to zeros, and one peer (its own
+    values, the shortcut `generate` takes)."""
     generator = torch.Generator().manual_seed(3)
-    encoded = [encode(torch.randn(16, 24, generator=generator), 8) for _ in range(3)]
+    encoded = [encode(torch.randn(16, 24, generator=generator), 8) for _ in range(peers)]
     results = [compress(e, 20) for e in encoded]
+    if signs:
+        results = [DistroResult(r.idx, sign_values(r.val), r.xshape, r.totalk) for r in results]
     grid_k = results[0].idx.shape
     idx = torch.cat([r.idx for r in results], -1)
     val = torch.cat([r.val for r in results], -1)
     zeros = torch.zeros(*grid_k[:-1], results[0].totalk)
     expected = zeros.scatter_reduce(-1, idx, val, "mean", include_self=False)
-    got = aggregate(results)
+    got = aggregate(results, distinct=distinct)
     assert torch.equal(got, expected.reshape(results[0].xshape))
+    assert not bool(torch.signbit(got[got == 0]).any()), "no −0.0 where nobody or a tie chose"
 
 
 def test_aggregate_rejects_disagreeing_shapes() -> None:

@@ -1,4 +1,5 @@
-"""The payload wire format: round trips, every rejection path, the commitment hash, and fuzzing."""
+"""Payload format v1 (still readable): round trips, every rejection path, the commitment hash,
+and fuzzing. Format v2 is in test_payload_v2.py."""
 
 from __future__ import annotations
 
@@ -21,13 +22,23 @@ from psyche.distro import (
     compress,
     decode_payload,
     encode,
-    encode_payload,
     payload_hash,
     sign_values,
 )
+from psyche.distro import encode_payload as encode_any_version
 
 SHAPES = {"b.weight": (4, 6), "a.bias": (8,)}
 HEADER = 33  # magic 3 + version 1 + step 4 + start 8 + end 8 + nonce 4 + flags 1 + count 4
+
+
+def encode_payload(payload: Payload) -> bytes:
+    return encode_any_version(payload, version=1)
+
+
+def v1_spec(
+    shapes: dict[str, tuple[int, ...]], cfg: DistroConfig, value_dtype: torch.dtype = torch.bfloat16
+) -> PayloadSpec:
+    return PayloadSpec.from_model(shapes, cfg, value_dtype=value_dtype, version=1)
 
 
 def config(quantize: bool = False, topk: int = 2, chunk: int = 4) -> DistroConfig:
@@ -56,7 +67,7 @@ def make_payload(
 
 def valid(quantize: bool = False) -> tuple[bytes, PayloadSpec]:
     cfg = config(quantize)
-    return encode_payload(make_payload(SHAPES, cfg)), PayloadSpec.from_model(SHAPES, cfg)
+    return encode_payload(make_payload(SHAPES, cfg)), v1_spec(SHAPES, cfg)
 
 
 def patched(data: bytes, offset: int, new: bytes) -> bytes:
@@ -78,7 +89,7 @@ A_VALUES = A_INDICES + 4
 def test_round_trip_unquantized(dtype: torch.dtype) -> None:
     cfg = config()
     payload = make_payload(SHAPES, cfg, dtype)
-    spec = PayloadSpec.from_model(SHAPES, cfg, value_dtype=dtype)
+    spec = v1_spec(SHAPES, cfg, value_dtype=dtype)
     data = encode_payload(payload)
     assert len(data) == spec.max_bytes
     back = decode_payload(data, spec)
@@ -94,7 +105,7 @@ def test_round_trip_unquantized(dtype: torch.dtype) -> None:
 def test_round_trip_1bit_keeps_signs() -> None:
     cfg = config(quantize=True)
     payload = make_payload(SHAPES, cfg)
-    back = decode_payload(encode_payload(payload), PayloadSpec.from_model(SHAPES, cfg))
+    back = decode_payload(encode_payload(payload), v1_spec(SHAPES, cfg))
     assert back.quantized
     for got, sent in zip(back.results, payload.results, strict=True):
         assert torch.equal(got.idx, sent.idx)
@@ -105,7 +116,7 @@ def test_round_trip_1bit_keeps_signs() -> None:
 def test_1bit_and_unquantized_payloads_share_indices() -> None:
     plain = make_payload(SHAPES, config(False))
     signs = make_payload(SHAPES, config(True))
-    spec_plain, spec_signs = (PayloadSpec.from_model(SHAPES, config(q)) for q in (False, True))
+    spec_plain, spec_signs = (v1_spec(SHAPES, config(q)) for q in (False, True))
     a = decode_payload(encode_payload(plain), spec_plain)
     b = decode_payload(encode_payload(signs), spec_signs)
     for x, y in zip(a.results, b.results, strict=True):
@@ -160,7 +171,7 @@ def test_repeated_index_is_rejected() -> None:
 def test_non_finite_values_are_rejected(bad: float) -> None:
     cfg = config()
     data = encode_payload(make_payload(SHAPES, cfg, torch.float32))
-    spec = PayloadSpec.from_model(SHAPES, cfg, value_dtype=torch.float32)
+    spec = v1_spec(SHAPES, cfg, value_dtype=torch.float32)
     _reject(patched(data, A_VALUES, struct.pack("<f", bad)), spec, "NaN or infinity")
     bf16_data, bf16_spec = valid()
     nan_bf16 = torch.tensor([bad], dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()
@@ -184,12 +195,12 @@ def test_wrong_model_shape_is_rejected() -> None:
     cfg = config()
     other = {"b.weight": (6, 4), "a.bias": (8,)}  # same sizes on the wire, different tiles
     data = encode_payload(make_payload(other, cfg))
-    _reject(data, PayloadSpec.from_model(SHAPES, cfg), "xshape")
+    _reject(data, v1_spec(SHAPES, cfg), "xshape")
 
 
 def test_k_mismatch_is_rejected() -> None:
     data = encode_payload(make_payload(SHAPES, config(topk=2)))
-    _reject(data, PayloadSpec.from_model(SHAPES, config(topk=3)), "k 2, expected 3")
+    _reject(data, v1_spec(SHAPES, config(topk=3)), "k 2, expected 3")
 
 
 def test_non_bytes_input_is_rejected() -> None:
@@ -214,7 +225,7 @@ def test_encoder_refuses_what_peers_would_reject() -> None:
 
 def test_spec_refuses_dims_the_wire_cannot_hold() -> None:
     with pytest.raises(ValueError, match="lower compression_chunk"):
-        PayloadSpec.from_model({"w": (64 * 65_536,)}, config(chunk=64))
+        v1_spec({"w": (64 * 65_536,)}, config(chunk=64))
 
 
 def test_hash_covers_header_and_whole_payload() -> None:
@@ -235,7 +246,7 @@ def test_payload_size_figures() -> None:
     figures = {}
     for shape in [(4096,), (512, 512)]:
         for quantize in (True, False):
-            spec = PayloadSpec.from_model({"w": shape}, config(quantize, topk=8, chunk=64))
+            spec = v1_spec({"w": shape}, config(quantize, topk=8, chunk=64))
             figures[shape, quantize] = spec.max_bytes
     # 64 chunks (1-D) or 64 tiles (2-D) × 8 coefficients = 512 values per tensor.
     assert figures[(4096,), True] == HEADER + 15 + 512 * 1 + 64
@@ -255,7 +266,7 @@ FUZZ = settings(
 @FUZZ
 @given(data=st.binary(max_size=300), quantize=st.booleans())
 def test_fuzz_random_bytes_only_raise_payload_error(data: bytes, quantize: bool) -> None:
-    spec = PayloadSpec.from_model(SHAPES, config(quantize))
+    spec = v1_spec(SHAPES, config(quantize))
     with contextlib.suppress(PayloadError):
         decode_payload(data, spec)
 

@@ -90,7 +90,10 @@ __all__ = [
     "read_message",
 ]
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+"""2 added `Keepalive`; 3 sends DisTrO payloads in format v2 (`psyche.distro.PAYLOAD_VERSION`),
+which a version 2 client cannot read, so the challenge keeps the two apart (docs/protocol.md,
+"Payload formats")."""
 AUTH_DOMAIN = b"psyche-coordinator-auth"
 AUTH = ChallengeAuth(AUTH_DOMAIN)
 MAX_CLIENT_FRAME = 64 * 1024

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from psyche.distro.compress import DistroResult, chunk_shape, index_width, pack_signs, totalk_of
+from psyche.distro.compress import DistroResult, chunk_shape, index_width, totalk_of
 from psyche.distro.config import DistroConfig
 from psyche.distro.dct import encoded_shape
 
@@ -65,7 +65,7 @@ __all__ = [
 
 MAGIC = b"PDT"
 FORMAT_VERSION = 1
-"""The v1 layout's version byte (this module's `_encode_v1`/`_decode_v1`)."""
+"""The v1 layout's version byte (:mod:`psyche.distro.payload_v1`)."""
 PAYLOAD_VERSION = 2
 """The format this client version sends and expects (v2, `psyche.distro.payload_v2`). It is tied to
 the client's protocol version rather than to a run-config field, so the account layout does not
@@ -236,104 +236,14 @@ def encode_payload(payload: Payload, version: int = PAYLOAD_VERSION) -> bytes:
     """Serialize `payload` to its canonical bytes in format `version` (default: the one this
     client sends); raises `PayloadError` if it cannot be sent."""
     if version == 1:
-        return _encode_v1(payload)
+        from psyche.distro.payload_v1 import encode_v1  # v1 builds on this module's types
+
+        return encode_v1(payload)
     if version == 2:
         from psyche.distro.payload_v2 import encode_v2  # v2 builds on this module's types
 
         return encode_v2(payload)
     raise ValueError(f"payload format version must be one of {_KNOWN_VERSIONS}, got {version}")
-
-
-def _encode_v1(payload: Payload) -> bytes:
-    _check_range("step", payload.step, _U32_MAX)
-    _check_range("batch_start", payload.batch_start, _U64_MAX)
-    _check_range("batch_end", payload.batch_end, _U64_MAX)
-    _check_range("trainer_nonce", payload.trainer_nonce, _U32_MAX)
-    if payload.batch_start > payload.batch_end:
-        raise PayloadError(f"batch start {payload.batch_start} is after end {payload.batch_end}")
-    _check_range("tensor count", len(payload.results), _U32_MAX)
-    flags = _FLAG_1BIT if payload.quantized else 0
-    parts = [
-        _HEADER.pack(
-            MAGIC,
-            FORMAT_VERSION,
-            payload.step,
-            payload.batch_start,
-            payload.batch_end,
-            payload.trainer_nonce,
-            flags,
-            len(payload.results),
-        )
-    ]
-    for n, result in enumerate(payload.results):
-        parts.extend(_encode_tensor(n, result, payload.quantized))
-    return b"".join(parts)
-
-
-def _encode_tensor(n: int, result: DistroResult, quantized: bool) -> list[bytes]:
-    xshape = result.xshape
-    if not 2 <= len(xshape) <= 255 or any(not 1 <= d <= _U16_MAX for d in xshape):
-        raise PayloadError(
-            f"tensor {n}: xshape {xshape} does not fit the wire (u8 count, u16 dims)"
-        )
-    if totalk_of(xshape) != result.totalk:
-        raise PayloadError(f"tensor {n}: totalk {result.totalk} does not match xshape {xshape}")
-    expected = (*chunk_shape(xshape), result.k)
-    if tuple(result.idx.shape) != expected or tuple(result.val.shape) != expected:
-        raise PayloadError(
-            f"tensor {n}: idx {tuple(result.idx.shape)} / val {tuple(result.val.shape)}, "
-            f"expected {expected}"
-        )
-    idx = result.idx.detach().to("cpu", torch.int64)
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= result.totalk):
-        raise PayloadError(f"tensor {n}: an index is outside [0, {result.totalk})")
-    if _repeats(idx):
-        raise PayloadError(f"tensor {n}: an index repeats within a tile")
-    index_code = _INDEX_CODES[index_width(result.totalk)]
-    if quantized:
-        value_code = VALUE_1BIT
-        values = pack_signs(result.val).numpy().tobytes()
-    else:
-        if result.val.dtype not in _FLOAT_CODES:
-            raise PayloadError(
-                f"tensor {n}: values must be bf16, f16 or f32, not {result.val.dtype}"
-            )
-        value_code = _FLOAT_CODES[result.val.dtype]
-        int_dtype, np_dtype = _INT_VIEWS[value_code]
-        if not bool(torch.isfinite(result.val).all()):
-            raise PayloadError(f"tensor {n}: values include NaN or infinity")
-        raw = result.val.detach().to("cpu").contiguous().view(int_dtype).numpy()
-        values = raw.astype(np_dtype, copy=False).tobytes()
-    head = struct.pack(f"<B{len(xshape)}H", len(xshape), *xshape)
-    tail = _TENSOR_TAIL.pack(result.totalk, result.k, index_code, value_code)
-    indices = idx.numpy().astype(_INDEX_NP[index_code]).tobytes()
-    return [head, tail, indices, values]
-
-
-def _repeats(idx: torch.Tensor) -> bool:
-    if idx.shape[-1] < 2:
-        return False
-    ordered = idx.sort(dim=-1).values
-    return bool((ordered[..., 1:] == ordered[..., :-1]).any())
-
-
-class _Reader:
-    """Bounds-checked cursor over the input; every read names what it was reading."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.offset = 0
-
-    def take(self, size: int, what: str) -> bytes:
-        end = self.offset + size
-        if end > len(self.data):
-            raise PayloadError(
-                f"truncated: {what} needs {size} bytes at offset {self.offset}, "
-                f"only {len(self.data) - self.offset} left"
-            )
-        chunk = self.data[self.offset : end]
-        self.offset = end
-        return chunk
 
 
 def decode_payload(data: bytes, expected: PayloadSpec) -> Payload:
@@ -352,81 +262,9 @@ def decode_payload(data: bytes, expected: PayloadSpec) -> Payload:
         from psyche.distro.payload_v2 import decode_v2  # v2 builds on this module's types
 
         return decode_v2(data, expected)
-    return _decode_v1(data, expected)
+    from psyche.distro.payload_v1 import decode_v1  # v1 builds on this module's types
 
-
-def _decode_v1(data: bytes, expected: PayloadSpec) -> Payload:
-    reader = _Reader(data)
-    magic, version, step, start, end, nonce, flags, count = _HEADER.unpack(
-        reader.take(_HEADER.size, "header")
-    )
-    if magic != MAGIC:
-        raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}")
-    if version != FORMAT_VERSION:
-        raise PayloadError(f"unsupported format version {version}, expected {FORMAT_VERSION}")
-    if flags & ~_FLAG_1BIT:
-        raise PayloadError(f"unknown flag bits {flags:#04x}")
-    quantized = bool(flags & _FLAG_1BIT)
-    if quantized != expected.quantized:
-        raise PayloadError(f"quantize flag is {quantized}, the run uses {expected.quantized}")
-    if start > end:
-        raise PayloadError(f"batch start {start} is after batch end {end}")
-    if count != len(expected.tensors):
-        raise PayloadError(f"tensor count {count}, expected {len(expected.tensors)}")
-    results = tuple(_decode_tensor(reader, spec) for spec in expected.tensors)
-    if reader.offset != len(data):
-        raise PayloadError(f"{len(data) - reader.offset} trailing bytes after the last tensor")
-    return Payload(step, start, end, nonce, quantized, results)
-
-
-def _decode_tensor(reader: _Reader, spec: TensorSpec) -> DistroResult:
-    where = f"tensor {spec.name!r}"
-    (ndim,) = reader.take(1, f"{where} ndim")
-    if ndim != len(spec.xshape):
-        raise PayloadError(f"{where}: {ndim} dims, expected {len(spec.xshape)}")
-    xshape = struct.unpack(f"<{ndim}H", reader.take(2 * ndim, f"{where} xshape"))
-    if xshape != spec.xshape:
-        raise PayloadError(f"{where}: xshape {xshape}, expected {spec.xshape}")
-    totalk, k, index_code, value_code = _TENSOR_TAIL.unpack(
-        reader.take(_TENSOR_TAIL.size, f"{where} header")
-    )
-    if totalk != spec.totalk:
-        raise PayloadError(f"{where}: totalk {totalk}, expected {spec.totalk}")
-    if k != spec.k:
-        raise PayloadError(f"{where}: k {k}, expected {spec.k}")
-    if index_code != spec.index_code:
-        raise PayloadError(f"{where}: index width code {index_code}, expected {spec.index_code}")
-    if value_code != spec.value_code:
-        raise PayloadError(f"{where}: value dtype code {value_code}, expected {spec.value_code}")
-    shape = (*chunk_shape(spec.xshape), spec.k)
-    raw_idx = reader.take(spec.index_bytes, f"{where} indices")
-    idx_np = np.frombuffer(raw_idx, dtype=_INDEX_NP[index_code]).astype(np.int64)
-    if idx_np.size and int(idx_np.max()) >= totalk:
-        raise PayloadError(f"{where}: index {int(idx_np.max())} is not below totalk {totalk}")
-    idx = torch.from_numpy(idx_np).reshape(shape)
-    if _repeats(idx):
-        raise PayloadError(f"{where}: an index repeats within a tile")
-    raw_val = reader.take(spec.value_bytes, f"{where} values")
-    return DistroResult(idx, _decode_values(raw_val, spec, shape, where), spec.xshape, totalk)
-
-
-def _decode_values(
-    raw: bytes, spec: TensorSpec, shape: tuple[int, ...], where: str
-) -> torch.Tensor:
-    if spec.value_code == VALUE_1BIT:
-        packed = np.frombuffer(raw, dtype=np.uint8)
-        bits = np.unpackbits(packed, bitorder="little")
-        if bits[spec.n_values :].any():
-            raise PayloadError(f"{where}: 1-bit padding bits are not zero")
-        signs = 1.0 - 2.0 * bits[: spec.n_values].astype(np.float32)
-        return torch.from_numpy(signs).reshape(shape)
-    _, wire_dtype = _INT_VIEWS[spec.value_code]
-    # A native-endian, writable copy: torch cannot view a read-only or byte-swapped buffer.
-    ints = np.frombuffer(raw, dtype=wire_dtype).astype(wire_dtype.newbyteorder("="))
-    val = torch.from_numpy(ints).view(_CODE_DTYPES[spec.value_code]).reshape(shape)
-    if not bool(torch.isfinite(val).all()):
-        raise PayloadError(f"{where}: values include NaN or infinity")
-    return val
+    return decode_v1(data, expected)
 
 
 def payload_hash(step: int, batch_start: int, batch_end: int, payload_bytes: bytes) -> bytes:

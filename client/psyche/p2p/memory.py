@@ -3,13 +3,11 @@
 Named as what it is: nothing here crosses a socket. It keeps the rules the round engine relies
 on from the real host: gossip reaches only peers that allow the sender (and never the sender
 itself), a blob is fetched by its SHA-256 from a peer that serves it and is checked against
-that hash; a fetch of a blob nobody serves fails at once, one that is withheld fails after its
-timeout. ``psyche demo`` and the engine's tests run on it; the real network is
-:class:`~psyche.p2p.node.P2PNode`.
+that hash; a fetch of a blob nobody serves fails at once. ``psyche demo`` and the engine's
+tests run on it; the real network is :class:`~psyche.p2p.node.P2PNode`.
 
-A test can make a peer misbehave in the ways the engine must survive: ``withhold`` keeps a
-blob announced but never delivered (a download stalls until its deadline), ``disconnect``
-cuts a node off both ways, ``stall_fetches`` makes every download of a node stall.
+A test can give a node a bad link: with ``stall_fetches`` every download of that node stalls
+until its timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from psyche.p2p.control import Counters
 from psyche.p2p.errors import BlobNotFound, BlobTooLarge, FetchTimeout
 from psyche.p2p.peer_id import peer_id_for
-from psyche.p2p.transport import FetchResult
+from psyche.p2p.transport import FetchResult, Transport
 from psyche.protocol.identity import SecretKey
 
 __all__ = ["MemoryNetwork", "MemoryTransport"]
@@ -47,7 +45,7 @@ class MemoryNetwork:
         return all(n._queue.empty() for n in self.nodes.values())
 
 
-class MemoryTransport:
+class MemoryTransport(Transport):
     """One client's view of a :class:`MemoryNetwork`; implements :class:`Transport`."""
 
     def __init__(self, network: MemoryNetwork, peer_id: str) -> None:
@@ -56,7 +54,6 @@ class MemoryTransport:
         self._allowed: frozenset[str] = frozenset()
         self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
         self._blobs: dict[bytes, bytes] = {}
-        self.withheld: set[bytes] = set()
         self.stall_fetches = False
         """Every download of this node stalls until its timeout (a bad link)."""
         self.online = True
@@ -105,35 +102,9 @@ class MemoryTransport:
     def unserve(self, blob_hash: bytes) -> None:
         self._blobs.pop(bytes(blob_hash), None)
 
-    def withhold(self, blob_hash: bytes) -> None:
-        """Keep serving ``blob_hash`` on paper but never deliver it (a stalled upload)."""
-        self.withheld.add(bytes(blob_hash))
-
-    def disconnect(self) -> None:
-        """Cut this node off: it neither sends nor receives gossip or blobs from now on."""
-        self.online = False
-
     def stop(self) -> None:
         self.online = False
         self._queue.put_nowait(_STOP)
-
-    async def fetch(
-        self,
-        blob_hash: bytes,
-        *,
-        from_any_of: Sequence[str],
-        max_size: int,
-        timeout: float = 600.0,
-        attempt_timeout: float = 10.0,
-    ) -> bytes:
-        result = await self.fetch_detailed(
-            blob_hash,
-            from_any_of=from_any_of,
-            max_size=max_size,
-            timeout=timeout,
-            attempt_timeout=attempt_timeout,
-        )
-        return result.data
 
     async def fetch_detailed(
         self,
@@ -151,23 +122,15 @@ class MemoryTransport:
             await asyncio.sleep(timeout)
             raise FetchTimeout(f"fetch of blob {blob_hash.hex()[:16]} timed out", [])
         failures: list[tuple[str, str]] = []
-        stalled = False
         for peer in dict.fromkeys(from_any_of):
             node = self._network.nodes.get(peer)
             data = None if node is None or not node.online else node._blobs.get(blob_hash)
             if data is None or not self.online or peer not in self._allowed:
                 failures.append((peer, "not found"))
                 continue
-            if blob_hash in node.withheld:  # type: ignore[union-attr]
-                stalled = True
-                failures.append((peer, "timed out"))
-                continue
             if len(data) > max_size:
                 raise BlobTooLarge(f"blob of {len(data)} bytes exceeds {max_size}", failures)
             assert hashlib.sha256(data).digest() == blob_hash
             self._blobs.setdefault(blob_hash, data)  # re-served, as the real host does
             return FetchResult(data, peer, 0.0, failures)
-        if stalled:
-            await asyncio.sleep(timeout)
-            raise FetchTimeout(f"fetch of blob {blob_hash.hex()[:16]} timed out", failures)
         raise BlobNotFound(f"no peer has blob {blob_hash.hex()[:16]}", failures)

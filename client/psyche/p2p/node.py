@@ -73,7 +73,7 @@ from psyche.p2p.errors import (
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.process import HostProcess
-from psyche.p2p.transport import FetchResult
+from psyche.p2p.transport import FetchResult, Transport
 from psyche.protocol.identity import SecretKey
 
 __all__ = ["FetchResult", "P2PNode"]
@@ -88,7 +88,7 @@ def _default_blob_root() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-class P2PNode:
+class P2PNode(Transport):
     """One libp2p node (gossip + blobs) for one run. Use ``async with`` or start/stop."""
 
     def __init__(self) -> None:
@@ -294,29 +294,6 @@ class P2PNode:
 
     def served(self) -> list[bytes]:
         return list(self._served)
-
-    async def fetch(
-        self,
-        blob_hash: bytes,
-        *,
-        from_any_of: Sequence[str],
-        max_size: int,
-        timeout: float = 600.0,
-        attempt_timeout: float = 10.0,
-    ) -> bytes:
-        """The blob with this SHA-256, from the best of ``from_any_of`` that has it.
-
-        Raises :class:`BlobTooLarge`, :class:`BlobNotFound` or :class:`FetchTimeout` (all
-        :class:`FetchError`) when no peer delivers a verified copy within ``timeout`` seconds.
-        """
-        result = await self.fetch_detailed(
-            blob_hash,
-            from_any_of=from_any_of,
-            max_size=max_size,
-            timeout=timeout,
-            attempt_timeout=attempt_timeout,
-        )
-        return result.data
 
     async def fetch_detailed(
         self,

@@ -29,6 +29,8 @@ class FetchResult:
 
 
 class Transport(Protocol):
+    """Implementations subclass it, so :meth:`fetch` is written once."""
+
     @property
     def peer_id(self) -> str: ...
 
@@ -68,7 +70,20 @@ class Transport(Protocol):
         max_size: int,
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
-    ) -> bytes: ...
+    ) -> bytes:
+        """The blob with this SHA-256, from the best of ``from_any_of`` that has it.
+
+        Raises :class:`~psyche.p2p.errors.FetchError` (too large, not found, timeout) when no
+        peer delivers a verified copy within ``timeout`` seconds.
+        """
+        result = await self.fetch_detailed(
+            blob_hash,
+            from_any_of=from_any_of,
+            max_size=max_size,
+            timeout=timeout,
+            attempt_timeout=attempt_timeout,
+        )
+        return result.data
 
     async def fetch_detailed(
         self,
@@ -78,4 +93,6 @@ class Transport(Protocol):
         max_size: int,
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
-    ) -> FetchResult: ...
+    ) -> FetchResult:
+        """:meth:`fetch`, also saying which peer delivered and which attempts failed."""
+        ...

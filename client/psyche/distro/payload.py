@@ -232,6 +232,43 @@ def _check_range(what: str, value: int, limit: int) -> None:
         raise PayloadError(f"{what} = {value} is outside [0, {limit}]")
 
 
+def check_sendable(payload: Payload) -> None:
+    """The header fields every format carries fit their wire ranges (any format's encoder)."""
+    _check_range("step", payload.step, _U32_MAX)
+    _check_range("batch_start", payload.batch_start, _U64_MAX)
+    _check_range("batch_end", payload.batch_end, _U64_MAX)
+    _check_range("trainer_nonce", payload.trainer_nonce, _U32_MAX)
+    if payload.batch_start > payload.batch_end:
+        raise PayloadError(f"batch start {payload.batch_start} is after end {payload.batch_end}")
+
+
+def check_result_shape(n: int, result: DistroResult) -> None:
+    """Tensor ``n``'s result has a shape a spec can hold and idx/val shaped for it."""
+    xshape = result.xshape
+    if not 2 <= len(xshape) <= 255 or any(not 1 <= d <= _U16_MAX for d in xshape):
+        raise PayloadError(
+            f"tensor {n}: xshape {xshape} does not fit the wire (u8 count, u16 dims)"
+        )
+    if totalk_of(xshape) != result.totalk:
+        raise PayloadError(f"tensor {n}: totalk {result.totalk} does not match xshape {xshape}")
+    expected = (*chunk_shape(xshape), result.k)
+    if tuple(result.idx.shape) != expected or tuple(result.val.shape) != expected:
+        raise PayloadError(
+            f"tensor {n}: idx {tuple(result.idx.shape)} / val {tuple(result.val.shape)}, "
+            f"expected {expected}"
+        )
+
+
+def quantized_flag(flags: int, expected: PayloadSpec) -> bool:
+    """The quantize bit of a received header's flags, which must be the run's (any format)."""
+    if flags & ~_FLAG_1BIT:
+        raise PayloadError(f"unknown flag bits {flags:#04x}")
+    quantized = bool(flags & _FLAG_1BIT)
+    if quantized != expected.quantized:
+        raise PayloadError(f"quantize flag is {quantized}, the run uses {expected.quantized}")
+    return quantized
+
+
 def encode_payload(payload: Payload, version: int = PAYLOAD_VERSION) -> bytes:
     """Serialize `payload` to its canonical bytes in format `version` (default: the one this
     client sends); raises `PayloadError` if it cannot be sent."""

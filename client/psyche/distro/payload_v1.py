@@ -12,7 +12,7 @@ import struct
 import numpy as np
 import torch
 
-from psyche.distro.compress import DistroResult, chunk_shape, index_width, pack_signs, totalk_of
+from psyche.distro.compress import DistroResult, chunk_shape, index_width, pack_signs
 from psyche.distro.payload import (
     _CODE_DTYPES,
     _FLAG_1BIT,
@@ -22,9 +22,7 @@ from psyche.distro.payload import (
     _INDEX_NP,
     _INT_VIEWS,
     _TENSOR_TAIL,
-    _U16_MAX,
     _U32_MAX,
-    _U64_MAX,
     FORMAT_VERSION,
     MAGIC,
     VALUE_1BIT,
@@ -33,18 +31,16 @@ from psyche.distro.payload import (
     PayloadSpec,
     TensorSpec,
     _check_range,
+    check_result_shape,
+    check_sendable,
+    quantized_flag,
 )
 
 __all__ = ["decode_v1", "encode_v1"]
 
 
 def encode_v1(payload: Payload) -> bytes:
-    _check_range("step", payload.step, _U32_MAX)
-    _check_range("batch_start", payload.batch_start, _U64_MAX)
-    _check_range("batch_end", payload.batch_end, _U64_MAX)
-    _check_range("trainer_nonce", payload.trainer_nonce, _U32_MAX)
-    if payload.batch_start > payload.batch_end:
-        raise PayloadError(f"batch start {payload.batch_start} is after end {payload.batch_end}")
+    check_sendable(payload)
     _check_range("tensor count", len(payload.results), _U32_MAX)
     flags = _FLAG_1BIT if payload.quantized else 0
     parts = [
@@ -65,19 +61,7 @@ def encode_v1(payload: Payload) -> bytes:
 
 
 def _encode_tensor(n: int, result: DistroResult, quantized: bool) -> list[bytes]:
-    xshape = result.xshape
-    if not 2 <= len(xshape) <= 255 or any(not 1 <= d <= _U16_MAX for d in xshape):
-        raise PayloadError(
-            f"tensor {n}: xshape {xshape} does not fit the wire (u8 count, u16 dims)"
-        )
-    if totalk_of(xshape) != result.totalk:
-        raise PayloadError(f"tensor {n}: totalk {result.totalk} does not match xshape {xshape}")
-    expected = (*chunk_shape(xshape), result.k)
-    if tuple(result.idx.shape) != expected or tuple(result.val.shape) != expected:
-        raise PayloadError(
-            f"tensor {n}: idx {tuple(result.idx.shape)} / val {tuple(result.val.shape)}, "
-            f"expected {expected}"
-        )
+    check_result_shape(n, result)
     idx = result.idx.detach().to("cpu", torch.int64)
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= result.totalk):
         raise PayloadError(f"tensor {n}: an index is outside [0, {result.totalk})")
@@ -98,6 +82,7 @@ def _encode_tensor(n: int, result: DistroResult, quantized: bool) -> list[bytes]
             raise PayloadError(f"tensor {n}: values include NaN or infinity")
         raw = result.val.detach().to("cpu").contiguous().view(int_dtype).numpy()
         values = raw.astype(np_dtype, copy=False).tobytes()
+    xshape = result.xshape
     head = struct.pack(f"<B{len(xshape)}H", len(xshape), *xshape)
     tail = _TENSOR_TAIL.pack(result.totalk, result.k, index_code, value_code)
     indices = idx.numpy().astype(_INDEX_NP[index_code]).tobytes()
@@ -139,11 +124,7 @@ def decode_v1(data: bytes, expected: PayloadSpec) -> Payload:
         raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}")
     if version != FORMAT_VERSION:
         raise PayloadError(f"unsupported format version {version}, expected {FORMAT_VERSION}")
-    if flags & ~_FLAG_1BIT:
-        raise PayloadError(f"unknown flag bits {flags:#04x}")
-    quantized = bool(flags & _FLAG_1BIT)
-    if quantized != expected.quantized:
-        raise PayloadError(f"quantize flag is {quantized}, the run uses {expected.quantized}")
+    quantized = quantized_flag(flags, expected)
     if start > end:
         raise PayloadError(f"batch start {start} is after batch end {end}")
     if count != len(expected.tensors):

@@ -34,13 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from psyche.distro.compress import DistroResult, chunk_shape, totalk_of
+from psyche.distro.compress import DistroResult, chunk_shape
 from psyche.distro.elias_fano import EliasFano, EliasFanoError
 from psyche.distro.payload import (
     _CODE_DTYPES,
     _FLOAT_CODES,
     _INT_VIEWS,
-    _U16_MAX,
     _U32_MAX,
     _U64_MAX,
     MAGIC,
@@ -50,7 +49,9 @@ from psyche.distro.payload import (
     PayloadError,
     PayloadSpec,
     TensorSpec,
-    _check_range,
+    check_result_shape,
+    check_sendable,
+    quantized_flag,
 )
 
 __all__ = ["VERSION", "decode_v2", "encode_v2", "layout_digest", "max_bytes_v2"]
@@ -135,12 +136,7 @@ def _varint(value: int) -> bytes:
 
 def encode_v2(payload: Payload) -> bytes:
     """Serialize `payload` as v2 (raises `PayloadError` if it cannot be sent)."""
-    _check_range("step", payload.step, _U32_MAX)
-    _check_range("batch_start", payload.batch_start, _U64_MAX)
-    _check_range("batch_end", payload.batch_end, _U64_MAX)
-    _check_range("trainer_nonce", payload.trainer_nonce, _U32_MAX)
-    if payload.batch_start > payload.batch_end:
-        raise PayloadError(f"batch start {payload.batch_start} is after end {payload.batch_end}")
+    check_sendable(payload)
     bits: list[np.ndarray] = []
     values: list[bytes] = []
     entries = []
@@ -158,17 +154,7 @@ def encode_v2(payload: Payload) -> bytes:
 
 
 def _encode_tensor(n: int, result: DistroResult, quantized: bool) -> tuple[int, np.ndarray, bytes]:
-    xshape = result.xshape
-    if not 2 <= len(xshape) <= 255 or any(not 1 <= d <= _U16_MAX for d in xshape):
-        raise PayloadError(f"tensor {n}: xshape {xshape} is outside what a spec can hold")
-    if totalk_of(xshape) != result.totalk:
-        raise PayloadError(f"tensor {n}: totalk {result.totalk} does not match xshape {xshape}")
-    expected = (*chunk_shape(xshape), result.k)
-    if tuple(result.idx.shape) != expected or tuple(result.val.shape) != expected:
-        raise PayloadError(
-            f"tensor {n}: idx {tuple(result.idx.shape)} / val {tuple(result.val.shape)}, "
-            f"expected {expected}"
-        )
+    check_result_shape(n, result)
     k = result.k
     idx = result.idx.detach().to("cpu", torch.int64).reshape(-1, k)
     order = idx.argsort(dim=-1)
@@ -222,11 +208,7 @@ def decode_v2(data: bytes, expected: PayloadSpec) -> Payload:
         raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}")
     if version != VERSION:
         raise PayloadError(f"format version {version}, expected {VERSION}")
-    if flags & ~_FLAG_1BIT:
-        raise PayloadError(f"unknown flag bits {flags:#04x}")
-    quantized = bool(flags & _FLAG_1BIT)
-    if quantized != expected.quantized:
-        raise PayloadError(f"quantize flag is {quantized}, the run uses {expected.quantized}")
+    quantized = quantized_flag(flags, expected)
     plan = _plan(expected)
     if layout != plan.digest:
         raise PayloadError(

@@ -13,27 +13,14 @@ from pathlib import Path
 import pytest
 
 import psyche.daemon.loader as loader
-from psyche.data.prepare import ByteTokenizer, prepare_corpus
-from psyche.data.synth import synth_corpus
 from psyche.distro import Distro
 from psyche.events import ApplyEvent, read_events
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import RunConfig, load_run_config
 from psyche.simulation.run import RunSummary, SimulatedRun
-from psyche.training import Preset, write_model_dir
 
 TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"
-SMALL = Preset(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_seq_len=64)
 CLIENTS = 3
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("formats")
-    write_model_dir(root / "model", preset=SMALL, seed=0)
-    synth_corpus(root / "text", 30_000, seed=0)
-    prepare_corpus([root / "text"], ByteTokenizer(), root / "data", seq_len=64)
-    return root / "model", root / "data"
 
 
 def _config() -> RunConfig:
@@ -57,9 +44,9 @@ def _hashes(out: Path) -> dict[tuple[int, int], str]:
 
 
 def test_v1_and_v2_runs_are_bit_identical(
-    corpus: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_corpus: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model, data = corpus
+    model, data = tiny_corpus
     v2 = _run(model, data, tmp_path / "v2")
     monkeypatch.setattr(loader, "Distro", functools.partial(Distro, payload_version=1))
     v1 = _run(model, data, tmp_path / "v1")

@@ -16,31 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from psyche.coordinator import Coordinator, RunState
 from psyche.daemon.parts import ModelKit
 from psyche.daemon.warmup import WARMUP_GRACE_S
-from psyche.data.prepare import ByteTokenizer, prepare_corpus
-from psyche.data.synth import synth_corpus
 from psyche.events import ApplyEvent, ModelLoadedEvent, TrainEvent, read_events
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import RunConfig, load_run_config
 from psyche.simulation.run import RunSummary, SimulatedRun
-from psyche.training import Preset, write_model_dir
 from psyche.training.errors import TrainingCancelled
 
 TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"
-SMALL = Preset(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_seq_len=64)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("engine")
-    write_model_dir(root / "model", preset=SMALL, seed=0)
-    synth_corpus(root / "text", 30_000, seed=0)
-    prepare_corpus([root / "text"], ByteTokenizer(), root / "data", seq_len=64)
-    return root / "model", root / "data"
 
 
 def _config(**changes: Any) -> RunConfig:
@@ -50,9 +35,9 @@ def _config(**changes: Any) -> RunConfig:
 
 
 def _sim(
-    corpus: tuple[Path, Path], out: Path, rc: RunConfig, n: int = 3, **kw: Any
+    tiny_corpus: tuple[Path, Path], out: Path, rc: RunConfig, n: int = 3, **kw: Any
 ) -> SimulatedRun:
-    model, data = corpus
+    model, data = tiny_corpus
     return SimulatedRun(rc, model, data, out, n_clients=n, **kw)
 
 
@@ -80,10 +65,10 @@ def _run(
 
 
 def test_an_epoch_ends_by_witnesses_with_identical_weights(
-    corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
     t0 = time.monotonic()
-    summary = _run(_sim(corpus, tmp_path, _config()))
+    summary = _run(_sim(tiny_corpus, tmp_path, _config()))
     assert summary.final_state == "Finished" and summary.epochs_completed == 1
     # Steps 1–9 train (total_steps 10), then two drain rounds apply the last two.
     assert [r.trained for r in summary.rounds] == [True] * 9 + [False] * 2
@@ -95,7 +80,7 @@ def test_an_epoch_ends_by_witnesses_with_identical_weights(
 
 
 def test_an_internal_error_drops_one_client_for_the_epoch_and_it_rejoins_the_next(
-    corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
     failed = threading.Event()
 
@@ -113,7 +98,7 @@ def test_an_internal_error_drops_one_client_for_the_epoch_and_it_rejoins_the_nex
         return kit
 
     rc = _config(epoch_time=12, total_steps=14, min_clients=2)
-    sim = _sim(corpus, tmp_path, rc, on_kit=break_once)
+    sim = _sim(tiny_corpus, tmp_path, rc, on_kit=break_once)
     summary = _run(sim, max_epochs=2)
     assert failed.is_set()
     assert summary.epochs_completed == 2
@@ -129,13 +114,13 @@ def test_an_internal_error_drops_one_client_for_the_epoch_and_it_rejoins_the_nex
 
 
 def test_a_download_that_misses_the_apply_deadline_is_skipped_and_the_run_goes_on(
-    corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """Client 2's downloads stall (a bad link): the others' witnesses carry the round, client 2
     waits for its downloads until the apply deadline, then applies without them, and the run
     is not held. Its weights then differ from the others' (it missed an apply, logged), which
     is why the deadline exists at all: a stuck download must not stop the client."""
-    sim = _sim(corpus, tmp_path, _config(total_steps=4), apply_deadline_s=0.5)
+    sim = _sim(tiny_corpus, tmp_path, _config(total_steps=4), apply_deadline_s=0.5)
 
     def stall(s: SimulatedRun) -> None:
         s.start_client(2).transport.stall_fetches = True
@@ -152,12 +137,12 @@ def test_a_download_that_misses_the_apply_deadline_is_skipped_and_the_run_goes_o
 
 
 def test_a_missed_cooldown_still_serves_the_final_weights(
-    corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """Client 0 never sees the Cooldown state (coalesced away); at the next WaitingForMembers
     it serves the epoch's final weights to joiners all the same."""
     rc = _config(epoch_time=8, total_steps=20)
-    sim = _sim(corpus, tmp_path, rc, checkpoint=False)
+    sim = _sim(tiny_corpus, tmp_path, rc, checkpoint=False)
 
     def blind_to_cooldown(s: SimulatedRun) -> None:
         backend = s.start_client(0).backend
@@ -187,10 +172,10 @@ def test_a_missed_cooldown_still_serves_the_final_weights(
 
 
 def test_a_member_that_never_loads_holds_warmup_only_for_the_grace(
-    corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
     rc = _config(warmup_time=55, init_min_clients=3, min_clients=2, total_steps=3)
-    sim = _sim(corpus, tmp_path, rc, n=2)
+    sim = _sim(tiny_corpus, tmp_path, rc, n=2)
 
     def phantom(s: SimulatedRun) -> None:
         # Joined and listed in the epoch, but it never loads nor speaks (nor reads its states).
@@ -213,7 +198,7 @@ def test_a_member_that_never_loads_holds_warmup_only_for_the_grace(
 
 
 def test_training_is_cancelled_when_its_round_ends_and_the_lookahead_is_undone(
-    corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """Client 2 trains slowly (until cancelled); the round ends by the train timeout, its
     training is cancelled, it publishes nothing for that round, and its next apply gives the
@@ -239,7 +224,7 @@ def test_training_is_cancelled_when_its_round_ends_and_the_lookahead_is_undone(
         return kit
 
     rc = _config(total_steps=5, max_round_train_time=5)
-    sim = _sim(corpus, tmp_path, rc, on_kit=slow, stall_after_s=0.5)
+    sim = _sim(tiny_corpus, tmp_path, rc, on_kit=slow, stall_after_s=0.5)
     summary = _run(sim, max_epochs=1)
     assert cancelled == slow_step
     assert summary.epochs_completed == 1
@@ -254,10 +239,10 @@ def test_training_is_cancelled_when_its_round_ends_and_the_lookahead_is_undone(
 
 
 def test_a_client_killed_mid_epoch_sits_it_out_and_rejoins_from_its_peers(
-    corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
     rc = _config(epoch_time=10, total_steps=16, min_clients=2)
-    sim = _sim(corpus, tmp_path, rc)
+    sim = _sim(tiny_corpus, tmp_path, rc)
     restarted: list[int] = []
 
     def until(s: SimulatedRun) -> bool:

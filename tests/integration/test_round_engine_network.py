@@ -20,36 +20,30 @@ from psyche.coordinator import Coordinator, RunState
 from psyche.daemon.engine import RoundEngine
 from psyche.daemon.loader import model_loader
 from psyche.daemon.parts import client_parts
-from psyche.data.prepare import ByteTokenizer, prepare_corpus
-from psyche.data.synth import synth_corpus
 from psyche.events import ApplyEvent, EventLog, TrainEvent, read_events
 from psyche.p2p.node import P2PNode
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.locations import Checkpoint, HubCheckpoint, HubRepo, LocalData
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import load_run_config
-from psyche.training import Preset, write_model_dir
 from psyche.training.loading import resolve_checkpoint_dir
 
 TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"
-SMALL = Preset(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, max_seq_len=64)
 MODEL_REPO = "engine-test/model"
 
 pytestmark = pytest.mark.slow
 
 
 def test_three_engines_on_a_real_server_and_real_p2p_agree_after_every_apply(
-    tmp_path: Path,
+    tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    write_model_dir(tmp_path / "model", preset=SMALL, seed=0)
-    synth_corpus(tmp_path / "text", 30_000, seed=0)
-    prepare_corpus([tmp_path / "text"], ByteTokenizer(), tmp_path / "data", seq_len=64)
+    model_dir, data_dir = tiny_corpus
     rc = load_run_config(TINY)
     assert isinstance(rc.model, LLM)
     llm = dataclasses.replace(
         rc.model,
         checkpoint=HubCheckpoint(HubRepo(repo_id=MODEL_REPO)),
-        data_location=LocalData(path=str(tmp_path / "data")),
+        data_location=LocalData(path=str(data_dir)),
     )
     config = dataclasses.replace(rc.config, total_steps=6, cooldown_time=2)
     coord = Coordinator(
@@ -58,7 +52,7 @@ def test_three_engines_on_a_real_server_and_real_p2p_agree_after_every_apply(
 
     def resolve(ck: Checkpoint) -> Path:
         if isinstance(ck, HubCheckpoint) and ck.repo.repo_id == MODEL_REPO:
-            return tmp_path / "model"
+            return model_dir
         return resolve_checkpoint_dir(ck)
 
     async def main() -> None:

@@ -302,8 +302,6 @@ class SimulatedRun:
                 return  # witnesses sent in the RoundWitness phase do not change how it ended
             r.witnesses, r.witness_target = len(c.current_round().witnesses), c.witness_count()
             r.ended = True
-        elif c.run_state is RunState.Cooldown and step - 1 in self._rounds:
-            self._rounds[step - 1].ended = True
 
     def _on_epoch_end(self, c: Coordinator) -> None:
         self.summary.epochs_completed += 1

@@ -7,21 +7,31 @@ kind's fields.
 
 Every kind is a struct below, and writers and readers share them: a field renamed on one side
 only fails at the first read (an unknown kind, a missing or an unknown field raise
-:class:`EventLogError`) instead of leaving a summary silently empty.
+:class:`EventLogError`) instead of leaving a summary silently empty. A field added later has a
+default, so that logs written before it still read.
+
+An :class:`EventLog` also hands every record it writes to its sinks (``psyche.metrics``: the
+status line, W&B), with or without a file: one place where a client's events are made, several
+places they go.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 if TYPE_CHECKING:
     from psyche.coordinator import Coordinator
+
+
+log = logging.getLogger("psyche.events")
 
 
 class EventLogError(ValueError):
@@ -75,6 +85,35 @@ class TrainEvent(Event, frozen=True, kw_only=True, tag="train"):
     compute_s: float
     """The training alone."""
     payload_bytes: int
+    lr: float | None = None
+    """This step's learning rate (``None`` in logs written before it was recorded)."""
+    tokens: int = 0
+    """Tokens trained (samples × sequence length; 0 in logs written before it was recorded)."""
+
+
+class EvalEvent(Event, frozen=True, kw_only=True, tag="eval"):
+    """One task's score after an eval pass (one record per task and pass)."""
+
+    step: int
+    """The coordinator step whose weights were evaluated."""
+    task: str
+    index: int
+    """The task's position in the client's eval task list (what witness metadata reports)."""
+    accuracy: float
+    accuracy_norm: float
+    """Accuracy with choices scored by length-normalised log-likelihood."""
+    docs: int
+    """Documents scored."""
+    complete: bool
+    """False when the pass was cut short (the weights were about to change)."""
+
+
+class OptimStatsEvent(Event, frozen=True, kw_only=True, tag="optim_stats"):
+    """Optimizer and weight statistics right after a train step (``psyche.metrics.optim_stats``:
+    norms by parameter kind, the gradient norm, non-finite fractions)."""
+
+    step: int
+    stats: dict[str, float]
 
 
 class RejectionsEvent(Event, frozen=True, kw_only=True, tag="rejections"):
@@ -137,6 +176,8 @@ AnyEvent = (
     ModelLoadedEvent
     | ApplyEvent
     | TrainEvent
+    | EvalEvent
+    | OptimStatsEvent
     | RejectionsEvent
     | FinishedEvent
     | CheckpointEvent
@@ -149,22 +190,88 @@ _decoder = msgspec.json.Decoder(AnyEvent)
 _encoder = msgspec.json.Encoder()
 
 
+class EventSink(Protocol):
+    """Where an :class:`EventLog` also sends every record (``psyche.metrics`` has the sinks)."""
+
+    def on_event(self, event: AnyEvent) -> None:
+        """One record, already stamped with ``t`` and ``client``."""
+
+    def close(self) -> None:
+        """The log is closing: flush and release what the sink holds."""
+
+
 class EventLog:
-    def __init__(self, path: str | Path | None, client: str) -> None:
+    """Appends records to ``path`` (none: no file) and hands each one to every sink.
+
+    A sink that raises never reaches the writer, which is the daemon in the middle of a round:
+    its first failure is logged with the traceback, later ones are counted and reported once at
+    :meth:`close`, and the sink keeps getting records (its trouble may pass, W&B's network).
+    """
+
+    def __init__(
+        self, path: str | Path | None, client: str, sinks: Iterable[EventSink] = ()
+    ) -> None:
         self.path = Path(path) if path is not None else None
         self.client = client
+        self.sinks = tuple(sinks)
         self._lock = threading.Lock()
+        # A separate lock: sinks see records in one order, and a slow sink never holds up the
+        # file (both locks are held only briefly, never one inside the other).
+        self._sink_lock = threading.Lock()
+        self._failures = [0] * len(self.sinks)
+        self._closed = False
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, record: AnyEvent) -> None:
-        if self.path is None:
+        """Stamp ``record`` with the time and this client, append it, then pass it to the sinks."""
+        if self.path is None and not self.sinks:
             return
         stamped = msgspec.structs.replace(record, t=round(time.time(), 3), client=self.client)
-        line = _encoder.encode(stamped) + b"\n"
-        # One write per line: a reader (or a SIGKILL) can only ever cut the last line short.
-        with self._lock, self.path.open("ab") as f:
-            f.write(line)
+        if self.path is not None:
+            line = _encoder.encode(stamped) + b"\n"
+            # One write per line: a reader (or a SIGKILL) can only ever cut the last line short.
+            with self._lock, self.path.open("ab") as f:
+                f.write(line)
+        if self.sinks:
+            with self._sink_lock:
+                if not self._closed:
+                    for n, sink in enumerate(self.sinks):
+                        self._guard(n, sink, "on_event", partial(sink.on_event, stamped))
+
+    def close(self) -> None:
+        """Close every sink (once); the file needs no closing, each write opens it."""
+        with self._sink_lock:
+            if self._closed:
+                return
+            self._closed = True
+            for n, sink in enumerate(self.sinks):
+                self._guard(n, sink, "close", sink.close)
+                if self._failures[n] > 1:
+                    log.warning(
+                        "event sink %s failed %d times in all",
+                        type(sink).__name__,
+                        self._failures[n],
+                    )
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _guard(self, n: int, sink: EventSink, method: str, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception:
+            self._failures[n] += 1
+            if self._failures[n] == 1:
+                log.warning(
+                    "event sink %s failed in %s; the event log goes on without it",
+                    type(sink).__name__,
+                    method,
+                    exc_info=True,
+                )
 
 
 _START = b'{"event":'

@@ -19,7 +19,13 @@ from psyche.training.device import default_dtype, pick_device
 from psyche.training.errors import ModelLoadError
 from psyche.training.hashing import model_hash
 from psyche.training.loading import load_model, model_from_state_dict, resolve_checkpoint_dir
-from psyche.training.trainer import Trainer, distro_config
+from psyche.training.parallel import (
+    ParallelLayout,
+    build_trainer,
+    check_tp_compatible,
+    device_for_rank,
+)
+from psyche.training.trainer import distro_config
 
 __all__ = ["model_loader"]
 
@@ -32,12 +38,24 @@ def model_loader(
     device: str = "auto",
     micro_batch_size: int = 2,
     resolve: Callable[[Checkpoint], Path] = resolve_checkpoint_dir,
+    data_parallelism: int = 1,
+    tensor_parallelism: int = 1,
+    grad_accum_fp32: bool = False,
 ) -> ModelLoader:
     """The loader a client process uses: the model from the checkpoint the coordinator names
     (or as fetched from peers), DisTrO from the run's optimizer config, and the run's data
     provider (authenticated with ``key`` where the provider asks for it). ``resolve`` finds the
-    checkpoint's files (the Hub cache, or a local directory)."""
+    checkpoint's files (the Hub cache, or a local directory).
+
+    With ``data_parallelism`` or ``tensor_parallelism`` above 1 the trainer is a
+    :class:`~psyche.training.parallel.ParallelTrainer` over that many devices (worker processes
+    that rebuild the model from its config and get its weights from this process every step);
+    the payload and the weights are those of a single-device client. ``grad_accum_fp32`` sums
+    bf16 micro-batch gradients in fp32."""
     dev = pick_device(device)
+    # Bad degrees, too few GPUs or mps with parallelism fail here, before any checkpoint is read.
+    layout = ParallelLayout(data_parallelism, tensor_parallelism)
+    device_for_rank(dev, 0, layout)
 
     def load(coord: Coordinator, received: ReceivedModel | None) -> ModelKit:
         llm = coord.llm
@@ -64,10 +82,29 @@ def model_loader(
                 if (path / name).is_file()
             }
             source = str(llm.checkpoint.TAG)
+        try:
+            check_tp_compatible(model.config, layout.tp)
+        except ValueError as e:
+            raise ModelLoadError(f"this run's model cannot be tensor-parallel here: {e}") from e
         distro = Distro(model.named_parameters(), distro_config(llm.optimizer))
-        trainer = Trainer(model, distro, micro_batch_size=micro_batch_size, device=dev)
+        trainer = build_trainer(
+            model,
+            distro,
+            micro_batch_size=micro_batch_size,
+            device=dev,
+            data_parallelism=layout.dp,
+            tensor_parallelism=layout.tp,
+            grad_accum_fp32=grad_accum_fp32,
+        )
         data = provider_for_location(llm.data_location, llm.max_seq_len, secret_key=key)
-        log.info("model loaded on %s; training data from %s", dev, type(llm.data_location).TAG)
+        log.info(
+            "model loaded on %s (data parallelism %d, tensor parallelism %d); "
+            "training data from %s",
+            dev,
+            layout.dp,
+            layout.tp,
+            type(llm.data_location).TAG,
+        )
         return ModelKit(
             trainer=trainer, spec=distro.payload_spec, data=data, files=files, source=source
         )

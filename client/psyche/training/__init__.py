@@ -4,7 +4,7 @@ Modules: `presets` (random Llama models for tests and demos) and `tokenizer` (a 
 needs no download), `loading` (local directories, the HF Hub, P2P tensors), `trainer` (the train
 step of docs/distro.md, "Train step", around an injected `psyche.distro.Distro`), `schedule` (LR
 with the cold-start factor), `hashing` (bit-exact weight hashes), `device` (device, dtype,
-determinism).
+determinism), `parallel` (data and tensor parallelism inside one client: `ParallelTrainer`).
 
 Imports only `psyche.protocol` and `psyche.distro` from this package.
 """
@@ -24,6 +24,7 @@ from psyche.training.loading import (
     model_from_state_dict,
     resolve_checkpoint_dir,
 )
+from psyche.training.parallel import ParallelLayout, ParallelTrainer, build_trainer
 from psyche.training.presets import (
     BYTE_VOCAB_SIZE,
     PRESETS,
@@ -44,12 +45,15 @@ __all__ = [
     "InitResult",
     "ModelLoadError",
     "NonFiniteGradient",
+    "ParallelLayout",
+    "ParallelTrainer",
     "Preset",
     "StepOptimizer",
     "TrainOutput",
     "Trainer",
     "TrainingCancelled",
     "TrainingError",
+    "build_trainer",
     "byte_tokenizer",
     "cold_start_factor",
     "default_dtype",

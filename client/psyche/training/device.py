@@ -19,7 +19,7 @@ import torch
 
 __all__ = ["DEFAULT_SEED", "DeviceKind", "default_dtype", "enable_determinism", "pick_device"]
 
-DeviceKind = Literal["auto", "cpu", "cuda"]
+DeviceKind = Literal["auto", "cpu", "cuda", "mps"]
 
 DEFAULT_SEED = 1337
 """The reference client seeds torch with this before building its trainers.
@@ -29,7 +29,9 @@ See docs/protocol.md, "Warmup".
 
 
 def pick_device(kind: str = "auto") -> torch.device:
-    """`auto`: the first CUDA device if one is usable, else CPU; `cpu`; `cuda` or `cuda:N`."""
+    """`auto`: the first CUDA device if one is usable, else CPU; `cpu`; `cuda` or `cuda:N`;
+    `mps` (Apple GPUs) where torch has it. `auto` does not pick mps, so what it means on a
+    machine does not depend on whether torch was built with MPS; mps must be asked for."""
     if kind == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     if kind == "cpu":
@@ -40,7 +42,11 @@ def pick_device(kind: str = "auto") -> torch.device:
                 f"device {kind!r} requested but CUDA is not available; use 'cpu' or 'auto'"
             )
         return torch.device(kind)
-    raise ValueError(f"unknown device {kind!r}: expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if kind == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError("device 'mps' requested but MPS is not available; use 'cpu' or 'auto'")
+        return torch.device("mps")
+    raise ValueError(f"unknown device {kind!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
 
 
 def default_dtype(device: torch.device) -> torch.dtype:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from psyche.events import ModelLoadedEvent, StateEvent, TrainEvent, read_events
+from psyche.evals import write_synthetic_task
+from psyche.events import (
+    EvalEvent,
+    ModelLoadedEvent,
+    OptimStatsEvent,
+    StateEvent,
+    TrainEvent,
+    read_events,
+)
 from psyche.testnet.launcher import Testnet, TestnetOptions, epochs_completed, make_testnet
 
 from .conftest import free_port, make_config
@@ -32,8 +41,14 @@ def hashes_agree(rounds: list[dict]) -> bool:
 def test_three_clients_finish_an_epoch_with_identical_weights(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
+    """Also the testnet's documented metrics and debugging flags, which must not disturb the
+    run: W&B (offline: no key, nothing leaves the machine), evals at cooldown, log files,
+    optimizer statistics and the DisTrO payloads written to disk. The server's port is left to
+    the testnet (a free one)."""
     cfg = make_config(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=9)
     summary = tmp_path / "summary.json"
+    write_synthetic_task(tmp_path / "task", docs=8, seed=0)
+    net = tmp_path / "net"
     cmd = [
         sys.executable,
         "-m",
@@ -42,21 +57,56 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
         "start",
         "--config-path",
         str(cfg),
-        "--server-port",
-        str(free_port()),
         "--tui",
         "false",
         "--out",
-        str(tmp_path / "net"),
+        str(net),
         "--summary",
         str(summary),
         "--timeout",
         "400",
+        "--wandb-project",
+        "psyche-e2e",
+        "--wandb-group",
+        "ci",
+        "--eval-tasks",
+        str(tmp_path / "task"),
+        "--write-log",
+        "--optim-stats",
+        "3",
+        "--write-distro-data",
+        str(tmp_path / "distro"),
+        "--log",
+        "warn,psyche.status=info",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    wandb_home = tmp_path / "wandb-home"
+    env.update(
+        WANDB_MODE="offline",
+        WANDB_CONFIG_DIR=str(wandb_home / "config"),
+        WANDB_CACHE_DIR=str(wandb_home / "cache"),
+        WANDB_DATA_DIR=str(wandb_home / "data"),
+    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     reap_children.append(proc)
     out, _ = proc.communicate(timeout=450)
     assert proc.returncode == 0, out.decode()[-3000:]
+    for n in (1, 2, 3):
+        label = f"client-{n}"
+        # W&B's offline run directory, one per client, under the testnet's output.
+        runs = list((net / "wandb").glob("offline-run-*"))
+        assert len(runs) == 3, runs
+        assert all(list(r.glob("run-*.wandb")) for r in runs)
+        # --write-log: each client's own log file, at the --log levels (status lines only).
+        text = (net / "write-logs" / f"{label}.log").read_text()
+        assert "INFO psyche.status: step 1 " in text, text[-2000:]
+        assert "INFO psyche.client" not in text, text[-2000:]
+        events = read_events(net / "events" / f"{label}.jsonl")
+        evals = [e for e in events if isinstance(e, EvalEvent)]
+        assert evals and evals[-1].task == "task" and evals[-1].docs == 8
+        stats = [e for e in events if isinstance(e, OptimStatsEvent)]
+        assert stats and all(e.step % 3 == 0 for e in stats)
+        assert list((tmp_path / "distro" / label).glob("*.payload"))
     s = json.loads(summary.read_text())
     rounds = s["rounds"]
     assert s["epochs_completed"] == 1 and s["final_state"] == "Finished"

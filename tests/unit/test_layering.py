@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2] / "client" / "psyche"
 PROTOCOL_CORE = {"protocol", "coordinator"}
 EVERYTHING = {
     "psyche", "protocol", "coordinator", "events", "net", "p2p", "distro", "training", "data",
-    "checkpoint", "backends", "daemon", "simulation", "testnet", "localsvm",
+    "checkpoint", "backends", "daemon", "simulation", "testnet", "localsvm", "metrics",
+    "evals",
 }  # fmt: skip
 
 # What each unit may import (a unit never needs itself listed). An entry is a subpackage, or a
@@ -45,6 +46,10 @@ ALLOWED: dict[str, set[str]] = {
     "data": {"protocol", "net"},
     # The trainer drives the DisTrO optimizer.
     "training": {"protocol", "distro"},
+    # Metrics sinks read the event records; optimizer statistics read a trainer's model and DisTrO.
+    "metrics": {"events", "protocol", "distro", "training"},
+    # Evals score a model (training) on tasks read from files or the local Hub cache.
+    "evals": {"protocol", "training"},
     # Checkpoints are models (training) saved locally or fetched from peers.
     "checkpoint": {"protocol", "p2p", "net", "training"},
     # A local Solana validator stand-in: it must not know what psyche runs on it.
@@ -55,7 +60,8 @@ ALLOWED: dict[str, set[str]] = {
     # The client's logic talks to its coordinator only through the Backend seam; which backend
     # it gets is decided where the process is assembled (cli).
     "daemon": PROTOCOL_CORE
-    | {"events", "p2p", "net", "distro", "training", "data", "checkpoint", "backends.base"},
+    | {"events", "p2p", "net", "distro", "training", "data", "checkpoint", "backends.base"}
+    | {"evals", "metrics"},
     # Many clients in one process: it assembles daemons and a coordinator host in memory, as cli
     # assembles one process.
     "simulation": EVERYTHING - {"cli", "testnet", "localsvm"},

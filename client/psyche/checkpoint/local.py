@@ -107,13 +107,36 @@ def save_checkpoint(
                 (tmp / name).write_bytes(files[name])
         info = {"run_id": run_id, "step": step, **(meta or {})}
         (tmp / CHECKPOINT_META).write_text(json.dumps(info) + "\n")
+        # Every client given the same --checkpoint-dir saves the same step (bit-identical
+        # weights): a copy already there with our model hash is kept, and losing the race to
+        # another writer of the same weights is not an error.
+        if _same_weights(final, info):
+            shutil.rmtree(tmp, ignore_errors=True)
+            return final
         if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not _same_weights(final, info):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _same_weights(path: Path, info: Mapping[str, object]) -> bool:
+    """``path`` is a complete checkpoint of the same step and model hash as ``info``."""
+    if "model_hash" not in info:
+        return False
+    try:
+        meta = json.loads((path / CHECKPOINT_META).read_text())
+    except (OSError, ValueError):
+        return False
+    keys = ("run_id", "step", "model_hash")
+    return isinstance(meta, dict) and all(meta.get(k) == info.get(k) for k in keys)
 
 
 def prune_checkpoints(directory: str | os.PathLike[str], run_id: str, keep: int) -> list[Path]:

@@ -10,7 +10,13 @@ from typing import Any
 
 import click
 
-from psyche.cli.daemon_options import daemon_options, take_checkpoint_and_sharing
+from psyche.cli.daemon_options import (
+    bind_address,
+    daemon_options,
+    take_checkpoint_and_sharing,
+    take_training_flags,
+)
+from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.logs import setup_logging
 
 
@@ -21,18 +27,25 @@ def client() -> None:
 
 
 @client.command("show-identity")
-@click.option("--identity-secret-key-path", envvar="IDENTITY_SECRET_KEY_PATH", default=None)
+@click.option(
+    "-i",
+    "--identity-secret-key-path",
+    envvar="IDENTITY_SECRET_KEY_PATH",
+    default=None,
+    help="Key file (create one with `openssl rand 32 > secret.key`); or RAW_IDENTITY_SECRET_KEY.",
+)
 def show_identity_cmd(identity_secret_key_path: str | None) -> None:
     """Print the P2P peer id of the key this client would use."""
-    from psyche.p2p.peer_id import show_identity
+    from psyche.cli.identity import echo_identity
 
-    click.echo(show_identity(identity_secret_key_path, os.environ))
+    echo_identity(identity_secret_key_path)
 
 
 @client.command("train")
 @click.option("--run-id", required=True, envvar="RUN_ID", help="Run to join.")
 @click.option("--server-addr", required=True, envvar="SERVER_ADDR", help="host:port of the server.")
 @click.option(
+    "-i",
     "--identity-secret-key-path",
     envvar="IDENTITY_SECRET_KEY_PATH",
     default=None,
@@ -48,22 +61,24 @@ def train(
     **kw: Any,
 ) -> None:
     """Join RUN_ID at SERVER_ADDR and train until the run is finished."""
-    setup_logging(logs)
+    setup_logging(logs, write_log=kw.pop("write_log"))
     from psyche.cli.client_process import ClientOptions, run_client
 
     checkpoint, sharing = take_checkpoint_and_sharing(kw)
+    flags = take_training_flags(kw)
     options = ClientOptions(
         run_id=run_id,
         coordinator_addr=server_addr,
         key_path=identity_secret_key_path,
         raw_key=os.environ.get("RAW_IDENTITY_SECRET_KEY"),
-        p2p_host=kw["bind_p2p_host"],
+        p2p_host=bind_address(kw["bind_p2p_host"]),
         p2p_port=kw["bind_p2p_port"],
         micro_batch_size=kw["micro_batch_size"],
         checkpoint=checkpoint,
         sharing=sharing,
         device=kw["device"],
         event_log=kw["event_log"],
+        training=flags,
     )
     try:
         code = asyncio.run(run_client(options))
@@ -71,3 +86,6 @@ def train(
         logging.getLogger("psyche").warning("interrupted")
         code = 130
     sys.exit(code)
+
+
+add_print_all_help(client, "psyche-centralized-client")

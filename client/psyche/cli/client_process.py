@@ -15,12 +15,16 @@ from typing import Protocol
 
 from psyche.backends.base import Backend, BackendError, JoinRejectedError
 from psyche.backends.centralized.backend import CentralizedBackend
+from psyche.checkpoint.p2p import ReceivedModel
+from psyche.cli.daemon_options import TrainingFlags
+from psyche.coordinator import Coordinator
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.engine import RoundEngine
 from psyche.daemon.loader import model_loader
-from psyche.daemon.parts import PeerDirectory, client_parts
+from psyche.daemon.parts import ModelKit, ModelLoader, PeerDirectory, client_parts
 from psyche.daemon.sharing import SharingOptions
-from psyche.events import EventLog
+from psyche.evals import EvalTaskError
+from psyche.events import EventLog, EventSink
 from psyche.p2p.node import P2PNode
 from psyche.protocol.identity import SecretKey, secret_key_from_env_or_file
 
@@ -49,6 +53,8 @@ class ClientOptions:
     event_log: str | None = None
     checkpoint: CheckpointOptions = field(default_factory=CheckpointOptions)
     sharing: SharingOptions = field(default_factory=SharingOptions)
+    training: TrainingFlags | None = None
+    """Parallelism, evals, metrics and debugging flags (none: the defaults)."""
 
 
 async def run_client(
@@ -67,21 +73,27 @@ async def run_client(
         else CentralizedBackend(options.coordinator_addr, key, options.run_id)
     )
     p2p = P2PNode()
+    flags = options.training
+    events = EventLog(options.event_log, me.hex(), sinks=metric_sinks(options, me.hex()))
+    kits: list[ModelKit] = []
     try:
+        try:
+            parts = client_parts(
+                key=key,
+                backend=backend,
+                transport=p2p,
+                load=_remembering(kits, _loader(key, options)),
+                events=events,
+                checkpoint=options.checkpoint,
+                sharing=options.sharing,
+                options=flags.daemon if flags is not None else None,
+            )
+        except EvalTaskError as e:
+            log.error("--eval-tasks: %s", e)
+            return EXIT_ERROR
         await backend.connect()
         await p2p.start(
             key, run_id=options.run_id, listen_port=options.p2p_port, listen_host=options.p2p_host
-        )
-        parts = client_parts(
-            key=key,
-            backend=backend,
-            transport=p2p,
-            load=model_loader(
-                key, device=options.device, micro_batch_size=options.micro_batch_size
-            ),
-            events=EventLog(options.event_log, me.hex()),
-            checkpoint=options.checkpoint,
-            sharing=options.sharing,
         )
         await RoundEngine(parts, backend).run()
         log.info("run %r finished", options.run_id)
@@ -95,3 +107,58 @@ async def run_client(
     finally:
         await p2p.stop()
         await backend.close()
+        for kit in kits:
+            _close_trainer(kit)
+        events.close()
+
+
+def _close_trainer(kit: ModelKit) -> None:
+    close = getattr(kit.trainer, "close", None)
+    if close is not None:
+        close()  # data/tensor-parallel workers
+
+
+def _loader(key: SecretKey, options: ClientOptions) -> ModelLoader:
+    flags = options.training
+    return model_loader(
+        key,
+        device=options.device,
+        micro_batch_size=options.micro_batch_size,
+        data_parallelism=flags.data_parallelism if flags is not None else 1,
+        tensor_parallelism=flags.tensor_parallelism if flags is not None else 1,
+        grad_accum_fp32=flags.grad_accum_fp32 if flags is not None else False,
+    )
+
+
+def _remembering(kits: list[ModelKit], load: ModelLoader) -> ModelLoader:
+    """``load``, keeping the kit it built last so the process can close its trainer at exit. A
+    new kit replaces the engine's previous one (a client that dropped out reloads), whose
+    trainer is closed then: its data-parallel workers would otherwise outlive it."""
+
+    def remembered(coord: Coordinator, received: ReceivedModel | None) -> ModelKit:
+        kit = load(coord, received)
+        for old in kits:
+            _close_trainer(old)
+        kits[:] = [kit]
+        return kit
+
+    return remembered
+
+
+def metric_sinks(options: ClientOptions, client: str) -> list[EventSink]:
+    """The status line always; W&B with ``--wandb-project``."""
+    from psyche.metrics import StatusLine, WandbSink
+
+    sinks: list[EventSink] = [StatusLine(logging.getLogger("psyche.status"))]
+    flags = options.training
+    if flags is not None and flags.wandb is not None:
+        config = {
+            "run_id": options.run_id,
+            "client": client,
+            "micro_batch_size": options.micro_batch_size,
+            "data_parallelism": flags.data_parallelism,
+            "tensor_parallelism": flags.tensor_parallelism,
+            "device": options.device,
+        }
+        sinks.append(WandbSink(flags.wandb, client=client, config=config))
+    return sinks

@@ -4,17 +4,22 @@ same features under the same names and environment twins."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:  # imported when used: they pull in torch, which a --help need not load
     from psyche.daemon.checkpointing import CheckpointOptions
+    from psyche.daemon.parts import DaemonOptions
     from psyche.daemon.sharing import SharingOptions
+    from psyche.metrics import WandbOptions
 
-__all__ = ["daemon_options", "take_checkpoint_and_sharing"]
+__all__ = ["TrainingFlags", "daemon_options", "take_checkpoint_and_sharing", "take_training_flags"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,11 +27,126 @@ F = TypeVar("F", bound=Callable[..., Any])
 def daemon_options(*, p2p_host: str) -> Callable[[F], F]:
     """Add the shared flags; ``p2p_host`` is the default of ``--bind-p2p-host``."""
     options = [
-        click.option("--bind-p2p-port", default=0, show_default=True, envvar="BIND_P2P_PORT"),
         click.option(
-            "--bind-p2p-host", default=p2p_host, show_default=True, envvar="BIND_P2P_HOST"
+            "--bind-p2p-port",
+            default=0,
+            show_default=True,
+            envvar="BIND_P2P_PORT",
+            type=click.IntRange(0, 65535),
+            help="P2P port (0: a free one).",
         ),
-        click.option("--micro-batch-size", default=2, show_default=True, envvar="MICRO_BATCH_SIZE"),
+        click.option(
+            "--bind-p2p-host",
+            "--bind-p2p-interface",
+            "bind_p2p_host",
+            default=p2p_host,
+            show_default=True,
+            envvar=["BIND_P2P_HOST", "BIND_P2P_INTERFACE"],
+            help="Address to listen on for P2P, or a network interface name (eth0) whose IPv4 "
+            "address is used.",
+        ),
+        click.option(
+            "--data-parallelism",
+            default=1,
+            show_default=True,
+            envvar="DATA_PARALLELISM",
+            type=click.IntRange(1),
+            help="Devices (worker processes) the client's batch is split over; gradients are "
+            "summed locally, one payload is sent.",
+        ),
+        click.option(
+            "--tensor-parallelism",
+            default=1,
+            show_default=True,
+            envvar="TENSOR_PARALLELISM",
+            type=click.IntRange(1),
+            help="Devices each model copy's linear layers are sharded over (per data-parallel "
+            "replica; DP × TP devices in all).",
+        ),
+        click.option(
+            "--micro-batch-size",
+            default=2,
+            show_default=True,
+            envvar="MICRO_BATCH_SIZE",
+            type=click.IntRange(1),
+            help="Samples per forward/backward on one device (as high as memory allows).",
+        ),
+        click.option(
+            "--grad-accum-in-fp32",
+            is_flag=True,
+            default=False,
+            envvar="GRAD_ACCUM_IN_FP32",
+            help="Sum micro-batch gradients in fp32 buffers (bf16 models), rounded once.",
+        ),
+        click.option(
+            "--eval-tasks",
+            default=None,
+            envvar="EVAL_TASKS",
+            help="Comma-separated eval tasks (hellaswag, arc_easy, arc_challenge, mmlu from the "
+            "local Hub datasets cache, or .jsonl files / directories), scored at each cooldown.",
+        ),
+        click.option(
+            "--eval-fewshot",
+            default=0,
+            show_default=True,
+            envvar="EVAL_FEWSHOT",
+            type=click.IntRange(0),
+        ),
+        click.option("--eval-seed", default=42, show_default=True, envvar="EVAL_SEED", type=int),
+        click.option(
+            "--eval-task-max-docs",
+            default=None,
+            envvar="EVAL_TASK_MAX_DOCS",
+            type=click.IntRange(1),
+            help="Documents scored per task (default: all).",
+        ),
+        click.option(
+            "--write-gradients-dir",
+            default=None,
+            envvar="WRITE_GRADIENTS_DIR",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Write every verified payload (peers' and our own) to this directory.",
+        ),
+        click.option(
+            "--dummy-training-delay-secs",
+            default=None,
+            envvar="DUMMY_TRAINING_DELAY_SECS",
+            type=click.FloatRange(0),
+            help="Testing: hold each trained result back this many seconds before publishing.",
+        ),
+        click.option(
+            "--max-concurrent-downloads",
+            default=8,
+            show_default=True,
+            envvar="MAX_CONCURRENT_DOWNLOADS",
+            type=click.IntRange(1),
+            help="Peers' results downloaded at once.",
+        ),
+        click.option(
+            "--compression",
+            default=None,
+            envvar="COMPRESSION",
+            type=click.IntRange(0),
+            help="Accepted for compatibility; has no effect (see the warning it prints).",
+        ),
+        click.option(
+            "--optim-stats-steps",
+            default=None,
+            envvar="OPTIM_STATS_STEPS",
+            type=click.IntRange(1),
+            help="Log optimizer statistics every N steps.",
+        ),
+        click.option("--wandb-project", default=None, envvar="WANDB_PROJECT"),
+        click.option("--wandb-run", default=None, envvar="WANDB_RUN"),
+        click.option("--wandb-group", default=None, envvar="WANDB_GROUP"),
+        click.option("--wandb-entity", default=None, envvar="WANDB_ENTITY"),
+        click.option(
+            "--write-log",
+            default=None,
+            envvar="WRITE_LOG",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Also write the log to this file.",
+        ),
         click.option(
             "--checkpoint-dir",
             default=None,
@@ -108,3 +228,88 @@ def take_checkpoint_and_sharing(kw: dict[str, Any]) -> tuple[CheckpointOptions, 
         hub_token=token,
     )
     return checkpoint, SharingOptions(max_concurrent_requests=requests, request_timeout_s=timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingFlags:
+    """The flags of :func:`daemon_options` beyond checkpoints and sharing, checked."""
+
+    daemon: DaemonOptions
+    wandb: WandbOptions | None
+    data_parallelism: int
+    tensor_parallelism: int
+    grad_accum_fp32: bool
+
+
+def take_training_flags(kw: dict[str, Any]) -> TrainingFlags:
+    """Pop the parallelism, eval, metrics and debugging flags from ``kw`` and build options."""
+    from psyche.daemon.evaluating import EvalOptions
+    from psyche.daemon.parts import DaemonOptions
+    from psyche.metrics import WandbOptions
+
+    compression = kw.pop("compression")
+    if compression is not None:
+        logging.getLogger("psyche.client").warning(
+            "--compression %d has no effect here: a result's size is set by the run's DisTrO "
+            "config (compression_topk, compression_chunk) and the payload format's own entropy "
+            "coding, which every client must share",
+            compression,
+        )
+    tasks = kw.pop("eval_tasks")
+    fewshot, seed, max_docs = (
+        kw.pop("eval_fewshot"),
+        kw.pop("eval_seed"),
+        kw.pop("eval_task_max_docs"),
+    )
+    evals = (
+        EvalOptions(tasks=tasks, fewshot=fewshot, seed=seed, max_docs=max_docs) if tasks else None
+    )
+    delay = kw.pop("dummy_training_delay_secs")
+    daemon = DaemonOptions(
+        optim_stats_steps=kw.pop("optim_stats_steps"),
+        training_delay_s=float(delay or 0.0),
+        max_concurrent_downloads=kw.pop("max_concurrent_downloads"),
+        gradients_dir=kw.pop("write_gradients_dir"),
+        evals=evals,
+    )
+    project = kw.pop("wandb_project")
+    run, group, entity = kw.pop("wandb_run"), kw.pop("wandb_group"), kw.pop("wandb_entity")
+    if project is None and (run or group or entity):
+        raise click.UsageError("--wandb-run/--wandb-group/--wandb-entity need --wandb-project")
+    wandb = WandbOptions(project=project, run=run, group=group, entity=entity) if project else None
+    return TrainingFlags(
+        daemon=daemon,
+        wandb=wandb,
+        data_parallelism=kw.pop("data_parallelism"),
+        tensor_parallelism=kw.pop("tensor_parallelism"),
+        grad_accum_fp32=kw.pop("grad_accum_in_fp32"),
+    )
+
+
+def bind_address(value: str) -> str:
+    """``--bind-p2p-host``/``--bind-p2p-interface``: an address as given, or the IPv4 address of
+    the network interface of that name (``eth0``)."""
+    import ipaddress
+    import socket
+
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    names = {name for _, name in socket.if_nameindex()}
+    if value not in names:
+        return value  # a host name: the P2P node resolves it
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915  # Linux: the interface's IPv4 address
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", value.encode()[:15]))
+        except OSError as e:
+            raise click.BadParameter(
+                f"interface {value!r} has no IPv4 address ({e.strerror})",
+                param_hint="--bind-p2p-interface",
+            ) from None
+    return socket.inet_ntoa(packed[20:24])

@@ -8,6 +8,8 @@ from psyche import __version__
 from psyche.cli.client import client
 from psyche.cli.data import data_group
 from psyche.cli.demo import demo
+from psyche.cli.evals import evals_group
+from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.model import model_group
 from psyche.cli.server import server
 from psyche.cli.solana import solana
@@ -27,6 +29,9 @@ cli.add_command(solana, "solana-client")
 cli.add_command(model_group, "model")
 cli.add_command(data_group, "data")
 cli.add_command(demo, "demo")
+cli.add_command(evals_group, "evals")
+
+add_print_all_help(cli, "psyche")
 
 if __name__ == "__main__":
     cli()

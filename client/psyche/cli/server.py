@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from psyche.cli.help_markdown import add_print_all_help
 from psyche.protocol.locations import ServerData
 from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import DistroOptimizer
@@ -134,6 +136,11 @@ def _setup_logging(console: Console, tui: bool, verbose: bool) -> None:
         handler = logging.StreamHandler(sys.stderr)
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=level, format=fmt, handlers=[handler], force=True)
+    spec = os.environ.get("PSYCHE_LOG")
+    if spec:
+        from psyche.cli.logs import apply_log_spec
+
+        apply_log_spec(spec)  # the local testnet's --log
 
 
 @server.command("run")
@@ -146,12 +153,12 @@ def _setup_logging(console: Console, tui: bool, verbose: bool) -> None:
     help="Run state file (state.toml).",
 )
 @click.option(
+    "-s",
     "--server-port",
-    default=20000,
-    show_default=True,
+    default=0,
     envvar="PSYCHE_SERVER_PORT",
     type=click.IntRange(0, 65535),
-    help="TCP port for clients (0: any free port).",
+    help="TCP port for clients (default: a free port, printed at start).",
 )
 @click.option(
     "--host",
@@ -239,3 +246,6 @@ def run_cmd(
     except OSError as e:
         console.print(f"[bold red]cannot listen[/] (port {server_port} or the data port): {e}")
         sys.exit(1)
+
+
+add_print_all_help(server, "psyche-centralized-server")

@@ -23,6 +23,7 @@ import os
 import click
 
 from psyche.cli import solana_admin, solana_join
+from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.solana_options import DIRECT_ENV, envvars, unquote_environ
 
 
@@ -40,3 +41,6 @@ def solana(ctx: click.Context) -> None:
 
 for command in (*solana_admin.COMMANDS, *solana_join.COMMANDS):
     solana.add_command(command)
+
+
+add_print_all_help(solana, "psyche-solana-client")

@@ -14,6 +14,7 @@ from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.peers import BootstrapDirectory, parse_bootstrap_peers
 from psyche.backends.solana.session import Session
 from psyche.cli.client_process import ClientOptions, run_client
+from psyche.cli.daemon_options import TrainingFlags
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.sharing import SharingOptions
 from psyche.events import EventLog, TransactionEvent
@@ -36,6 +37,7 @@ async def train_on_solana(
     sharing: SharingOptions | None = None,
     device: str = "auto",
     event_log: str | None = None,
+    training: TrainingFlags | None = None,
 ) -> int:
     ixs, _ = await session.run(run_id)
     inst = await session.instance(run_id)
@@ -76,5 +78,6 @@ async def train_on_solana(
         sharing=sharing or SharingOptions(),
         device=device,
         event_log=event_log,
+        training=training,
     )
     return await run_client(options, key=key, make_backend=make_backend)

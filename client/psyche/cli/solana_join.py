@@ -12,7 +12,13 @@ from typing import Any
 
 import click
 
-from psyche.cli.daemon_options import daemon_options, take_checkpoint_and_sharing
+from psyche.cli.daemon_options import (
+    bind_address,
+    daemon_options,
+    take_checkpoint_and_sharing,
+    take_training_flags,
+)
+from psyche.cli.identity import create_static_identity_cmd, show_static_identity_cmd
 from psyche.cli.logs import setup_logging
 from psyche.cli.solana_options import (
     authorizer_option,
@@ -168,13 +174,18 @@ def ja_delete_cmd(session: Any, authorizer: str | None):
     default=None,
     help="Must equal the run's (default: this package's version).",
 )
-@click.option("--data-parallelism", envvar="DATA_PARALLELISM", type=int, default=1)
-@click.option("--tensor-parallelism", envvar="TENSOR_PARALLELISM", type=int, default=1)
 @click.option(
     "--bootstrap-peers",
     envvar="PSYCHE_BOOTSTRAP_PEERS",
     default=None,
     help="Multiaddrs (/…/p2p/<peer id>) of other clients, comma or space separated.",
+)
+@click.option(
+    "-i",
+    "--identity-secret-key-path",
+    envvar="IDENTITY_SECRET_KEY_PATH",
+    default=None,
+    help="Accepted for compatibility and ignored: on Solana the P2P identity is the wallet's key.",
 )
 @daemon_options(p2p_host="0.0.0.0")
 def train(
@@ -182,26 +193,22 @@ def train(
     run_id: str,
     authorizer: str | None,
     client_version: str | None,
-    data_parallelism: int,
-    tensor_parallelism: int,
+    identity_secret_key_path: str | None,
     **kw: Any,
 ) -> None:
     """Join RUN_ID on Solana and train until the run is finished (exit 10: wrong version)."""
-    for name, value in (
-        ("--data-parallelism", data_parallelism),
-        ("--tensor-parallelism", tensor_parallelism),
-    ):
-        if value != 1:
-            raise click.BadParameter(
-                f"{value}: only 1 is supported (this trainer runs one model copy on one device)",
-                param_hint=name,
-            )
-    setup_logging(kw.pop("logs"))
+    setup_logging(kw.pop("logs"), write_log=kw.pop("write_log"))
+    if identity_secret_key_path:
+        logging.getLogger("psyche.client").warning(
+            "--identity-secret-key-path is ignored on Solana: the client's P2P identity is its "
+            "wallet's ed25519 key, so the coordinator and peers know it by one key"
+        )
     from psyche import __version__
     from psyche.cli.solana_client_process import train_on_solana
 
     checkpoint, sharing = take_checkpoint_and_sharing(kw)
-
+    training = take_training_flags(kw)
+    kw["bind_p2p_host"] = bind_address(kw["bind_p2p_host"])
     try:
         code = run_async(
             session,
@@ -212,6 +219,7 @@ def train(
                 client_version=client_version or __version__,
                 checkpoint=checkpoint,
                 sharing=sharing,
+                training=training,
                 **kw,
             ),
         )
@@ -229,4 +237,6 @@ COMMANDS = (
     ja_read_cmd,
     ja_delete_cmd,
     train,
+    show_static_identity_cmd,
+    create_static_identity_cmd,
 )

@@ -104,6 +104,7 @@ def _wallet(kw: dict[str, Any], *, required: bool) -> Any:
 def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., Any]:
     options = [
         click.option(
+            "-r",
             "--rpc",
             envvar="RPC",
             default="http://127.0.0.1:8899",
@@ -118,7 +119,10 @@ def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., A
         ),
         click.option("--rpc-2", envvar="RPC_2", default=None, help="Fallback RPC endpoint."),
         click.option("--ws-rpc-2", envvar="WS_RPC_2", default=None),
+        click.option("--rpc-3", envvar="RPC_3", default=None, help="Second fallback RPC endpoint."),
+        click.option("--ws-rpc-3", envvar="WS_RPC_3", default=None),
         click.option(
+            "-w",
             "--wallet-private-key-path",
             envvar="WALLET_PRIVATE_KEY_PATH",
             default=None,
@@ -143,6 +147,8 @@ def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., A
             _ws_url(kw.pop("ws_rpc"), "--ws-rpc"),
             _rpc_url(kw.pop("rpc_2"), "--rpc-2"),
             _ws_url(kw.pop("ws_rpc_2"), "--ws-rpc-2"),
+            _rpc_url(kw.pop("rpc_3"), "--rpc-3"),
+            _ws_url(kw.pop("ws_rpc_3"), "--ws-rpc-3"),
         )
         session = Session(
             endpoints,

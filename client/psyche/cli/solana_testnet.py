@@ -14,6 +14,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.testnet import net_options, run_and_report, testnet_options
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny-solana"
@@ -60,3 +61,6 @@ def start(tui: bool | None, **kw: Any) -> None:
         console.print(f"[red]cannot start[/]: {e}")
         sys.exit(1)
     run_and_report(net, console, tui)
+
+
+add_print_all_help(solana_testnet, "psyche-solana-local-testnet")

@@ -17,6 +17,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from psyche.cli.help_markdown import add_print_all_help
+
 if TYPE_CHECKING:
     from psyche.testnet.base import LocalTestnet
 
@@ -81,6 +83,46 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
         click.option("--device", default="cpu", show_default=True, envvar="PSYCHE_DEVICE"),
         click.option("--micro-batch-size", default=2, show_default=True, envvar="MICRO_BATCH_SIZE"),
         click.option("--timeout", default=3600.0, show_default=True, envvar="TESTNET_TIMEOUT"),
+        click.option(
+            "--log",
+            default=None,
+            envvar="PSYCHE_LOG",
+            help="Log levels of every child: LEVEL[,logger=LEVEL…] (e.g. warn,psyche=debug).",
+        ),
+        click.option(
+            "--write-log",
+            is_flag=True,
+            default=False,
+            help="Each client also writes its log to <out>/write-logs/<client>.log.",
+        ),
+        click.option(
+            "--first-client-checkpoint",
+            default=None,
+            help="Hugging Face repo (owner/name[@revision]) or model directory the run's model "
+            "and config are loaded from, instead of the config's checkpoint.",
+        ),
+        click.option("--hf-token", default=None, help="HF_TOKEN for the clients (Hub access)."),
+        click.option(
+            "--wandb-project",
+            default=None,
+            help="Log each client to W&B (run <run>-<client>; offline without WANDB_API_KEY, "
+            "kept under <out>/wandb).",
+        ),
+        click.option("--wandb-group", default=None),
+        click.option("--wandb-entity", default=None),
+        click.option("--eval-tasks", default=None, help="The clients' --eval-tasks."),
+        click.option(
+            "--optim-stats",
+            default=None,
+            type=click.IntRange(1),
+            help="The clients' --optim-stats-steps.",
+        ),
+        click.option(
+            "--write-distro-data",
+            default=None,
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Each client writes every payload to <dir>/<client>/.",
+        ),
     ]
 
     def decorate(f: F) -> F:
@@ -106,12 +148,28 @@ def net_options(kw: dict[str, Any]) -> dict[str, Any]:
         "device": kw.pop("device"),
         "micro_batch_size": kw.pop("micro_batch_size"),
         "timeout_s": kw.pop("timeout"),
+        "log": kw.pop("log"),
+        "write_log": kw.pop("write_log"),
+        "first_client_checkpoint": kw.pop("first_client_checkpoint"),
+        "hf_token": kw.pop("hf_token"),
+        "wandb_project": kw.pop("wandb_project"),
+        "wandb_group": kw.pop("wandb_group"),
+        "wandb_entity": kw.pop("wandb_entity"),
+        "eval_tasks": kw.pop("eval_tasks"),
+        "optim_stats": kw.pop("optim_stats"),
+        "write_distro_data": kw.pop("write_distro_data"),
     }
 
 
 @testnet.command("start")
 @testnet_options(DEFAULT_CONFIG)
-@click.option("--server-port", default=20000, show_default=True, envvar="PSYCHE_SERVER_PORT")
+@click.option(
+    "--server-port",
+    default=0,
+    envvar="PSYCHE_SERVER_PORT",
+    type=click.IntRange(0, 65535),
+    help="The server's port (default: a free port, so two testnets never collide).",
+)
 def start(tui: bool | None, **kw: Any) -> None:
     """Start the server and NUM_CLIENTS clients, follow the run, write the summary and plot."""
     from psyche.protocol.strict_obj import ConfigError
@@ -235,3 +293,6 @@ def _status(net: LocalTestnet) -> Group:
             rejections_text(tally.rejections),
         )
     return Group(table, clients)
+
+
+add_print_all_help(testnet, "psyche-centralized-local-testnet")

@@ -2,8 +2,10 @@
 
 See docs/protocol.md, "Checkpoint lifecycle" and "Cooldown".
 
-In Cooldown the coordinator elects ``max(1, ⌊n/3⌋)`` checkpointers (docs/protocol.md item 7).
-Each one that runs with ``--checkpoint-dir`` starts a background task that
+Every client that runs with ``--checkpoint-dir`` saves the epoch's final weights at Cooldown
+(step 1 below; the user documentation's promise). In Cooldown the coordinator also elects
+``max(1, ⌊n/3⌋)`` checkpointers (docs/protocol.md item 7); each elected one goes on to steps 2
+and 3. The background task
 
 1. saves ``{dir}/{run_id}-step{N}/`` in Hugging Face format (N = the epoch's last step) from a
    copy of the weights taken when Cooldown began, and keeps the newest ``--keep-steps``;
@@ -44,7 +46,8 @@ REPO_ID_MAX_BYTES = 64
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointOptions:
     checkpoint_dir: str | None = None
-    """Where elected checkpointers save (``--checkpoint-dir``); nothing is saved without it."""
+    """Where this client saves each epoch's weights (``--checkpoint-dir``); nothing is saved
+    without it."""
     keep_steps: int = 3
     """Newest local checkpoints kept per run (``--keep-steps``; 0 keeps all)."""
     hub_repo: str | None = None
@@ -77,12 +80,13 @@ class Checkpointer:
         run_id: str,
         step: int,
         epoch: int,
-        index: int,
+        index: int | None,
         tensors: Mapping[str, torch.Tensor],
         files: Mapping[str, bytes],
         model_hash: str,
     ) -> None:
-        """Save (and upload) in the background, then report to the coordinator."""
+        """Save in the background; an elected checkpointer (``index``: its checkpointer index)
+        then uploads and reports to the coordinator, any other client only keeps the copy."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
         meta = {"epoch": epoch, "model_hash": model_hash}
@@ -95,7 +99,7 @@ class Checkpointer:
         self,
         run_id: str,
         step: int,
-        index: int,
+        index: int | None,
         tensors: dict[str, torch.Tensor],
         files: dict[str, bytes],
         meta: dict[str, object],
@@ -109,6 +113,8 @@ class Checkpointer:
         await asyncio.to_thread(prune_checkpoints, directory, run_id, self.options.keep_steps)
         self.events.write(CheckpointEvent(step=step, path=str(path)))
         log.info("saved checkpoint %s", path)
+        if index is None:
+            return  # not elected: the copy is this client's own
         if self.uploader is not None:
             oid = await self.uploader.upload(path, step)
             self.events.write(UploadEvent(step=step, repo=self.uploader.repo_id, revision=oid))

@@ -1,4 +1,5 @@
-"""Cooldown: serve the epoch's final weights to joiners; an elected checkpointer saves them.
+"""Cooldown: serve the epoch's final weights to joiners, save them (every client with
+``--checkpoint-dir``; the elected checkpointers also upload and report them) and run the evals.
 
 Started from the epoch's last training step, whose training must be over first (the weights
 served must be the ones every client holds). Also run, as :func:`missed_cooldown`, when the
@@ -39,16 +40,19 @@ class CooldownStep:
             return
         model = self.kit.trainer.model
         await self.parts.sharing.snapshot(model, self.kit.files, coord.progress.step)
+        if self.parts.evals is not None:
+            self.parts.evals.start(self.kit, coord.progress.step)
         checkpointer = self.parts.checkpointer
-        if not checkpointer.enabled or i not in coord.checkpointer_indices():
+        if not checkpointer.enabled:
             return
+        elected = i in coord.checkpointer_indices()
         tensors = await asyncio.to_thread(state_tensors, model)
         digest = await asyncio.to_thread(model_hash, model)
         checkpointer.start(
             run_id=coord.run_id,
             step=coord.progress.step - 1,
             epoch=coord.progress.epoch,
-            index=i,
+            index=i if elected else None,
             tensors=tensors,
             files=self.kit.files,
             model_hash=digest,

@@ -90,6 +90,8 @@ class RoundEngine:
             if isinstance(self.step, TrainingStep):
                 self.step.cancel()
             await self.parts.checkpointer.close()
+            if self.parts.evals is not None:
+                await self.parts.evals.close()
 
     async def _state_loop(self) -> None:
         while True:

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from psyche.daemon.epoch import EpochView
+from psyche.daemon.gradients import write_gradient
 from psyche.daemon.parts import ClientParts, Holdings
 from psyche.daemon.rounds import ReceivedResult, RoundState, verify_result
 from psyche.p2p.messages import Finished, ModelAvailable, TrainingResult, open_announcement
@@ -120,9 +121,10 @@ class GossipRouter:
         peers = [peer, *[p for p in others if p != peer]]
         size = min(ann.blob_size, kit.spec.max_bytes)
         try:
-            data = await self.parts.transport.fetch(
-                ann.blob_hash, from_any_of=peers, max_size=size, timeout=DOWNLOAD_TIMEOUT_S
-            )
+            async with self.parts.downloads:
+                data = await self.parts.transport.fetch(
+                    ann.blob_hash, from_any_of=peers, max_size=size, timeout=DOWNLOAD_TIMEOUT_S
+                )
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -138,4 +140,5 @@ class GossipRouter:
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return
         state.results[res.batch] = full
+        write_gradient(self.parts, state.step, res.batch, res.trainer.p2p_identity, data)
         self.parts.wake()

@@ -12,13 +12,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from psyche.backends.base import Backend
 from psyche.checkpoint.p2p import ReceivedModel
 from psyche.coordinator import Coordinator
 from psyche.daemon.checkpointing import Checkpointer, CheckpointOptions
 from psyche.daemon.epoch import EpochView
+from psyche.daemon.evaluating import EvalOptions, Evaluating
 from psyche.daemon.sharing import ModelSharing, SharingOptions
 from psyche.data.provider import DataProvider
 from psyche.distro import PayloadSpec
@@ -30,6 +32,8 @@ from psyche.training.trainer import Trainer
 
 __all__ = [
     "ClientParts",
+    "ClientStats",
+    "DaemonOptions",
     "Holdings",
     "ModelKit",
     "ModelLoader",
@@ -62,6 +66,32 @@ class ModelKit:
     source: str = "checkpoint"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonOptions:
+    """The client's flags that change what a round does beyond training itself."""
+
+    optim_stats_steps: int | None = None
+    """``--optim-stats-steps``: optimizer statistics every N steps (an ``optim_stats`` event)."""
+    training_delay_s: float = 0.0
+    """``--dummy-training-delay-secs``: hold each result back this long before publishing it, to
+    act out a slower machine (stragglers, the round timeout) with real training."""
+    max_concurrent_downloads: int = 8
+    """``--max-concurrent-downloads``: peers' results fetched at once."""
+    gradients_dir: Path | None = None
+    """``--write-gradients-dir``: every verified payload (peers' and our own) is written here."""
+    evals: EvalOptions | None = None
+
+
+@dataclass
+class ClientStats:
+    """What this client measured lately, reported in its witness metadata."""
+
+    loss: float = 0.0
+    tokens_per_sec: float = 0.0
+    evals: dict[int, Any] = field(default_factory=dict)
+    """Task index → the latest :class:`psyche.evals.EvalScore` of that task."""
+
+
 ModelLoader = Callable[[Coordinator, ReceivedModel | None], ModelKit]
 """Builds the kit from the coordinator's model description, or from a model fetched from
 peers; blocking (runs in a worker thread)."""
@@ -84,6 +114,11 @@ class ClientParts:
     clock: Callable[[], float] = time.monotonic
     """Seconds, for the warmup grace; the simulated run passes its own clock."""
     apply_deadline_s: float = 30.0
+    options: DaemonOptions = field(default_factory=DaemonOptions)
+    stats: ClientStats = field(default_factory=ClientStats)
+    evals: Evaluating | None = None
+    downloads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
+    """Bounds the peers' results fetched at once (``--max-concurrent-downloads``)."""
 
     @property
     def identity(self) -> NodeIdentity:
@@ -106,9 +141,17 @@ def client_parts(
     sharing: SharingOptions | None = None,
     apply_deadline_s: float = 30.0,
     clock: Callable[[], float] = time.monotonic,
+    options: DaemonOptions | None = None,
 ) -> ClientParts:
-    """One client's parts, with the rejection counter the engine and sharing share."""
+    """One client's parts, with the rejection counter the engine and sharing share. The eval
+    tasks (``options.evals``) are read here, so a bad ``--eval-tasks`` fails before joining."""
     rejections = Rejections(logging.getLogger("psyche.daemon"))
+    options = options or DaemonOptions()
+    stats = ClientStats()
+    evals = None
+    if options.evals is not None:
+        evals = Evaluating(options.evals, events, stats)
+        evals.load()
     return ClientParts(
         key=key,
         backend=backend,
@@ -120,6 +163,10 @@ def client_parts(
         load=load,
         clock=clock,
         apply_deadline_s=apply_deadline_s,
+        options=options,
+        stats=stats,
+        evals=evals,
+        downloads=asyncio.Semaphore(options.max_concurrent_downloads),
     )
 
 

@@ -17,6 +17,7 @@ import time
 
 from psyche.coordinator import ClientState, Coordinator
 from psyche.daemon.epoch import EpochView
+from psyche.daemon.gradients import write_gradient
 from psyche.daemon.parts import ClientParts, ModelKit
 from psyche.daemon.rounds import (
     APPLY_LAG,
@@ -28,7 +29,7 @@ from psyche.daemon.rounds import (
 from psyche.daemon.witnessing import report_unhealthy, send_witness
 from psyche.distro import Payload, decode_payload
 from psyche.distro.payload import payload_hash
-from psyche.events import ApplyEvent, TrainEvent
+from psyche.events import ApplyEvent, OptimStatsEvent, TrainEvent
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment, sign_announcement
 from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
@@ -68,6 +69,8 @@ class TrainingStep:
         prev_self = self._previous.self_result if self._previous is not None else None
         self._previous = None  # one round of history is all a step keeps
         self.parts.sharing.clear()  # joiners are served until training resumes
+        if self.parts.evals is not None:
+            await self.parts.evals.stop()  # an eval pass must not read weights being changed
         state = self.state
         self.epoch.rounds[state.height] = state
         self.epoch.keep_rounds_from(state.height - APPLY_LAG)
@@ -160,11 +163,17 @@ class TrainingStep:
                 cancel=self._cancel,
                 batch_id=(batch.start, batch.end),
             )
+            delay = parts.options.training_delay_s
+            if delay > 0:
+                await asyncio.sleep(delay)
+                if self._cancel.is_set():
+                    raise TrainingCancelled("cancelled during --dummy-training-delay-secs")
         except TrainingCancelled:
             log.warning("training of step %d cancelled; lookahead undone", state.step)
             return
         self.self_result = out.self_result
         digest = payload_hash(state.step, batch.start, batch.end, out.payload)
+        write_gradient(parts, state.step, batch, parts.identity.p2p_identity, out.payload)
         blob = parts.transport.serve(out.payload)
         commitment = make_commitment(parts.key, digest)
         state.results[batch] = ReceivedResult(parts.identity, batch, digest, out.payload)
@@ -179,6 +188,8 @@ class TrainingStep:
         )
         await parts.transport.announce(sign_announcement(parts.key, ann))
         parts.wake()
+        parts.stats.loss = out.loss
+        parts.stats.tokens_per_sec = out.tokens / out.seconds if out.seconds > 0 else 0.0
         parts.events.write(
             TrainEvent(
                 step=state.step,
@@ -187,8 +198,24 @@ class TrainingStep:
                 seconds=round(time.perf_counter() - t0, 4),
                 compute_s=round(out.seconds, 4),
                 payload_bytes=len(out.payload),
+                lr=lrs.lr,
+                tokens=out.tokens,
             )
         )
+        every = parts.options.optim_stats_steps
+        if every and state.step % every == 0:
+            await self._optim_stats(state.step)
+
+    async def _optim_stats(self, step: int) -> None:
+        from psyche.metrics import optim_stats
+
+        trainer = self.kit.trainer
+        try:
+            stats = await asyncio.to_thread(optim_stats, trainer.model, trainer.distro)
+        except Exception as e:  # statistics must never cost a round
+            log.warning("optimizer statistics of step %d failed: %s", step, e)
+            return
+        self.parts.events.write(OptimStatsEvent(step=step, stats=stats))
 
     # --- opportunistic end --------------------------------------------------------------------
 

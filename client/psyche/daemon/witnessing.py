@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 from psyche.coordinator import ClientState, Coordinator, WitnessMetadata
+from psyche.coordinator.types import MAX_EVALS, EvalResult
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.parts import ClientParts
 from psyche.daemon.rounds import bloom_seed_for, build_witness
@@ -22,7 +23,7 @@ from psyche.daemon.warmup import healthy_index
 if TYPE_CHECKING:
     from psyche.daemon.training import TrainingStep
 
-__all__ = ["WitnessStep", "report_unhealthy", "send_witness"]
+__all__ = ["WitnessStep", "report_unhealthy", "send_witness", "witness_metadata"]
 
 log = logging.getLogger("psyche.daemon")
 
@@ -40,7 +41,21 @@ async def send_witness(parts: ClientParts, coord: Coordinator, epoch: EpochView)
     state.sent_witness = True
     seed = bloom_seed_for(parts.identity, rnd, os.urandom(8))
     witness = build_witness(proof, epoch.rounds.get(rnd.height - 1), seed)
-    await parts.backend.send_witness(witness, WitnessMetadata(step=state.step))
+    await parts.backend.send_witness(witness, witness_metadata(parts, state.step))
+
+
+def witness_metadata(parts: ClientParts, step: int) -> WitnessMetadata:
+    """This client's latest loss, throughput and eval accuracies (the first ``MAX_EVALS``
+    tasks of ``--eval-tasks``, by their index there)."""
+    stats = parts.stats
+    evals = tuple(
+        EvalResult(task=i, value=float(score.accuracy))
+        for i, score in sorted(stats.evals.items())
+        if i < 256
+    )[:MAX_EVALS]
+    return WitnessMetadata(
+        step=step, tokens_per_sec=stats.tokens_per_sec, loss=stats.loss, evals=evals
+    )
 
 
 async def report_unhealthy(parts: ClientParts, coord: Coordinator) -> None:

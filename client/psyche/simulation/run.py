@@ -29,7 +29,7 @@ from psyche.coordinator import Coordinator, RunState
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.engine import RoundEngine
 from psyche.daemon.loader import model_loader
-from psyche.daemon.parts import ModelKit, ModelLoader, client_parts
+from psyche.daemon.parts import DaemonOptions, ModelKit, ModelLoader, client_parts
 from psyche.events import ApplyEvent, CheckpointEvent, EventLog, EventTail, TrainEvent
 from psyche.p2p.memory import MemoryNetwork, MemoryTransport
 from psyche.protocol.commitment import sha256
@@ -126,6 +126,7 @@ class SimulatedRun:
         checkpoint: bool = True,
         on_kit: Callable[[int, ModelKit], ModelKit] | None = None,
         stall_after_s: float | None = None,
+        daemon_options: Callable[[int], DaemonOptions | None] | None = None,
     ) -> None:
         assert isinstance(run.model, LLM)
         llm = dataclasses.replace(
@@ -151,6 +152,8 @@ class SimulatedRun:
         self.apply_deadline_s = apply_deadline_s
         self.checkpoint = checkpoint
         self.on_kit = on_kit
+        self.daemon_options = daemon_options
+        """Client index → its flags beyond training (evals, gradients dir, …); None: defaults."""
         self.stall_after_s = stall_after_s
         """If set, the clock also advances after this many real seconds without every engine
         idle: a client that never finishes its work (a test's stuck trainer) must not stop
@@ -193,6 +196,7 @@ class SimulatedRun:
             else None,
             apply_deadline_s=self.apply_deadline_s,
             clock=self.host.clock,
+            options=self.daemon_options(index) if self.daemon_options is not None else None,
         )
         engine = RoundEngine(parts, backend)
         task = asyncio.create_task(engine.run(), name=f"client-{index}")

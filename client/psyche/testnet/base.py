@@ -50,8 +50,23 @@ class NetOptions:
     timeout_s: float = 3600.0
     seed: int = 0
     checkpoint_dir: Path | None = None
-    """Where elected checkpointers store the model (default ``<out>/checkpoints``); a client
-    joining a later epoch loads the run's last stored checkpoint from there."""
+    """Where the clients store the model at each cooldown (default ``<out>/checkpoints``); a
+    client joining a later epoch loads the run's last reported checkpoint from there."""
+    log: str | None = None
+    """``--log``: the level spec every child logs at (``warn,psyche=debug``)."""
+    write_log: bool = False
+    """``--write-log``: each client also writes its log to ``<out>/write-logs/<label>.log``."""
+    hf_token: str | None = None
+    wandb_project: str | None = None
+    wandb_group: str | None = None
+    wandb_entity: str | None = None
+    eval_tasks: str | None = None
+    optim_stats: int | None = None
+    write_distro_data: Path | None = None
+    """``--write-distro-data``: each client writes every payload to ``<dir>/<label>/``."""
+    first_client_checkpoint: str | None = None
+    """``--first-client-checkpoint``: the Hub repo the run's model is loaded from (replaces the
+    config's checkpoint; see :func:`psyche.testnet.inputs.state_with_checkpoint`)."""
 
 
 @dataclass
@@ -73,6 +88,12 @@ class LocalTestnet:
     down: set[str] = field(default_factory=set)
     """Clients killed on purpose and not to be restarted."""
     _tail: EventTail | None = None
+    state_override: Path | None = None
+    """The run config actually used when the flags changed it (``--first-client-checkpoint``)."""
+
+    @property
+    def state_toml(self) -> Path:
+        return self.state_override or self.options.config_path / "state.toml"
 
     def states(self) -> list[StateEvent]:
         """Every coordinator state logged so far (read incrementally)."""
@@ -83,6 +104,34 @@ class LocalTestnet:
 
     def client_log(self, label: str) -> Path:
         return self.out / "events" / f"{label}.jsonl"
+
+    def client_settings(self, label: str) -> dict[str, str]:
+        """The shared testnet flags as the environment twins of the client's own flags (both
+        testnets hand their clients these: one as its environment, one in its .env file)."""
+        o = self.options
+        out: dict[str, str] = {}
+        if o.log:
+            out["PSYCHE_LOG"] = o.log
+        if o.write_log:
+            out["WRITE_LOG"] = str((self.out / "write-logs" / f"{label}.log").resolve())
+        if o.hf_token:
+            out["HF_TOKEN"] = o.hf_token
+        if o.wandb_project:
+            out["WANDB_PROJECT"] = o.wandb_project
+            out["WANDB_RUN"] = f"{self.config.run_id or 'run'}-{label}"
+            # W&B keeps its run directories (offline runs included) under the testnet's output.
+            out["WANDB_DIR"] = str(self.out.resolve())
+            if o.wandb_group:
+                out["WANDB_GROUP"] = o.wandb_group
+            if o.wandb_entity:
+                out["WANDB_ENTITY"] = o.wandb_entity
+        if o.eval_tasks:
+            out["EVAL_TASKS"] = o.eval_tasks
+        if o.optim_stats:
+            out["OPTIM_STATS_STEPS"] = str(o.optim_stats)
+        if o.write_distro_data is not None:
+            out["WRITE_GRADIENTS_DIR"] = str((o.write_distro_data / label).resolve())
+        return out
 
     # --- processes ----------------------------------------------------------------------------
 

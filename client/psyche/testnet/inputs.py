@@ -13,9 +13,9 @@ from pathlib import Path
 
 from psyche.protocol.locations import HubCheckpoint, LocalData, ServerData
 from psyche.protocol.model import LLM
-from psyche.protocol.run_file import RunConfig, load_data_config
+from psyche.protocol.run_file import RunConfig, load_data_config, load_run_config
 
-__all__ = ["prepare_local_inputs"]
+__all__ = ["prepare_local_inputs", "state_with_checkpoint"]
 
 SYNTH_BYTES = 400_000
 DEFAULT_SHUFFLE_SEED = bytes(range(1, 33))
@@ -55,3 +55,35 @@ def _prepare(data_dir: Path, seq_len: int, seed: bytes, log: Callable[[str], Non
     synth_corpus(text, SYNTH_BYTES, seed=0)
     prepare_corpus([text], ByteTokenizer(), data_dir, seq_len=seq_len, shuffle_seed=seed)
     log(f"created synthetic token data in {data_dir}")
+
+
+def state_with_checkpoint(state_toml: Path, repo: str, out: Path) -> Path:
+    """``--first-client-checkpoint``: a copy of ``state_toml`` in ``out`` whose model checkpoint
+    is the Hugging Face repo ``repo`` (``owner/name``, ``owner/name@revision``, or a local model
+    directory), so the first clients load the model and its config from there. Checked by
+    loading it back: a bad repo id fails here, before anything starts."""
+    name, _, revision = repo.partition("@")
+    lines = state_toml.read_text().splitlines()
+    kept: list[str] = []
+    skipping = False
+    for line in lines:
+        header = line.strip()
+        if header.startswith("["):
+            skipping = header.startswith("[model.LLM.checkpoint")
+        if not skipping:
+            kept.append(line)
+    table = ["[model.LLM.checkpoint.Hub]", f"repo_id = {_toml_string(name)}"]
+    if revision:
+        table.append(f"revision = {_toml_string(revision)}")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "state.toml"
+    path.write_text("\n".join([*kept, "", *table]) + "\n")
+    run = load_run_config(path)
+    llm = run.model
+    if not isinstance(llm, LLM) or not isinstance(llm.checkpoint, HubCheckpoint):
+        raise ValueError(f"{state_toml}: --first-client-checkpoint needs an LLM model")
+    return path
+
+
+def _toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

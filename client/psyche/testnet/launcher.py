@@ -12,6 +12,7 @@ follow loop are shared with the Solana testnet (:mod:`psyche.testnet.base`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import sys
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from psyche.protocol.run_file import load_run_config
 from psyche.testnet.base import LocalTestnet, NetOptions, Proc, epochs_completed, finish
-from psyche.testnet.inputs import prepare_local_inputs
+from psyche.testnet.inputs import prepare_local_inputs, state_with_checkpoint
+from psyche.testnet.processes import free_port
 
 __all__ = [
     "Testnet",
@@ -37,7 +39,8 @@ __all__ = [
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TestnetOptions(NetOptions):
     __test__ = False  # not a pytest test class despite the name
-    server_port: int = 20000
+    server_port: int = 0
+    """0: a free port, chosen when the testnet is made."""
     server_args: tuple[str, ...] = ()
     """Extra ``centralized-server run`` flags (e.g. ``--withdraw-on-disconnect false``)."""
 
@@ -55,9 +58,6 @@ class Testnet(LocalTestnet):
     def states_file(self) -> Path:
         return self.server_events
 
-    def _spawn(self, label: str, args: list[str]) -> Proc:
-        return self.spawn(label, [sys.executable, "-m", "psyche.cli.main", *args])
-
     def start_server(self) -> None:
         o = self.options
         assert isinstance(o, TestnetOptions)
@@ -65,7 +65,7 @@ class Testnet(LocalTestnet):
             "centralized-server",
             "run",
             "--state",
-            str(o.config_path / "state.toml"),
+            str(self.state_toml),
             "--server-port",
             str(o.server_port),
             "--host",
@@ -78,7 +78,9 @@ class Testnet(LocalTestnet):
         data_toml = o.config_path / "data.toml"
         if data_toml.exists():
             args += ["--data-config", str(data_toml)]
-        self.server = self._spawn("server", [*args, *o.server_args])
+        env = {**os.environ, **({"PSYCHE_LOG": o.log} if o.log else {})}
+        argv = [sys.executable, "-m", "psyche.cli.main", *args, *o.server_args]
+        self.server = self.spawn("server", argv, env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.server.popen.poll() is not None:
@@ -130,15 +132,23 @@ class Testnet(LocalTestnet):
             "--checkpoint-dir",
             str(o.checkpoint_dir or self.out / "checkpoints"),
         ]
-        return self._spawn(label, args)
+        env = {**os.environ, **self.client_settings(label)}
+        return self.spawn(label, [sys.executable, "-m", "psyche.cli.main", *args], env=env)
 
 
 def make_testnet(options: TestnetOptions, log: Callable[[str], None] = print) -> Testnet:
-    run = load_run_config(options.config_path / "state.toml", require_run_id=True)
+    state = options.config_path / "state.toml"
+    run = load_run_config(state, require_run_id=True)
     out = options.out_dir or Path("runs") / f"{run.run_id}-testnet"
     for sub in ("logs", "events", "keys"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     for old in [*(out / "events").glob("*.jsonl"), out / "server-events.jsonl"]:
         old.unlink(missing_ok=True)
+    override = None
+    if options.first_client_checkpoint:
+        override = state_with_checkpoint(state, options.first_client_checkpoint, out / "config")
+        run = load_run_config(override, require_run_id=True)
     prepare_local_inputs(run, options.config_path, log)
-    return Testnet(options, run, out)
+    if options.server_port == 0:
+        options = dataclasses.replace(options, server_port=free_port())
+    return Testnet(options, run, out, state_override=override)

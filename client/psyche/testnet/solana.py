@@ -52,7 +52,7 @@ from psyche.protocol.run_file import load_run_config
 from psyche.testnet.base import LocalTestnet, NetOptions, Proc
 from psyche.testnet.chain import ChainFollower
 from psyche.testnet.envfile import read_env_file, write_env_file
-from psyche.testnet.inputs import prepare_local_inputs
+from psyche.testnet.inputs import prepare_local_inputs, state_with_checkpoint
 from psyche.testnet.processes import console_script, container_env, free_port
 from psyche.testnet.program_calls import SIGNATURE, tally_program_calls
 from psyche.testnet.solana_chain import LAMPORTS, PROGRAMS, ROOT, program_ids, request_airdrop
@@ -206,7 +206,7 @@ class SolanaTestnet(LocalTestnet):
             [cli, "create-run", *endpoints, *run, "--name", o.name, "--description", o.description],
             creator,
         )
-        config = o.config_path / "state.toml"
+        config = self.state_toml
         self.setup(
             f"update-config from {config}",
             [cli, "update-config", *endpoints, *run, "--config-path", str(config.resolve())],
@@ -270,6 +270,7 @@ class SolanaTestnet(LocalTestnet):
             "EVENT_LOG": str(self.client_log(label).resolve()),
             "CHECKPOINT_DIR": str((o.checkpoint_dir or self.out / "checkpoints").resolve()),
             "LOGS": "console",
+            **self.client_settings(label),
         }
         path = self.env_file(slot)
         write_env_file(
@@ -335,7 +336,8 @@ class SolanaTestnet(LocalTestnet):
 def make_solana_testnet(
     options: SolanaTestnetOptions, log: Callable[[str], None] = print
 ) -> SolanaTestnet:
-    run = load_run_config(options.config_path / "state.toml")
+    state = options.config_path / "state.toml"
+    run = load_run_config(state)
     run_id = options.run_id or run.run_id
     if not run_id:
         raise ValueError("no run id: pass --run-id or set run_id in state.toml")
@@ -355,5 +357,9 @@ def make_solana_testnet(
         (out / sub).mkdir(parents=True, exist_ok=True)
     for old in [*(out / "events").glob("*.jsonl"), out / "chain-events.jsonl"]:
         old.unlink(missing_ok=True)
+    override = None
+    if options.first_client_checkpoint:
+        override = state_with_checkpoint(state, options.first_client_checkpoint, out / "config")
+        run = load_run_config(override)
     prepare_local_inputs(run, options.config_path, log)
-    return SolanaTestnet(options, run, out, log_line=log)
+    return SolanaTestnet(options, run, out, log_line=log, state_override=override)

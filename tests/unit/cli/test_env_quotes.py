@@ -100,7 +100,9 @@ def test_quoted_base58_wallet_and_empty_quoted_values(monkeypatch: pytest.Monkey
 
 
 def test_train_flags_from_the_env_are_unquoted_too() -> None:
-    # DATA_PARALLELISM is an int flag: quoted, it would not parse; unquoted it reaches the check.
-    env = {"RAW_WALLET_PRIVATE_KEY": json.dumps(list(bytes(Keypair()))), "DATA_PARALLELISM": '"4"'}
+    # DATA_PARALLELISM is an int flag: quoted, it would not parse ('"0"' is not a valid integer);
+    # unquoted it reaches the range check.
+    env = {"RAW_WALLET_PRIVATE_KEY": json.dumps(list(bytes(Keypair()))), "DATA_PARALLELISM": '"0"'}
     res = CliRunner().invoke(solana, ["train", "--run-id", "r"], env=env)
-    assert res.exit_code == 2 and "only 1 is supported" in res.output
+    assert res.exit_code == 2 and "'--data-parallelism'" in res.output
+    assert "0 is not in the range x>=1" in res.output

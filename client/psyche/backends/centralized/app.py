@@ -225,6 +225,9 @@ async def serve(settings: ServerSettings, console: Console | None = None) -> Non
             await built.data_server.start(settings.host, built.data_port or 0)
             log.info("data server listening on %s:%d", settings.host, built.data_server.port)
         log.info("run %r: listening on %s:%d", server.run_id, settings.host, server.port)
+        if console is not None and settings.tui:
+            # The live view replaces log lines: the address clients need is printed above it.
+            console.print(f"run {server.run_id!r}: listening on {settings.host}:{server.port}")
         ticking = asyncio.create_task(server.serve_forever())
         stopping = asyncio.create_task(stop.wait())
         live = (

@@ -118,15 +118,18 @@ class Endpoints:
     ws_rpc: str | None = None
     rpc_2: str | None = None
     ws_rpc_2: str | None = None
+    rpc_3: str | None = None
+    ws_rpc_3: str | None = None
 
     @property
     def rpc_urls(self) -> list[str]:
-        return [u for u in (self.rpc, self.rpc_2) if u]
+        return [u for u in (self.rpc, self.rpc_2, self.rpc_3) if u]
 
     @property
     def ws_urls(self) -> list[str]:
         out = []
-        for http, ws in ((self.rpc, self.ws_rpc), (self.rpc_2, self.ws_rpc_2)):
+        pairs = ((self.rpc, self.ws_rpc), (self.rpc_2, self.ws_rpc_2), (self.rpc_3, self.ws_rpc_3))
+        for http, ws in pairs:
             if ws:
                 out.append(ws)
             elif http:

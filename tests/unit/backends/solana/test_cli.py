@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -28,31 +29,50 @@ COMMANDS = [
     "join-authorization-delete",
     "train",
 ]
+# Commands without endpoints: the P2P identity files, and the help printer (hidden).
+LOCAL_COMMANDS = ["show-static-p2p-identity", "create-static-p2p-identity", "print-all-help"]
 
 
 def test_every_command_exists_with_help() -> None:
     runner = CliRunner()
-    assert sorted(solana.commands) == sorted(COMMANDS)
+    assert sorted(solana.commands) == sorted(COMMANDS + LOCAL_COMMANDS)
     for name in COMMANDS:
         res = runner.invoke(solana, [name, "--help"])
         assert res.exit_code == 0, res.output
         assert "--rpc" in res.output and "--wallet-private-key-path" in res.output
 
 
+def _train_flags(monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict) -> Any:
+    """What ``train`` hands the daemon, without a chain: ``train_on_solana`` is replaced."""
+    from psyche.cli import solana_client_process
+
+    seen: dict[str, Any] = {}
+
+    async def fake(session: Any, **kw: Any) -> int:
+        seen.update(kw)
+        return 0
+
+    monkeypatch.setattr(solana_client_process, "train_on_solana", fake)
+    res = CliRunner().invoke(solana, ["train", "--run-id", "r", *args], env=env)
+    assert res.exit_code == 0, res.output
+    return seen["training"]
+
+
 @pytest.mark.parametrize("flag", ["--data-parallelism", "--tensor-parallelism"])
-def test_parallelism_above_one_is_refused(flag: str, tmp_path: object) -> None:
-    runner = CliRunner()
+def test_parallelism_reaches_the_daemon(flag: str, monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"RAW_WALLET_PRIVATE_KEY": json.dumps(list(bytes(Keypair())))}
-    res = runner.invoke(solana, ["train", "--run-id", "r", flag, "2"], env=env)
-    assert res.exit_code == 2
-    assert "only 1 is supported" in res.output
+    flags = _train_flags(monkeypatch, [flag, "2"], env)
+    assert getattr(flags, flag.removeprefix("--").replace("-", "_")) == 2
 
 
-def test_env_twin_is_read() -> None:
-    runner = CliRunner()
-    env = {"RAW_WALLET_PRIVATE_KEY": json.dumps(list(bytes(Keypair()))), "DATA_PARALLELISM": "4"}
-    res = runner.invoke(solana, ["train", "--run-id", "r"], env=env)
-    assert res.exit_code == 2 and "only 1 is supported" in res.output
+def test_env_twin_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {
+        "RAW_WALLET_PRIVATE_KEY": json.dumps(list(bytes(Keypair()))),
+        "DATA_PARALLELISM": "4",
+        "TENSOR_PARALLELISM": "2",
+    }
+    flags = _train_flags(monkeypatch, [], env)
+    assert (flags.data_parallelism, flags.tensor_parallelism) == (4, 2)
 
 
 def test_missing_wallet_is_a_usage_error() -> None:

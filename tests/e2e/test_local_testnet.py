@@ -302,3 +302,27 @@ def test_random_kills_over_three_epochs_rejoin_by_p2p_with_identical_weights(
     assert hashes_agree(s["rounds"])
     applied = [r for r in s["rounds"] if len(r["model_hash"]) >= 2]
     assert len(applied) >= 10
+
+
+def test_data_and_tensor_parallel_clients_keep_identical_weights(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    """A run of three real client processes, one with --data-parallelism 2 (a worker process
+    beside it), one with --tensor-parallelism 2 and one plain: each sends one payload per batch,
+    and all three hold bit-identical weights after every apply."""
+    cfg = make_config(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=6)
+    opts = TestnetOptions(config_path=cfg, num_clients=3, out_dir=tmp_path / "net", timeout_s=400)
+    net = make_testnet(opts, lambda m: None)
+    shared = net.client_settings
+    extra = {"client-1": {"DATA_PARALLELISM": "2"}, "client-2": {"TENSOR_PARALLELISM": "2"}}
+    net.client_settings = lambda label: {**shared(label), **extra.get(label, {})}  # type: ignore[method-assign]
+    s = _run(net, lambda n: None)
+    assert s["final_state"] == "Finished"
+    assert hashes_agree(s["rounds"])
+    assert all(len(r["model_hash"]) == 3 for r in s["rounds"])
+    trained = [r for r in s["rounds"] if r["loss"]]
+    assert trained and all(len(r["loss"]) == 3 for r in trained)
+    log = (tmp_path / "net" / "logs" / "client-1.log").read_text()
+    assert "dataparallelism2" in "".join(log.split()), log[-2000:]
+    log = (tmp_path / "net" / "logs" / "client-2.log").read_text()
+    assert "tensorparallelism2" in "".join(log.split()), log[-2000:]

@@ -8,7 +8,10 @@ process with its own backend.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,6 +34,8 @@ from psyche.protocol.identity import SecretKey, secret_key_from_env_or_file
 log = logging.getLogger("psyche.client")
 
 EXIT_OK, EXIT_ERROR, EXIT_JOIN_REJECTED = 0, 1, 2
+EXIT_TERMINATED = 143
+"""SIGTERM (``docker stop``, a supervisor): the client shut down cleanly, as 128 + 15 says."""
 
 
 class ClientBackend(Backend, PeerDirectory, Protocol):
@@ -76,6 +81,7 @@ async def run_client(
     flags = options.training
     events = EventLog(options.event_log, me.hex(), sinks=metric_sinks(options, me.hex()))
     kits: list[ModelKit] = []
+    terminated = _cancel_on_sigterm()
     try:
         try:
             parts = client_parts(
@@ -104,12 +110,38 @@ async def run_client(
     except BackendError as e:
         log.error("coordinator connection failed: %s", e)
         return int(getattr(e, "exit_code", EXIT_ERROR))
+    except asyncio.CancelledError:
+        if not terminated.is_set():
+            raise
+        log.warning("terminated (SIGTERM); shut down cleanly")
+        return EXIT_TERMINATED
     finally:
-        await p2p.stop()
-        await backend.close()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         for kit in kits:
-            _close_trainer(kit)
-        events.close()
+            _close_trainer(kit)  # first: nothing below may keep the workers waiting
+        try:
+            await p2p.stop()
+            await backend.close()
+        finally:
+            events.close()
+
+
+def _cancel_on_sigterm() -> asyncio.Event:
+    """SIGTERM cancels the calling task, so ``run_client`` unwinds through its ``finally`` (the
+    data-parallel workers stopped, the checkpoint upload awaited, peers told) instead of dying
+    where it stands. Returns the event set when that happened."""
+    terminated = asyncio.Event()
+    task = asyncio.current_task()
+
+    def on_sigterm() -> None:
+        terminated.set()
+        if task is not None:
+            task.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+    return terminated
 
 
 def _close_trainer(kit: ModelKit) -> None:

@@ -30,6 +30,9 @@ from psyche.events import EventTail, StateEvent
 from psyche.protocol.run_file import RunConfig
 from psyche.testnet.summary import ClientTally, Summary, build_summary, plot_losses
 
+CLIENT_EXIT_GRACE_S = 20.0
+"""How long a finished run's clients get to exit on their own before they are stopped."""
+
 __all__ = ["LocalTestnet", "NetOptions", "Proc", "epochs_completed", "finish", "stop_processes"]
 
 
@@ -206,7 +209,10 @@ class LocalTestnet:
                     break
                 states = self.states()
                 last = states[-1].run_state if states else ""
-                if last in ("Finished", "Paused"):
+                if last == "Finished":
+                    self._let_clients_exit(CLIENT_EXIT_GRACE_S)
+                    break
+                if last == "Paused":
                     break
                 if o.epochs is not None and epochs_completed(states) >= o.epochs:
                     break
@@ -228,6 +234,15 @@ class LocalTestnet:
         finally:
             self.stop_all()
         return self.summary()
+
+    def _let_clients_exit(self, timeout_s: float) -> None:
+        """A finished run's clients exit by themselves (after their last upload and eval): give
+        them that before anything is stopped, so no client is cut short at the end."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(
+            p.popen.poll() is None for p in self.clients.values()
+        ):
+            time.sleep(0.2)
 
     # --- hooks --------------------------------------------------------------------------------
 

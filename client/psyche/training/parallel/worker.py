@@ -98,9 +98,17 @@ def worker_main(args: WorkerArgs, conn: Connection, cancel: Event) -> None:
             report_error=lambda text: _send(conn, "error", args.rank, text),
         )
         _serve(ctx, conn, cancel)
-    except Exception:
-        # Typically rank 0 went away mid-collective; there is nobody left to report to.
-        traceback.print_exc(file=sys.stderr)
+    except Exception as e:
+        # Typically rank 0 went away mid-collective; there is nobody left to report to. When
+        # it is gone (killed, or exited without closing us), one line says so: a traceback
+        # would read as a crash of the worker.
+        if os.getppid() != args.parent_pid or "closed by peer" in str(e):
+            print(
+                f"psyche parallel worker {args.rank}: the client went away; exiting",
+                file=sys.stderr,
+            )
+        else:
+            traceback.print_exc(file=sys.stderr)
         code = 1
     finally:
         if dist.is_initialized():

@@ -110,6 +110,10 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
     s = json.loads(summary.read_text())
     rounds = s["rounds"]
     assert s["epochs_completed"] == 1 and s["final_state"] == "Finished"
+    # The evals in the summary and the closing report.
+    assert {e["client"] for e in s["evals"]} == {"client-1", "client-2", "client-3"}
+    assert all(e["task"] == "task" and e["docs"] == 8 for e in s["evals"])
+    assert "eval client-1 task (step" in out.decode()
     assert len(rounds) >= 6
     assert all(r["end_reason"] == "opportunistic" for r in rounds), rounds
     assert hashes_agree(rounds)

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -89,7 +90,9 @@ def save_checkpoint(
     if "config.json" not in files:
         raise ValueError("a checkpoint needs the model's config.json")
     final = checkpoint_path(directory, run_id, step)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    # Unique per call, not per process: several clients of one process (the simulated run) may
+    # save the same step at once.
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

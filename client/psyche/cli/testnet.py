@@ -233,6 +233,15 @@ def run_and_report(net: LocalTestnet, console: Console, tui: bool | None) -> Non
             f"checkpoint {ep['checkpoint']} → {ep['checkpoint_after']}; "
             f"joiners: {joiners or 'none'}; kills: {kills or 'none'}"
         )
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for score in result.evals:
+        latest[(score["client"], score["task"])] = score
+    for (client, task), score in sorted(latest.items()):
+        part = "" if score["complete"] else ", cut short"
+        console.print(
+            f"eval {client} {task} (step {score['step']}): acc {score['accuracy']:.3f}, "
+            f"acc_norm {score['accuracy_norm']:.3f} over {score['docs']} docs{part}"
+        )
     agree = all(len(set(r["model_hash"].values())) <= 1 for r in result.rounds)
     console.print(
         f"[bold]done[/]: {result.epochs_completed} epoch(s), {len(result.rounds)} rounds, "

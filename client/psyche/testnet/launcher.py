@@ -58,6 +58,17 @@ class Testnet(LocalTestnet):
     def states_file(self) -> Path:
         return self.server_events
 
+    def _spawn(self, label: str, args: list[str]) -> Proc:
+        """``psyche ARGS`` as process ``label``; a client gets the shared testnet flags in its
+        environment (:meth:`client_settings`), the server the log levels. Tests replace this to
+        run a misbehaving client in one slot."""
+        o = self.options
+        extra = {"PSYCHE_LOG": o.log} if label == "server" and o.log else {}
+        if label != "server":
+            extra = self.client_settings(label)
+        argv = [sys.executable, "-m", "psyche.cli.main", *args]
+        return self.spawn(label, argv, env={**os.environ, **extra})
+
     def start_server(self) -> None:
         o = self.options
         assert isinstance(o, TestnetOptions)
@@ -78,9 +89,7 @@ class Testnet(LocalTestnet):
         data_toml = o.config_path / "data.toml"
         if data_toml.exists():
             args += ["--data-config", str(data_toml)]
-        env = {**os.environ, **({"PSYCHE_LOG": o.log} if o.log else {})}
-        argv = [sys.executable, "-m", "psyche.cli.main", *args, *o.server_args]
-        self.server = self.spawn("server", argv, env=env)
+        self.server = self._spawn("server", [*args, *o.server_args])
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.server.popen.poll() is not None:
@@ -132,8 +141,7 @@ class Testnet(LocalTestnet):
             "--checkpoint-dir",
             str(o.checkpoint_dir or self.out / "checkpoints"),
         ]
-        env = {**os.environ, **self.client_settings(label)}
-        return self.spawn(label, [sys.executable, "-m", "psyche.cli.main", *args], env=env)
+        return self._spawn(label, args)
 
 
 def make_testnet(options: TestnetOptions, log: Callable[[str], None] = print) -> Testnet:

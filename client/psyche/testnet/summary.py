@@ -25,6 +25,7 @@ from typing import Any
 
 from psyche.events import (
     ApplyEvent,
+    EvalEvent,
     ModelLoadedEvent,
     RejectionsEvent,
     StateEvent,
@@ -57,6 +58,8 @@ class Summary:
     final_state: str = ""
     rejections: dict[str, int] = field(default_factory=dict)
     """Peer input refused, by kind, summed over every client."""
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    """Every eval pass's score, per client and task (``--eval-tasks``), in the order run."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class Summary:
             "final_loss": self.final_loss,
             "final_state": self.final_state,
             "rejections": self.rejections,
+            "evals": self.evals,
         }
 
 
@@ -85,6 +89,7 @@ def build_summary(
     ids: dict[str, str] = {}
     loads: list[tuple[str, ModelLoadedEvent]] = []
     rejected: dict[str, dict[tuple[int, float], dict[str, int]]] = defaultdict(dict)
+    evals: list[dict[str, Any]] = []
     for label, path in client_logs.items():
         for e in read_events(path):
             ids[e.client] = label
@@ -97,10 +102,23 @@ def build_summary(
                 train[(e.step, e.client)] = e
             elif isinstance(e, ApplyEvent):
                 apply[(e.step, e.client)] = e.model_hash
+            elif isinstance(e, EvalEvent):
+                evals.append(
+                    {
+                        "client": label,
+                        "step": e.step,
+                        "task": e.task,
+                        "accuracy": e.accuracy,
+                        "accuracy_norm": e.accuracy_norm,
+                        "docs": e.docs,
+                        "complete": e.complete,
+                    }
+                )
     # Copies: drops are counted here, and the launcher rebuilds the summary while the run goes
     # on; counting into its own tallies would add the same drops again at every rebuild.
     out = Summary(
-        clients={label: _copy(tallies.get(label, ClientTally())) for label in client_logs}
+        clients={label: _copy(tallies.get(label, ClientTally())) for label in client_logs},
+        evals=evals,
     )
     for label, per_process in rejected.items():
         out.clients[label].rejections = merge_counts(per_process.values())

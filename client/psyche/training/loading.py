@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,15 @@ def _check_loading_info(info: dict[str, Any], where: str) -> None:
         raise ModelLoadError(f"weights in {where} do not match its config ({detail})")
 
 
+_FROM_PRETRAINED = threading.Lock()
+"""One ``from_pretrained`` at a time per process. transformers patches process-wide functions
+while it loads (``no_init_weights`` swaps ``torch.nn.init`` and ``PreTrainedModel.init_weights``
+for no-ops, ``no_tie_weights`` swaps ``tie_weights``) and restores them on exit; two loads in
+two threads (the simulated run's clients, a joiner's P2P build beside an eval) interleave those
+swaps and can leave the no-ops installed for good, after which every new model has uninitialised
+(NaN) weights and untied embeddings."""
+
+
 def _finish(model: PreTrainedModel, device: torch.device | str) -> PreTrainedModel:
     # Module.to moves parameters in place; transformers' typed wrapper of `to` confuses mypy.
     torch.nn.Module.to(model, torch.device(device))
@@ -201,9 +211,14 @@ def load_model(
             )
     cls = _model_class(architecture)
     try:
-        model, info = cls.from_pretrained(
-            path, dtype=dtype, use_safetensors=True, local_files_only=True, output_loading_info=True
-        )
+        with _FROM_PRETRAINED:
+            model, info = cls.from_pretrained(
+                path,
+                dtype=dtype,
+                use_safetensors=True,
+                local_files_only=True,
+                output_loading_info=True,
+            )
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise ModelLoadError(f"cannot load the model in {path}: {e}") from e
     _check_loading_info(info, str(path))
@@ -256,9 +271,14 @@ def model_from_state_dict(
         raise ModelLoadError(f"unsupported model config ({raw['model_type']!r}): {e}") from e
     target = dtype if dtype is not None else next(iter(tensors.values())).dtype
     try:
-        model, info = cls.from_pretrained(
-            None, config=config, state_dict=dict(tensors), dtype=target, output_loading_info=True
-        )
+        with _FROM_PRETRAINED:
+            model, info = cls.from_pretrained(
+                None,
+                config=config,
+                state_dict=dict(tensors),
+                dtype=target,
+                output_loading_info=True,
+            )
     except (ValueError, KeyError, RuntimeError) as e:
         raise ModelLoadError(f"cannot build the model from the received tensors: {e}") from e
     _check_loading_info(info, "the received tensors")

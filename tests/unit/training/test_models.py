@@ -242,3 +242,36 @@ def test_cli_init_writes_a_loadable_model_and_refuses_to_overwrite(tmp_path: Pat
     assert model_hash(model) in result.output.replace("\n", "")
     again = runner.invoke(model_group, ["init", "--preset", "tiny", "--out", str(out)])
     assert again.exit_code != 0 and "--force" in again.output
+
+
+def test_concurrent_loads_leave_transformers_init_and_tying_intact(tmp_path: Path) -> None:
+    """transformers swaps process-wide functions for no-ops while it loads (weight init, weight
+    tying) and restores them after; loads in several threads at once (the simulated run's
+    clients) used to interleave those swaps and leave the no-ops installed, so every model made
+    afterwards had NaN weights and untied embeddings. Loads are serialised now."""
+    import threading
+
+    from psyche.training import PRESETS, init_model, llama_config, load_model, write_model_dir
+
+    write_model_dir(tmp_path / "m", preset=PRESETS["tiny"], seed=0)
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            for _ in range(3):
+                load_model(tmp_path / "m", device="cpu", dtype=torch.float32)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    config = llama_config(PRESETS["tiny"])
+    config.tie_word_embeddings = True
+    model = init_model(config, 0)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert PreTrainedModel.tie_weights.__name__ == "tie_weights"

@@ -64,7 +64,7 @@ def _endpoints_of(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[Endpoint
     res = CliRunner().invoke(
         solana,
         ["check-authorization", "--run-id", "r", "--pubkey", PUBKEY, *args],
-        env={"RPC": None, "WS_RPC": None, "RPC_2": None, "WS_RPC_2": None},
+        env=dict.fromkeys(("RPC", "WS_RPC", "RPC_2", "WS_RPC_2", "RPC_3", "WS_RPC_3")),
     )
     return seen.get("endpoints"), res.output  # type: ignore[return-value]
 
@@ -73,6 +73,18 @@ def test_cli_rpc_accepts_monikers(monkeypatch: pytest.MonkeyPatch) -> None:
     e, out = _endpoints_of(monkeypatch, "--rpc", "devnet", "--rpc-2", "localnet")
     assert e.rpc_urls == ["https://api.devnet.solana.com", "http://127.0.0.1:8899"], out
     assert e.ws_urls == ["wss://api.devnet.solana.com", "ws://127.0.0.1:8900"]
+
+
+def test_cli_three_endpoint_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    e, out = _endpoints_of(
+        monkeypatch, "-r", "devnet", "--rpc-2", "testnet", "--rpc-3", "http://10.0.0.3:8899"
+    )
+    assert e.rpc_urls == [
+        "https://api.devnet.solana.com",
+        "https://api.testnet.solana.com",
+        "http://10.0.0.3:8899",
+    ], out
+    assert e.ws_urls[2] == "ws://10.0.0.3:8900"
 
 
 def test_cli_ws_rpc_moniker_and_explicit_url(monkeypatch: pytest.MonkeyPatch) -> None:

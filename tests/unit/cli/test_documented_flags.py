@@ -112,32 +112,6 @@ def test_solana_train_endpoint_and_wallet_flags(args: list[str], param: str, val
     assert _parse(_sub(solana, "train"), ["--run-id", "r", *args])[param] == value
 
 
-def test_three_rpc_pairs_become_three_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    from psyche.backends.solana import authorization
-
-    seen: dict[str, Any] = {}
-
-    async def can_join(session: Any, *_: Any) -> dict[str, Any]:
-        seen["endpoints"] = session.endpoints
-        return {"can_join": True, "authorization": "", "reasons": []}
-
-    monkeypatch.setattr(authorization, "can_join", can_join)
-    res = CliRunner().invoke(
-        solana,
-        ["can-join", "--run-id", "r", "--pubkey", "11111111111111111111111111111112",
-         "-r", "devnet", "--rpc-2", "testnet", "--rpc-3", "http://10.0.0.3:8899"],
-        env={k: None for k in ("RPC", "WS_RPC", "RPC_2", "WS_RPC_2", "RPC_3", "WS_RPC_3")},
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    e = seen["endpoints"]
-    assert e.rpc_urls == [
-        "https://api.devnet.solana.com",
-        "https://api.testnet.solana.com",
-        "http://10.0.0.3:8899",
-    ]
-    assert e.ws_urls[2] == "ws://10.0.0.3:8900"
-
-
 @pytest.mark.parametrize(
     ("args", "param", "value"),
     [

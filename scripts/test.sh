@@ -7,6 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
+bash scripts/system-deps.sh
 export PATH="$root/.venv/bin:$PATH"
 paths=(client tests)
 [ -d bench ] && paths+=(bench)

@@ -312,9 +312,21 @@ if env --default-signal=INT true 2>/dev/null; then
     launcher=(env --default-signal=INT)
 fi
 
-# wait_child: the client's exit status into $REPLY. A trapped signal interrupts `wait` (status
-# > 128); then wait again for the client's own status.
+# A pipe nobody writes to, kept open read-write: `read -t` on it is a pause without a child
+# process (a `sleep` child would be taken for the backoff's by anyone watching our children).
+tick_dir=$(mktemp -d)
+mkfifo "$tick_dir/tick"
+exec {tick_fd}<>"$tick_dir/tick"
+rm -rf "$tick_dir"
+
+# wait_child: the client's exit status into $REPLY. It polls (every 0.1 s) instead of blocking
+# in `wait`: a signal that lands as bash is about to block in `wait` can leave its trap pending
+# until the client exits, i.e. forever for a client waiting to be told to stop (seen once under
+# load with SIGINT). Between two polls the traps run at once.
 wait_child() {
+    while kill -0 "$child" 2>/dev/null; do
+        read -r -t 0.1 -u "$tick_fd" _ || true
+    done
     local rc=0 again seen=$signals
     wait "$child" || rc=$?
     while ((rc > 128)) && ((signals != seen)); do
@@ -341,6 +353,7 @@ while :; do
     "${launcher[@]}" "${client[@]}" "$@" &
     child=$!
     if [[ -n $stop_signal ]]; then # the signal came before $child was known
+        log "SIG$stop_signal: forwarding it to the client (pid $child); it will not be restarted"
         kill -s "$stop_signal" "$child" 2>/dev/null || true
     fi
     wait_child

@@ -176,7 +176,7 @@ esac
 """
 
 # What the entrypoint (and `#!/usr/bin/env bash`) runs from PATH.
-TOOLS = ("bash", "env", "awk", "sleep")
+TOOLS = ("bash", "env", "awk", "sleep", "mktemp", "mkfifo", "rm")
 
 # A joiner's minimum: what the entrypoint requires.
 JOINER = {

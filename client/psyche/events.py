@@ -140,6 +140,19 @@ class UploadEvent(Event, frozen=True, kw_only=True, tag="upload"):
     revision: str
 
 
+class DownloadEvent(Event, frozen=True, kw_only=True, tag="download"):
+    """A peer's training result fetched and verified (``t``: when it arrived)."""
+
+    step: int
+    height: int
+    producer: str
+    """Peer id of the client that trained it."""
+    from_peer: str
+    """Peer id it came from (the producer, or a client re-serving it)."""
+    bytes: int
+    seconds: float
+
+
 class TransactionEvent(Event, frozen=True, kw_only=True, tag="transaction"):
     """A Solana transaction the client sent and saw confirmed (looked up after the run)."""
 
@@ -182,6 +195,7 @@ AnyEvent = (
     | FinishedEvent
     | CheckpointEvent
     | UploadEvent
+    | DownloadEvent
     | TransactionEvent
     | StateEvent
 )

@@ -20,6 +20,7 @@ from psyche.daemon.epoch import EpochView
 from psyche.daemon.gradients import write_gradient
 from psyche.daemon.parts import ClientParts, Holdings
 from psyche.daemon.rounds import ReceivedResult, RoundState, verify_result
+from psyche.events import DownloadEvent
 from psyche.p2p.messages import Finished, ModelAvailable, TrainingResult, open_announcement
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import Rejection
@@ -122,7 +123,7 @@ class GossipRouter:
         size = min(ann.blob_size, kit.spec.max_bytes)
         try:
             async with self.parts.downloads:
-                data = await self.parts.transport.fetch(
+                got = await self.parts.transport.fetch_detailed(
                     ann.blob_hash, from_any_of=peers, max_size=size, timeout=DOWNLOAD_TIMEOUT_S
                 )
         except asyncio.CancelledError:
@@ -134,6 +135,17 @@ class GossipRouter:
         finally:
             if view.downloads.get((state.height, res.batch)) is asyncio.current_task():
                 del view.downloads[(state.height, res.batch)]
+        data = got.data
+        self.parts.events.write(
+            DownloadEvent(
+                step=state.step,
+                height=state.height,
+                producer=peer,
+                from_peer=got.from_peer,
+                bytes=len(data),
+                seconds=round(got.seconds, 4),
+            )
+        )
         full = ReceivedResult(res.trainer, res.batch, res.data_hash, data)
         if not verify_result(full, state.step, kit.spec):
             detail = f"batch {res.batch} of step {state.step}"

@@ -67,6 +67,9 @@ class NetOptions:
     optim_stats: int | None = None
     write_distro_data: Path | None = None
     """``--write-distro-data``: each client writes every payload to ``<dir>/<label>/``."""
+    delayed_clients: tuple[int, ...] = ()
+    """Clients not started at launch: the caller starts them (``start_client``) when it wants a
+    joiner, e.g. from ``run``'s ``on_tick``."""
     first_client_checkpoint: str | None = None
     """``--first-client-checkpoint``: the Hub repo the run's model is loaded from (replaces the
     config's checkpoint; see :func:`psyche.testnet.inputs.state_with_checkpoint`)."""
@@ -200,7 +203,8 @@ class LocalTestnet:
         try:
             self.start_coordinator_side()
             for slot in range(1, o.num_clients + 1):
-                self.start_client(slot)
+                if slot not in o.delayed_clients:
+                    self.start_client(slot)
             started = time.monotonic()
             next_kill = started + o.random_kill_interval
             while True:

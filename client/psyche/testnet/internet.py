@@ -50,7 +50,15 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["PREFIX", "EmulatedInternet", "HostSpec", "NetError", "available", "cleanup_stale"]
+__all__ = [
+    "PREFIX",
+    "EmulatedInternet",
+    "HostSpec",
+    "InternetOptions",
+    "NetError",
+    "available",
+    "cleanup_stale",
+]
 
 # Every namespace and root-namespace link of every instance starts with this, so stale ones can
 # be told apart from anything else on the machine.
@@ -78,6 +86,30 @@ class HostSpec:
     nat: bool = False
     uplink_mbps: float | None = None
     downlink_mbps: float | None = None
+
+
+@dataclass(frozen=True)
+class InternetOptions:
+    """A testnet's clients on an emulated internet (``--emulate-internet``): client N is host
+    ``client-N``, NAT'd when N is in ``nat_clients``, with these access-link rates."""
+
+    nat_clients: tuple[int, ...] = ()
+    uplink_mbps: float | None = None
+    downlink_mbps: float | None = None
+
+    def hosts(self, num_clients: int) -> list[HostSpec]:
+        bad = [n for n in self.nat_clients if not 1 <= n <= num_clients]
+        if bad:
+            raise ValueError(f"--nat-clients {bad}: clients are numbered 1..{num_clients}")
+        return [
+            HostSpec(
+                f"client-{n}",
+                nat=n in self.nat_clients,
+                uplink_mbps=self.uplink_mbps,
+                downlink_mbps=self.downlink_mbps,
+            )
+            for n in range(1, num_clients + 1)
+        ]
 
 
 def _cmd(*argv: str, check: bool = True) -> str:

@@ -48,6 +48,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 COMMITMENT = "confirmed"
+MAX_MULTIPLE_ACCOUNTS = 100
+"""The most keys one ``getMultipleAccounts`` takes (Solana's RPC limit)."""
 
 
 class RpcError(BackendError):
@@ -143,6 +145,32 @@ class SolanaRpc:
         if value is None:
             return None
         return decode_account_data(value)
+
+    async def get_multiple_accounts(
+        self, pubkeys: Sequence[Pubkey]
+    ) -> list[tuple[Pubkey, bytes] | None]:
+        """(owner, data) of each account, None where it does not exist; at most
+        :data:`MAX_MULTIPLE_ACCOUNTS` keys (the RPC's own limit)."""
+        if len(pubkeys) > MAX_MULTIPLE_ACCOUNTS:
+            raise ValueError(f"at most {MAX_MULTIPLE_ACCOUNTS} accounts per call")
+        res = await self.call(
+            "getMultipleAccounts",
+            [[str(k) for k in pubkeys], {"encoding": "base64", "commitment": COMMITMENT}],
+        )
+        values = res.get("value") if isinstance(res, dict) else None
+        if not isinstance(values, list) or len(values) != len(pubkeys):
+            raise RpcError(f"{self.url}: getMultipleAccounts: malformed reply")
+        out: list[tuple[Pubkey, bytes] | None] = []
+        for value in values:
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                owner = Pubkey.from_string(str(value.get("owner")))
+            except (ValueError, AttributeError):
+                raise RpcError(f"{self.url}: getMultipleAccounts: bad owner") from None
+            out.append((owner, decode_account_data(value)))
+        return out
 
     async def latest_blockhash(self) -> Hash:
         res = await self.call("getLatestBlockhash", [{"commitment": COMMITMENT}])

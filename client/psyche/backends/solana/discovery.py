@@ -81,6 +81,7 @@ class ChainDirectory:
         record_address: Callable[[Pubkey], Pubkey],
         decode: Callable[[bytes], PeerRecordLike],
         bootstrap: dict[bytes, list[str]] | None = None,
+        announce: Sequence[str] = (),
         max_addrs: int = 4,
         max_addr_len: int = 128,
         ttl_s: float = PEER_RECORD_TTL_S,
@@ -95,6 +96,8 @@ class ChainDirectory:
         self.ttl_s = ttl_s
         self.clock = clock
         self._bootstrap = {k: list(v) for k, v in (bootstrap or {}).items()}
+        self.announce = list(announce)
+        """``--p2p-announce-addrs``: published first, ahead of what the host listens on."""
         self._learned: dict[bytes, list[str]] = {}
         self._records: dict[bytes, list[str]] = {}
         self.record_times: dict[bytes, int] = {}
@@ -107,12 +110,12 @@ class ChainDirectory:
 
     def record_addrs(self, addrs: Iterable[str], p2p_identity: bytes) -> list[str]:
         """What this client's record should hold for the listen/circuit addresses ``addrs``:
-        unspecified hosts expanded, the own peer id dropped, relayed addresses first (behind a
-        NAT they are the ones that work), at most ``max_addrs`` of at most ``max_addr_len``
+        announced ones first, unspecified hosts expanded, the own peer id dropped, then relayed
+        addresses (behind a NAT they are the ones that work), at most ``max_addrs`` of at most ``max_addr_len``
         bytes. An address we could not publish is logged and left out."""
         me = peer_id_for(p2p_identity)
         out: list[str] = []
-        for addr in advertised_addrs(list(addrs)):
+        for addr in [*self.announce, *advertised_addrs(list(addrs))]:
             try:
                 short = record_addr(addr, me)
             except AddrError as e:
@@ -123,7 +126,8 @@ class ChainDirectory:
                 continue
             if short not in out:
                 out.append(short)
-        out.sort(key=lambda a: not is_circuit(a))
+        announced = set(self.announce)
+        out.sort(key=lambda a: (a not in announced, not is_circuit(a)))
         self.my_addrs = [peer_addr(a, me) for a in out[: self.max_addrs]]
         return out[: self.max_addrs]
 

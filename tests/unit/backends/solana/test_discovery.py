@@ -152,3 +152,10 @@ def test_what_a_client_publishes() -> None:
     assert d.my_addrs == [f"{circuit}/p2p/{pid}", f"/ip4/192.168.1.2/tcp/4001/p2p/{pid}"]
     long = "/dns4/" + "a" * 130 + "/tcp/1"
     assert directory().record_addrs([long], me.p2p_identity) == []
+
+
+def test_announced_addresses_come_first() -> None:
+    me = member(9)
+    d = directory(announce=["/ip4/203.0.113.7/tcp/4001"])
+    got = d.record_addrs(["/ip4/192.168.1.2/tcp/4001"], me.p2p_identity)
+    assert got == ["/ip4/203.0.113.7/tcp/4001", "/ip4/192.168.1.2/tcp/4001"]

@@ -21,3 +21,19 @@ pub const CLIENT_VERSION_MAX_LEN: usize = 96;
 /// Most entries in one `health_check`: each costs a committee-shuffle verification, and 8 keep
 /// the transaction well under its size and compute limits.
 pub const MAX_HEALTH_CHECKS_PER_INSTRUCTION: usize = 8;
+
+// --- peer records (`set_peer_addrs`, `close_peer_record`) -----------------------------------
+// `#[constant]` puts these three in the IDL's `constants`, where the Python client's copies are
+// checked against them (tests/unit/backends/solana/test_peer_record.py).
+
+/// First seed of the `PeerRecord` PDA `["peer", coordinator_instance, signer]`.
+#[anchor_lang::constant]
+pub const PEER_RECORD_SEEDS_PREFIX: &[u8] = b"peer";
+
+/// Most P2P addresses (libp2p multiaddrs) one peer record holds.
+#[anchor_lang::constant]
+pub const MAX_PEER_ADDRS: u8 = 4;
+
+/// Longest P2P address in a peer record (bytes).
+#[anchor_lang::constant]
+pub const MAX_PEER_ADDR_LEN: u8 = 128;

@@ -4,7 +4,7 @@
 
 use anchor_lang::prelude::*;
 
-use crate::core::CoordinatorError;
+use crate::core::{CoordinatorError, PeerAddrsError};
 
 #[error_code]
 pub enum CoordinatorProgramError {
@@ -84,6 +84,15 @@ pub enum CoordinatorProgramError {
     // Appended last so that every earlier code keeps its number.
     #[msg("client_id.p2p_identity is held by another wallet of this run (pending for the next epoch or in the current one); only a wallet joining with its own key (p2p_identity = signer) can take it over")]
     P2PIdentityTaken,
+    // Peer records (`set_peer_addrs`), appended after P2PIdentityTaken for the same reason.
+    #[msg("a peer record holds at most 4 addresses")]
+    TooManyPeerAddrs,
+    #[msg("a peer address must be 1 to 128 bytes")]
+    PeerAddrBadLength,
+    #[msg("a peer address may only hold printable ASCII without spaces (0x21..=0x7e)")]
+    PeerAddrNotPrintable,
+    #[msg("a peer address must start with '/' (a multiaddr)")]
+    PeerAddrNoLeadingSlash,
 }
 
 impl From<CoordinatorError> for CoordinatorProgramError {
@@ -102,6 +111,23 @@ impl From<CoordinatorError> for CoordinatorProgramError {
             CoordinatorError::InvalidCommitteeSelection => Self::InvalidCommitteeSelection,
             CoordinatorError::InvalidCommitteeProof => Self::InvalidCommitteeProof,
         }
+    }
+}
+
+impl From<PeerAddrsError> for CoordinatorProgramError {
+    fn from(e: PeerAddrsError) -> Self {
+        match e {
+            PeerAddrsError::TooMany => Self::TooManyPeerAddrs,
+            PeerAddrsError::BadLength => Self::PeerAddrBadLength,
+            PeerAddrsError::NotPrintable => Self::PeerAddrNotPrintable,
+            PeerAddrsError::NoLeadingSlash => Self::PeerAddrNoLeadingSlash,
+        }
+    }
+}
+
+impl From<PeerAddrsError> for anchor_lang::error::Error {
+    fn from(e: PeerAddrsError) -> Self {
+        CoordinatorProgramError::from(e).into()
     }
 }
 

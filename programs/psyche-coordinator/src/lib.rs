@@ -1,10 +1,11 @@
 //! psyche coordinator program.
 //!
 //! `core` is the pure coordinator state machine (a port of `client/psyche/coordinator`), kept
-//! byte-identical to the Python implementation by `tests/vectors_*.rs`. `state` holds the two
-//! accounts (`CoordinatorInstance` PDA, zero-copy `CoordinatorAccount`) and the program-side
-//! bookkeeping around the core (pending list, seed, epoch rates, points); `instructions` has one
-//! file per instruction with its documented accounts. This file only dispatches.
+//! byte-identical to the Python implementation by `tests/vectors_*.rs`. `state` holds the
+//! accounts (`CoordinatorInstance` PDA, zero-copy `CoordinatorAccount`, per-wallet
+//! `PeerRecord` PDAs) and the program-side bookkeeping around the core (pending list, seed,
+//! epoch rates, points); `instructions` has one file per instruction with its documented
+//! accounts. This file only dispatches.
 
 use anchor_lang::prelude::*;
 // Links the libcalls of solana-compiler-builtins (see Cargo.toml) into the SBF build.
@@ -127,5 +128,15 @@ pub mod psyche_coordinator {
         checkpoint: crate::core::Checkpoint,
     ) -> Result<()> {
         checkpoint_processor(ctx, checkpoint)
+    }
+
+    /// Any wallet: publish its P2P addresses for the run (creates its `PeerRecord` on first use).
+    pub fn set_peer_addrs(ctx: Context<SetPeerAddrs>, params: SetPeerAddrsParams) -> Result<()> {
+        set_peer_addrs_processor(ctx, params)
+    }
+
+    /// The record's signer: close its `PeerRecord`; rent back to the signer.
+    pub fn close_peer_record(ctx: Context<ClosePeerRecord>) -> Result<()> {
+        close_peer_record_processor(ctx)
     }
 }

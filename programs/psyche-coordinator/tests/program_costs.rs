@@ -1,6 +1,7 @@
 //! Every coordinator instruction at its worst case, under Solana's real limits: a full epoch of
 //! 256 clients (the largest client list), 256 pending joins, a full witness set (32), a health
-//! check that ejects 8 clients, the ticks that end a round and an epoch, the largest `update`.
+//! check that ejects 8 clients, the ticks that end a round and an epoch, the largest `update`,
+//! and the largest peer record (created, overwritten, closed).
 //!
 //! Each transaction carries the compute-unit limit the Python client requests for that
 //! instruction (`client/psyche/backends/solana/compute_units.json`), so on the SBF build
@@ -16,12 +17,13 @@ mod harness;
 use std::collections::BTreeMap;
 
 use harness::*;
+use psyche_coordinator::constants::{MAX_PEER_ADDRS, MAX_PEER_ADDR_LEN};
 use psyche_coordinator::core::model::{Checkpoint, HubRepo};
 use psyche_coordinator::core::{
     Bloom, ClientState, CoordinatorConfig, HealthCheck, Progress, RunState, MAX_CLIENTS,
     MAX_WITNESSES,
 };
-use psyche_coordinator::CoordinatorAccount;
+use psyche_coordinator::{CoordinatorAccount, PeerRecord};
 use solana_sdk::signature::Signer;
 
 const COMPUTE_UNITS_JSON: &str =
@@ -109,6 +111,11 @@ impl Costs {
 const PERMISSIONLESS_ACCOUNTS: usize = 3;
 const JOIN_ACCOUNTS: usize = 4;
 const OWNER_ACCOUNTS: usize = 3;
+/// set_peer_addrs: signer, instance, record, system program; close_peer_record: signer, record.
+const SET_PEER_ADDRS_ACCOUNTS: usize = 4;
+const CLOSE_PEER_RECORD_ACCOUNTS: usize = 2;
+/// The peer record's bump in the measured case: 11 bumps tried (see `drive`).
+const PEER_BUMP: u8 = 245;
 
 /// Drives one run with `n` clients from creation through the end of its first epoch, measuring
 /// every instruction at the points where it does the most work.
@@ -241,6 +248,32 @@ async fn drive(n: usize, costs: &mut Costs) {
         n,
     );
     assert_eq!(env.run_state(&run).await, RunState::WaitingForMembers);
+
+    // Peer records: the largest content (4 addresses of 128 bytes), on creation (the system
+    // program CPI) and on overwrite, then the close. `init_if_needed` searches the record's bump
+    // on every call (a `create_program_address` per bump tried, ~1,500 CU each), so the
+    // publisher is a wallet whose record needs 11 tries (bump ≤ 245: about 1 wallet in 2,000).
+    let addrs: Vec<String> = (0..usize::from(MAX_PEER_ADDRS))
+        .map(|i| format!("/dns/{i}{}", "x".repeat(usize::from(MAX_PEER_ADDR_LEN) - 6)))
+        .collect();
+    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let publisher = (0u32..)
+        .map(|i| seeded_keypair(format!("costs/peer/{i}").as_bytes()))
+        .find(|k| PeerRecord::find_pda(&run.instance, &k.pubkey()).1 <= PEER_BUMP)
+        .unwrap();
+    env.fund(&publisher.pubkey()).await;
+    let record = PeerRecord::find_pda(&run.instance, &publisher.pubkey()).0;
+    for label in ["set_peer_addrs: creates, 4 × 128 B", "set_peer_addrs: overwrites, 4 × 128 B"] {
+        let ix = ix_set_peer_addrs(run.instance, &publisher.pubkey(), &addrs);
+        let m = env.send_measured(ix, &[&publisher], lim("set_peer_addrs")).await;
+        costs.record(label, "set_peer_addrs", &m, SET_PEER_ADDRS_ACCOUNTS, n);
+        env.warp(1).await;
+    }
+    let bytes = env.account_data(record).await.expect("peer record").len();
+    costs.accounts.insert("PeerRecord".to_string(), bytes);
+    let ix = ix_close_peer_record(&publisher.pubkey(), record);
+    let m = env.send_measured(ix, &[&publisher], lim("close_peer_record")).await;
+    costs.record("close_peer_record", "close_peer_record", &m, CLOSE_PEER_RECORD_ACCOUNTS, n);
 }
 
 /// Every elected witness among `clients` witnesses the round, all epoch clients but `unseen` in

@@ -1,5 +1,6 @@
 //! One whole epoch through transactions: create → configure → unpause → joins → warmup →
-//! rounds (clock warped) → epoch timeout → drain rounds → cooldown → checkpoint → points.
+//! rounds (clock warped) → epoch timeout → drain rounds → cooldown → checkpoint → points; then a
+//! client's peer record (publish, overwrite, close).
 //!
 //! It also records the cross-language vectors in `tests/vectors/solana/` (format:
 //! tests/vectors/README.md, "Solana transactions"): with `PSYCHE_WRITE_VECTORS=1` it writes
@@ -16,13 +17,14 @@ use common::json::{
     checkpoint_to_json, config_to_json, hex_encode, identity_to_json, model_to_json, state_to_json,
 };
 use harness::*;
+use psyche_coordinator::constants::{MAX_PEER_ADDRS, MAX_PEER_ADDR_LEN};
 use psyche_coordinator::core::hash::sha256;
 use psyche_coordinator::core::model::{Checkpoint, HubRepo};
 use psyche_coordinator::core::{
     Bloom, Committee, CoordinatorState, HealthCheck, RunState, WitnessMetadata, WitnessProofArg,
 };
 use psyche_coordinator::error::CoordinatorProgramError as E;
-use psyche_coordinator::{CoordinatorAccount, CoordinatorInstanceState};
+use psyche_coordinator::{CoordinatorAccount, CoordinatorInstanceState, PeerRecord};
 use serde_json::{json, Value};
 use solana_sdk::instruction::Instruction;
 use solana_sdk::pubkey::Pubkey;
@@ -622,10 +624,51 @@ async fn whole_epoch_through_transactions() {
     s.tick("tick: nobody rejoined yet").await;
     assert_eq!(s.env.run_state(&s.run).await, RunState::WaitingForMembers);
 
+    // 14. Peer records: client 0 publishes two P2P addresses, is refused an address with a
+    //     space, overwrites with one shorter address a second later (the old bytes stay after the
+    //     borsh value), and closes the record.
+    let mut peer_records = Vec::new();
+    let wallet = s.clients[0].wallet.insecure_clone();
+    let record = PeerRecord::find_pda(&s.run.instance, &wallet.pubkey()).0;
+    // The publishing wallet pays the record's rent (the payer pays only fees): fund it, a setup
+    // transfer that is not one of the recorded steps.
+    s.env.fund(&wallet.pubkey()).await;
+    let published = [
+        "/ip4/198.51.100.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN",
+        "/ip6/2001:db8::1/udp/4001/quic-v1",
+    ];
+    let steps: [(&str, &[&str], Option<E>); 3] = [
+        ("client 0 publishes its P2P addresses", &published, None),
+        (
+            "an address with a space is refused",
+            &["/ip4/198.51.100.1 /tcp/4001"],
+            Some(E::PeerAddrNotPrintable),
+        ),
+        ("client 0 overwrites its P2P addresses", &["/dns/a.example/tcp/1"], None),
+    ];
+    for (label, addrs, expect) in steps {
+        let ix = ix_set_peer_addrs(s.run.instance, &wallet.pubkey(), addrs);
+        let args = json!({"params": {"addrs": addrs}});
+        s.step(label, vec![(ix, "set_peer_addrs", args)], &[&wallet], expect).await;
+        if expect.is_none() {
+            peer_records.push(peer_record_json(&mut s, record).await);
+            s.warp(1).await;
+        }
+    }
+    let ix = ix_close_peer_record(&wallet.pubkey(), record);
+    s.step(
+        "client 0 closes its peer record",
+        vec![(ix, "close_peer_record", json!({}))],
+        &[&wallet],
+        None,
+    )
+    .await;
+    assert!(s.env.account_data(record).await.is_none());
+
     // The vectors.
     let scenario = json!({
         "name": "whole_epoch",
-        "description": "one epoch of the tiny run through the real runtime: create, configure, rates, join authorization, resume, 3 joins, warmup, rounds 0-2, epoch timeout, drain rounds 3-4, cooldown, checkpoint (EpochEnd(true), 200 points each); error steps included",
+        "description": "one epoch of the tiny run through the real runtime: create, configure, rates, join authorization, resume, 3 joins, warmup, rounds 0-2, epoch timeout, drain rounds 3-4, cooldown, checkpoint (EpochEnd(true), 200 points each), then client 0's peer record (publish, a refused address, overwrite, close); error steps included",
         "programs": {
             "psyche_coordinator": psyche_coordinator::ID.to_string(),
             "psyche_authorizer": psyche_authorizer::ID.to_string(),
@@ -638,4 +681,32 @@ async fn whole_epoch_through_transactions() {
         write_or_compare(&format!("accounts/{name}.json"), snapshot);
     }
     write_or_compare("errors.json", &errors_table());
+    let peer_records = json!({
+        "description": "the PeerRecord account after each accepted set_peer_addrs of whole_epoch.json (client 0), with the program's limits",
+        "max_peer_addrs": MAX_PEER_ADDRS,
+        "max_peer_addr_len": MAX_PEER_ADDR_LEN,
+        "space": PeerRecord::SPACE,
+        "rent": rent_exempt(PeerRecord::SPACE),
+        "records": peer_records,
+    });
+    write_or_compare("peer_records.json", &peer_records);
+}
+
+/// The peer record at `address` as it is now: its fields and the whole account's bytes.
+async fn peer_record_json(s: &mut Scenario, address: Pubkey) -> Value {
+    let data = s.env.account_data(address).await.expect("peer record");
+    let record = s.env.peer_record(address).await.unwrap();
+    json!({
+        "after_step": s.rec.steps.len() - 1,
+        "address": address.to_string(),
+        "size": data.len(),
+        "discriminator": hex_encode(PeerRecord::DISCRIMINATOR),
+        "coordinator_instance": record.coordinator_instance.to_string(),
+        "signer": record.signer.to_string(),
+        "bump": record.bump,
+        "updated_at": record.updated_at,
+        "updated_slot": record.updated_slot,
+        "addrs": record.addrs,
+        "data": hex_encode(&data),
+    })
 }

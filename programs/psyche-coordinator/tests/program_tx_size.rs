@@ -123,3 +123,22 @@ fn largest_update_transactions_fit_a_packet() {
     );
     assert!(tx_size(&authority, ix) <= PACKET_DATA_SIZE);
 }
+
+/// The largest peer record (4 addresses of 128 bytes) in one `set_peer_addrs`, paid by the
+/// publishing wallet as the client sends it.
+#[test]
+fn largest_set_peer_addrs_transaction_fits_a_packet() {
+    use psyche_coordinator::constants::{MAX_PEER_ADDRS, MAX_PEER_ADDR_LEN};
+    let run = run();
+    let user = Keypair::new();
+    let addrs: Vec<String> = (0..MAX_PEER_ADDRS)
+        .map(|i| format!("/dns/{i}{}", "x".repeat(usize::from(MAX_PEER_ADDR_LEN) - 6)))
+        .collect();
+    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let ix = ix_set_peer_addrs(run.instance, &user.pubkey(), &addrs);
+    // discriminator + vec length + 4 × (string length + 128 bytes)
+    assert_eq!(ix.data.len(), 8 + 4 + 4 * (4 + 128));
+    let size = tx_size(&user, ix);
+    assert!(size <= PACKET_DATA_SIZE, "set_peer_addrs transaction is {size} bytes");
+    assert_eq!(size, 850);
+}

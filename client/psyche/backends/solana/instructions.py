@@ -5,12 +5,14 @@
 all come from the IDL, so only the *meaning* of each account is written here. An instruction whose
 IDL takes a single ``params`` struct gets its arguments wrapped into it, so both Anchor styles
 work. :class:`RunInstructions` binds one run's accounts and implements the client's
-:class:`~psyche.backends.solana.snapshot.ClientInstructions`.
+:class:`~psyche.backends.solana.snapshot.ClientInstructions`, plus the wallet's peer record
+(``set_peer_addrs``, ``close_peer_record``; the account is read by
+:mod:`psyche.backends.solana.peer_record`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,16 +30,19 @@ from psyche.protocol.strict_obj import to_obj
 __all__ = [
     "COORDINATOR_SEED",
     "JOIN_RUN_SCOPE",
+    "PEER_RECORD_SEED",
     "ProgramClient",
     "RunInstructions",
     "authorization_pda",
     "default_idl_dir",
     "instance_pda",
+    "peer_record_pda",
 ]
 
 COORDINATOR_SEED = b"coordinator"
 AUTHORIZATION_SEED = b"Authorization"
 JOIN_RUN_SCOPE = b"CoordinatorJoinRun"
+PEER_RECORD_SEED = b"peer"
 SYSTEM_PROGRAM = Pubkey.from_string("11111111111111111111111111111111")
 MAX_HEALTH_CHECKS_PER_INSTRUCTION = 8
 
@@ -49,6 +54,13 @@ def default_idl_dir() -> Path:
 
 def instance_pda(program: Pubkey, run_id: str) -> Pubkey:
     return Pubkey.find_program_address([COORDINATOR_SEED, run_id.encode()], program)[0]
+
+
+def peer_record_pda(program: Pubkey, coordinator_instance: Pubkey, signer: Pubkey) -> Pubkey:
+    """The ``PeerRecord`` of ``signer`` for the run of ``coordinator_instance``:
+    ``["peer", coordinator_instance, signer]``."""
+    seeds = [PEER_RECORD_SEED, bytes(coordinator_instance), bytes(signer)]
+    return Pubkey.find_program_address(seeds, program)[0]
 
 
 def authorization_pda(program: Pubkey, grantor: Pubkey, grantee: Pubkey, scope: bytes) -> Pubkey:
@@ -187,6 +199,31 @@ class RunInstructions:
     def checkpoint(self, user: Pubkey, index: int, checkpoint: Checkpoint) -> Instruction:
         # The program finds the signer's index itself; ``index`` is for the centralized server.
         return self._client("checkpoint", user, {"checkpoint": to_obj(checkpoint)})
+
+    # --- the wallet's peer record -------------------------------------------------------------
+
+    def peer_record(self, user: Pubkey) -> Pubkey:
+        """The address of ``user``'s peer record for this run."""
+        return peer_record_pda(self.p.program_id, self.run.instance, user)
+
+    def set_peer_addrs(self, user: Pubkey, addrs: Sequence[str]) -> Instruction:
+        """``user`` publishes ``addrs`` (0 to 4 multiaddrs) for this run, creating its record on
+        first use (``user`` pays the rent, about 0.0052 SOL, back on close). The addresses are
+        not checked here: call :func:`psyche.backends.solana.peer_record.check_peer_addrs` first
+        to fail before sending, or the program refuses them with a named error."""
+        if isinstance(addrs, str):
+            raise TypeError("addrs is a sequence of multiaddr strings, not one string")
+        accounts = {
+            "signer": user,
+            "coordinator_instance": self.run.instance,
+            "peer_record": self.peer_record(user),
+        }
+        return self.p.build("set_peer_addrs", {"addrs": list(addrs)}, accounts)
+
+    def close_peer_record(self, user: Pubkey) -> Instruction:
+        """``user`` closes its peer record for this run; the rent goes back to ``user``."""
+        accounts = {"signer": user, "peer_record": self.peer_record(user)}
+        return self.p.build("close_peer_record", {}, accounts)
 
     # --- run administration ---------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 //! The coordinator core: a pure, deterministic port of `client/psyche/coordinator` (and the
 //! primitives it uses from `client/psyche/protocol`). Python is the contract; the shared vectors
-//! in `tests/vectors/` prove the two agree.
+//! in `tests/vectors/` prove the two agree. `peer_addrs` is the program's own: the rules of a
+//! peer record's addresses (`set_peer_addrs`).
 //!
 //! Everything the program stores lives in `repr(C)` Pod types without implicit padding, enums or
 //! bools (docs/solana.md), and the state machine mutates them in place: the account is ~165 KB
@@ -19,6 +20,7 @@ pub mod hash;
 pub mod indices;
 pub mod lost_work;
 pub mod model;
+pub mod peer_addrs;
 pub mod queries;
 pub mod rewards;
 pub mod shuffle;
@@ -31,6 +33,7 @@ pub use committee::{
 pub use config::{CoordinatorConfig, Progress};
 pub use error::{CoordinatorError, TickResult};
 pub use model::{Checkpoint, Model, ModelBlob};
+pub use peer_addrs::{check_peer_addrs, PeerAddrsError};
 pub use queries::{PrevClients, RoundClients};
 pub use rewards::{epoch_points, EpochPoints};
 pub use types::*;

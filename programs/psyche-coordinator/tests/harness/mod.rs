@@ -19,7 +19,9 @@ use psyche_coordinator::core::{
     RunState, WitnessMetadata, WitnessProofArg,
 };
 use psyche_coordinator::error::CoordinatorProgramError;
-use psyche_coordinator::{CoordinatorAccount, CoordinatorInstance, InitCoordinatorParams};
+use psyche_coordinator::{
+    CoordinatorAccount, CoordinatorInstance, InitCoordinatorParams, PeerRecord,
+};
 use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
 use solana_sdk::account_info::AccountInfo;
 use solana_sdk::clock::Clock;
@@ -438,6 +440,16 @@ impl Env {
         Some(CoordinatorInstance::try_deserialize(&mut data.as_slice()).unwrap())
     }
 
+    /// The `PeerRecord` at `address`, if the account exists (discriminator checked).
+    pub async fn peer_record(&mut self, address: Pubkey) -> Option<PeerRecord> {
+        let data = self.account_data(address).await?;
+        Some(PeerRecord::try_deserialize(&mut data.as_slice()).unwrap())
+    }
+
+    pub async fn lamports(&mut self, address: Pubkey) -> u64 {
+        self.ctx.banks_client.get_balance(address).await.unwrap()
+    }
+
     pub async fn run_state(&mut self, run: &Run) -> RunState {
         self.coordinator(run).await.state.run_state()
     }
@@ -794,6 +806,39 @@ pub fn ix_checkpoint(run: &Run, user: &Pubkey, checkpoint: Checkpoint) -> Instru
     ix(
         permissionless_accounts(run, user),
         psyche_coordinator::instruction::Checkpoint { checkpoint },
+    )
+}
+
+pub fn ix_set_peer_addrs(instance: Pubkey, signer: &Pubkey, addrs: &[&str]) -> Instruction {
+    ix_set_peer_addrs_at(instance, signer, PeerRecord::find_pda(&instance, signer).0, addrs)
+}
+
+/// `set_peer_addrs` with any `peer_record` address (the program must refuse a wrong one).
+pub fn ix_set_peer_addrs_at(
+    instance: Pubkey,
+    signer: &Pubkey,
+    peer_record: Pubkey,
+    addrs: &[&str],
+) -> Instruction {
+    ix(
+        psyche_coordinator::accounts::SetPeerAddrs {
+            signer: *signer,
+            coordinator_instance: instance,
+            peer_record,
+            system_program: system_program::ID,
+        },
+        psyche_coordinator::instruction::SetPeerAddrs {
+            params: psyche_coordinator::SetPeerAddrsParams {
+                addrs: addrs.iter().map(|a| a.to_string()).collect(),
+            },
+        },
+    )
+}
+
+pub fn ix_close_peer_record(signer: &Pubkey, peer_record: Pubkey) -> Instruction {
+    ix(
+        psyche_coordinator::accounts::ClosePeerRecord { signer: *signer, peer_record },
+        psyche_coordinator::instruction::ClosePeerRecord {},
     )
 }
 

@@ -3,7 +3,8 @@
 The SBF builds of both programs run in ``psyche-local-svm`` (an SVM behind an RPC front); the run
 is created, configured, authorized and resumed by the run creator's documented commands, and 3
 ``psyche-solana-client train`` processes configured by env files train it over real libp2p on
-127.0.0.1. The test checks the summary the launcher writes (an epoch completed, identical weights
+127.0.0.1, finding each other only through their peer records on the chain (no bootstrap
+peers). The test checks the summary the launcher writes (an epoch completed, identical weights
 after every apply, an opportunistic round end, the loss plot) and that the coordinator program
 itself executed the clients' joins, ticks, witnesses and warmup witnesses (the SVM's transaction
 log, tallied by the launcher into ``program-calls.json``).
@@ -122,6 +123,10 @@ def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
     assert calls["compute_units"]["psyche_coordinator"]["Witness"] > 1000, calls
     # The run creator's documented flow ran through both programs.
     assert {"InitCoordinator", "Update", "SetPaused"} <= set(coordinator), calls
+    # No client was handed another's address: each wrote its peer record and read the others'.
+    for env in sorted((out / "env").glob("client-*.env")):
+        assert "BOOTSTRAP_PEERS" not in env.read_text(), env
+    assert coordinator.get("SetPeerAddrs", 0) >= 3, calls
     authorizer = calls["calls"]["psyche_authorizer"]
     assert authorizer == {
         "AuthorizationCreate": 1,

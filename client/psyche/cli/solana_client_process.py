@@ -8,10 +8,15 @@ the epoch by that key and signs its gossip with it.
 
 from __future__ import annotations
 
+import functools
+
 from solders.pubkey import Pubkey
 
 from psyche.backends.solana.backend import SolanaBackend
-from psyche.backends.solana.peers import BootstrapDirectory, parse_bootstrap_peers
+from psyche.backends.solana.discovery import ChainDirectory
+from psyche.backends.solana.instructions import peer_record_pda
+from psyche.backends.solana.peer_record import MAX_PEER_ADDR_LEN, MAX_PEER_ADDRS, decode_peer_record
+from psyche.backends.solana.peers import parse_bootstrap_peers
 from psyche.backends.solana.session import Session
 from psyche.cli.client_process import ClientOptions, run_client
 from psyche.cli.daemon_options import TrainingFlags
@@ -31,6 +36,7 @@ async def train_on_solana(
     client_version: str,
     micro_batch_size: int = 2,
     bootstrap_peers: str | None = None,
+    p2p_announce_addrs: str | None = None,
     bind_p2p_port: int = 0,
     bind_p2p_host: str = "0.0.0.0",
     checkpoint: CheckpointOptions | None = None,
@@ -43,7 +49,17 @@ async def train_on_solana(
     inst = await session.instance(run_id)
     join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
     key = SecretKey.from_bytes(session.wallet.secret())
-    directory = BootstrapDirectory(parse_bootstrap_peers(bootstrap_peers))
+    program_id = session.coordinator.program_id
+    directory = ChainDirectory(
+        program_id=program_id,
+        instance=ixs.run.instance,
+        record_address=lambda wallet: peer_record_pda(program_id, ixs.run.instance, wallet),
+        decode=functools.partial(decode_peer_record, session.coordinator.idl),
+        bootstrap=parse_bootstrap_peers(bootstrap_peers),
+        announce=(p2p_announce_addrs or "").replace(",", " ").split(),
+        max_addrs=MAX_PEER_ADDRS,
+        max_addr_len=MAX_PEER_ADDR_LEN,
+    )
     # The daemon's event log also names each confirmed transaction, so what a client did on the
     # chain can be looked up there (getTransaction) after the run.
     events = EventLog(event_log, key.node_identity().hex()) if event_log else None

@@ -181,6 +181,13 @@ def ja_delete_cmd(session: Any, authorizer: str | None):
     help="Multiaddrs (/…/p2p/<peer id>) of other clients, comma or space separated.",
 )
 @click.option(
+    "--p2p-announce-addrs",
+    envvar="PSYCHE_P2P_ANNOUNCE_ADDRS",
+    default=None,
+    help="Multiaddrs (/ip4/<public ip>/tcp/<port>) to publish in this client's peer record before "
+    "the ones it listens on: a public address a router forwards to this machine.",
+)
+@click.option(
     "-i",
     "--identity-secret-key-path",
     envvar="IDENTITY_SECRET_KEY_PATH",

@@ -47,14 +47,61 @@ def solana_testnet() -> None:
     envvar="P2P_BASE_PORT",
     help="Client N listens on base + N (0: a free port each).",
 )
-def start(tui: bool | None, **kw: Any) -> None:
+@click.option(
+    "--bootstrap-peers",
+    is_flag=True,
+    envvar="PSYCHE_TESTNET_BOOTSTRAP_PEERS",
+    help="Also hand every client the others' multiaddrs (by default they find each other only "
+    "through their peer records on the chain).",
+)
+@click.option(
+    "--emulate-internet",
+    is_flag=True,
+    help="Run each client in its own network namespace on an emulated internet (needs root, "
+    "ip, tc and iptables): public or behind a NAT router, with shaped links.",
+)
+@click.option(
+    "--nat-clients",
+    default="",
+    metavar="N,N,…",
+    help="With --emulate-internet: the clients (1-based) behind their own NAT.",
+)
+@click.option(
+    "--uplink-mbps", type=float, default=None, help="With --emulate-internet: uplink rate."
+)
+@click.option(
+    "--downlink-mbps", type=float, default=None, help="With --emulate-internet: downlink rate."
+)
+def start(
+    tui: bool | None,
+    emulate_internet: bool,
+    nat_clients: str,
+    uplink_mbps: float | None,
+    downlink_mbps: float | None,
+    **kw: Any,
+) -> None:
     """Start a local SVM, create and configure the run as its creator, authorize NUM_CLIENTS
     wallets, start them from their env files, follow the run, write the summary and plot."""
     from psyche.protocol.strict_obj import ConfigError
+    from psyche.testnet.internet import InternetOptions, available
     from psyche.testnet.solana import SolanaTestnetOptions, make_solana_testnet
 
     console = Console(soft_wrap=True)
-    options = SolanaTestnetOptions(**net_options(kw), **kw)
+    internet = None
+    if emulate_internet:
+        ok, why = available()
+        if not ok:
+            raise click.UsageError(f"--emulate-internet: {why}")
+        try:
+            nats = tuple(int(n) for n in nat_clients.replace(",", " ").split())
+        except ValueError:
+            raise click.BadParameter(
+                "a comma-separated list of client numbers", param_hint="--nat-clients"
+            ) from None
+        internet = InternetOptions(nats, uplink_mbps, downlink_mbps)
+    elif nat_clients or uplink_mbps or downlink_mbps:
+        raise click.UsageError("--nat-clients and the link rates need --emulate-internet")
+    options = SolanaTestnetOptions(**net_options(kw), internet=internet, **kw)
     try:
         net = make_solana_testnet(options, lambda m: console.print(m))
     except (ConfigError, ValueError, RuntimeError) as e:

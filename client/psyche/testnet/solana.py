@@ -16,9 +16,11 @@ What a real deployment does, in its own processes, on 127.0.0.1:
    as transactions the SBF program executes; the clients tick (as on a real cluster, nobody else
    does: see :mod:`psyche.backends.solana.ticker`).
 
-Stood in for now: the P2P rendezvous. The coordinator account holds keys, not addresses, so the
-launcher gives each client a fixed P2P port and hands every client the others' multiaddrs
-(``PSYCHE_BOOTSTRAP_PEERS``), as a run operator would publish its own clients' addresses.
+Peers: each client writes its P2P addresses to its peer record on the chain and reads the
+others' (:mod:`psyche.backends.solana.discovery`); nobody hands out addresses. ``bootstrap_peers``
+also passes the others' multiaddrs (``PSYCHE_BOOTSTRAP_PEERS``), as an operator could.
+``internet`` runs each client in its own network namespace of an emulated internet (some behind
+NAT, shaped links), with the local SVM on that internet's gateway.
 
 The run's states come from the coordinator account (:class:`~psyche.testnet.chain.ChainFollower`),
 written in the centralized server's event format, so the summary, the per-round lines and the
@@ -53,6 +55,7 @@ from psyche.testnet.base import LocalTestnet, NetOptions, Proc
 from psyche.testnet.chain import ChainFollower
 from psyche.testnet.envfile import read_env_file, write_env_file
 from psyche.testnet.inputs import prepare_local_inputs, state_with_checkpoint
+from psyche.testnet.internet import EmulatedInternet, InternetOptions
 from psyche.testnet.processes import console_script, container_env, free_port
 from psyche.testnet.program_calls import SIGNATURE, tally_program_calls
 from psyche.testnet.solana_chain import LAMPORTS, PROGRAMS, ROOT, program_ids, request_airdrop
@@ -77,6 +80,12 @@ class SolanaTestnetOptions(NetOptions):
     """Its websocket URL; default: derived from ``rpc`` as the Solana tools do."""
     run_id: str | None = None
     """Default: the config's run_id."""
+    bootstrap_peers: bool = False
+    """Also hand every client the others' multiaddrs (``PSYCHE_BOOTSTRAP_PEERS``); by default the
+    clients find each other only through their peer records on the chain."""
+    internet: InternetOptions | None = None
+    """Run every client in its own network namespace of an emulated internet (some behind NAT,
+    shaped links; :mod:`psyche.testnet.internet`); the local SVM listens on its gateway."""
     name: str = "local testnet"
     description: str = "psyche-solana-local-testnet"
 
@@ -90,6 +99,7 @@ class SolanaTestnet(LocalTestnet):
     p2p_ports: dict[int, int] = field(default_factory=dict)
     setup_signatures: list[str] = field(default_factory=list)
     log_line: Callable[[str], None] = print
+    internet: EmulatedInternet | None = None
 
     @property
     def opts(self) -> SolanaTestnetOptions:
@@ -145,6 +155,9 @@ class SolanaTestnet(LocalTestnet):
         ready.unlink(missing_ok=True)
         funded = self.funded_wallets()
         argv = [console_script("psyche-local-svm"), "run", "--rpc-port", str(o.rpc_port)]
+        if self.internet is not None:
+            # The gateway is an address of this namespace and the clients' way out of theirs.
+            argv += ["--bind", self.internet.host_gateway_address()]
         if o.ws_port:
             argv += ["--ws-port", str(o.ws_port)]
         argv += ["--ready-file", str(ready)]
@@ -237,9 +250,14 @@ class SolanaTestnet(LocalTestnet):
             self.p2p_ports[slot] = base + slot if base else free_port()
         return self.p2p_ports[slot]
 
+    def p2p_host(self, slot: int) -> str:
+        if self.internet is None:
+            return "127.0.0.1"
+        return self.internet.address(f"client-{slot}")
+
     def p2p_addr(self, slot: int) -> str:
         key = bytes(self.wallet(f"delegate{slot}").pubkey())
-        return f"/ip4/127.0.0.1/tcp/{self.p2p_port(slot)}/p2p/{peer_id_for(key)}"
+        return f"/ip4/{self.p2p_host(slot)}/tcp/{self.p2p_port(slot)}/p2p/{peer_id_for(key)}"
 
     def env_file(self, slot: int) -> Path:
         return self.out / "env" / f"client-{slot}.env"
@@ -264,9 +282,9 @@ class SolanaTestnet(LocalTestnet):
             "TENSOR_PARALLELISM": "1",
             "MICRO_BATCH_SIZE": str(o.micro_batch_size),
             "PSYCHE_DEVICE": o.device,
-            "BIND_P2P_HOST": "127.0.0.1",
+            "BIND_P2P_HOST": "127.0.0.1" if self.internet is None else "0.0.0.0",
             "BIND_P2P_PORT": str(self.p2p_port(slot)),
-            "PSYCHE_BOOTSTRAP_PEERS": ",".join(others),
+            **({"PSYCHE_BOOTSTRAP_PEERS": ",".join(others)} if o.bootstrap_peers else {}),
             "EVENT_LOG": str(self.client_log(label).resolve()),
             "CHECKPOINT_DIR": str((o.checkpoint_dir or self.out / "checkpoints").resolve()),
             "LOGS": "console",
@@ -281,6 +299,10 @@ class SolanaTestnet(LocalTestnet):
     # --- LocalTestnet hooks -------------------------------------------------------------------
 
     def start_coordinator_side(self) -> None:
+        if self.opts.internet is not None:
+            self.internet = EmulatedInternet(self.opts.internet.hosts(self.opts.num_clients))
+            self.internet.__enter__()
+            self.log_line(self.describe_internet())
         self.start_svm()
         self.create_run()
         self.follower = ChainFollower(self.rpc_url, self.ws_url, self.run_id, self.states_file)
@@ -300,10 +322,27 @@ class SolanaTestnet(LocalTestnet):
             raise RuntimeError(f"the chain follower stopped: {self.follower.error}")
 
     def stop_coordinator_side(self) -> None:
-        if self.follower is not None:
-            self.follower.stop()
-        if self.svm is not None and self.svm.popen.poll() is None:
-            self.write_program_calls()
+        try:
+            if self.follower is not None:
+                self.follower.stop()
+            if self.svm is not None and self.svm.popen.poll() is None:
+                self.write_program_calls()
+        finally:
+            if self.internet is not None:
+                self.internet.close()
+
+    def describe_internet(self) -> str:
+        assert self.internet is not None and self.opts.internet is not None
+        o = self.opts.internet
+        hosts = ", ".join(
+            f"client-{n} {'NAT' if n in o.nat_clients else 'public'} "
+            f"{self.internet.address(f'client-{n}')}"
+            for n in range(1, self.opts.num_clients + 1)
+        )
+        return (
+            f"emulated internet {self.internet.prefix}: {hosts}; uplink "
+            f"{o.uplink_mbps or 'unshaped'} Mbit/s, downlink {o.downlink_mbps or 'unshaped'} Mbit/s"
+        )
 
     def write_program_calls(self) -> None:
         """Tally the instructions the programs executed for this run (``program-calls.json``)."""
@@ -330,6 +369,8 @@ class SolanaTestnet(LocalTestnet):
     def client_process(self, slot: int, label: str) -> Proc:
         env = read_env_file(self.write_client_env(slot, label))
         argv = [console_script("psyche-solana-client"), "train"]
+        if self.internet is not None:
+            argv = ["ip", "netns", "exec", self.internet.namespace(label), *argv]
         return self.spawn(label, argv, env=container_env(env))
 
 

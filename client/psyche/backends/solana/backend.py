@@ -37,6 +37,7 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError, HealthCheckEntries
 from psyche.backends.inbox import Inbox
+from psyche.backends.solana.discovery import ChainDirectory
 from psyche.backends.solana.peers import BootstrapDirectory
 from psyche.backends.solana.rpc import SolanaRpc, TxSender, account_updates, reconnect_delay
 from psyche.backends.solana.snapshot import ClientInstructions, CoordinatorCodec, RunSnapshot
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 
 EXIT_VERSION_MISMATCH = 10
 EXIT_LEFT_RUN = 3
+DISCOVERY_FAST_S = 60.0
+"""How long after an epoch starts peer records are re-read at the fast interval."""
 CLOSE_WAIT_S = 3.0
 """How long ``close`` waits for its background tasks to stop after cancelling them."""
 
@@ -91,7 +94,7 @@ class SolanaBackend:
         p2p_identity: bytes,
         authorization: Pubkey,
         client_version: str,
-        directory: BootstrapDirectory | None = None,
+        directory: ChainDirectory | BootstrapDirectory | None = None,
         sender: TxSender | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
@@ -100,6 +103,8 @@ class SolanaBackend:
         join_timeout: float = 5.0,
         ws_delay: Callable[[int], float] = reconnect_delay,
         max_buffered_states: int = 64,
+        discovery_interval: float = 2.0,
+        discovery_idle_interval: float = 20.0,
         on_confirmed: Callable[[str, str], None] | None = None,
     ) -> None:
         if not rpcs:
@@ -128,6 +133,13 @@ class SolanaBackend:
         self.joined_epoch: int | None = None
         self._joining = False
         self._tick_sent: tuple[int, float] | None = None
+        self.discovery_interval = discovery_interval
+        self.discovery_idle_interval = discovery_idle_interval
+        self._discovered_at = float("-inf")
+        self._discovering = False
+        self._discovery_epoch: tuple[int, float] | None = None
+        self._published: tuple[list[str], float] | None = None
+        self._p2p_addrs: list[str] = []
         self.sent: list[str] = []
         """Labels of the transactions confirmed so far (for tests and logs)."""
         self.on_confirmed = on_confirmed
@@ -209,7 +221,18 @@ class SolanaBackend:
     # --- PeerDirectory (rendezvous: see docs/solana.md) -----------------------------------------
 
     async def publish_p2p_addrs(self, addrs: list[str]) -> None:
-        await self.directory.publish_p2p_addrs(addrs)
+        """Write this client's peer record (``set_peer_addrs``) when what it should hold differs
+        from what this process last wrote; without a chain directory, only log them."""
+        if not isinstance(self.directory, ChainDirectory):
+            await self.directory.publish_p2p_addrs(addrs)
+            return
+        self._p2p_addrs = list(addrs)
+        record = self.directory.record_addrs(addrs, self.identity.p2p_identity)
+        if self._published is not None and self._published[0] == record:
+            return
+        self._published = (record, self.clock())
+        log.info("publishing P2P addresses in the peer record: %s", " ".join(record) or "(none)")
+        self._send([self.ixs.set_peer_addrs(self.wallet.pubkey(), record)], "set_peer_addrs")
 
     def peer_addrs(self) -> dict[bytes, list[str]]:
         return self.directory.peer_addrs()
@@ -343,8 +366,55 @@ class SolanaBackend:
                     snap = await self.refresh()
                 self._maybe_join(snap)
                 self._maybe_tick(snap)
+                self._maybe_discover(snap)
             except BackendError as e:
                 log.warning("tick loop: %s", e)
+
+    def _maybe_discover(self, snap: RunSnapshot) -> None:
+        """Re-read the members' peer records: often while one has no address yet, rarely once
+        everyone has one; rewrite our own when it is half its TTL old."""
+        directory = self.directory
+        if not isinstance(directory, ChainDirectory) or self._discovering:
+            return
+        me = self.identity
+        members = [c.id for c in snap.coordinator.epoch_state.clients] + snap.pending()
+        others = [m for m in members if m.signer != me.signer]
+        now = self.clock()
+        epoch = snap.coordinator.progress.epoch
+        if self._discovery_epoch is None or self._discovery_epoch[0] != epoch:
+            self._discovery_epoch = (epoch, now)
+        # Often while a member has no address, and in an epoch's first minute, when NAT'd
+        # members rewrite their records with relayed addresses; rarely after that, so a large
+        # run does not load its RPC with one read per client every few seconds.
+        young = now - self._discovery_epoch[1] < DISCOVERY_FAST_S
+        missing = any(not directory.known(m.p2p_identity) for m in others)
+        interval = self.discovery_interval if missing or young else self.discovery_idle_interval
+        if now - self._discovered_at < interval:
+            return
+        self._discovered_at = now
+        written = directory.record_times.get(me.signer)
+        if (
+            self._published is not None
+            and written is not None
+            and now - written > directory.ttl_s / 2
+            and now - self._published[1] > directory.ttl_s / 2
+        ):
+            self._published = None  # rewrite it on the next line
+            self._spawn(self.publish_p2p_addrs(self._p2p_addrs), "solana-peer-record")
+        self._discovering = True
+        self._spawn(self._discover([*others, me]), "solana-discovery")
+
+    async def _discover(self, members: list[NodeIdentity]) -> None:
+        assert isinstance(self.directory, ChainDirectory)
+        try:
+            for rpc in self.rpcs:
+                try:
+                    await self.directory.refresh(rpc, members)
+                    return
+                except BackendError as e:
+                    log.debug("reading peer records from %s failed: %s", rpc.url, e)
+        finally:
+            self._discovering = False
 
     def _maybe_tick(self, snap: RunSnapshot) -> None:
         now = self.clock()

@@ -1,14 +1,10 @@
-"""Peer rendezvous on Solana: a bootstrap multiaddr list (decision recorded in docs/solana.md).
+"""Bootstrap peers on Solana: multiaddrs an operator hands a client (``--bootstrap-peers``).
 
-The centralized server relays every client's P2P addresses; a Solana run has no server, and the
-coordinator account stores only keys. So a client is given ``--bootstrap-peers`` (env
-``PSYCHE_BOOTSTRAP_PEERS``): libp2p multiaddrs ending in ``/p2p/<peer id>`` of other clients of
-the run (for instance the run creator's own client, published with the run). The peer id embeds
-the ed25519 key, so each address is filed under the P2P key the coordinator lists, and the daemon
-dials those of the epoch's clients. Beyond them, peers are learned from the network itself:
-gossipsub relays announcements through any connected peer, peers that dial us are known to the
-host, and a blob is fetched from any epoch client holding it (the bootstrap peers download every
-payload). :meth:`BootstrapDirectory.learn` is where a gossiped address record would be fed in.
+Peers are found from their peer records on chain (:mod:`psyche.backends.solana.discovery`);
+this list is an optional extra, e.g. the run creator's own always-on client published with the
+run. Each address must end in ``/p2p/<peer id>``; the peer id embeds the ed25519 key, so the
+address is filed under the P2P key the coordinator lists. :class:`BootstrapDirectory` is the
+whole directory when a backend is built without a chain directory (tests, tools).
 """
 
 from __future__ import annotations

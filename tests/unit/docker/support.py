@@ -31,6 +31,8 @@ ENV_EXAMPLE = ROOT / ".env.example"
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERIGNORE = ROOT / ".dockerignore"
 DOCS = ROOT / "docs" / "docker.md"
+_DEFAULT_SIGINT = ["env", "--default-signal=INT,QUIT"]
+"""Prefix that starts a command with SIGINT and SIGQUIT at their defaults (coreutils ≥ 8.31)."""
 
 LOG_LINE = re.compile(r"^\[psyche-entrypoint\] \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
 
@@ -252,8 +254,11 @@ class Sandbox:
     def start(
         self, env: Mapping[str, str], args: Sequence[str] = (), *, command: Sequence[str] = ()
     ) -> subprocess.Popen[str]:
+        # As in a container, the entrypoint starts with SIGINT at its default disposition. A
+        # test run started in the background by a non-interactive shell inherits SIGINT ignored,
+        # and bash can never trap a signal ignored at its start: the SIGINT test then hung.
         return subprocess.Popen(
-            [*(command or [str(ENTRYPOINT)]), *args],
+            [*_DEFAULT_SIGINT, *(command or [str(ENTRYPOINT)]), *args],
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

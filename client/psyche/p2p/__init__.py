@@ -13,10 +13,13 @@ Daemon side (asyncio; imports neither trio nor libp2p):
   ``identity``  peer ids from the client's ed25519 key; ``show_identity``
   ``errors``    the :class:`P2PError` family
   ``rejections`` counting refused peer input by kind, one warning per peer (host side too)
+  ``nat``       relay limits and admission, circuit addresses, the reachability verdict (pure;
+                used by the host, docs/p2p-nat.md)
 
 Host process (trio + libp2p): ``host`` (entry point and libp2p settings), ``service`` (gossip,
-dialing, stats), ``blobs`` (blob protocol and server), ``fetch`` (downloads), ``peers`` (peer
-measurements and download order, pure).
+dialing, relay reservations, stats), ``relay`` (circuit relay v2 and DCUtR, members only),
+``blobs`` (blob protocol and server), ``fetch`` (downloads), ``peers`` (peer measurements and
+download order, pure).
 """
 
 from psyche.p2p.errors import (

@@ -23,8 +23,14 @@ Conversation::
                    SetAllowedPeers, Serve, Unserve       (no reply)
                    Fetch{req_id, …}                      → FetchDone{req_id, path | error, …}
                    CancelFetch, Shutdown
+                   Reserve{req_id, relay_addrs}          → Reserved{req_id, circuit_addrs, errors}
     host → parent  Delivery{from_peer, data}             (gossip from allowed peers)
                    PeerStats                             (about once a second)
+
+Versioning: both ends ship in one package and are started together, so there is no version
+number; frames are tagged by class name and new ones are only ever appended (``Reserve`` and
+``Reserved`` came with NAT traversal, docs/p2p-nat.md). Fields added to an existing frame
+have defaults, so a frame written before the field existed still decodes.
 
 The secret key travels over the socket pair, never on the command line, where ``ps`` shows it.
 """
@@ -33,7 +39,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -63,6 +69,8 @@ __all__ = [
     "PeerStats",
     "Publish",
     "Ready",
+    "Reserve",
+    "Reserved",
     "Serve",
     "SetAllowedPeers",
     "Shutdown",
@@ -86,6 +94,8 @@ GossipData = Annotated[bytes, msgspec.Meta(max_length=MAX_ANNOUNCEMENT)]
 PeerList = Annotated[list[PeerIdText], msgspec.Meta(max_length=MAX_PEERS)]
 Seconds = Annotated[float, msgspec.Meta(gt=0.0, le=86400.0)]
 RejectionName = Annotated[str, msgspec.Meta(max_length=64)]
+AddrList = Annotated[list[Text], msgspec.Meta(max_length=64)]
+ReachabilityText = Literal["public", "private", "unknown"]
 
 
 class _Ctl(msgspec.Struct, tag=True, frozen=True, forbid_unknown_fields=True):
@@ -155,6 +165,14 @@ class Shutdown(_Ctl, frozen=True):
     pass
 
 
+class Reserve(_Ctl, frozen=True):
+    """Hold circuit relay v2 reservations on these relays (``/…/p2p/<relay id>``, reached
+    directly) and keep them renewed; replaces the previous set (an empty list drops them all)."""
+
+    req_id: U64
+    relay_addrs: AddrList
+
+
 # ---- host → parent ---------------------------------------------------------------------------
 
 
@@ -172,6 +190,15 @@ class Failed(_Ctl, frozen=True):
 class Ack(_Ctl, frozen=True):
     req_id: U64
     error: Text | None = None
+
+
+class Reserved(_Ctl, frozen=True):
+    """Reply to :class:`Reserve`: our circuit addresses through the relays that accepted
+    (``<relay addr>/p2p-circuit/p2p/<us>``), and why the others did not."""
+
+    req_id: U64
+    circuit_addrs: AddrList
+    errors: AddrList
 
 
 class Delivery(_Ctl, frozen=True):
@@ -213,6 +240,8 @@ class PeerReport(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fi
     bandwidth_bps: float | None
     transfers: U64
     failures: U64
+    relayed: bool = False
+    """Connected only through a circuit relay (no direct connection)."""
 
 
 class Counters(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -230,6 +259,16 @@ class Counters(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fetches_failed: U64 = 0
     rejections: Annotated[dict[RejectionName, U64], msgspec.Meta(max_length=64)] = {}
     """Peer input the host refused, by :class:`psyche.p2p.rejections.Rejection` name."""
+    relayed_connections: U64 = 0
+    """Connections opened through a circuit relay, by us or to us."""
+    direct_upgrades_ok: U64 = 0
+    """Relayed peers we then reached directly (DCUtR hole punch, or a plain direct dial)."""
+    direct_upgrades_failed: U64 = 0
+    """DCUtR hole punches this host took part in that ended without a direct connection."""
+    circuits_relayed: U64 = 0
+    """Circuits this host carried for other members as a relay."""
+    relay_refusals: U64 = 0
+    """Reservations and circuits this host's relay refused (detail in ``rejections``)."""
 
 
 class PeerStats(_Ctl, frozen=True):
@@ -237,12 +276,29 @@ class PeerStats(_Ctl, frozen=True):
     gossip_peers: PeerList
     """Peers currently subscribed to the run's topic (the reference's gossip neighbours)."""
     counters: Counters
+    observed_addrs: AddrList = []
+    """Where peers on direct connections see us (identify's observed address)."""
+    reachability: ReachabilityText = "unknown"
+    """:func:`psyche.p2p.nat.reachability` of ``observed_addrs``."""
+    circuit_addrs: AddrList = []
+    """Our addresses through the relays we hold a live reservation on."""
+    reservations: U64 = 0
+    """Reservations other members hold on this host's relay."""
 
 
 ParentMessage = (
-    Init | Connect | SetAllowedPeers | Publish | Serve | Unserve | Fetch | CancelFetch | Shutdown
+    Init
+    | Connect
+    | SetAllowedPeers
+    | Publish
+    | Serve
+    | Unserve
+    | Fetch
+    | CancelFetch
+    | Shutdown
+    | Reserve
 )
-HostMessage = Ready | Failed | Ack | Delivery | FetchDone | PeerStats
+HostMessage = Ready | Failed | Ack | Delivery | FetchDone | PeerStats | Reserved
 
 decode_host: MessageDecoder[HostMessage] = MessageDecoder(
     HostMessage, ControlError, "bad frame from the p2p host"

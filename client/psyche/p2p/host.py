@@ -25,6 +25,12 @@ The host follows the measured settings of docs/architecture.md, "The libp2p host
 * A topic validator drops gossip from peers outside the allow-list or over the size bound, a
   redial loop replaces the missing automatic redial, and every blob transfer has a deadline
   (:mod:`.service`, :mod:`.blobs`, :mod:`.fetch`).
+* NAT traversal (docs/p2p-nat.md): every host is a circuit relay v2 for the run's members, with
+  small limits (:class:`psyche.p2p.nat.RelayLimits`), accepts relayed connections from members,
+  and runs DCUtR to replace a relayed connection with a hole-punched direct one; the relay
+  protocol runs before ``Ready``, so a reservation can be made as soon as the parent knows our
+  address. Identify runs on every connection (py-libp2p's default), and the addresses peers
+  observe us at tell whether we are behind a NAT.
 
 The topic is :func:`~psyche.p2p.messages.gossip_topic`, so runs never share a mesh.
 """
@@ -102,6 +108,7 @@ async def _serve(control: ControlChannel, init: Init) -> None:
         trio.open_nursery() as nursery,
         background_trio_service(pubsub),
         background_trio_service(gossipsub),
+        background_trio_service(state.relay),
     ):
         await pubsub.wait_until_ready()
         pubsub.set_topic_validator(state.topic, state.validate, False)
@@ -113,7 +120,7 @@ async def _serve(control: ControlChannel, init: Init) -> None:
         await control.send(Ready(peer_id=state.me, listen_addrs=addrs))
         for task in (state.forward_deliveries, state.publish_loop, state.redial_loop):
             nursery.start_soon(task)
-        for task in (state.ping_loop, state.stats_loop):
+        for task in (state.ping_loop, state.stats_loop, state.relay_loop, state.run_dcutr):
             nursery.start_soon(task)
         nursery.start_soon(state.read_gossip, subscription)
         nursery.start_soon(host.get_peerstore().start_cleanup_task, 60)

@@ -6,6 +6,9 @@ itself), a blob is fetched by its SHA-256 from a peer that serves it and is chec
 that hash; a fetch of a blob nobody serves fails at once. ``psyche demo`` and the engine's
 tests run on it; the real network is :class:`~psyche.p2p.node.P2PNode`.
 
+Every node is reachable, so there is no NAT: :meth:`MemoryTransport.reachability` is
+``"public"`` and :meth:`MemoryTransport.reserve` holds nothing and returns no circuit address.
+
 A test can give a node a bad link: with ``stall_fetches`` every download of that node stalls
 until its timeout.
 """
@@ -18,6 +21,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 from psyche.p2p.control import Counters
 from psyche.p2p.errors import BlobNotFound, BlobTooLarge, FetchTimeout
+from psyche.p2p.nat import Reachability
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.transport import FetchResult, Transport
 from psyche.protocol.identity import SecretKey
@@ -77,6 +81,15 @@ class MemoryTransport(Transport):
 
     def set_allowed_peers(self, peer_ids: Iterable[str]) -> None:
         self._allowed = frozenset(peer_ids)
+
+    def reachability(self) -> Reachability:
+        return "public"
+
+    def observed_addrs(self) -> list[str]:
+        return []
+
+    async def reserve(self, relay_addrs: Sequence[str]) -> list[str]:
+        return []  # nobody is behind a NAT here, so nobody needs a relay
 
     async def announce(self, data: bytes) -> None:
         if not self.online:

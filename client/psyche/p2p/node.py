@@ -24,6 +24,13 @@ What the node guarantees to the daemon:
   checked it while streaming; checking again here keeps the guarantee local). A fetched blob is
   served from then on, so later fetchers can get it from us instead of from its producer.
 
+Behind a NAT (docs/p2p-nat.md): :meth:`reachability` says whether peers see us at an address we
+do not have; :meth:`reserve` then holds circuit relay v2 reservations on reachable members and
+returns the circuit addresses other members pass to :meth:`connect`, which dials them through
+the relay. The host hole-punches relayed connections into direct ones where the NATs allow
+(DCUtR), relays for members itself within fixed limits, and counts all of it in
+:attr:`counters`.
+
 A dropped gossip message is never silent: overflow of this side's queue and every drop in the
 host are counted in :attr:`counters`. What the host refuses from peers (oversized or non-member
 gossip, blobs with wrong bytes) is also counted by kind in ``counters.rejections`` and logged by
@@ -43,6 +50,8 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
+import msgspec
+
 from psyche.p2p.control import (
     CancelFetch,
     Connect,
@@ -56,6 +65,8 @@ from psyche.p2p.control import (
     PeerReport,
     PeerStats,
     Publish,
+    Reserve,
+    Reserved,
     Serve,
     SetAllowedPeers,
     Unserve,
@@ -71,6 +82,7 @@ from psyche.p2p.errors import (
     P2PError,
 )
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
+from psyche.p2p.nat import Reachability
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.process import HostProcess
 from psyche.p2p.transport import FetchResult, Transport
@@ -204,18 +216,28 @@ class P2PNode(Transport):
     def counters(self) -> Counters:
         """Host totals, with drops from this side's announcement queue added."""
         c = self._stats.counters if self._stats else Counters()
-        return Counters(
-            published=c.published,
-            delivered=c.delivered,
-            dropped_not_allowed=c.dropped_not_allowed,
-            dropped_oversize=c.dropped_oversize,
-            dropped_overflow=c.dropped_overflow + self._dropped,
-            blobs_served=c.blobs_served,
-            blob_requests_refused=c.blob_requests_refused,
-            fetches_ok=c.fetches_ok,
-            fetches_failed=c.fetches_failed,
-            rejections=dict(c.rejections),
+        return msgspec.structs.replace(
+            c, dropped_overflow=c.dropped_overflow + self._dropped, rejections=dict(c.rejections)
         )
+
+    def observed_addrs(self) -> list[str]:
+        """Where peers on direct connections see us (identify's observed addresses, as of the
+        host's last report, about a second old). Relayed connections are not counted: they
+        show the relay's end of the circuit, not us."""
+        return list(self._stats.observed_addrs) if self._stats else []
+
+    def reachability(self) -> Reachability:
+        """``"private"`` when a peer sees us at an IP that is none of ours (we are behind a
+        NAT: reserve on relays), ``"public"`` when every peer sees one of our IPs,
+        ``"unknown"`` before any peer has told us (:func:`psyche.p2p.nat.reachability`).
+        Cheap: read from the host's last report, never a round trip."""
+        return self._stats.reachability if self._stats else "unknown"
+
+    @property
+    def circuit_addrs(self) -> list[str]:
+        """Our circuit addresses through the relays that hold a live reservation for us now
+        (the last :meth:`reserve` reply, kept current by the host's reports)."""
+        return list(self._stats.circuit_addrs) if self._stats else []
 
     def gossip_peers(self) -> list[str]:
         """Peers subscribed to this run's topic (as of the last host report)."""
@@ -235,11 +257,36 @@ class P2PNode(Transport):
     async def connect(self, addrs: Sequence[str]) -> list[str]:
         """Dial ``/…/p2p/<peer id>`` addresses; the host keeps redialling them when dropped.
 
+        A circuit address (``/…/p2p/<relay id>/p2p-circuit/p2p/<peer id>``, from the peer's
+        :meth:`reserve`) is dialled through that relay, after the peer's direct addresses have
+        had a second to connect.
+
         Returns the errors of the first attempt (empty when every dial worked); peers that
         failed are retried in the background, so an error here is not fatal.
         """
         ack = await self._host.request(lambda req_id: Connect(req_id, list(addrs)))
         return ack.error.split("; ") if ack.error else []
+
+    async def reserve(self, relay_addrs: Sequence[str]) -> list[str]:
+        """Hold circuit relay v2 reservations on these relays and return our circuit addresses.
+
+        ``relay_addrs`` are the relays' direct addresses, each ending in ``/p2p/<relay id>``
+        (several addresses of one relay make one reservation). The set replaces the previous
+        one: relays left out are no longer renewed (their reservation lapses), and ``[]``
+        drops them all. The host renews each reservation at half its life, remakes it when the
+        connection to the relay comes back, and retries a relay that refused every 10 s.
+
+        Returns ``<relay addr>/p2p-circuit/p2p/<our peer id>`` for every given address of every
+        relay that accepted now (refusals are logged by the host); other nodes pass these to
+        :meth:`connect`. A relay only accepts members of its run, within its limits
+        (:class:`psyche.p2p.nat.RelayLimits`).
+        """
+        reply: Reserved = await self._host.request(
+            lambda req_id: Reserve(req_id, list(relay_addrs))
+        )
+        for error in reply.errors:
+            log.warning("relay reservation: %s", error)
+        return list(reply.circuit_addrs)
 
     def set_allowed_peers(self, peer_ids: Iterable[str]) -> None:
         """Replace the set of peers we exchange gossip and blobs with (the epoch's clients)."""

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from psyche.p2p.control import Counters, PeerReport, PeerStats
+from psyche.p2p.nat import Reachability
 
-__all__ = ["EWMA_WEIGHT", "HostCounters", "PeerStat", "PeerTable", "peer_stats"]
+__all__ = ["EWMA_WEIGHT", "HostCounters", "NatReport", "PeerStat", "PeerTable", "peer_stats"]
 
 EWMA_WEIGHT = 0.3
 """Weight of a new sample in the running latency and bandwidth averages."""
@@ -123,19 +124,60 @@ class HostCounters:
     fetches_failed: int = 0
     rejections: dict[str, int] = field(default_factory=dict)
     """The host's :meth:`psyche.p2p.rejections.Rejections.counts`, refreshed before each report."""
+    relayed_connections: int = 0
+    direct_upgrades_ok: int = 0
+    direct_upgrades_failed: int = 0
+    circuits_relayed: int = 0
+    relay_refusals: int = 0
 
 
 def peer_stats(
-    table: PeerTable, connected: Iterable[str], gossip_peers: list[str], counters: HostCounters
+    table: PeerTable,
+    connected: Iterable[str],
+    gossip_peers: list[str],
+    counters: HostCounters,
+    *,
+    relayed: Iterable[str] = (),
+    nat: NatReport | None = None,
 ) -> PeerStats:
-    """The periodic report the host sends its parent."""
+    """The periodic report the host sends its parent; ``relayed`` are the connected peers
+    reached only through a circuit relay."""
     connected = set(connected)
+    relayed = set(relayed) & connected
     snapshot = table.snapshot()
     reports = [
-        PeerReport(peer, peer in connected, s.latency_s, s.bandwidth_bps, s.transfers, s.failures)
+        PeerReport(
+            peer,
+            peer in connected,
+            s.latency_s,
+            s.bandwidth_bps,
+            s.transfers,
+            s.failures,
+            peer in relayed,
+        )
         for peer, s in sorted(snapshot.items())
     ]
-    reports += [PeerReport(p, True, None, None, 0, 0) for p in sorted(connected - set(snapshot))]
+    reports += [
+        PeerReport(p, True, None, None, 0, 0, p in relayed)
+        for p in sorted(connected - set(snapshot))
+    ]
+    nat = nat or NatReport()
     return PeerStats(
-        peers=reports, gossip_peers=gossip_peers, counters=Counters(**asdict(counters))
+        peers=reports,
+        gossip_peers=gossip_peers,
+        counters=Counters(**asdict(counters)),
+        observed_addrs=nat.observed_addrs,
+        reachability=nat.reachability,
+        circuit_addrs=nat.circuit_addrs,
+        reservations=nat.reservations,
     )
+
+
+@dataclass(slots=True)
+class NatReport:
+    """The NAT part of a :class:`PeerStats` report (see :mod:`psyche.p2p.nat`)."""
+
+    observed_addrs: list[str] = field(default_factory=list)
+    reachability: Reachability = "unknown"
+    circuit_addrs: list[str] = field(default_factory=list)
+    reservations: int = 0

@@ -1,8 +1,9 @@
 """The parent's end of the process boundary: spawn the libp2p host and talk to it (asyncio).
 
 :class:`HostProcess` owns the child (``python -m psyche.p2p.host``) and the control socket pair
-to it (:mod:`psyche.p2p.control`). It matches replies (``Ack``, ``FetchDone``) to requests by
-``req_id`` and hands every unsolicited message (gossip deliveries, peer reports) to a callback.
+to it (:mod:`psyche.p2p.control`). It matches replies (``Ack``, ``FetchDone``, ``Reserved``) to
+requests by ``req_id`` and hands every unsolicited message (gossip deliveries, peer reports) to a
+callback.
 It imports neither trio nor libp2p: the daemon's event loop only ever sees asyncio streams.
 
 The secret key reaches the child in the first frame over the socket pair, never on its command
@@ -31,6 +32,7 @@ from psyche.p2p.control import (
     Init,
     ParentMessage,
     Ready,
+    Reserved,
     Shutdown,
     decode_host,
     encode_frame,
@@ -117,7 +119,8 @@ class HostProcess:
         *,
         timeout: float = REQUEST_TIMEOUT,
     ) -> Any:
-        """Send ``make(req_id)`` and wait for the ``Ack`` or ``FetchDone`` with that id."""
+        """Send ``make(req_id)`` and wait for the reply (``Ack``, ``FetchDone``, ``Reserved``)
+        with that id."""
         req_id = self.next_id() if req_id is None else req_id
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = future
@@ -182,7 +185,7 @@ class HostProcess:
         self._fail_pending(error)
 
     def _dispatch(self, msg: HostMessage) -> None:
-        if isinstance(msg, Ack | FetchDone):
+        if isinstance(msg, Ack | FetchDone | Reserved):
             future = self._pending.get(msg.req_id)
             if future is not None and not future.done():
                 future.set_result(msg)

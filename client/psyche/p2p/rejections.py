@@ -35,6 +35,9 @@ class Rejection(enum.Enum):
     non_member_gossip = "non_member_gossip"
     blob_hash_mismatch = "blob_hash_mismatch"
     blob_oversize = "blob_oversize"
+    relay_not_member = "relay_not_member"
+    relay_impersonation = "relay_impersonation"
+    relay_over_limit = "relay_over_limit"
     # In the daemon.
     bad_announcement = "bad_announcement"
     not_epoch_client = "not_epoch_client"
@@ -51,6 +54,9 @@ DESCRIPTION = {
     Rejection.non_member_gossip: "gossip from a peer outside the allow-list",
     Rejection.blob_hash_mismatch: "blob whose bytes do not match the requested hash",
     Rejection.blob_oversize: "blob announced larger than the size asked for",
+    Rejection.relay_not_member: "relay reservation or circuit from or to a non-member",
+    Rejection.relay_impersonation: "relay reservation claiming another peer's id",
+    Rejection.relay_over_limit: "relay reservation or circuit beyond the relay's limits",
     Rejection.bad_announcement: "malformed or badly signed announcement",
     Rejection.not_epoch_client: "announcement signed by a key that is not a client of the epoch",
     Rejection.stale_result: "training result for a round this client no longer holds",

@@ -9,7 +9,13 @@
   bounded buffer whose overflow is counted and logged, never silent; publishes are queued so a
   slow publish cannot block the control loop;
 * connections: dials with a deadline, and a redial loop for every peer the parent asked for,
-  clearing py-libp2p's 60 s failed-dial cache first (py-libp2p never redials by itself);
+  clearing py-libp2p's 60 s failed-dial cache first (py-libp2p never redials by itself); a
+  peer's circuit addresses (``…/p2p/<relay>/p2p-circuit/p2p/<peer>``) are dialled through the
+  relay once its direct addresses failed or had a second's head start (docs/p2p-nat.md);
+* NAT traversal (:mod:`.relay`): a relay for members (bounded, :mod:`.nat`), reservations on
+  the relays the parent names, renewed at half their life and remade when the relay connection
+  comes back, and DCUtR hole punching over relayed connections; where peers observe us, and
+  so whether we are behind a NAT, goes out with the stats;
 * blobs: serves registered files (:class:`~psyche.p2p.blobs.BlobServer`) and runs fetches
   (:func:`~psyche.p2p.fetch.fetch_blob`), each cancellable by the parent; a peer that served
   wrong bytes for a blob is remembered and not asked for that blob again;
@@ -23,17 +29,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import multiaddr
 import trio
+from libp2p.connection_types import ConnectionType
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.tools.anyio_service import background_trio_service
 
+from psyche.net.multiaddrs import interface_ips
 from psyche.p2p.blobs import BLOB_PROTOCOL, PING_PROTOCOL, BlobServer, ByteStream, ping
 from psyche.p2p.control import (
     Ack,
@@ -47,6 +58,8 @@ from psyche.p2p.control import (
     HostMessage,
     Init,
     Publish,
+    Reserve,
+    Reserved,
     Serve,
     SetAllowedPeers,
     Shutdown,
@@ -56,20 +69,47 @@ from psyche.p2p.control import (
 )
 from psyche.p2p.fetch import FetchRequest, fetch_blob
 from psyche.p2p.messages import MAX_ANNOUNCEMENT, gossip_topic
-from psyche.p2p.peers import HostCounters, PeerTable, peer_stats
+from psyche.p2p.nat import (
+    DEFAULT_RELAY_LIMITS,
+    CircuitAddr,
+    circuit_addr,
+    ip_of,
+    parse_circuit_addr,
+    reachability,
+    relay_of,
+)
+from psyche.p2p.peers import HostCounters, NatReport, PeerTable, peer_stats
 from psyche.p2p.rejections import Rejection, Rejections
+from psyche.p2p.relay import CountingDCUtR, MemberRelay, dial_through, reserve_on
 
-__all__ = ["ControlChannel", "HostService"]
+__all__ = ["ControlChannel", "HostService", "RelayState"]
 
 log = logging.getLogger("psyche.p2p.host")
 
 REDIAL_INTERVAL = 3.0
 DIAL_TIMEOUT = 5.0
+RELAY_DIAL_TIMEOUT = 15.0
+"""One dial through a relay: reaching the relay, its circuit to the peer, then Noise and Yamux
+over two hops."""
+CIRCUIT_HEAD_START = 1.0
+"""How long a peer's direct addresses get before its circuit addresses are tried as well."""
+RESERVE_TIMEOUT = 10.0
+RESERVE_RETRY = 10.0
+"""Pause before trying again a relay that refused or could not be reached."""
 PING_INTERVAL = 3.0
 STATS_INTERVAL = 1.0
 DELIVERY_BUFFER = 4096
 LIAR_MEMORY = 1024
 """Blobs for which the peers that served wrong bytes are remembered (oldest forgotten first)."""
+
+
+def _is_relayed(conn: Any) -> bool:
+    try:
+        if conn.get_connection_type() == ConnectionType.RELAYED:
+            return True
+        return any("/p2p-circuit" in str(a) for a in conn.get_transport_addresses())
+    except Exception:
+        return False
 
 
 class ControlChannel:
@@ -95,6 +135,21 @@ class ControlChannel:
             await self._stream.send_all(frame)
 
 
+@dataclass(slots=True)
+class RelayState:
+    """One relay the parent asked us to hold a reservation on."""
+
+    addrs: list[str]
+    """Its direct addresses as given (``…/p2p/<relay id>``); our circuit addresses extend them."""
+    expires: float = 0.0
+    """Unix time the reservation lapses; 0 while we hold none."""
+    next_try: float = 0.0
+    """Monotonic time of the next renewal (half the reservation's life) or retry."""
+    error: str | None = None
+    attempt: trio.Event | None = None
+    """Set when the reservation attempt in flight ends (None: none in flight)."""
+
+
 class HostService:
     """Everything that lives for the host process's lifetime, and its background tasks."""
 
@@ -107,6 +162,12 @@ class HostService:
         self.me = host.get_id().to_base58()
         self.allowed: frozenset[str] = frozenset()
         self.known: dict[str, list[multiaddr.Multiaddr]] = {}
+        """Direct addresses of every peer the parent asked for."""
+        self.circuits: dict[str, list[CircuitAddr]] = {}
+        """Circuit addresses of those peers (dialled through their relay)."""
+        self.relays: dict[str, RelayState] = {}
+        self.relayed_out = 0
+        self._local_ips: set[str] | None = None
         self.table = PeerTable()
         self.counters = HostCounters()
         self.rejections = Rejections(log)
@@ -118,6 +179,8 @@ class HostService:
             DELIVERY_BUFFER
         )
         self.publish_in, self.publish_out = trio.open_memory_channel[Publish](DELIVERY_BUFFER)
+        self.relay = MemberRelay(host, DEFAULT_RELAY_LIMITS, self.is_allowed, self.rejections)
+        self.dcutr = CountingDCUtR(host, self.is_allowed)
 
     def is_allowed(self, peer: str) -> bool:
         return peer in self.allowed
@@ -172,9 +235,56 @@ class HostService:
     # ---- connections -------------------------------------------------------------------------
 
     async def dial(self, peer: str) -> str | None:
-        """Dial ``peer`` at its known addresses, first clearing py-libp2p's failed-dial cache."""
+        """Connect to ``peer``: its direct addresses first, its circuit addresses once those
+        failed or have not connected within :data:`CIRCUIT_HEAD_START` (a NAT'd peer's direct
+        addresses are private and may only time out). None when connected, else every
+        attempt's error."""
+        if peer in self.connected():
+            return None
         pid = ID.from_base58(peer)
-        addrs = self.known.get(peer, [])
+        direct = self.known.get(peer, [])
+        circuits = self.circuits.get(peer, [])
+        errors: list[str] = []
+        done = trio.Event()
+        direct_over = trio.Event()
+
+        async def directly() -> None:
+            try:
+                error = await self.dial_direct(pid, direct)
+                if error is None:
+                    done.set()
+                    nursery.cancel_scope.cancel()  # connected: no relayed dial needed
+                else:
+                    errors.append(error)
+            finally:
+                direct_over.set()
+
+        async def relayed() -> None:
+            if direct:
+                with trio.move_on_after(CIRCUIT_HEAD_START):
+                    await direct_over.wait()
+            for circuit in circuits:
+                if done.is_set():
+                    return
+                error = await self.dial_circuit(pid, circuit)
+                if error is None:
+                    # Connected: stop waiting out a direct dial to private addresses (DCUtR
+                    # tries the direct path again, properly, over the relayed connection).
+                    done.set()
+                    nursery.cancel_scope.cancel()
+                    return
+                errors.append(error)
+
+        async with trio.open_nursery() as nursery:
+            if direct or not circuits:
+                nursery.start_soon(directly)
+            if circuits:
+                nursery.start_soon(relayed)
+        return None if done.is_set() else "; ".join(errors)
+
+    async def dial_direct(self, pid: ID, addrs: list[multiaddr.Multiaddr]) -> str | None:
+        """Dial ``pid`` at its direct addresses, first clearing py-libp2p's failed-dial cache."""
+        peer = pid.to_base58()
         with contextlib.suppress(Exception):
             self.host.get_network().unblock_peer(pid)
         with trio.move_on_after(DIAL_TIMEOUT):
@@ -185,14 +295,52 @@ class HostService:
                 return f"{peer}: {type(e).__name__}: {e}"
         return f"{peer}: no connection within {DIAL_TIMEOUT:g} s"
 
+    async def dial_circuit(self, pid: ID, circuit: CircuitAddr) -> str | None:
+        """Dial ``pid`` through the relay of ``circuit`` (:func:`psyche.p2p.relay.dial_through`)."""
+        peer = pid.to_base58()
+        if circuit.relay == self.me:
+            return f"{peer}: a circuit through ourselves"
+        relay = info_from_p2p_addr(multiaddr.Multiaddr(circuit.relay_addr))
+        with contextlib.suppress(Exception):
+            self.host.get_network().unblock_peer(relay.peer_id)
+        with trio.move_on_after(RELAY_DIAL_TIMEOUT):
+            try:
+                await dial_through(self.host, circuit, list(relay.addrs))
+                self.relayed_out += 1
+                log.info("connected to %s through relay %s", peer, circuit.relay)
+                return None
+            except Exception as e:
+                return f"{peer} via relay {circuit.relay}: {type(e).__name__}: {e}"
+        return f"{peer} via relay {circuit.relay}: no connection within {RELAY_DIAL_TIMEOUT:g} s"
+
     def connected(self) -> set[str]:
         return {p.to_base58() for p in self.host.get_connected_peers()}
+
+    def relayed_peers(self) -> set[str]:
+        """Connected peers with no direct connection (every connection goes through a relay)."""
+        network = self.host.get_network()
+        relayed = set()
+        for pid in self.host.get_connected_peers():
+            conns = network.get_connections(pid)
+            if conns and all(_is_relayed(c) for c in conns):
+                relayed.add(pid.to_base58())
+        return relayed
 
     async def connect(self, req: Connect) -> None:
         errors: list[str] = []
         peers: list[str] = []
         for text in req.addrs:
             try:
+                circuit = parse_circuit_addr(text)
+                if circuit is not None:
+                    peer = circuit.dest
+                    ID.from_base58(peer)
+                    if peer != self.me:
+                        known = self.circuits.setdefault(peer, [])
+                        if circuit not in known:
+                            known.append(circuit)
+                        peers.append(peer)
+                    continue
                 info = info_from_p2p_addr(multiaddr.Multiaddr(text))
             except Exception as e:
                 errors.append(f"{text!r}: {e}")
@@ -221,12 +369,157 @@ class HostService:
             # Peers that left the epoch are not chased; before any allow-list, everyone is.
             missing = [
                 p
-                for p in self.known
+                for p in {**self.known, **self.circuits}
                 if p not in connected and (not self.allowed or p in self.allowed)
             ]
             async with trio.open_nursery() as nursery:
                 for peer in missing:
                     nursery.start_soon(self.dial, peer)
+
+    # ---- relay reservations ------------------------------------------------------------------
+
+    async def reserve(self, req: Reserve) -> None:
+        """Make ``req.relay_addrs`` the relays we hold reservations on; reply with our circuit
+        addresses through those that accepted."""
+        errors: list[str] = []
+        wanted: dict[str, list[str]] = {}
+        for text in req.relay_addrs:
+            try:
+                _, relay = relay_of(text)
+                ID.from_base58(relay)
+                multiaddr.Multiaddr(text)
+                circuit_addr(text, self.me)
+            except Exception as e:
+                errors.append(f"{text!r}: {e}")
+                continue
+            addrs = wanted.setdefault(relay, [])
+            if text not in addrs:
+                addrs.append(text)
+        previous = self.relays
+        self.relays = {}
+        for relay, addrs in wanted.items():
+            state = previous.get(relay) or RelayState(addrs)
+            state.addrs = addrs
+            self.relays[relay] = state
+        async with trio.open_nursery() as nursery:
+            for relay in self.relays:
+                nursery.start_soon(self.reserve_one, relay, True)
+        errors.extend(f"relay {r}: {s.error}" for r, s in self.relays.items() if s.error)
+        await self.control.send(
+            Reserved(req.req_id, self.circuit_addrs()[:64], [e[:4000] for e in errors[:64]])
+        )
+
+    async def reserve_one(self, relay: str, now: bool = False) -> None:
+        """Reserve (or renew) on ``relay``; ``now`` overrides a pending retry pause. One attempt
+        per relay at a time: with ``now``, an attempt already in flight is waited for instead."""
+        state = self.relays.get(relay)
+        if state is None:
+            return
+        if state.attempt is not None:
+            if now:
+                await state.attempt.wait()
+            return
+        if not now and time.monotonic() < state.next_try:
+            return
+        state.attempt = trio.Event()
+        try:
+            pid = ID.from_base58(relay)
+            infos = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in state.addrs]
+            addrs = list(dict.fromkeys(a for info in infos for a in info.addrs))
+            with contextlib.suppress(Exception):
+                self.host.get_network().unblock_peer(pid)
+            error: str | None = f"no reservation within {RESERVE_TIMEOUT:g} s"
+            with trio.move_on_after(RESERVE_TIMEOUT):
+                try:
+                    expires = await reserve_on(self.host, PeerInfo(pid, addrs))
+                    error = None
+                except Exception as e:
+                    error = f"{type(e).__name__}: {e}"
+            if error is None:
+                life = max(expires - time.time(), 0.0)
+                if not state.expires:
+                    log.info("reserved on relay %s for %.0f s", relay, life)
+                state.expires, state.error = float(expires), None
+                state.next_try = time.monotonic() + max(life / 2, REDIAL_INTERVAL)
+            else:
+                if state.error != error:
+                    log.warning("reservation on relay %s failed: %s", relay, error)
+                state.expires, state.error = 0.0, error
+                state.next_try = time.monotonic() + RESERVE_RETRY
+        finally:
+            state.attempt.set()
+            state.attempt = None
+
+    async def relay_loop(self) -> None:
+        while True:
+            await trio.sleep(REDIAL_INTERVAL)
+            await self.relay_tick()
+
+    async def relay_tick(self) -> None:
+        """Renew reservations at half their life, and remake one as soon as the relay is
+        reachable again after its connection dropped (the relay voids it then)."""
+        connected = self.connected()
+        for relay, state in self.relays.items():
+            if state.expires and (relay not in connected or state.expires <= time.time()):
+                log.info("reservation on relay %s lost; reserving again", relay)
+                state.expires = 0.0
+                state.next_try = 0.0
+        async with trio.open_nursery() as nursery:
+            for relay in list(self.relays):
+                nursery.start_soon(self.reserve_one, relay)
+
+    def circuit_addrs(self) -> list[str]:
+        """Our addresses through every relay we hold a live reservation on."""
+        now = time.time()
+        return [
+            circuit_addr(addr, self.me)
+            for state in self.relays.values()
+            if state.expires > now
+            for addr in state.addrs
+        ]
+
+    async def run_dcutr(self) -> None:
+        """Run hole punching; if it ever fails, relayed connections just stay relayed."""
+        try:
+            async with background_trio_service(self.dcutr):
+                await trio.sleep_forever()
+        except Exception:
+            log.exception("hole punching (DCUtR) stopped; relayed connections stay relayed")
+
+    # ---- NAT detection -----------------------------------------------------------------------
+
+    def observed_addrs(self) -> list[str]:
+        """Where peers on direct connections see us (identify's observed address).
+
+        py-libp2p keeps these in its host's observed-address manager, which has no public
+        accessor below its activation threshold of 4 observers (``get_addrs``); one observer
+        is enough to tell a NAT, so the manager is read directly."""
+        manager = getattr(self.host, "_observed_addr_manager", None)
+        if manager is None:
+            return []
+        try:
+            return sorted({str(a) for a in manager.addrs(min_observers=1)})
+        except Exception as e:
+            log.debug("reading observed addresses failed: %s", e)
+            return []
+
+    def local_ips(self) -> set[str]:
+        """The IPs we listen on; a wildcard listener counts every interface's."""
+        if self._local_ips is None:
+            ips = {ip for a in self.host.get_transport_addrs() if (ip := ip_of(str(a)))}
+            if ips & {"0.0.0.0", "::"}:
+                ips |= set(interface_ips())
+            self._local_ips = ips
+        return self._local_ips
+
+    def nat_report(self) -> NatReport:
+        observed = self.observed_addrs()
+        return NatReport(
+            observed_addrs=observed[:64],
+            reachability=reachability(observed, self.local_ips()),
+            circuit_addrs=self.circuit_addrs()[:64],
+            reservations=self.relay.reservations(),
+        )
 
     # ---- blobs, pings, stats -----------------------------------------------------------------
 
@@ -305,8 +598,20 @@ class HostService:
             self.counters.blobs_served = self.server.served
             self.counters.blob_requests_refused = self.server.refused
             self.counters.rejections = self.rejections.counts()
+            self.counters.relayed_connections = self.relayed_out + self.relay.relayed_in
+            self.counters.direct_upgrades_ok = self.dcutr.punches_ok + self.dcutr.direct_dials_ok
+            self.counters.direct_upgrades_failed = self.dcutr.punches_failed
+            self.counters.circuits_relayed = self.relay.admission.circuits_total
+            self.counters.relay_refusals = sum(self.relay.admission.refusals.values())
             await self.control.send(
-                peer_stats(self.table, self.connected(), gossip_peers, self.counters)
+                peer_stats(
+                    self.table,
+                    self.connected(),
+                    gossip_peers,
+                    self.counters,
+                    relayed=self.relayed_peers(),
+                    nat=self.nat_report(),
+                )
             )
             await trio.sleep(STATS_INTERVAL)
 
@@ -328,6 +633,9 @@ class HostService:
             elif isinstance(msg, SetAllowedPeers):
                 self.allowed = frozenset(msg.peer_ids)
                 self.table.retain(self.allowed)
+                self.relay.retain()
+            elif isinstance(msg, Reserve):
+                nursery.start_soon(self.reserve, msg)
             elif isinstance(msg, Serve):
                 self.server.serve(msg.blob_hash, msg.path, msg.size)
             elif isinstance(msg, Unserve):

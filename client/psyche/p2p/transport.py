@@ -1,8 +1,9 @@
 """The seam between the client's round engine and the peer-to-peer network.
 
 The engine and model sharing need only what this protocol lists: gossip (announce and receive
-signed announcements), content-addressed blobs (serve and fetch by SHA-256) and peer
-bookkeeping. :class:`~psyche.p2p.node.P2PNode` implements it over libp2p in a child process;
+signed announcements), content-addressed blobs (serve and fetch by SHA-256), peer bookkeeping,
+and NAT traversal (whether we are reachable, and relay reservations; docs/p2p-nat.md).
+:class:`~psyche.p2p.node.P2PNode` implements it over libp2p in a child process;
 :class:`~psyche.p2p.memory.MemoryTransport` implements it in memory for the simulated run
 (``psyche demo``) and for tests that must run many clients in one event loop.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from psyche.p2p.control import Counters
+from psyche.p2p.nat import Reachability
 
 __all__ = ["FetchResult", "Transport"]
 
@@ -48,6 +50,20 @@ class Transport(Protocol):
 
     def set_allowed_peers(self, peer_ids: Iterable[str]) -> None:
         """The peers gossip and blobs are exchanged with (the epoch's clients)."""
+        ...
+
+    def reachability(self) -> Reachability:
+        """``"private"`` when peers see us at an address we do not have (behind a NAT),
+        ``"public"`` when they see one of ours, ``"unknown"`` until told. Non-blocking."""
+        ...
+
+    def observed_addrs(self) -> list[str]:
+        """The addresses peers on direct connections observe us at."""
+        ...
+
+    async def reserve(self, relay_addrs: Sequence[str]) -> list[str]:
+        """Hold relay reservations on these relays (``…/p2p/<relay id>``; replaces the previous
+        set) and return our circuit addresses through those that accepted, for :meth:`connect`."""
         ...
 
     async def announce(self, data: bytes) -> None: ...

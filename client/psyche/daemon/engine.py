@@ -35,6 +35,7 @@ from psyche.daemon.cooldown import CooldownStep, missed_cooldown
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.gossip import GossipRouter
 from psyche.daemon.parts import ClientParts, Holdings, PeerDirectory
+from psyche.daemon.relaying import RelayKeeper
 from psyche.daemon.rounds import round_state_for
 from psyche.daemon.training import TrainingStep
 from psyche.daemon.warmup import WarmupStep, healthy_index
@@ -65,6 +66,7 @@ class RoundEngine:
         self._reported: dict[str, int] = {}
         self._dialled: set[str] = set()
         self._process_start = round(time.time(), 3)
+        self.relay = RelayKeeper(parts.transport, directory, parts.identity.p2p_identity)
 
     def wake(self) -> None:
         self._wake.set()
@@ -89,6 +91,7 @@ class RoundEngine:
                 self.held.epoch.cancel_downloads()
             if isinstance(self.step, TrainingStep):
                 self.step.cancel()
+            await self.relay.close()
             await self.parts.checkpointer.close()
             if self.parts.evals is not None:
                 await self.parts.evals.close()
@@ -197,6 +200,7 @@ class RoundEngine:
         if coord is None or epoch is None or epoch.dropped:
             return
         self._dial_members(coord)
+        self.relay.poll(coord)
         if (coord.run_state is RunState.Warmup and isinstance(step, WarmupStep)) or (
             coord.run_state is RunState.RoundTrain and isinstance(step, TrainingStep)
         ):

@@ -16,7 +16,8 @@ random among the ``10.77.K.0/24`` that no route of the root namespace uses yet):
 * A public host has its address on that segment. A NAT'd host sits on a private LAN behind its
   own router namespace, which MASQUERADEs out of ``wan`` and, like a home router, forwards from
   ``wan`` to ``lan`` only packets of connections opened from inside (conntrack), so even a peer
-  that knows and routes to the private range cannot connect in.
+  that knows and routes to the private range cannot connect in; other packets arriving on
+  ``wan`` are dropped silently (no RST), as most home routers do.
 * The root namespace joins the segment through the veth ``Pgw`` at 10.77.K.1, so processes in
   the namespaces reach a server listening on 0.0.0.0 in the root namespace (a local Solana RPC)
   at :meth:`EmulatedInternet.host_gateway_address`, and the root namespace reaches public hosts.
@@ -356,6 +357,14 @@ class EmulatedInternet:
         _ns(router, "iptables", "-A", "FORWARD", "-i", "wan", "-o", "lan", "-m", "conntrack",
             "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")  # fmt: skip
         _ns(router, "iptables", "-A", "FORWARD", "-i", "wan", "-j", "DROP")
+        # Unsolicited packets to the router itself are dropped, not answered with a RST, as most
+        # home routers do ("stealth"). This matters for hole punching: the peer's SYN often
+        # reaches our router before our own SYN has made the mapping; a RST would kill that
+        # connection attempt, a silent drop lets its retransmission complete the simultaneous
+        # open (docs/p2p-nat.md, measured both ways).
+        _ns(router, "iptables", "-A", "INPUT", "-i", "wan", "-m", "conntrack",
+            "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")  # fmt: skip
+        _ns(router, "iptables", "-A", "INPUT", "-i", "wan", "-j", "DROP")
 
     # -- lifecycle -------------------------------------------------------------------------------
 

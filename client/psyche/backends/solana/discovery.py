@@ -111,8 +111,8 @@ class ChainDirectory:
     def record_addrs(self, addrs: Iterable[str], p2p_identity: bytes) -> list[str]:
         """What this client's record should hold for the listen/circuit addresses ``addrs``:
         announced ones first, unspecified hosts expanded, the own peer id dropped, then relayed
-        addresses (behind a NAT they are the ones that work), at most ``max_addrs`` of at most ``max_addr_len``
-        bytes. An address we could not publish is logged and left out."""
+        addresses (behind a NAT they are the ones that work), at most ``max_addrs`` of at most
+        ``max_addr_len`` bytes. An address we could not publish is logged and left out."""
         me = peer_id_for(p2p_identity)
         out: list[str] = []
         for addr in [*self.announce, *advertised_addrs(list(addrs))]:

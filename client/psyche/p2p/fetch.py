@@ -160,11 +160,15 @@ async def fetch_blob(
     open_stream: Callable[[str], Awaitable[ByteStream]],
     rejections: Rejections | None = None,
     liars: set[str] | None = None,
+    connected: Callable[[], set[str]] | None = None,
 ) -> FetchDone:
     """Download ``req.blob_hash`` from the best peer that has it; never raises on peer faults.
 
     ``liars`` holds peers that served wrong bytes for this blob before: they are not asked, and
     any peer that does so now is added (the caller keeps the set across fetches).
+    ``connected`` names the peers we hold a connection to: they are asked first in every pass,
+    since dialling a peer we cannot reach (behind a NAT, known only by a private address) costs
+    a whole attempt timeout before anyone else is asked.
     """
     start = trio.current_time()
     deadline = start + req.timeout
@@ -194,6 +198,9 @@ async def fetch_blob(
     try:
         while trio.current_time() < deadline:
             candidates = [p for p in table.order(req.peers) if p not in excluded]
+            if connected is not None:
+                now = connected()
+                candidates.sort(key=lambda p: p not in now)  # stable: ranking kept within
             last_pass = []
             for peer in candidates:
                 remaining = deadline - trio.current_time()

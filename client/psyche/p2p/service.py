@@ -561,6 +561,7 @@ class HostService:
                     open_stream=self.open_blob_stream,
                     rejections=self.rejections,
                     liars=self.liars_for(req.blob_hash),
+                    connected=self.connected,
                 )
             finally:
                 del self.fetches[req.req_id]

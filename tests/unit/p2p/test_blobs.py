@@ -66,6 +66,7 @@ def run_fetch(
     attempt_timeout: float = 2.0,
     table: PeerTable | None = None,
     allowed: set[str] | None = None,
+    connected: set[str] | None = None,
 ) -> tuple[FetchDone, list[str]]:
     """Fetch ``H`` from ``peers`` served by ``handlers``; returns the outcome and peers dialled."""
     table = table or PeerTable()
@@ -99,6 +100,7 @@ def run_fetch(
                 table=table,
                 is_allowed=lambda p: allowed is None or p in allowed,
                 open_stream=open_stream,
+                connected=None if connected is None else (lambda: connected),
             )
             with trio.move_on_after(1.0):  # let servers finish their bookkeeping (not stallers)
                 while running:
@@ -181,6 +183,20 @@ def test_stalled_peer_hits_the_attempt_timeout_then_another_peer_serves(tmp_path
     assert done.from_peer == "b"
     assert [f.peer for f in done.failures] == ["frozen"]
     assert "within 0.3 s" in done.failures[0].reason
+
+
+def test_connected_peers_are_asked_before_unreachable_ones(tmp_path: Path) -> None:
+    # The producer is first in the list but behind a NAT with no connection to us: dialling it
+    # would cost a whole attempt timeout before the peer re-serving it is asked.
+    stall = scripted(then="stall")
+    _, honest = server_for(tmp_path, BLOB)
+    handlers = {"natd-producer": stall, "reserver": honest}
+    peers = ["natd-producer", "reserver"]
+    done, opened = run_fetch(tmp_path, handlers, peers, attempt_timeout=3, connected={"reserver"})
+    assert done.from_peer == "reserver" and opened == ["reserver"] and done.seconds < 2
+    # Without the hint the old order stands (and the stall costs its attempt timeout).
+    done, opened = run_fetch(tmp_path, handlers, peers, attempt_timeout=0.3)
+    assert opened[0] == "natd-producer" and done.from_peer == "reserver"
 
 
 def test_too_large_everywhere_fails_fast_without_transfer(tmp_path: Path) -> None:

@@ -178,6 +178,38 @@ CHILD = textwrap.dedent(
     """
 )
 
+# As a testnet uses it: entered by hand and closed only after its clients were stopped (slow).
+CHILD_SLOW_STOP = textwrap.dedent(
+    """
+    import time
+    from psyche.testnet.internet import EmulatedInternet, HostSpec
+    net = EmulatedInternet([HostSpec("a"), HostSpec("b", nat=True)])
+    net.__enter__()
+    print(net.prefix, flush=True)
+    try:
+        time.sleep(60)
+    finally:
+        print("stopping", flush=True)
+        time.sleep(1.5)  # stopping the clients
+        net.close()
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_second_sigterm_does_not_abort_the_teardown() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD_SLOW_STOP], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    prefix = proc.stdout.readline().strip()
+    assert len(_leftovers(prefix)) == 5
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout.readline().strip() == "stopping"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    assert _leftovers(prefix) == []
+
 
 @pytest.mark.timeout(60)
 def test_sigterm_tears_down_and_cleanup_stale_removes_a_crashed_run() -> None:

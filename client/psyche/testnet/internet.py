@@ -239,6 +239,7 @@ class EmulatedInternet:
         self._index = {h.name: i for i, h in enumerate(hosts)}
         self._prev_sigterm: Any = None
         self._sigterm_installed = False
+        self._terminating = False
         self._closed = True
 
     # -- addresses -------------------------------------------------------------------------------
@@ -370,6 +371,12 @@ class EmulatedInternet:
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         # Unwind through __exit__ (and the caller's finally blocks) instead of dying in place.
+        # Only once: a second SIGTERM (`timeout` and a process group both signalling, an
+        # impatient operator) would otherwise abort the teardown the first one started, and
+        # leave every namespace behind.
+        if self._terminating:
+            return
+        self._terminating = True
         raise SystemExit(128 + signum)
 
     def __enter__(self) -> EmulatedInternet:

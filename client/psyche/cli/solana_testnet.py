@@ -50,7 +50,6 @@ def solana_testnet() -> None:
 @click.option(
     "--bootstrap-peers",
     is_flag=True,
-    envvar="PSYCHE_TESTNET_BOOTSTRAP_PEERS",
     help="Also hand every client the others' multiaddrs (by default they find each other only "
     "through their peer records on the chain).",
 )

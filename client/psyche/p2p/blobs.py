@@ -144,10 +144,11 @@ async def serve_ping(stream: ByteStream) -> None:
             await stream.reset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Served:
     path: str
     size: int
+    active: int = 0
 
 
 @dataclass(slots=True)
@@ -156,6 +157,11 @@ class BlobServer:
 
     is_allowed: Callable[[str], bool]
     max_concurrent: int = 8
+    max_per_blob: int = 2
+    """Uploads of one blob at once; further fetchers are told BUSY and ask again, by then also
+    the peers that got it first (a fetched blob is served from then on). So a producer uploads
+    its result about twice whatever the number of clients, and its uplink, the scarce link of
+    a home connection, is not split N−1 ways (bench/internet.py measures it)."""
     request_timeout: float = 10.0
     """Time to receive the request; also the fixed part of every upload's deadline."""
     min_rate_bps: float = 1_000_000.0
@@ -196,13 +202,14 @@ class BlobServer:
             status = Status.NOT_FOUND
         elif blob.size > max_size:
             status = Status.TOO_LARGE
-        elif self._active >= self.max_concurrent:
+        elif self._active >= self.max_concurrent or blob.active >= self.max_per_blob:
             status = Status.BUSY
         if status is not Status.OK or blob is None:
             self.refused += 1
             await stream.write(encode_header(status, blob.size if blob else 0))
             return
         self._active += 1
+        blob.active += 1
         try:
             with trio.move_on_after(self.request_timeout + blob.size / self.min_rate_bps) as scope:
                 await self._upload(stream, blob)
@@ -211,6 +218,7 @@ class BlobServer:
             self.served += 1
         finally:
             self._active -= 1
+            blob.active -= 1
 
     async def _upload(self, stream: ByteStream, blob: _Served) -> None:
         # trio.open_file runs each call in a worker thread, so a slow disk (or a pipe) never

@@ -225,6 +225,27 @@ def test_peers_outside_the_allow_list_are_never_dialled(tmp_path: Path) -> None:
     assert done.kind is FetchErrorKind.not_found and opened == []
 
 
+def test_one_blob_is_uploaded_to_at_most_two_fetchers_at_once(tmp_path: Path) -> None:
+    server, _ = server_for(tmp_path, BLOB, min_rate_bps=1.0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            streams = []
+            for i in range(3):
+                ours, theirs = trio.testing.memory_stream_pair()
+                nursery.start_soon(server.handle, Stream(theirs), f"peer{i}")
+                await Stream(ours).write(encode_request(H, len(BLOB)))
+                streams.append(Stream(ours))
+            # Nobody reads yet: the first two uploads are under way, the third is turned away.
+            headers = [decode_header(await read_exactly(s, HEADER_LEN))[0] for s in streams]
+            assert headers == [Status.OK, Status.OK, Status.BUSY]
+            for s in streams[:2]:
+                assert await read_exactly(s, len(BLOB)) == BLOB
+        assert server.served == 2 and server.refused == 1
+
+    trio.run(main)
+
+
 def test_server_refuses_outsiders_oversize_and_overload(tmp_path: Path) -> None:
     server, _ = server_for(tmp_path, BLOB, max_concurrent=0)
 

@@ -4,7 +4,8 @@ The model comes from the checkpoint the coordinator names, or from the previous 
 when the run's model lives with peers (P2P checkpoints, docs/protocol.md item 13). A loaded
 client announces ``Finished(warmup)`` so its peers know, re-announces its model offer for
 joiners, and sends its warmup witness once every member is ready or after
-:data:`WARMUP_GRACE_S`, so a member that never loads cannot hold the run until ``warmup_time``.
+a grace (:func:`warmup_grace_s`: 20 s, or the time one copy of the model takes at 20 Mbit/s if
+longer), so a member that never loads cannot hold the run until ``warmup_time``.
 The step's result is the :class:`ModelKit` the training steps use.
 """
 
@@ -24,13 +25,26 @@ from psyche.protocol.committee import WitnessProof
 from psyche.protocol.locations import P2PCheckpoint, P2PGcsCheckpoint
 from psyche.training.hashing import model_hash
 
-__all__ = ["WARMUP_GRACE_S", "WarmupStep", "healthy_index"]
+__all__ = ["WARMUP_GRACE_S", "WarmupStep", "healthy_index", "warmup_grace_s"]
 
 log = logging.getLogger("psyche.daemon")
 
 WARMUP_GRACE_S = 20.0
-"""How long a loaded client waits for every peer's ready signal before sending its warmup
-witness anyway."""
+"""How long a loaded client waits at least for every peer's ready signal before sending its
+warmup witness anyway."""
+GRACE_RATE_BPS = 2_500_000.0
+"""The grace also covers one copy of the model at this rate (20 Mbit/s, a home uplink): a joiner
+fetching the model from peers over home links must not be cut out by a grace made for tiny
+models (a 204 MB model took longer than 20 s on the emulated internet, bench/internet.py)."""
+
+
+def warmup_grace_s(model_bytes: int) -> float:
+    """How long to wait for the slowest member's ready signal; ``warmup_time`` still bounds it."""
+    return max(WARMUP_GRACE_S, model_bytes / GRACE_RATE_BPS)
+
+
+def _model_bytes(kit: ModelKit) -> int:
+    return sum(p.numel() * p.element_size() for p in kit.trainer.model.parameters())
 
 
 def healthy_index(parts: ClientParts, coord: Coordinator) -> int | None:
@@ -48,6 +62,7 @@ class WarmupStep:
         self.kit: ModelKit | None = None
         self._ready_since: float | None = None
         self._witness_sent = False
+        self._grace_s = WARMUP_GRACE_S
 
     async def load(self, coord: Coordinator, kit: ModelKit | None) -> ModelKit:
         """The kit to train with: the one kept from an earlier epoch, or a freshly loaded one."""
@@ -90,10 +105,11 @@ class WarmupStep:
             await parts.sharing.announce(coord.progress.step)
         if self._ready_since is None:
             self._ready_since = parts.clock()
+            self._grace_s = warmup_grace_s(_model_bytes(self.kit))
             epoch.ready.add(parts.identity.p2p_identity)
             ready = Finished(step=0, warmup=True)
             await parts.transport.announce(sign_announcement(parts.key, ready))
-        waited = parts.clock() - self._ready_since > WARMUP_GRACE_S
+        waited = parts.clock() - self._ready_since > self._grace_s
         if not self._witness_sent and (everyone <= epoch.ready or waited):
             i = healthy_index(parts, coord)
             if i is None:

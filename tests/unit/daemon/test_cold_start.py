@@ -100,3 +100,10 @@ def test_cold_start_without_ramp_steps_only_zeroes_the_residual() -> None:
     got = plans(s, 2)
     assert [z for *_, z in got] == [True, False]
     assert [lr for _, _, lr, _, _ in got] == [schedule.get_lr(step) for _, step, *_ in got]
+
+
+def test_the_warmup_grace_covers_one_model_copy_over_a_home_uplink() -> None:
+    from psyche.daemon.warmup import WARMUP_GRACE_S, warmup_grace_s
+
+    assert warmup_grace_s(4_700_000) == WARMUP_GRACE_S  # tiny: the fixed grace
+    assert warmup_grace_s(204_000_000) == 204_000_000 / 2_500_000  # medium: 81.6 s at 20 Mbit/s

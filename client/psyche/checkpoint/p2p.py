@@ -132,6 +132,10 @@ def choose_offer(
     return Choice(best, size, peers, votes, len(valid))
 
 
+PER_PEER_REQUESTS = 2
+"""Piece requests in flight per offering peer, at most (see :func:`fetch_snapshot`)."""
+
+
 @dataclass
 class PeerPool:
     """Which peer to ask next: the least busy live one; dropped after ``max_errors`` failures."""
@@ -257,7 +261,10 @@ async def fetch_snapshot(
         if blob_hash not in keep:
             node.unserve(blob_hash)
 
-    gate = asyncio.Semaphore(max(1, max_concurrent))
+    # At most PER_PEER_REQUESTS requests per offering peer: more would split a peer's uplink
+    # into slices too thin for the request timeout (a 20 Mbit/s home uplink serving four 8 MiB
+    # pieces at once gives each 0.6 MB/s, and every piece timed out on the emulated internet).
+    gate = asyncio.Semaphore(max(1, min(max_concurrent, PER_PEER_REQUESTS * len(choice.peers))))
     files: dict[str, bytes] = {}
 
     async def piece(i: int) -> None:

@@ -164,8 +164,11 @@ class BlobServer:
     a home connection, is not split N−1 ways (bench/internet.py measures it)."""
     request_timeout: float = 10.0
     """Time to receive the request; also the fixed part of every upload's deadline."""
-    min_rate_bps: float = 1_000_000.0
-    """Uploads slower than this are cut (a frozen or malicious fetcher)."""
+    min_rate_bps: float = 250_000.0
+    """Uploads slower than this are cut (a frozen or malicious fetcher). 2 Mbit/s: a home
+    uplink of 20 Mbit/s shares itself among several uploads (payloads, model pieces), and at
+    the 1 MB/s this was, honest uploads of 8 MiB model pieces were cut on the emulated
+    internet."""
     served: int = 0
     refused: int = 0
     _blobs: dict[bytes, _Served] = field(default_factory=dict)

@@ -101,7 +101,7 @@ quantize_1bit = true
 # Per preset: run length and timeouts that fit its compute on 2 CPU cores.
 PLANS: dict[str, dict[str, int]] = {
     "tiny": {"steps": 100, "epoch_time": 40, "round_time": 30, "warmup": 30},
-    "medium": {"steps": 100, "epoch_time": 330, "round_time": 180, "warmup": 240},
+    "medium": {"steps": 400, "epoch_time": 130, "round_time": 60, "warmup": 100},
 }
 
 

@@ -72,7 +72,8 @@ class RelayKeeper:
 
     def candidates(self, members: Sequence[bytes]) -> list[tuple[bytes, list[str]]]:
         """Members with a direct address and no relayed one (a member publishing relayed
-        addresses is NAT'd itself), in this client's own hash order."""
+        addresses is NAT'd itself): those we reach directly first, each group in this client's
+        own hash order."""
         known = self.directory.peer_addrs()
         out = [
             (key, addrs)
@@ -81,7 +82,16 @@ class RelayKeeper:
             and (addrs := known.get(key, []))
             and not any(is_circuit(a) for a in addrs)
         ]
-        out.sort(key=lambda kv: hashlib.sha256(self.me + kv[0]).digest())
+        # Members we already reach directly first: a member known only by a private address
+        # (NAT'd, its relayed addresses not published yet) would cost a reservation attempt's
+        # whole timeout before the circuits are published.
+        direct = self.transport.direct_peers()
+        out.sort(
+            key=lambda kv: (
+                peer_id_for(kv[0]) not in direct,
+                hashlib.sha256(self.me + kv[0]).digest(),
+            )
+        )
         return out
 
     def poll(self, coord: Coordinator) -> None:

@@ -88,6 +88,9 @@ class MemoryTransport(Transport):
     def observed_addrs(self) -> list[str]:
         return []
 
+    def direct_peers(self) -> set[str]:
+        return set(self._allowed - {self._peer_id})  # every node of the network is reachable
+
     async def reserve(self, relay_addrs: Sequence[str]) -> list[str]:
         return []  # nobody is behind a NAT here, so nobody needs a relay
 

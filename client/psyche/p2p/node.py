@@ -208,6 +208,9 @@ class P2PNode(Transport):
                     return int(line.split()[1]) * 1024
         raise NodeStopped("the p2p host process has exited")
 
+    def direct_peers(self) -> set[str]:
+        return {p for p, r in self.peer_stats().items() if r.connected and not r.relayed}
+
     def peer_stats(self) -> dict[str, PeerReport]:
         """The host's latest per-peer measurements (refreshed about once a second)."""
         return {p.peer_id: p for p in self._stats.peers} if self._stats else {}

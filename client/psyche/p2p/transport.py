@@ -61,6 +61,10 @@ class Transport(Protocol):
         """The addresses peers on direct connections observe us at."""
         ...
 
+    def direct_peers(self) -> set[str]:
+        """Peers we hold a direct (not relayed) connection to now. Non-blocking."""
+        ...
+
     async def reserve(self, relay_addrs: Sequence[str]) -> list[str]:
         """Hold relay reservations on these relays (``…/p2p/<relay id>``; replaces the previous
         set) and return our circuit addresses through those that accepted, for :meth:`connect`."""

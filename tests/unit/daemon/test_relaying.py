@@ -27,9 +27,13 @@ class Transport:
         self.accept = accept
         self.reserved: list[list[str]] = []
         self.listen_addrs = ["/ip4/192.168.1.2/tcp/9"]
+        self.direct: set[int] = set()
 
     def reachability(self) -> str:
         return self.reach
+
+    def direct_peers(self) -> set[str]:
+        return {peer_id_for(KEYS[i]) for i in self.direct}
 
     async def reserve(self, addrs: list[str]) -> list[str]:
         self.reserved.append(list(addrs))
@@ -123,3 +127,11 @@ def test_no_relay_accepting_is_retried_later() -> None:
     t.accept = {3}
     run(keeper, KEYS)
     assert len(t.reserved) == 2 and d.published and keeper.held == [KEYS[3]]
+
+
+def test_members_reached_directly_are_asked_first() -> None:
+    t, d = Transport("private", {1, 2, 3}), Directory(known())
+    keeper = RelayKeeper(t, d, ME, relays=1)  # type: ignore[arg-type]
+    for i in (1, 2, 3):
+        t.direct = {i}
+        assert keeper.candidates(KEYS)[0][0] == KEYS[i]

@@ -159,9 +159,10 @@ class BlobServer:
     max_concurrent: int = 8
     max_per_blob: int = 2
     """Uploads of one blob at once; further fetchers are told BUSY and ask again, by then also
-    the peers that got it first (a fetched blob is served from then on). So a producer uploads
-    its result about twice whatever the number of clients, and its uplink, the scarce link of
-    a home connection, is not split N−1 ways (bench/internet.py measures it)."""
+    the peers that got it first (a fetched blob is served from then on). So a producer's uplink,
+    the scarce link of a home connection, is never split more than two ways for one result.
+    It bounds concurrency, not the count: small payloads are done before a third fetcher asks,
+    and then the producer serves it too (bench/internet.py measures both)."""
     request_timeout: float = 10.0
     """Time to receive the request; also the fixed part of every upload's deadline."""
     min_rate_bps: float = 250_000.0

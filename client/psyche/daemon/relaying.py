@@ -27,6 +27,7 @@ from typing import Protocol
 
 from psyche.coordinator import Coordinator
 from psyche.net.multiaddrs import is_circuit
+from psyche.p2p.nat import parse_circuit_addr
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.transport import Transport
 
@@ -121,7 +122,7 @@ class RelayKeeper:
         if not circuits:
             log.warning("no relay accepted a reservation (tried %d members)", len(picked))
             return
-        held = {a.split("/p2p-circuit", 1)[0].rsplit("/p2p/", 1)[-1] for a in circuits}
+        held = {c.relay for c in map(parse_circuit_addr, circuits) if c is not None}
         self.held = [k for k, _ in picked if peer_id_for(k) in held]
         self.circuit_addrs = circuits
         log.info("behind a NAT: reachable through %s", " ".join(circuits))

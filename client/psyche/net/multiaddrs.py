@@ -19,20 +19,21 @@ import ipaddress
 import re
 
 __all__ = [
+    "CIRCUIT",
     "AddrError",
     "advertised_addrs",
     "interface_ips",
     "is_circuit",
     "peer_addr",
     "record_addr",
-    "relay_addr",
+    "split_peer",
 ]
 
 _DIRECT = re.compile(
     r"^/(?:ip4|ip6|dns|dns4|dns6)/[^/]+/tcp/(\d{1,5})$",
 )
 _PEER_ID = re.compile(r"^[1-9A-HJ-NP-Za-km-z]{40,64}$")
-_CIRCUIT = "/p2p-circuit"
+CIRCUIT = "/p2p-circuit"
 
 
 class AddrError(ValueError):
@@ -55,10 +56,10 @@ def _check_direct(addr: str) -> None:
             raise AddrError(f"{addr!r}: not a dialable address")
 
 
-def _split_peer(addr: str) -> tuple[str, str | None]:
+def split_peer(addr: str) -> tuple[str, str | None]:
     """``…/p2p/<id>`` → (``…``, id); anything else → (addr, None)."""
     head, sep, tail = addr.rpartition("/p2p/")
-    if sep and "/" not in tail:
+    if sep and tail and "/" not in tail:
         return head, tail
     return addr, None
 
@@ -66,7 +67,7 @@ def _split_peer(addr: str) -> tuple[str, str | None]:
 def record_addr(addr: str, peer_id: str) -> str:
     """A listen or circuit address of ``peer_id`` in its published form (own suffix dropped);
     checked as the reader will check it."""
-    head, pid = _split_peer(addr)
+    head, pid = split_peer(addr)
     if pid is not None and pid != peer_id:
         raise AddrError(f"{addr!r} names another peer than {peer_id}")
     peer_addr(head, peer_id)
@@ -83,8 +84,8 @@ def peer_addr(addr: str, peer_id: str) -> str:
         raise AddrError(f"{peer_id!r} is not a peer id")
     if not addr.isascii() or not addr.isprintable() or " " in addr:
         raise AddrError(f"{addr!r} has characters no multiaddr has")
-    if addr.endswith(_CIRCUIT):
-        relay, relay_id = _split_peer(addr[: -len(_CIRCUIT)])
+    if addr.endswith(CIRCUIT):
+        relay, relay_id = split_peer(addr[: -len(CIRCUIT)])
         if relay_id is None or not _PEER_ID.match(relay_id):
             raise AddrError(f"{addr!r}: a circuit address needs …/p2p/<relay id>/p2p-circuit")
         if relay_id == peer_id:
@@ -97,14 +98,7 @@ def peer_addr(addr: str, peer_id: str) -> str:
 
 def is_circuit(addr: str) -> bool:
     """Whether ``addr`` (published or full form) goes through a relay."""
-    return _CIRCUIT + "/" in addr or addr.endswith(_CIRCUIT)
-
-
-def relay_addr(addr: str) -> str | None:
-    """The relay's own full address (``…/p2p/<relay id>``) in a circuit address, else None."""
-    if not is_circuit(addr):
-        return None
-    return addr.split(_CIRCUIT, 1)[0]
+    return CIRCUIT + "/" in addr or addr.endswith(CIRCUIT)
 
 
 def interface_ips() -> list[str]:

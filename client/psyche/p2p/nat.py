@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from psyche.net.multiaddrs import CIRCUIT, split_peer
+
 __all__ = [
     "CIRCUIT",
     "DEFAULT_RELAY_LIMITS",
@@ -32,7 +34,6 @@ __all__ = [
     "relay_of",
 ]
 
-CIRCUIT = "/p2p-circuit"
 MIB = 1 << 20
 
 Reachability = Literal["public", "private", "unknown"]
@@ -185,19 +186,12 @@ class CircuitAddr:
     dest: str
 
 
-def _split_peer(addr: str) -> tuple[str, str | None]:
-    head, sep, tail = addr.rpartition("/p2p/")
-    if sep and tail and "/" not in tail:
-        return head, tail
-    return addr, None
-
-
 def relay_of(addr: str) -> tuple[str, str]:
     """A relay's direct address → (address, relay peer id). Raises ``ValueError`` unless the
     address ends in ``/p2p/<id>`` and is not itself relayed."""
     if CIRCUIT in addr:
         raise ValueError(f"{addr!r}: a relay must be reached directly, not through a circuit")
-    head, relay = _split_peer(addr)
+    head, relay = split_peer(addr)
     if relay is None or not head.startswith("/"):
         raise ValueError(f"{addr!r}: a relay address must end in /p2p/<relay id>")
     return addr, relay
@@ -216,7 +210,7 @@ def parse_circuit_addr(addr: str) -> CircuitAddr | None:
     if CIRCUIT not in addr:
         return None
     relay_part, sep, rest = addr.partition(CIRCUIT)
-    head, dest = _split_peer(rest)
+    head, dest = split_peer(rest)
     if not sep or head or dest is None or rest != f"/p2p/{dest}":
         raise ValueError(f"{addr!r}: a circuit address ends in /p2p-circuit/p2p/<peer id>")
     relay_addr, relay = relay_of(relay_part)

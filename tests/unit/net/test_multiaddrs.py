@@ -10,7 +10,6 @@ from psyche.net.multiaddrs import (
     is_circuit,
     peer_addr,
     record_addr,
-    relay_addr,
 )
 from psyche.p2p.peer_id import peer_id_for
 
@@ -30,8 +29,6 @@ def test_a_circuit_address_keeps_the_relay_and_appends_the_owner() -> None:
     full = peer_addr(circuit, ME)
     assert full == f"{circuit}/p2p/{ME}"
     assert is_circuit(full) and is_circuit(circuit)
-    assert relay_addr(full) == f"/ip4/10.0.0.9/tcp/4001/p2p/{RELAY}"
-    assert relay_addr("/ip4/10.0.0.9/tcp/4001") is None
 
 
 @pytest.mark.parametrize(

@@ -12,19 +12,15 @@ identical weights on every client.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from psyche.testnet.internet import available
 
-from .test_solana_local_testnet import solana_config
+from .test_solana_local_testnet import run_solana_testnet, solana_config
 
 pytestmark = pytest.mark.slow
 
@@ -38,23 +34,10 @@ def test_natd_solana_clients_train_through_relays_with_identical_weights(
     cfg = solana_config(tmp_path / "cfg", local_inputs, total_steps=6)
     summary = tmp_path / "summary.json"
     out = tmp_path / "net"
-    cmd = [
-        str(Path(sys.executable).parent / "psyche-solana-local-testnet"),
-        "start",
-        "--config-path",
-        str(cfg),
-        "--num-clients",
-        "3",
-        "--epochs",
-        "1",
-        "--tui",
-        "false",
-        "--out",
-        str(out),
-        "--summary",
-        str(summary),
-        "--timeout",
-        "420",
+    rc, text = run_solana_testnet(
+        cfg,
+        out,
+        summary,
         "--emulate-internet",
         "--nat-clients",
         "2,3",
@@ -62,20 +45,8 @@ def test_natd_solana_clients_train_through_relays_with_identical_weights(
         "20",
         "--downlink-mbps",
         "100",
-    ]
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
-    try:
-        output, _ = proc.communicate(timeout=480)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
-    text = output.decode()
-    print(f"took {time.monotonic() - started:.0f} s\n{text[-4000:]}")
-    assert proc.returncode == 0, text[-4000:]
+    assert rc == 0, text[-4000:]
     assert "emulated internet" in text and "client-2 NAT" in text
 
     s = json.loads(summary.read_text())

@@ -58,12 +58,10 @@ def solana_config(out: Path, inputs: tuple[Path, Path], **config: int) -> Path:
     return out
 
 
-def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
-    tmp_path: Path, local_inputs: tuple[Path, Path]
-) -> None:
-    cfg = solana_config(tmp_path / "cfg", local_inputs, total_steps=6)
-    summary = tmp_path / "summary.json"
-    out = tmp_path / "net"
+def run_solana_testnet(cfg: Path, out: Path, summary: Path, *extra: str) -> tuple[int, str]:
+    """``psyche-solana-local-testnet start`` with 3 clients for one epoch (plus ``extra``
+    flags); its exit code and output. It runs in its own session, so whatever happens the
+    launcher and every process it started are stopped."""
     cmd = [
         str(Path(sys.executable).parent / "psyche-solana-local-testnet"),
         "start",
@@ -81,9 +79,9 @@ def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
         str(summary),
         "--timeout",
         "420",
+        *extra,
     ]
     started = time.monotonic()
-    # Its own session: whatever happens, the launcher and every process it started are stopped.
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
@@ -95,7 +93,17 @@ def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
             proc.wait(timeout=60)
     text = output.decode()
     print(f"psyche-solana-local-testnet took {time.monotonic() - started:.0f} s\n{text[-4000:]}")
-    assert proc.returncode == 0, text[-4000:]
+    return proc.returncode, text
+
+
+def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
+    tmp_path: Path, local_inputs: tuple[Path, Path]
+) -> None:
+    cfg = solana_config(tmp_path / "cfg", local_inputs, total_steps=6)
+    summary = tmp_path / "summary.json"
+    out = tmp_path / "net"
+    rc, text = run_solana_testnet(cfg, out, summary)
+    assert rc == 0, text[-4000:]
 
     s = json.loads(summary.read_text())
     rounds = s["rounds"]

@@ -25,23 +25,13 @@ RUNNER = Path(__file__).with_name("node_runner.py")
 STARTUP_TIMEOUT = 90.0  # importing py-libp2p alone takes seconds on a loaded 2-core machine
 
 
-class NodeProc:
-    def __init__(self, name: str, run_id: str, reap: list[subprocess.Popen[bytes]]) -> None:
+class JsonLinesNode:
+    """A node runner process (``node_runner.py`` or a script built on it) driven over JSON
+    lines on its stdin/stdout: requests with an id get replies, the rest are events."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         self.name = name
-        self.secret = SecretKey.generate()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(RUNNER),
-                "--run-id",
-                run_id,
-                "--key-hex",
-                self.secret.to_bytes().hex(),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        reap.append(self.proc)
+        self.proc = proc
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
@@ -102,6 +92,32 @@ class NodeProc:
         """Send ``op`` and block for its reply (``wait`` seconds at most)."""
         return self.reply(self.send(op, **args), wait)
 
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b'{"op": "stop"}\n')
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=15)
+
+
+class NodeProc(JsonLinesNode):
+    def __init__(self, name: str, run_id: str, reap: list[subprocess.Popen[bytes]]) -> None:
+        self.secret = SecretKey.generate()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(RUNNER),
+                "--run-id",
+                run_id,
+                "--key-hex",
+                self.secret.to_bytes().hex(),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        reap.append(proc)
+        super().__init__(name, proc)
+
     def announcements(self) -> list[dict[str, Any]]:
         with self._cond:
             return [e for e in self.events if e.get("event") == "announcement"]
@@ -109,13 +125,6 @@ class NodeProc:
     def kill_host(self) -> None:
         """SIGKILL the libp2p host child: to its peers this node crashed mid-whatever."""
         os.kill(self.host_pid, signal.SIGKILL)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(b'{"op": "stop"}\n')
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=15)
 
 
 def start_nodes(

@@ -182,15 +182,10 @@ class Runner:
             emit(event)
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--key-hex", required=True)
-    args = parser.parse_args()
-    secret = SecretKey.from_hex(args.key_hex)
-    node = P2PNode()
-    await node.start(secret, run_id=args.run_id)
-    runner = Runner(node, secret)
+async def serve(runner: Runner) -> None:
+    """Announce the started node, answer requests from stdin until ``stop`` or EOF, then stop
+    the node and remove its scratch directory."""
+    node = runner.node
     emit({"event": "ready", "peer_id": node.peer_id, "addrs": node.listen_addrs, "pid": node.pid})
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -209,6 +204,17 @@ async def main() -> None:
         await node.stop()
         shutil.rmtree(runner.scratch, ignore_errors=True)
     emit({"event": "stopped"})
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--key-hex", required=True)
+    args = parser.parse_args()
+    secret = SecretKey.from_hex(args.key_hex)
+    node = P2PNode()
+    await node.start(secret, run_id=args.run_id)
+    await serve(Runner(node, secret))
 
 
 if __name__ == "__main__":

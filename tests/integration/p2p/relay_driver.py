@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import shutil
-import sys
 from typing import Any
 
-from node_runner import Runner, emit  # a sibling script, run from this directory
+from node_runner import Runner, serve  # a sibling script, run from this directory
 
 from psyche.p2p.node import P2PNode
 from psyche.protocol.identity import SecretKey
@@ -61,25 +58,7 @@ async def main() -> None:
     await node.start(
         secret, run_id=args.run_id, listen_host=args.listen_host, listen_port=args.port
     )
-    runner = RelayRunner(node, secret)
-    emit({"event": "ready", "peer_id": node.peer_id, "addrs": node.listen_addrs, "pid": node.pid})
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    gossip = asyncio.create_task(runner.watch_gossip())
-    tasks: set[asyncio.Task[None]] = set()
-    try:
-        while line := await reader.readline():
-            if json.loads(line).get("op") == "stop":
-                break
-            task = asyncio.create_task(runner.handle(line.decode()))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-    finally:
-        gossip.cancel()
-        await node.stop()
-        shutil.rmtree(runner.scratch, ignore_errors=True)
-    emit({"event": "stopped"})
+    await serve(RelayRunner(node, secret))
 
 
 if __name__ == "__main__":

@@ -16,12 +16,9 @@ two members stay connected and keep exchanging gossip; the outcome is printed.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +29,7 @@ import pytest
 from psyche.protocol.identity import SecretKey
 from psyche.testnet.internet import EmulatedInternet, HostSpec, available
 
+from .harness import JsonLinesNode
 from .node_runner import seeded_blob
 
 _OK, _WHY = available()
@@ -46,12 +44,12 @@ STARTUP_TIMEOUT = 120.0  # py-libp2p imports take seconds on a loaded 2-core mac
 MIB = 1 << 20
 
 
-class Node:
+class Node(JsonLinesNode):
     """One ``relay_driver.py`` in a host's namespace, driven over JSON lines."""
 
     def __init__(self, net: EmulatedInternet, host: str, run_id: str) -> None:
         self.host = host
-        self.proc: subprocess.Popen[bytes] = net.run(
+        proc: subprocess.Popen[bytes] = net.run(
             host,
             [
                 sys.executable,
@@ -70,57 +68,10 @@ class Node:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        self._ids = itertools.count(1)
-        self._cond = threading.Condition()
-        self._replies: dict[int, dict[str, Any]] = {}
-        self.events: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.peer_id = ""
-        self.addrs: list[str] = []
+        super().__init__(host, proc)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            msg = json.loads(raw)
-            with self._cond:
-                if "id" in msg:
-                    self._replies[msg["id"]] = msg
-                else:
-                    self.events.append(msg)
-                self._cond.notify_all()
-
-    def wait_event(self, pred: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for e in self.events:
-                    if pred(e):
-                        return e
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    raise TimeoutError(f"{self.host}: no matching event; got {self.events[-5:]}")
-                self._cond.wait(min(left, 0.5))
-
-    def wait_ready(self) -> None:
-        ready = self.wait_event(lambda e: e.get("event") == "ready", STARTUP_TIMEOUT)
-        self.peer_id, self.addrs = ready["peer_id"], ready["addrs"]
-
-    def call(self, op: str, *, wait: float = 30.0, **args: Any) -> dict[str, Any]:
-        req_id = next(self._ids)
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"id": req_id, "op": op, **args}) + "\n").encode())
-        self.proc.stdin.flush()
-        deadline = time.monotonic() + wait
-        with self._cond:
-            while req_id not in self._replies:
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    raise TimeoutError(f"{self.host}: no reply to {op}")
-                self._cond.wait(min(left, 0.5))
-            msg = self._replies.pop(req_id)
-        if "error" in msg:
-            raise RuntimeError(f"{self.host}: {op}: {msg['error']}")
-        return msg
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        super().wait_ready(timeout)
 
     def until(
         self, what: str, pred: Callable[[dict[str, Any]], bool], timeout: float

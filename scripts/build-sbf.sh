@@ -67,7 +67,14 @@ RUSTC_VERSION="$("$RUSTC" --version)"
 #    0.1.x fails on Anchor's code: "too many arguments", "stack arguments are not supported").
 export CARGO_HOME="$SBF_WORK/cargo"
 LINKER="$SBF_WORK/tools/bin/sbpf-linker"
-if ! "$LINKER" --version 2>/dev/null | grep -qx "sbpf-linker $LINKER_VERSION"; then
+# The version is read whole before matching: `--version | grep -q` closes the pipe after the
+# first of its two lines, and sbpf-linker panics on the broken pipe (a CI run failed so).
+linker_ok() {
+  local v
+  v="$("$LINKER" --version 2>/dev/null || true)"
+  [[ "${v%%$'\n'*}" == "sbpf-linker $LINKER_VERSION" ]]
+}
+if ! linker_ok; then
   say "2/5 sbpf-linker $LINKER_VERSION on LLVM $LLVM_TAG (pip download + cargo install, ~2 min)"
   "$PY" -m pip download -q --no-deps --no-cache-dir --only-binary=:all: --require-hashes \
     -r "$KIT/llvm-wheels.txt" -d "$SBF_WORK/wheels"
@@ -82,7 +89,7 @@ if ! "$LINKER" --version 2>/dev/null | grep -qx "sbpf-linker $LINKER_VERSION"; t
     nice "$CARGO" install "sbpf-linker@$LINKER_VERSION" --locked --force -q -j "$JOBS" \
     --root "$SBF_WORK/tools" --target-dir "$SBF_WORK/build-linker" \
     --no-default-features --features bpf-linker/llvm-23,bpf-linker/llvm-link-static
-  "$LINKER" --version | grep -qx "sbpf-linker $LINKER_VERSION" || die "sbpf-linker did not install"
+  linker_ok || die "sbpf-linker did not install"
   rm -rf "$LLVM_DIR" "$SBF_WORK/build-linker" # static binary: the SDK is no longer needed
 fi
 
@@ -165,7 +172,9 @@ for pkg in "${PROGRAMS[@]}"; do
   fi
   # LLVM reports a frame over 4 KB as an error; make sure nothing swallowed one.
   if grep -qi "stack limit is exceeded\|error:" "$LOG"; then die "LLVM reported errors (log: $LOG)"; fi
-  readelf -W --dyn-syms "$REL/lib$lib.so" | grep -qw entrypoint || die "lib$lib.so exports no entrypoint"
+  # Whole output first: grep -q would close the pipe early and pipefail would see readelf's SIGPIPE.
+  syms="$(readelf -W --dyn-syms "$REL/lib$lib.so")"
+  grep -qw entrypoint <<<"$syms" || die "lib$lib.so exports no entrypoint"
   cp "$REL/lib$lib.so" "$SBF_OUT/$lib.so.tmp" && mv -f "$SBF_OUT/$lib.so.tmp" "$SBF_OUT/$lib.so"
 done
 for pkg in "${PROGRAMS[@]}"; do

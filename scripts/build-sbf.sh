@@ -23,7 +23,7 @@ JOBS="${SBF_JOBS:-2}"
 RUST_SERIES=1.96         # std-solana.patch is written against Debian's rust-web-src 1.96
 LINKER_VERSION=0.2.6     # sbpf-linker 0.2.x: the first series that links Anchor; needs LLVM 23
 LLVM_TAG=23.1.1.post0    # the wheels pinned with hashes in scripts/sbf/llvm-wheels.txt
-PROGRAMS=(psyche-authorizer psyche-coordinator)
+PROGRAMS=(psyche-authorizer psyche-coordinator psyche-treasurer psyche-mining-pool)
 APT_PKGS=(rustc-web cargo-web rust-web-src llvm-22 libzstd-dev zlib1g-dev build-essential
   python3 python3-pip patch)
 # Debian's toolchain, never rustup's: only Debian ships the library source -Zbuild-std needs.

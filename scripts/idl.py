@@ -27,7 +27,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = {"psyche_coordinator": "psyche-coordinator", "psyche_authorizer": "psyche-authorizer"}
+PROGRAMS = {
+    "psyche_coordinator": "psyche-coordinator",
+    "psyche_authorizer": "psyche-authorizer",
+    "psyche_treasurer": "psyche-treasurer",
+    "psyche_mining_pool": "psyche-mining-pool",
+}
 SECTION = re.compile(r"^--- IDL (begin|end) (\w+) ---$")
 
 
@@ -122,9 +127,12 @@ def render(program: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    parser.add_argument(
+        "--program", action="append", choices=sorted(PROGRAMS), help="only these (default: all)"
+    )
     args = parser.parse_args()
     stale = []
-    for program in PROGRAMS:
+    for program in args.program or PROGRAMS:
         path = ROOT / "idl" / f"{program}.json"
         text = render(program)
         if args.check:

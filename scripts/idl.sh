@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generate idl/psyche_coordinator.json and idl/psyche_authorizer.json from the programs (Anchor's
+# Generate idl/<program>.json for every program (`--program NAME` for one) from the programs (Anchor's
 # idl-build machinery, no anchor CLI); `scripts/idl.sh --check` fails if the committed IDL is stale.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

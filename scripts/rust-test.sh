@@ -14,10 +14,10 @@ sbf_dir="${SBF_OUT:-$root/target/deploy}"
 echo "== cargo fmt";    cargo fmt --all --check
 echo "== cargo clippy"; cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test (native)"; cargo test --workspace "$@"
-for so in psyche_coordinator psyche_authorizer; do
+for so in psyche_coordinator psyche_authorizer psyche_treasurer psyche_mining_pool; do
   [ -f "$sbf_dir/$so.so" ] || { echo "no $sbf_dir/$so.so: run scripts/build-sbf.sh" >&2; exit 1; }
 done
 echo "== cargo test (SBF: $sbf_dir)"
 PSYCHE_SBF=1 SBF_OUT_DIR="$sbf_dir" BPF_OUT_DIR="$sbf_dir" \
-  cargo test -p psyche-coordinator -p psyche-authorizer "$@"
+  cargo test -p psyche-coordinator -p psyche-authorizer -p psyche-treasurer -p psyche-mining-pool "$@"
 echo "== idl";          bash scripts/idl.sh --check

@@ -34,6 +34,12 @@ from psyche.backends.solana.instructions import (
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.rpc import SolanaRpc, TxSender
 from psyche.backends.solana.snapshot import RunSnapshot
+from psyche.backends.solana.tokens import (
+    MintInfo,
+    TokenAccountInfo,
+    decode_mint,
+    decode_token_account,
+)
 
 __all__ = [
     "CLUSTERS",
@@ -144,6 +150,8 @@ class Session:
     idl_dir: Path = field(default_factory=default_idl_dir)
     coordinator_program_id: Pubkey | None = None
     authorizer_program_id: Pubkey | None = None
+    treasurer_program_id: Pubkey | None = None
+    mining_pool_program_id: Pubkey | None = None
 
     @cached_property
     def rpcs(self) -> list[SolanaRpc]:
@@ -160,6 +168,16 @@ class Session:
         return ProgramClient(idl, self.authorizer_program_id)
 
     @cached_property
+    def treasurer(self) -> ProgramClient:
+        idl = IdlCodec.load(self.idl_dir / "psyche_treasurer.json")
+        return ProgramClient(idl, self.treasurer_program_id)
+
+    @cached_property
+    def mining_pool(self) -> ProgramClient:
+        idl = IdlCodec.load(self.idl_dir / "psyche_mining_pool.json")
+        return ProgramClient(idl, self.mining_pool_program_id)
+
+    @cached_property
     def layout(self) -> CoordinatorLayout:
         return CoordinatorLayout(self.coordinator.idl)
 
@@ -167,7 +185,9 @@ class Session:
         from psyche.backends.solana.budget import ComputeBudget
 
         # Every transaction asks for the compute its instructions need at their worst case.
-        budget = ComputeBudget([self.coordinator, self.authorizer])
+        budget = ComputeBudget(
+            [self.coordinator, self.authorizer, self.treasurer, self.mining_pool]
+        )
         return TxSender(self.rpcs, self.wallet, error_names=program.idl.error_name, prepare=budget)
 
     async def close(self) -> None:
@@ -182,6 +202,17 @@ class Session:
             except BackendError as e:
                 last = e
         raise BackendError(f"no RPC endpoint answered: {last}")
+
+    async def token_account(self, key: Pubkey) -> TokenAccountInfo | None:
+        """An SPL token account, or None if there is no account at ``key``."""
+        data = await self.read(key)
+        return None if data is None else decode_token_account(data)
+
+    async def mint(self, key: Pubkey) -> MintInfo:
+        data = await self.read(key)
+        if data is None:
+            raise BackendError(f"mint {key} does not exist")
+        return decode_mint(data)
 
     async def run_accounts(self, run_id: str) -> RunAccounts:
         instance = instance_pda(self.coordinator.program_id, run_id)

@@ -132,6 +132,8 @@ def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., A
         click.option("--idl-dir", envvar="PSYCHE_IDL_DIR", default=None, help="Default: ./idl."),
         click.option("--coordinator-program-id", envvar="PSYCHE_COORDINATOR_PROGRAM_ID"),
         click.option("--authorizer-program-id", envvar="PSYCHE_AUTHORIZER_PROGRAM_ID"),
+        click.option("--treasurer-program-id", envvar="PSYCHE_TREASURER_PROGRAM_ID"),
+        click.option("--mining-pool-program-id", envvar="PSYCHE_MINING_POOL_PROGRAM_ID"),
     ]
 
     @functools.wraps(fn)
@@ -157,6 +159,8 @@ def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., A
             wallet if wallet is not None else Keypair(),
             coordinator_program_id=to_pubkey(kw.pop("coordinator_program_id")),
             authorizer_program_id=to_pubkey(kw.pop("authorizer_program_id")),
+            treasurer_program_id=to_pubkey(kw.pop("treasurer_program_id")),
+            mining_pool_program_id=to_pubkey(kw.pop("mining_pool_program_id")),
         )
         if idl_dir:
             session.idl_dir = Path(idl_dir)

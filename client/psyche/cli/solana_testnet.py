@@ -71,6 +71,33 @@ def solana_testnet() -> None:
 @click.option(
     "--downlink-mbps", type=float, default=None, help="With --emulate-internet: downlink rate."
 )
+@click.option(
+    "--treasurer",
+    is_flag=True,
+    help="Create the run through the Treasurer, paying a test SPL mint per point (the mint and "
+    "the Run are written to <out>/treasurer.json).",
+)
+@click.option(
+    "--earning-rate",
+    type=click.IntRange(0),
+    default=None,
+    help="Points the Healthy clients share per epoch (default: none; with --treasurer 3000).",
+)
+@click.option(
+    "--treasurer-collateral-per-point",
+    "collateral_per_point",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="With --treasurer: token base units paid per point.",
+)
+@click.option(
+    "--treasurer-top-up",
+    type=click.IntRange(1),
+    default=10**12,
+    show_default=True,
+    help="With --treasurer: base units the run creator puts into the escrow.",
+)
 def start(
     tui: bool | None,
     emulate_internet: bool,

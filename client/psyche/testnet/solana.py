@@ -88,6 +88,22 @@ class SolanaTestnetOptions(NetOptions):
     shaped links; :mod:`psyche.testnet.internet`); the local SVM listens on its gateway."""
     name: str = "local testnet"
     description: str = "psyche-solana-local-testnet"
+    treasurer: bool = False
+    """Create the run through the Treasurer, paying a test SPL mint (made by the run creator with
+    ``create-test-mint``) per point; the escrow is topped up with ``treasurer_top_up`` base units
+    and the mint and Run are written to ``<out>/treasurer.json``."""
+    earning_rate: int | None = None
+    """Points the Healthy clients share per successful epoch (``set-future-epoch-rates`` before
+    the run starts); default: none set, or with the Treasurer ``DEFAULT_EARNING_RATE``."""
+    collateral_per_point: int = 1
+    """With the Treasurer: token base units paid per point."""
+    treasurer_top_up: int = 10**12
+    """With the Treasurer: base units the run creator puts into the escrow."""
+
+
+DEFAULT_EARNING_RATE = 3_000
+"""Points per epoch with ``--treasurer`` and no ``--earning-rate``: 1000 each for 3 clients."""
+TEST_MINT_DECIMALS = 6
 
 
 @dataclass
@@ -180,8 +196,9 @@ class SolanaTestnet(LocalTestnet):
 
     # --- the run creator ----------------------------------------------------------------------
 
-    def setup(self, what: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
-        """Run one step of the run creator's flow; its output goes to ``logs/setup.log``."""
+    def setup(self, what: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+        """Run one step of the run creator's flow; its output goes to ``logs/setup.log``, its
+        standard output is returned."""
         self.log_line(f"run creator: {what}")
         log = self.out / "logs" / "setup.log"
         try:
@@ -200,6 +217,7 @@ class SolanaTestnet(LocalTestnet):
         self.setup_signatures += SIGNATURE.findall(res.stdout.decode(errors="replace"))
         if res.returncode != 0:
             raise RuntimeError(f"{what} failed (exit {res.returncode}); see {log}")
+        return res.stdout.decode(errors="replace")
 
     def create_run(self) -> None:
         """The run creator's documented flow, one subprocess per step."""
@@ -214,11 +232,14 @@ class SolanaTestnet(LocalTestnet):
             "JOIN_AUTHORITY": str(grantor),
         }
         run = ["--run-id", self.run_id]
-        self.setup(
-            f"create-run {self.run_id!r}",
-            [cli, "create-run", *endpoints, *run, "--name", o.name, "--description", o.description],
-            creator,
-        )
+        create_run = [cli, "create-run", *endpoints, *run, "--name", o.name]
+        create_run += ["--description", o.description]
+        mint = None
+        if o.treasurer:
+            mint = self.create_test_mint(cli, endpoints, creator)
+            create_run += ["--treasurer-collateral-mint", mint]
+            create_run += ["--treasurer-collateral-per-point", str(o.collateral_per_point)]
+        self.setup(f"create-run {self.run_id!r}", create_run, creator)
         config = self.state_toml
         self.setup(
             f"update-config from {config}",
@@ -240,7 +261,43 @@ class SolanaTestnet(LocalTestnet):
             ["sh", str(set_delegates), self.rpc_url, str(grantor), "grantee.json", *delegates],
             tools,
         )
+        rate = o.earning_rate
+        if rate is None and o.treasurer:
+            rate = DEFAULT_EARNING_RATE
+        if rate is not None:
+            rates = [cli, "set-future-epoch-rates", *endpoints, *run]
+            rates += ["--earning-rate-total-shared", str(rate)]
+            self.setup(f"set-future-epoch-rates ({rate} points per epoch)", rates, creator)
+        if mint is not None:
+            top_up = [cli, "treasurer-top-up-rewards", *endpoints, *run]
+            top_up += ["--amount", str(o.treasurer_top_up)]
+            self.setup(
+                f"treasurer-top-up-rewards ({o.treasurer_top_up} base units)", top_up, creator
+            )
+            info = {
+                "mint": mint,
+                "decimals": TEST_MINT_DECIMALS,
+                "collateral_per_point": o.collateral_per_point,
+                "earning_rate_total_shared": rate,
+                "top_up": o.treasurer_top_up,
+                "creator": str(self.wallet("creator").pubkey()),
+            }
+            (self.out / "treasurer.json").write_text(json.dumps(info, indent=1) + "\n")
         self.setup("set-paused resume", [cli, "set-paused", *endpoints, *run, "resume"], creator)
+
+    def create_test_mint(
+        self, cli: str, endpoints: Sequence[str], creator: Mapping[str, str]
+    ) -> str:
+        """A fresh SPL mint, the run creator its mint authority, with the escrow's top-up minted
+        to the creator; its address."""
+        me = self.wallet("creator").pubkey()
+        argv = [cli, "create-test-mint", *endpoints, "--decimals", str(TEST_MINT_DECIMALS)]
+        argv += ["--mint-to", f"{me}={self.opts.treasurer_top_up}"]
+        out = self.setup("create-test-mint (the reward token)", argv, creator)
+        try:
+            return str(json.loads(out)["mint"])
+        except (ValueError, KeyError, TypeError):
+            raise RuntimeError(f"create-test-mint printed no mint: {out[:200]!r}") from None
 
     # --- the joiners --------------------------------------------------------------------------
 

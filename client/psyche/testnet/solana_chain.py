@@ -12,7 +12,7 @@ from pathlib import Path
 __all__ = ["LAMPORTS", "PROGRAMS", "ROOT", "program_ids", "request_airdrop"]
 
 ROOT = Path(__file__).resolve().parents[3]
-PROGRAMS = ("psyche_coordinator", "psyche_authorizer")
+PROGRAMS = ("psyche_coordinator", "psyche_authorizer", "psyche_treasurer", "psyche_mining_pool")
 LAMPORTS = 1_000 * 10**9
 """Each funded wallet's airdrop (1000 SOL): the run creator pays ~1.2 SOL of rent for the
 coordinator account; a client pays 5000 lamports per transaction."""

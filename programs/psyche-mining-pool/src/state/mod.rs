@@ -1,0 +1,5 @@
+pub mod lender;
+pub mod pool;
+
+pub use lender::*;
+pub use pool::*;

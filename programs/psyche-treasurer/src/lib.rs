@@ -1,9 +1,23 @@
-//! psyche treasurer (scaffold; being built).
+//! psyche treasurer program: a run created through it has the treasurer's `Run` PDA as the
+//! coordinator's `main_authority`, and pays the points the coordinator credits (`earned −
+//! slashed` per registered wallet) in an SPL token from the run's escrow, at a rate fixed when
+//! the run is created (docs/rewards.md).
+//!
+//! Each instruction lives in its own file under `instructions/` with its accounts (documented
+//! there with `[signer]` / `[writable]`), params and processor; this file only dispatches.
 
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Token, TokenAccount, Transfer};
+// Links the libcalls of solana-compiler-builtins (see Cargo.toml) into the SBF build.
 #[cfg(target_os = "solana")]
 use solana_compiler_builtins as _;
+
+pub mod constants;
+pub mod error;
+pub mod instructions;
+pub mod state;
+
+pub use instructions::*;
+pub use state::*;
 
 declare_id!("3scS2tudP7vEQrbAA9yXKgNATr9WMVCHHfTrHtRcJD35");
 
@@ -11,27 +25,27 @@ declare_id!("3scS2tudP7vEQrbAA9yXKgNATr9WMVCHHfTrHtRcJD35");
 pub mod psyche_treasurer {
     use super::*;
 
-    pub fn probe(ctx: Context<Probe>, amount: u64) -> Result<()> {
-        token::transfer(
-            CpiContext::new(
-                ctx.accounts.token_program.to_account_info(),
-                Transfer {
-                    from: ctx.accounts.from.to_account_info(),
-                    to: ctx.accounts.to.to_account_info(),
-                    authority: ctx.accounts.user.to_account_info(),
-                },
-            ),
-            amount,
-        )
+    /// Creates the `Run` PDA, its collateral account and (CPI) the coordinator run it owns.
+    pub fn run_create(ctx: Context<RunCreate>, params: RunCreateParams) -> Result<()> {
+        run_create_processor(ctx, params)
     }
-}
 
-#[derive(Accounts)]
-pub struct Probe<'info> {
-    pub user: Signer<'info>,
-    #[account(mut)]
-    pub from: Account<'info, TokenAccount>,
-    #[account(mut)]
-    pub to: Account<'info, TokenAccount>,
-    pub token_program: Program<'info, Token>,
+    /// The run's main authority updates, pauses or resumes the coordinator (CPIs signed by the
+    /// `Run` PDA).
+    pub fn run_update(ctx: Context<RunUpdate>, params: RunUpdateParams) -> Result<()> {
+        run_update_processor(ctx, params)
+    }
+
+    /// Creates the user's `Participant` claim record.
+    pub fn participant_create(ctx: Context<ParticipantCreate>) -> Result<()> {
+        participant_create_processor(ctx)
+    }
+
+    /// Pays the user for points the coordinator credited and it has not claimed yet.
+    pub fn participant_claim(
+        ctx: Context<ParticipantClaim>,
+        params: ParticipantClaimParams,
+    ) -> Result<()> {
+        participant_claim_processor(ctx, params)
+    }
 }

@@ -1,0 +1,5 @@
+pub mod participant;
+pub mod run;
+
+pub use participant::*;
+pub use run::*;

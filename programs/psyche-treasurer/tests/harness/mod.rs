@@ -5,7 +5,6 @@
 
 #![allow(dead_code)]
 
-use anchor_lang::__private::bytemuck;
 use anchor_lang::solana_program::program_pack::Pack;
 use anchor_lang::solana_program::system_instruction;
 use anchor_lang::system_program;

@@ -12,7 +12,8 @@ shells, so every value this client reads from the environment is unquoted once, 
 (:func:`~psyche.cli.solana_options.unquote_environ`), by the group before any command parses.
 
 The commands live beside this group: :mod:`psyche.cli.solana_admin` (the run creator's),
-:mod:`psyche.cli.solana_join` (join authorizations, ``can-join`` and ``train``), and their shared
+:mod:`psyche.cli.solana_join` (join authorizations, ``can-join`` and ``train``),
+:mod:`psyche.cli.solana_treasurer` (``treasurer-*``, ``create-test-mint``), and their shared
 options in :mod:`psyche.cli.solana_options`.
 """
 
@@ -22,7 +23,7 @@ import os
 
 import click
 
-from psyche.cli import solana_admin, solana_join
+from psyche.cli import solana_admin, solana_join, solana_treasurer
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.solana_options import DIRECT_ENV, envvars, unquote_environ
 
@@ -39,7 +40,7 @@ def solana(ctx: click.Context) -> None:
     unquote_environ(names, os.environ)
 
 
-for command in (*solana_admin.COMMANDS, *solana_join.COMMANDS):
+for command in (*solana_admin.COMMANDS, *solana_join.COMMANDS, *solana_treasurer.COMMANDS):
     solana.add_command(command)
 
 

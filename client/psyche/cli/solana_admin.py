@@ -34,6 +34,27 @@ from psyche.cli.solana_options import (
 )
 @name_option
 @description_option
+@click.option(
+    "--treasurer-collateral-mint",
+    envvar="TREASURER_COLLATERAL_MINT",
+    default=None,
+    help="Create the run through the Treasurer, paying points in this SPL mint (docs/rewards.md).",
+)
+@click.option(
+    "--treasurer-index",
+    envvar="TREASURER_INDEX",
+    type=click.IntRange(0, 2**64 - 1),
+    default=None,
+    help="The Treasurer Run's index (default: the first 8 bytes, LE, of sha256(RUN_ID)).",
+)
+@click.option(
+    "--treasurer-collateral-per-point",
+    envvar="TREASURER_COLLATERAL_PER_POINT",
+    type=click.IntRange(1, 2**64 - 1),
+    default=1,
+    show_default=True,
+    help="Base units of the collateral mint paid per point (fixed at creation).",
+)
 def create_run_cmd(
     session: Any,
     run_id: str,
@@ -41,24 +62,43 @@ def create_run_cmd(
     join_authority: str | None,
     name: str | None,
     description: str | None,
+    treasurer_collateral_mint: str | None,
+    treasurer_index: int | None,
+    treasurer_collateral_per_point: int,
 ):
     """Create RUN_ID's coordinator account and initialize it (the run stays Uninitialized),
-    with its NAME and DESCRIPTION stored in the same transaction."""
-    from psyche.backends.solana import admin
+    with its NAME and DESCRIPTION stored in the same transaction. With
+    --treasurer-collateral-mint the run is created through the Treasurer, whose Run becomes the
+    coordinator's main authority (the wallet stays the Run's)."""
+    from psyche.backends.solana import admin, treasurer
 
-    echo_result(
-        run_async(
+    if treasurer_collateral_mint is None:
+        source = click.get_current_context().get_parameter_source
+        for flag in ("treasurer_index", "treasurer_collateral_per_point"):
+            if source(flag) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+                option = "--" + flag.replace("_", "-")
+                raise click.UsageError(f"{option} needs --treasurer-collateral-mint")
+        coro = admin.create_run(
             session,
-            admin.create_run(
-                session,
-                run_id,
-                client_version,
-                to_pubkey(join_authority),
-                name=name,
-                description=description,
-            ),
+            run_id,
+            client_version,
+            to_pubkey(join_authority),
+            name=name,
+            description=description,
         )
-    )
+    else:
+        coro = treasurer.create_run_via_treasurer(
+            session,
+            run_id,
+            client_version,
+            to_pubkey(treasurer_collateral_mint),
+            index=treasurer_index,
+            join_authority=to_pubkey(join_authority),
+            collateral_per_point=treasurer_collateral_per_point,
+            name=name,
+            description=description,
+        )
+    echo_result(run_async(session, coro))
 
 
 @click.command("update-config")

@@ -2,6 +2,12 @@
 coordinator program's run management (create, configure, pause, rates, tick, checkpoint, close,
 dump). The join-authorization commands are in :mod:`psyche.backends.solana.authorization`.
 
+A run created through the Treasurer (docs/rewards.md) has the Treasurer's ``Run`` as its
+coordinator's main authority: ``update_config``, ``set_paused`` and ``set_future_epoch_rates``
+then send the Treasurer's ``run_update`` (signed by the wallet as the Run's main authority)
+instead of the coordinator's instructions (:func:`psyche.backends.solana.treasurer.treasurer_run`
+decides; one RPC read more only when the main authority is off the curve).
+
 See docs/solana.md, "Python side".
 
 The CLI (:mod:`psyche.cli.solana`) only parses flags and prints; these take a
@@ -20,6 +26,7 @@ from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.base import BackendError
+from psyche.backends.solana import treasurer
 from psyche.backends.solana.instructions import RunAccounts, RunInstructions, instance_pda
 from psyche.backends.solana.layout import fixed_str
 from psyche.backends.solana.session import Session
@@ -165,6 +172,15 @@ async def update_config(
             str(m["name"]), str(m["description"]), int(m["num_parameters"]), int(m["vocab_size"])
         )
     sigs = []
+    run = await treasurer.treasurer_run(s, run_id)
+    if run is not None:
+        # The Treasurer's run: one run_update does both (docs/rewards.md).
+        fields = {k: v for k, v in args.items() if v is not None}
+        if client_version is not None:
+            fields["client_version"] = client_version
+        if fields:
+            sigs.append(await treasurer.send_run_update(s, run, fields, "update (treasurer)"))
+        return sigs
     sender = s.sender(s.coordinator)
     if any(v is not None for v in args.values()):
         ix = ixs.owner("update", s.wallet.pubkey(), args)
@@ -209,12 +225,25 @@ def _data_index_for_step(snap: RunSnapshot, target: int) -> int:
 
 
 async def set_paused(s: Session, run_id: str, paused: bool) -> str:
+    run = await treasurer.treasurer_run(s, run_id)
+    if run is not None:
+        label = "set_paused (treasurer)"
+        return await treasurer.send_run_update(s, run, {"paused": paused}, label)
     return await _owner(s, run_id, "set_paused", {"paused": paused})
 
 
 async def set_future_epoch_rates(
     s: Session, run_id: str, earning: int | None, slashing: int | None
 ) -> str:
+    run = await treasurer.treasurer_run(s, run_id)
+    if run is not None:
+        if earning is None and slashing is None:
+            raise BackendError("give an earning rate, a slashing rate or both")
+        fields = {
+            "epoch_earning_rate_total_shared": earning,
+            "epoch_slashing_rate_per_client": slashing,
+        }
+        return await treasurer.send_run_update(s, run, fields, "set_future_epoch_rates (treasurer)")
     args = {"earning_rate_total_shared": earning, "slashing_rate_per_client": slashing}
     return await _owner(s, run_id, "set_future_epoch_rates", args)
 
@@ -265,6 +294,18 @@ def run_json(snap: RunSnapshot, accounts: RunAccounts) -> dict[str, Any]:
     }
 
 
+async def _owners_json(s: Session, run_id: str) -> dict[str, Any]:
+    """Who owns the run: the coordinator's authorities and, for a run created through the
+    Treasurer (whose ``Run`` is then the main authority), that ``Run``."""
+    inst = await s.instance(run_id)
+    run = await treasurer.treasurer_run(s, run_id)
+    return {
+        "main_authority": str(Pubkey.from_bytes(bytes(inst["main_authority"]))),
+        "join_authority": str(Pubkey.from_bytes(bytes(inst["join_authority"]))),
+        "treasurer": None if run is None else run.to_json(s.treasurer.program_id),
+    }
+
+
 async def dump_run(s: Session, run_id: str) -> dict[str, Any]:
     """What ``json-dump-run`` prints: :func:`run_json`, or for a run that was created but never
     configured (no model, so no coordinator state to decode) its metadata, version and state."""
@@ -272,8 +313,9 @@ async def dump_run(s: Session, run_id: str) -> dict[str, Any]:
     data = await s.read(accounts.account)
     if data is None:
         raise BackendError(f"coordinator account {accounts.account} does not exist")
+    owners = await _owners_json(s, run_id)
     try:
-        return run_json(s.layout.decode_account(data), accounts)
+        return {**owners, **run_json(s.layout.decode_account(data), accounts)}
     except AccountLayoutError:
         # Size, discriminator and version passed if only the model is missing.
         if len(data) != s.layout.size:
@@ -283,6 +325,7 @@ async def dump_run(s: Session, run_id: str) -> dict[str, Any]:
         if coord["model"]["len"] != 0 or coord["run_state"] not in {r.value for r in RunState}:
             raise
     return {
+        **owners,
         "coordinator_instance": str(accounts.instance),
         "coordinator_account": str(accounts.account),
         "nonce": raw["nonce"],

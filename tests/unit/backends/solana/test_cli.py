@@ -28,6 +28,9 @@ COMMANDS = [
     "join-authorization-read",
     "join-authorization-delete",
     "train",
+    "treasurer-claim-rewards",
+    "treasurer-top-up-rewards",
+    "create-test-mint",
 ]
 # Commands without endpoints: the P2P identity files, and the help printer (hidden).
 LOCAL_COMMANDS = ["show-static-p2p-identity", "create-static-p2p-identity", "print-all-help"]

@@ -199,6 +199,12 @@ class RecordingSession(Session):
     async def run_accounts(self, run_id: str) -> RunAccounts:
         return RunAccounts(instance_pda(self.coordinator.program_id, run_id), self.account)
 
+    async def instance(self, run_id: str) -> dict[str, Any]:
+        # The owner commands ask whether the run is the Treasurer's (treasurer.treasurer_run):
+        # in this scenario the coordinator's main authority is the signing wallet, so it is not.
+        me = bytes(self.wallet.pubkey())
+        return {"main_authority": me, "join_authority": me, "coordinator_account": self.account}
+
     async def run(self, run_id: str) -> tuple[RunInstructions, RunSnapshot]:
         run = await self.run_accounts(run_id)
         # No admin path used here reads the snapshot (no restart step, no metadata merge).

@@ -366,3 +366,23 @@ async fn the_coordinator_refuses_its_owner_instructions_from_anyone_but_the_run_
     let rates = env.coordinator(&run).await.state.clients_state.future_epoch_rates;
     assert_eq!(rates.earning_rate_total_shared, 600);
 }
+
+#[tokio::test]
+async fn run_create_copes_with_lamports_sent_to_the_escrow_address_beforehand() {
+    let mut env = Env::new().await;
+    let mint = seeded_keypair(b"prefunded/mint");
+    env.create_mint(&mint).await;
+    let run = TRun::planned("prefunded", 21, mint.pubkey());
+    // Anyone can send lamports to the (predictable) escrow address before the run exists; a
+    // plain create_account would then fail and block the run.
+    let payer = env.payer();
+    let ix =
+        solana_sdk::system_instruction::transfer(&payer.pubkey(), &run.collateral, rent_exempt(0));
+    env.send(ix, &[]).await.unwrap();
+    env.create_run(&run, 4).await.expect("run_create over a prefunded escrow address");
+    let escrow_account = env.account(run.collateral).await.unwrap();
+    assert_eq!(escrow_account.owner, spl_token::ID);
+    assert_eq!(escrow_account.lamports, rent_exempt(spl_token::state::Account::LEN));
+    let escrow = env.token(run.collateral).await;
+    assert_eq!((escrow.mint, escrow.owner, escrow.amount), (run.mint, run.address, 0));
+}

@@ -1,9 +1,11 @@
-"""What every coordinator instruction costs at its worst case, against Solana's real limits.
+"""What every program instruction costs at its worst case, against Solana's real limits.
 
 Runs ``programs/psyche-coordinator/tests/program_costs.rs`` twice, side by side: on the SBF build
 in the runtime's VM (compute units; ``PSYCHE_SBF=1``) and natively (the heap the program's code
-allocates, counted as SBF's bump allocator spends it). The test itself asserts the margins; this
-script prints the table for bench/README.md, with account sizes and rent.
+allocates, counted as SBF's bump allocator spends it). The Treasurer's and the Mining Pool's
+``tests/program_costs.rs`` run on the SBF build only (their heap is not counted: "–"). The tests
+assert the margins; this script prints the table for bench/README.md, with account sizes and
+rent.
 
     .venv/bin/python bench/solana_costs.py            # needs target/deploy/*.so (build-sbf.sh)
     .venv/bin/python bench/solana_costs.py --json out.json
@@ -25,9 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TX_LIMIT = 1_400_000
 PACKET = 1232
 HEAP = 32 * 1024
+OTHER_PACKAGES = ("psyche-treasurer", "psyche-mining-pool")
+LIMITS = ROOT / "client" / "psyche" / "backends" / "solana" / "compute_units.json"
 
 
-def _measure(sbf: bool) -> dict[str, Any]:
+def _measure(sbf: bool, package: str = "psyche-coordinator") -> dict[str, Any]:
     env = dict(os.environ)
     env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache/psyche/cargo-target"))
     env.setdefault("RUST_LOG", "error")
@@ -37,11 +41,11 @@ def _measure(sbf: bool) -> dict[str, Any]:
         if sbf:
             deploy = str(ROOT / "target" / "deploy")
             env.update(PSYCHE_SBF="1", SBF_OUT_DIR=deploy, BPF_OUT_DIR=deploy)
-        cmd = ["cargo", "test", "-q", "-p", "psyche-coordinator", "--test", "program_costs"]
+        cmd = ["cargo", "test", "-q", "-p", package, "--test", "program_costs"]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-            raise SystemExit(f"program_costs failed ({'SBF' if sbf else 'native'})")
+            raise SystemExit(f"{package} program_costs failed ({'SBF' if sbf else 'native'})")
         result: dict[str, Any] = json.loads(out.read_text())
         return result
 
@@ -67,6 +71,19 @@ def main(json_out: Path | None) -> None:
             f"{r['compute_units'] / r['limit']:>5.0%} {r['tx_bytes']:>5} "
             f"{r['tx_bytes'] / PACKET:>6.0%} {h:>7,} {h / HEAP:>5.0%}"
         )
+    limits = json.loads(LIMITS.read_text())["limits"]
+    for package in OTHER_PACKAGES:
+        other = _measure(sbf=True, package=package)
+        print(f"\n{package} (SBF build)")
+        for r in other["rows"]:
+            limit = limits.get(r["case"].split()[0])
+            used = f"{r['compute_units'] / limit:>5.0%}" if limit else f"{'–':>5}"
+            print(
+                f"{r['case']:<45} {r['compute_units']:>9,} {limit or 0:>9,} {used} "
+                f"{r['tx_bytes']:>5} {r['tx_bytes'] / PACKET:>6.0%} {'–':>7} {'–':>5}"
+            )
+            rows.append({**r, "program": package, "limit": limit})
+        sbf["accounts"] += other["accounts"]
     print(f"\nper-transaction cap {TX_LIMIT:,} CU; every limit requested is at most that")
     print(f"\n{'account':<32} {'bytes':>8} {'rent-exempt lamports':>22}")
     for a in sbf["accounts"]:

@@ -34,4 +34,6 @@ pub enum MiningPoolError {
     WrongRedeemableMint,
     #[msg("arithmetic overflow")]
     ArithmeticOverflow,
+    #[msg("the destination is the pool's own token account (a transfer to itself would only skew the totals)")]
+    PoolAccountAsDestination,
 }

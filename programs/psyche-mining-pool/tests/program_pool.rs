@@ -327,6 +327,9 @@ async fn pool_extract_takes_collateral_for_the_authority_only() {
         let ix = ix_pool_extract_with(&authority, pool.authority_collateral, pool.pool, wrong, 1);
         assert_anchor_err(env.send(ix, &[&pool.authority]).await, AnchorError::ConstraintSeeds);
     }
+    // The pool's own collateral account as the destination.
+    let ix = ix_pool_extract(&authority, pool.pool_collateral, &pool, 100);
+    assert_err(env.send(ix, &[&pool.authority]).await, E::PoolAccountAsDestination);
     assert_err(env.extract(&pool, 0).await, E::AmountZero);
     assert_err(env.extract(&pool, 1_001).await, E::ExtractExceedsCollateral);
 
@@ -471,8 +474,13 @@ async fn claims_refuse_wrong_accounts() {
     );
     assert_err(env.send(ix, &[&l[0].user]).await, E::WrongRedeemableMint);
 
+    // The pool's own redeemable account as the destination.
+    let ix = ix_lender_claim(&a, pool.pool_redeemable, &pool, l[0].lender, 10);
+    assert_err(env.send(ix, &[&l[0].user]).await, E::PoolAccountAsDestination);
+
     assert_eq!(env.balance(pool.pool_redeemable).await, 1_000);
     assert_eq!(env.balance(l[0].redeemable).await, 0);
+    assert_eq!(env.lender(l[0].lender).await.claimed_redeemable_amount, 0);
     // The payment may go to any account of the redeemable mint (here: Bob's).
     let ix = ix_lender_claim(&a, l[1].redeemable, &pool, l[0].lender, 500);
     env.send(ix, &[&l[0].user]).await.unwrap();

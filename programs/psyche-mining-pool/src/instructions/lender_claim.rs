@@ -13,7 +13,8 @@ use crate::state::{Lender, Pool};
 ///
 /// Accounts:
 /// 0. `[signer]` user: must be `lender.user`.
-/// 1. `[writable]` user_redeemable: any token account of the redeemable mint (receives).
+/// 1. `[writable]` user_redeemable: any token account of the redeemable mint but the pool's own
+///    (receives).
 /// 2. `[writable]` pool.
 /// 3. `[writable]` pool_redeemable: the PDA `["PoolRedeemable", pool]`.
 /// 4. `[writable]` lender: the user's lender account in this pool.
@@ -28,6 +29,8 @@ pub struct LenderClaim<'info> {
         mut,
         constraint = user_redeemable.mint == pool.redeemable_mint
             @ MiningPoolError::WrongRedeemableMint,
+        constraint = user_redeemable.key() != pool_redeemable.key()
+            @ MiningPoolError::PoolAccountAsDestination,
     )]
     pub user_redeemable: Box<Account<'info, TokenAccount>>,
 

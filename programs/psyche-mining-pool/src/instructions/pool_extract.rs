@@ -12,7 +12,8 @@ use crate::state::Pool;
 ///
 /// Accounts:
 /// 0. `[signer]` authority: must be `pool.authority`.
-/// 1. `[writable]` authority_collateral: any token account of the collateral mint (receives).
+/// 1. `[writable]` authority_collateral: any token account of the collateral mint but the pool's
+///    own (receives).
 /// 2. `[writable]` pool.
 /// 3. `[writable]` pool_collateral: the PDA `["PoolCollateral", pool]`.
 /// 4. `[]` token_program.
@@ -26,6 +27,8 @@ pub struct PoolExtract<'info> {
         mut,
         constraint = authority_collateral.mint == pool.collateral_mint
             @ MiningPoolError::WrongCollateralMint,
+        constraint = authority_collateral.key() != pool_collateral.key()
+            @ MiningPoolError::PoolAccountAsDestination,
     )]
     pub authority_collateral: Box<Account<'info, TokenAccount>>,
 

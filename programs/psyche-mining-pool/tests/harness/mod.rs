@@ -156,7 +156,8 @@ impl Env {
         assert!(tx.signatures.len() < 128);
         let tx_bytes = 1 + 64 * tx.signatures.len() + tx.message_data().len();
         let out = self.ctx.banks_client.process_transaction_with_metadata(tx).await.unwrap();
-        let meta = out.metadata.expect("transaction metadata");
+        let meta =
+            out.metadata.unwrap_or_else(|| panic!("no transaction metadata: {:?}", out.result));
         Measured {
             result: out.result,
             compute_units: meta.compute_units_consumed,

@@ -13,8 +13,9 @@ shells, so every value this client reads from the environment is unquoted once, 
 
 The commands live beside this group: :mod:`psyche.cli.solana_admin` (the run creator's),
 :mod:`psyche.cli.solana_join` (join authorizations, ``can-join`` and ``train``),
-:mod:`psyche.cli.solana_treasurer` (``treasurer-*``, ``create-test-mint``), and their shared
-options in :mod:`psyche.cli.solana_options`.
+:mod:`psyche.cli.solana_treasurer` (``treasurer-*``, ``create-test-mint``),
+:mod:`psyche.cli.solana_mining_pool` (the Mining Pool's ``mining-pool-*`` and
+``json-dump-user``), and their shared options in :mod:`psyche.cli.solana_options`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 
 import click
 
-from psyche.cli import solana_admin, solana_join, solana_treasurer
+from psyche.cli import solana_admin, solana_join, solana_mining_pool, solana_treasurer
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.solana_options import DIRECT_ENV, envvars, unquote_environ
 
@@ -40,7 +41,12 @@ def solana(ctx: click.Context) -> None:
     unquote_environ(names, os.environ)
 
 
-for command in (*solana_admin.COMMANDS, *solana_join.COMMANDS, *solana_treasurer.COMMANDS):
+for command in (
+    *solana_admin.COMMANDS,
+    *solana_join.COMMANDS,
+    *solana_treasurer.COMMANDS,
+    *solana_mining_pool.COMMANDS,
+):
     solana.add_command(command)
 
 

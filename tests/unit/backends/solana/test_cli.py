@@ -31,6 +31,13 @@ COMMANDS = [
     "treasurer-claim-rewards",
     "treasurer-top-up-rewards",
     "create-test-mint",
+    "mining-pool-create",
+    "mining-pool-update",
+    "mining-pool-deposit",
+    "mining-pool-withdraw",
+    "mining-pool-redeemable-deposit",
+    "mining-pool-claim",
+    "json-dump-user",
 ]
 # Commands without endpoints: the P2P identity files, and the help printer (hidden).
 LOCAL_COMMANDS = ["show-static-p2p-identity", "create-static-p2p-identity", "print-all-help"]

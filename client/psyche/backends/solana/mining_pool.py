@@ -41,13 +41,17 @@ __all__ = [
     "U64_MAX",
     "LenderState",
     "MiningPoolInstructions",
+    "PoolRefusal",
     "PoolState",
     "budgeted",
     "claim",
+    "claim_refusal",
     "claimable",
     "deposit",
+    "deposit_refusal",
     "dump_user",
     "entitlement",
+    "extract_refusal",
     "lender_json",
     "lender_pda",
     "pool_collateral_pda",
@@ -59,8 +63,10 @@ __all__ = [
     "read_lender",
     "read_pool",
     "redeemable_deposit",
+    "redeemable_deposit_refusal",
     "run_registration_json",
     "treasurer_participant_json",
+    "update_refusal",
     "user_json",
     "withdraw",
 ]
@@ -251,6 +257,116 @@ async def _balance(s: Session, account: Pubkey) -> int:
     return 0 if info is None else info.amount
 
 
+# --- what the program would refuse, said before sending ------------------------------------------
+
+
+class PoolRefusal(BackendError):
+    """What the client refuses before sending, because the program would: ``error`` is the
+    program error (IDL name) the transaction would fail with; the message says the numbers."""
+
+    def __init__(self, error: str, message: str) -> None:
+        self.error = error
+        super().__init__(message)
+
+
+def update_refusal(
+    pool: PoolState, max_deposit: int | None, freeze: bool | None
+) -> PoolRefusal | None:
+    """``pool_update``'s checks, in the program's order (the cap against the state before the
+    update, then the freeze)."""
+    if max_deposit is not None:
+        if pool.frozen:
+            return PoolRefusal(
+                "PoolFrozen",
+                f"mining pool {pool.index} is frozen: its cap stays "
+                f"{pool.max_deposit_collateral_amount}",
+            )
+        if max_deposit < pool.total_deposited_collateral_amount:
+            return PoolRefusal(
+                "PoolCapBelowDeposits",
+                f"mining pool {pool.index}: a cap of {max_deposit} is below the "
+                f"{pool.total_deposited_collateral_amount} already deposited",
+            )
+    if freeze is False and pool.frozen:
+        return PoolRefusal(
+            "PoolUnfreezeRefused", f"mining pool {pool.index} is frozen, and freezing is one-way"
+        )
+    return None
+
+
+def deposit_refusal(pool: PoolState, amount: int) -> PoolRefusal | None:
+    """``lender_deposit``'s checks: unfrozen pools only, the total within the cap."""
+    if pool.frozen:
+        return PoolRefusal(
+            "PoolFrozen",
+            f"mining pool {pool.index} is frozen: deposits are closed "
+            f"({pool.total_deposited_collateral_amount} deposited in all)",
+        )
+    if amount > pool.room:
+        return PoolRefusal(
+            "PoolCapExceeded",
+            f"mining pool {pool.index}: depositing {amount} would exceed the cap of "
+            f"{pool.max_deposit_collateral_amount} ({pool.total_deposited_collateral_amount} "
+            f"deposited, {pool.room} left)",
+        )
+    return None
+
+
+def extract_refusal(pool: PoolState, held: int, amount: int) -> PoolRefusal | None:
+    """``pool_extract``: at most what the pool's collateral account ``held``."""
+    if amount > held:
+        return PoolRefusal(
+            "ExtractExceedsCollateral",
+            f"mining pool {pool.index}'s collateral account holds {held}, less than the "
+            f"{amount} to withdraw",
+        )
+    return None
+
+
+def redeemable_deposit_refusal(pool: PoolState) -> PoolRefusal | None:
+    """``pool_redeemable_deposit``: frozen pools only."""
+    if not pool.frozen:
+        return PoolRefusal(
+            "PoolNotFrozen",
+            f"mining pool {pool.index} is not frozen: freeze it first (mining-pool-update "
+            "--freeze), so every share is fixed before earnings arrive",
+        )
+    return None
+
+
+def claim_refusal(pool: PoolState, lender: LenderState, amount: int | None) -> PoolRefusal | None:
+    """``lender_claim``: frozen pools only, ``amount`` (None: all that is left) within
+    1..=claimable."""
+    if not pool.frozen:
+        return PoolRefusal(
+            "PoolNotFrozen",
+            f"mining pool {pool.index} is not frozen yet: claims open once its authority "
+            "freezes it",
+        )
+    left = lender.claimable(pool)
+    numbers = (
+        f"{lender.deposited_collateral_amount} of {pool.total_deposited_collateral_amount} "
+        f"deposited entitles to {lender.entitled(pool)} of the "
+        f"{pool.total_deposited_redeemable_amount} redeemable, "
+        f"{lender.claimed_redeemable_amount} already claimed"
+    )
+    if left == 0:
+        return PoolRefusal(
+            "ClaimExceedsShare", f"nothing claimable in mining pool {pool.index}: {numbers}"
+        )
+    if amount is not None and amount > left:
+        return PoolRefusal(
+            "ClaimExceedsShare",
+            f"mining pool {pool.index}: {amount} is more than the {left} claimable ({numbers})",
+        )
+    return None
+
+
+def _refuse(refusal: PoolRefusal | None) -> None:
+    if refusal is not None:
+        raise refusal
+
+
 # --- instructions -------------------------------------------------------------------------------
 
 
@@ -420,18 +536,9 @@ async def pool_update(
         raise BackendError("nothing to update: give a new maximum deposit or freeze")
     pool = await _pool(s, index)
     _check_authority(s, pool, "update it")
-    if freeze is False and pool.frozen:
-        raise BackendError(f"mining pool {index} is frozen, and freezing is one-way")
-    if max_deposit is not None:
-        if pool.frozen:
-            raise BackendError(
-                f"mining pool {index} is frozen: its cap stays {pool.max_deposit_collateral_amount}"
-            )
-        if not pool.total_deposited_collateral_amount <= max_deposit <= U64_MAX:
-            raise BackendError(
-                f"mining pool {index}: a cap of {max_deposit} is below the "
-                f"{pool.total_deposited_collateral_amount} already deposited"
-            )
+    if max_deposit is not None and not 0 <= max_deposit <= U64_MAX:
+        raise BackendError(f"the maximum deposit must be 0..{U64_MAX}, not {max_deposit}")
+    _refuse(update_refusal(pool, max_deposit, freeze))
     ix = _ixs(s).pool_update(s.wallet.pubkey(), index, max_deposit, freeze)
     sig = await _send(s, [ix], "mining-pool-update")
     return {"pool": pool_json(await _pool(s, index), s.mining_pool.program_id), "signature": sig}
@@ -442,17 +549,7 @@ async def deposit(s: Session, index: int, amount: int) -> dict[str, Any]:
     wallet's ``Lender`` first if it has none)."""
     _check_amount(amount, "the deposit")
     pool = await _pool(s, index)
-    if pool.frozen:
-        raise BackendError(
-            f"mining pool {index} is frozen: deposits are closed "
-            f"({pool.total_deposited_collateral_amount} deposited in all)"
-        )
-    if amount > pool.room:
-        raise BackendError(
-            f"mining pool {index}: depositing {amount} would exceed the cap of "
-            f"{pool.max_deposit_collateral_amount} ({pool.total_deposited_collateral_amount} "
-            f"deposited, {pool.room} left)"
-        )
+    _refuse(deposit_refusal(pool, amount))
     me = s.wallet.pubkey()
     source = associated_token_address(me, pool.collateral_mint)
     held = await _balance(s, source)
@@ -477,12 +574,9 @@ async def withdraw(s: Session, index: int, amount: int) -> dict[str, Any]:
     pool = await _pool(s, index)
     _check_authority(s, pool, "withdraw its collateral")
     pid = s.mining_pool.program_id
-    held = await _balance(s, pool_collateral_pda(pid, pool.address))
-    if held < amount:
-        raise BackendError(
-            f"mining pool {index}'s collateral account holds {held}, less than the {amount} "
-            "to withdraw"
-        )
+    _refuse(
+        extract_refusal(pool, await _balance(s, pool_collateral_pda(pid, pool.address)), amount)
+    )
     me = s.wallet.pubkey()
     dest = associated_token_address(me, pool.collateral_mint)
     ixs = [
@@ -499,11 +593,7 @@ async def redeemable_deposit(s: Session, index: int, amount: int) -> dict[str, A
     _check_amount(amount, "the redeemable deposit")
     pool = await _pool(s, index)
     _check_authority(s, pool, "deposit its earnings")
-    if not pool.frozen:
-        raise BackendError(
-            f"mining pool {index} is not frozen: freeze it first (mining-pool-update --freeze), "
-            "so every share is fixed before earnings arrive"
-        )
+    _refuse(redeemable_deposit_refusal(pool))
     me = s.wallet.pubkey()
     source = associated_token_address(me, pool.redeemable_mint)
     held = await _balance(s, source)
@@ -528,25 +618,9 @@ async def claim(s: Session, index: int, amount: int | None = None) -> dict[str, 
     lender = await read_lender(s, pool.address, me)
     if lender is None:
         raise BackendError(f"{me} never deposited in mining pool {index}: nothing to claim")
-    if not pool.frozen:
-        raise BackendError(
-            f"mining pool {index} is not frozen yet: claims open once its authority freezes it"
-        )
-    left = lender.claimable(pool)
-    numbers = (
-        f"{lender.deposited_collateral_amount} of {pool.total_deposited_collateral_amount} "
-        f"deposited entitles to {lender.entitled(pool)} of the "
-        f"{pool.total_deposited_redeemable_amount} redeemable, "
-        f"{lender.claimed_redeemable_amount} already claimed"
-    )
-    if left == 0:
-        raise BackendError(f"nothing claimable in mining pool {index}: {numbers}")
+    _refuse(claim_refusal(pool, lender, amount))
     if amount is None:
-        amount = left
-    elif amount > left:
-        raise BackendError(
-            f"mining pool {index}: {amount} is more than the {left} claimable ({numbers})"
-        )
+        amount = lender.claimable(pool)
     dest = associated_token_address(me, pool.redeemable_mint)
     ixs = [
         create_associated_account_ix(me, me, pool.redeemable_mint),

@@ -10,6 +10,10 @@ id, data, account metas. The pool's addresses are derived here from the index of
 signers, mints, the user's own token accounts) is taken from the file. The reverse direction
 too: the IDL decodes the Rust bytes to the recorded arguments.
 
+And the client's checks before sending: replaying the scenario on the client's own
+``PoolState`` / ``LenderState``, the refusal functions the commands use refuse exactly the steps
+the program refused, naming the same error, and let every accepted step through.
+
 The file is written by the Rust side; a missing file fails (never skips).
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -28,11 +32,19 @@ from solders.pubkey import Pubkey
 from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import ProgramClient
 from psyche.backends.solana.mining_pool import (
+    LenderState,
     MiningPoolInstructions,
+    PoolRefusal,
+    PoolState,
+    claim_refusal,
+    deposit_refusal,
+    extract_refusal,
     lender_pda,
     pool_collateral_pda,
     pool_pda,
     pool_redeemable_pda,
+    redeemable_deposit_refusal,
+    update_refusal,
 )
 
 from .idl_support import IDL_DIR, VECTORS
@@ -236,3 +248,101 @@ def test_refused_steps_name_the_idls_errors() -> None:
         if result == "ok" or step["instructions"][-1]["program"] != PROGRAM_NAME:
             continue
         assert idl().error_name(result["code"]) == result["error"], step["label"]
+
+
+def test_the_client_refuses_exactly_what_the_program_refused() -> None:
+    program_id = _pk(scenario()["programs"][PROGRAM_NAME])
+    ctx = Context(MiningPoolInstructions(ProgramClient(idl(), program_id)))
+    pools: dict[Pubkey, PoolState] = {}
+    lenders: dict[Pubkey, LenderState] = {}
+    seen: Counter[str] = Counter()
+    for step in scenario()["steps"]:
+        recs = [r for r in step["instructions"] if r["program"] == PROGRAM_NAME]
+        if not recs:
+            continue
+        (rec,) = recs
+        name, p, at = rec["name"], _params(rec), step["label"]
+        refusal: PoolRefusal | None = None
+        if name == "pool_create":
+            _pool_create(ctx, rec)
+            address = ctx.account(rec, "pool")
+            pools[address] = PoolState(
+                address, 0, p["index"], ctx.account(rec, "authority"),
+                ctx.account(rec, "collateral_mint"), ctx.account(rec, "redeemable_mint"),
+                p["max_deposit_collateral_amount"], 0, 0, 0, 0, False,
+            )  # fmt: skip
+            assert step["result"] == "ok", at
+            continue
+        address = ctx.account(rec, "pool")
+        pool = pools[address]
+        accounts = {a.name for a in idl().instruction(name).accounts}
+        lender = lenders.get(ctx.account(rec, "lender")) if "lender" in accounts else None
+        if name == "lender_create":
+            user = ctx.account(rec, "user")
+            key = lender_pda(program_id, address, user)
+            lenders[key] = LenderState(key, 0, address, user, 0, 0)
+        elif name == "pool_update":
+            cap, freeze = p["max_deposit_collateral_amount"], p["freeze"]
+            refusal = update_refusal(pool, cap, freeze)
+            if refusal is None:
+                pool = replace(pool, max_deposit_collateral_amount=(
+                    pool.max_deposit_collateral_amount if cap is None else cap
+                ), frozen=pool.frozen if freeze is None else freeze)  # fmt: skip
+        elif name == "lender_deposit":
+            amount = p["collateral_amount"]
+            refusal = deposit_refusal(pool, amount)
+            if refusal is None:
+                assert lender is not None, at
+                pool = replace(pool, total_deposited_collateral_amount=(
+                    pool.total_deposited_collateral_amount + amount
+                ))  # fmt: skip
+                lender = replace(lender, deposited_collateral_amount=(
+                    lender.deposited_collateral_amount + amount
+                ))  # fmt: skip
+        elif name == "pool_extract":
+            # What the pool's collateral account holds: nothing else moves tokens into it here.
+            amount = p["collateral_amount"]
+            held = pool.total_deposited_collateral_amount - pool.total_extracted_collateral_amount
+            refusal = extract_refusal(pool, held, amount)
+            if refusal is None:
+                pool = replace(pool, total_extracted_collateral_amount=(
+                    pool.total_extracted_collateral_amount + amount
+                ))  # fmt: skip
+        elif name == "pool_redeemable_deposit":
+            amount = p["redeemable_amount"]
+            refusal = redeemable_deposit_refusal(pool)
+            if refusal is None:
+                pool = replace(pool, total_deposited_redeemable_amount=(
+                    pool.total_deposited_redeemable_amount + amount
+                ))  # fmt: skip
+        elif name == "lender_claim":
+            amount = p["redeemable_amount"]
+            assert lender is not None, at
+            refusal = claim_refusal(pool, lender, amount)
+            if refusal is None:
+                pool = replace(pool, total_claimed_redeemable_amount=(
+                    pool.total_claimed_redeemable_amount + amount
+                ))  # fmt: skip
+                lender = replace(lender, claimed_redeemable_amount=(
+                    lender.claimed_redeemable_amount + amount
+                ))  # fmt: skip
+        else:
+            raise AssertionError(f"{at}: {name} not modelled")
+        pools[address] = pool
+        if lender is not None and name != "lender_create":
+            lenders[lender.address] = lender
+        theirs = step["result"]
+        if theirs == "ok":
+            assert refusal is None, f"{at}: the client would refuse: {refusal}"
+        else:
+            assert refusal is not None, f"{at}: the program refused {theirs}, the client would send"
+            assert refusal.error == theirs["error"], f"{at}: {refusal}"
+            print(f"\n{at}: {refusal}")
+        seen[str(theirs if theirs == "ok" else theirs["error"])] += 1
+    assert seen["ok"] > 0 and len(seen) > 1, seen
+    # What the replay ends with is the program's arithmetic: each lender got its floor share.
+    for lender in lenders.values():
+        pool = pools[lender.pool]
+        assert lender.claimable(pool) == 0
+        assert lender.claimed_redeemable_amount == lender.entitled(pool)
+    print(dict(seen))

@@ -57,6 +57,10 @@ def run(coro: Awaitable[T], timeout: float = 120) -> T:
     return asyncio.run(bounded())
 
 
+def treasurer_program_id() -> str:
+    return str(json.loads((ROOT / "idl" / "psyche_treasurer.json").read_text())["address"])
+
+
 @dataclass
 class Flow:
     node: LocalSvmThread
@@ -122,10 +126,11 @@ class Flow:
         assert account is not None
         return decode_token_account(bytes(account.data)).amount
 
-    def units(self, signature: str) -> int:
+    def units(self, signature: str) -> list[int]:
+        """Compute units of each Treasurer instruction of a successful transaction."""
         record = self.node.transaction(signature)
         assert record is not None and record.err is None, record
-        return int(record.compute_units)
+        return _consumed(record, treasurer_program_id())
 
     # --- the steps ------------------------------------------------------------------------------
 
@@ -212,9 +217,7 @@ def test_create_run_through_the_treasurer(flow: Flow) -> None:
     run_key = Pubkey.from_string(out["treasurer_run"])
     index = treasurer.default_treasurer_index(RUN_ID)
     assert out["treasurer_index"] == index and out["collateral_per_point"] == RATE
-    program = Pubkey.from_string(
-        json.loads((ROOT / "idl" / "psyche_treasurer.json").read_text())["address"]
-    )
+    program = Pubkey.from_string(treasurer_program_id())
     assert run_key == treasurer.run_pda(program, index)
     assert out["run_collateral"] == str(treasurer.run_collateral_pda(program, run_key))
     dump = flow.json(None, "json-dump-run", "--run-id", RUN_ID)
@@ -227,7 +230,8 @@ def test_create_run_through_the_treasurer(flow: Flow) -> None:
     assert t["collateral_mint"] == str(flow.mint()) and t["collateral_per_point"] == RATE
     assert t["coordinator_account"] == out["coordinator_account"]
     assert flow.escrow() == 0
-    print(f"create-run through the Treasurer: {flow.units(out['signature'])} compute units")
+    run_create, metadata = flow.units(out["signature"])
+    print(f"create-run: run_create {run_create}, run_update (metadata) {metadata} CU")
 
 
 def test_update_config_rates_and_resume_go_through_run_update(flow: Flow) -> None:
@@ -237,9 +241,10 @@ def test_update_config_rates_and_resume_go_through_run_update(flow: Flow) -> Non
     resume_sig = flow.resumed()
     for what, sig in (("update", sigs[0]), ("rates", rates_sig), ("resume", resume_sig)):
         record = flow.node.transaction(sig)
-        assert record is not None and record.err is None
-        assert any("run_update" in line.lower() or "RunUpdate" in line for line in record.logs)
-        print(f"run_update ({what}): {record.compute_units} compute units")
+        assert record is not None
+        assert "Program log: Instruction: RunUpdate" in record.logs, record.logs
+        (units,) = flow.units(sig)
+        print(f"run_update ({what}): {units} compute units")
     dump = flow.json(None, "json-dump-run", "--run-id", RUN_ID)
     assert dump["coordinator"]["run_state"] == "WaitingForMembers"
     assert dump["future_epoch_rates"]["earning_rate_total_shared"] == EARNING
@@ -271,7 +276,8 @@ def test_claims_pay_points_times_the_rate(flow: Flow) -> None:
     assert out["points_claimed"] == 1000 and out["amount_paid"] == 7000
     assert out["balance_after"] == 7000 == flow.balance(c1.pubkey())
     assert flow.escrow() == 3000
-    print(f"first claim (participant + token account + claim): {flow.units(out['signature'])} CU")
+    create, claim = flow.units(out["signature"])
+    print(f"first claim: participant_create {create}, participant_claim {claim} CU")
     again = flow.cli(c1, "treasurer-claim-rewards", "--run-id", RUN_ID, ok=False)
     assert "nothing to claim" in again.stderr and "already paid for 1000" in again.stderr
     assert flow.balance(c1.pubkey()) == 7000
@@ -285,7 +291,7 @@ def test_claims_pay_points_times_the_rate(flow: Flow) -> None:
     flow.top_up(4000)
     rest = flow.json(c2, "treasurer-claim-rewards", "--run-id", RUN_ID)
     assert rest["points_claimed"] == 600 and flow.balance(c2.pubkey()) == 7000
-    print(f"later claim (claim only): {flow.units(rest['signature'])} CU")
+    print(f"participant_claim: {flow.units(rest['signature'])} CU")
     assert flow.escrow() == 0
 
     # The program checks the escrow itself: c3's participant, token account and claim in one
@@ -371,3 +377,59 @@ def test_the_program_refuses_what_the_client_checks(flow: Flow) -> None:
             await s.close()
 
     run(go())
+
+
+def test_rewards_json_reports_points_and_payments(flow: Flow) -> None:
+    flow.epoch()
+
+    async def go() -> dict[str, Any]:
+        from psyche.backends.solana.session import Endpoints, Session
+
+        s = Session(Endpoints(flow.node.url, flow.node.ws_url), Keypair())
+        try:
+            return await treasurer.rewards_json(s, RUN_ID, flow.clients[0].pubkey())
+        finally:
+            await s.close()
+
+    out = run(go())
+    assert out["treasurer"]["run"] == flow.created()["treasurer_run"]
+    assert out["registered"] is True and out["earned"] == EARNING // 3 and out["slashed"] == 0
+    paid = out["claimed_points"]
+    assert out["claimable_points"] == EARNING // 3 - paid
+    assert out["claimable_amount"] == out["claimable_points"] * RATE
+    assert out["claimed_collateral"] == paid * RATE
+    assert out["escrow_balance"] == flow.escrow()
+
+
+def _consumed(record: Any, program: str) -> list[int]:
+    """Compute units each top-level invocation of ``program`` used (its CPIs included)."""
+    out = []
+    depth = 0
+    for line in record.logs:
+        if line.startswith("Program ") and " invoke [" in line:
+            depth += 1
+            continue
+        if line.startswith(f"Program {program} consumed ") and depth == 1:
+            out.append(int(line.split()[3]))
+        if line.startswith("Program ") and (line.endswith(" success") or " failed" in line):
+            depth -= 1
+    return out
+
+
+def test_pause_client_version_and_resume_through_run_update(flow: Flow) -> None:
+    """A paused run takes a new client version; resuming it is the Treasurer's heaviest
+    run_update (the coordinator's set_paused through CPI)."""
+    flow.epoch()
+    pause = flow.cli(flow.owner, "set-paused", "--run-id", RUN_ID, "pause").stdout.strip()
+    dump = flow.json(None, "json-dump-run", "--run-id", RUN_ID)
+    assert dump["coordinator"]["run_state"] == "Paused"
+    version = flow.json(flow.owner, "update-config", "--run-id", RUN_ID, "--client-version", "v2")[
+        "signatures"
+    ]
+    assert flow.json(None, "json-dump-run", "--run-id", RUN_ID)["client_version"] == "v2"
+    resume = flow.cli(flow.owner, "set-paused", "--run-id", RUN_ID, "resume").stdout.strip()
+    dump = flow.json(None, "json-dump-run", "--run-id", RUN_ID)
+    assert dump["coordinator"]["run_state"] == "WaitingForMembers"
+    for what, sig in (("pause", pause), ("client version", version[0]), ("resume", resume)):
+        (units,) = flow.units(sig)
+        print(f"run_update ({what}): {units} compute units")

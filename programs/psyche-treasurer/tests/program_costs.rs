@@ -26,6 +26,17 @@ use serde_json::json;
 use solana_sdk::signature::{Keypair, Signer};
 
 const CU_LIMIT: u32 = 1_400_000;
+/// On SBF, a worst case may use at most this share of the limit the client requests
+/// (docs/solana.md, "Costs": code generation here differs from platform-tools').
+const CU_MARGIN: f64 = 0.8;
+const COMPUTE_UNITS_JSON: &str =
+    include_str!("../../../client/psyche/backends/solana/compute_units.json");
+
+/// The limit the client requests for `instruction` (compute_units.json).
+fn requested_limit(instruction: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(COMPUTE_UNITS_JSON).unwrap();
+    v["limits"][instruction].as_u64().unwrap_or_else(|| panic!("no limit for {instruction}"))
+}
 const TX_LIMIT: usize = 1232;
 
 fn big_config() -> CoordinatorConfig {
@@ -156,6 +167,15 @@ async fn program_costs() {
         if sbf_mode() {
             // Metered by the VM: the treasurer itself runs as BPF.
             assert!(r.m.compute_units > 0 && r.m.compute_units < u64::from(CU_LIMIT), "{}", r.case);
+            let instruction = r.case.split([' ', ':']).next().unwrap();
+            let limit = requested_limit(instruction);
+            let used = r.m.compute_units as f64 / limit as f64;
+            assert!(
+                used <= CU_MARGIN,
+                "{}: {} CU is {used:.2} of {limit}",
+                r.case,
+                r.m.compute_units
+            );
         }
     }
     let mut accounts = Vec::new();

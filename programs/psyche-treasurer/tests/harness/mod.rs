@@ -256,7 +256,9 @@ impl Env {
         // Wire size: compact-u16 signature count (1 byte below 128), the signatures, the message.
         let tx_bytes = 1 + 64 * tx.signatures.len() + tx.message_data().len();
         let out = self.ctx.banks_client.process_transaction_with_metadata(tx).await.unwrap();
-        let meta = out.metadata.expect("transaction metadata");
+        let Some(meta) = out.metadata else {
+            panic!("no transaction metadata (the transaction was not executed): {:?}", out.result)
+        };
         Measured {
             result: out.result,
             compute_units: meta.compute_units_consumed,

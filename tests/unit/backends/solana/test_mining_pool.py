@@ -575,3 +575,74 @@ def test_json_dump_user_reads_without_a_wallet(node: Node, pools: Pools) -> None
     assert first["balances"]["collateral"]["amount"] is None  # no token account
     res = run(node, None, "json-dump-user", "--pool-index", "11")
     refused(res, node, "no user: pass --address")
+
+
+def test_each_transaction_asks_for_the_compute_its_instructions_need() -> None:
+    """compute_units.json's row for an instruction wins; without one, MINING_POOL_UNITS (the
+    default 20,000 is less than pool_create or a claim needs); an associated token account's
+    creation gets ASSOCIATED_ACCOUNT_UNITS."""
+    from psyche.backends.solana.budget import load_limits
+    from psyche.backends.solana.mining_pool import (
+        ASSOCIATED_ACCOUNT_UNITS,
+        MINING_POOL_UNITS,
+        MiningPoolInstructions,
+        budgeted,
+    )
+    from psyche.backends.solana.session import Endpoints, Session
+    from psyche.backends.solana.tokens import create_associated_account_ix
+
+    s = Session(Endpoints("http://127.0.0.1:9"), Keypair(), idl_dir=IDL_DIR)  # never contacted
+    me, mint = Keypair().pubkey(), Keypair().pubkey()
+    ixs = MiningPoolInstructions(s.mining_pool)
+    table = load_limits()
+    for name, ix in (
+        ("pool_create", ixs.pool_create(me, me, 1, mint, mint, 10)),
+        ("lender_claim", ixs.lender_claim(me, 1, me, 5)),
+    ):
+        limit, *rest = budgeted(s, [create_associated_account_ix(me, me, mint), ix])
+        assert rest[1] == ix and bytes(limit.data)[0] == 2  # SetComputeUnitLimit
+        units = int.from_bytes(bytes(limit.data)[1:5], "little")
+        assert units == ASSOCIATED_ACCOUNT_UNITS + table.get(name, MINING_POOL_UNITS[name])
+        assert units > 40_000
+
+
+def test_refusals_name_the_program_errors_in_the_programs_order() -> None:
+    from psyche.backends.solana.mining_pool import (
+        LenderState,
+        PoolState,
+        claim_refusal,
+        deposit_refusal,
+        extract_refusal,
+        redeemable_deposit_refusal,
+        update_refusal,
+    )
+
+    def error(r: Any) -> str | None:
+        return None if r is None else r.error
+
+    k = Pubkey.default()
+    pool = PoolState(k, 255, 4, k, k, k, 100, 60, 0, 0, 0, False)
+    frozen = PoolState(k, 255, 4, k, k, k, 100, 60, 10, 7, 0, True)
+    assert error(update_refusal(pool, 60, True)) is None  # the cap first, then the freeze
+    assert error(update_refusal(pool, 59, True)) == "PoolCapBelowDeposits"
+    assert error(update_refusal(pool, None, False)) is None  # unfreezing an unfrozen pool
+    assert error(update_refusal(frozen, None, True)) is None  # idempotent
+    assert error(update_refusal(frozen, 100, None)) == "PoolFrozen"
+    assert error(update_refusal(frozen, None, False)) == "PoolUnfreezeRefused"
+    assert error(deposit_refusal(pool, 40)) is None
+    assert error(deposit_refusal(pool, 41)) == "PoolCapExceeded"
+    assert error(deposit_refusal(frozen, 1)) == "PoolFrozen"
+    assert error(extract_refusal(pool, 60, 60)) is None
+    assert error(extract_refusal(pool, 60, 61)) == "ExtractExceedsCollateral"
+    assert error(redeemable_deposit_refusal(pool)) == "PoolNotFrozen"
+    assert error(redeemable_deposit_refusal(frozen)) is None
+    lender = LenderState(k, 255, k, k, 20, 0)  # 20 of 60: floor(7 × 20 / 60) = 2
+    assert error(claim_refusal(pool, lender, 1)) == "PoolNotFrozen"
+    assert error(claim_refusal(frozen, lender, 2)) is None
+    assert error(claim_refusal(frozen, lender, None)) is None
+    assert error(claim_refusal(frozen, lender, 3)) == "ClaimExceedsShare"
+    paid = LenderState(k, 255, k, k, 20, 2)
+    assert str(claim_refusal(frozen, paid, None)) == (
+        "nothing claimable in mining pool 4: 20 of 60 deposited entitles to 2 of the 7 "
+        "redeemable, 2 already claimed"
+    )

@@ -385,6 +385,9 @@ async def create_run_via_treasurer(
     me = s.wallet.pubkey()
     program = s.treasurer.program_id
     run = run_pda(program, index)
+    instance = instance_pda(s.coordinator.program_id, run_id)
+    if await s.read(instance) is not None:
+        raise BackendError(f"run {run_id!r} exists already (coordinator instance {instance})")
     if await s.read(run) is not None:
         raise BackendError(
             f"the Treasurer's Run of index {index} ({run}) exists already: "

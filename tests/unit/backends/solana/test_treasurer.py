@@ -543,6 +543,34 @@ def test_create_run_through_the_treasurer_in_one_transaction(node: Node) -> None
     assert update[2]["params"]["metadata"]["name"]["bytes"].rstrip(b"\0") == b"Paid run"
 
 
+def test_create_run_with_the_longest_fields_fits_one_transaction(node: Node) -> None:
+    """Run id (32 bytes), client version (96), name (64) and description (280) at their limits:
+    create_account, run_create and the metadata's run_update still fit in one transaction."""
+    wallet, mint = Keypair(), Keypair().pubkey()
+    node.set(mint, mint_account(), TOKEN_PROGRAM_ID)
+    res = cli(
+        node, wallet, "create-run", "--run-id", "r" * 32, "--client-version", "v" * 96,
+        "--name", "n" * 64, "--description", "d" * 280, "--treasurer-collateral-mint", str(mint),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (tx,) = node.double.transactions
+    assert [ix[1] for ix in decoded(tx)] == ["", "run_create", "run_update"]
+    assert len(bytes(tx)) <= 1232  # Solana's packet size
+
+
+def test_create_run_refuses_an_existing_run_or_index(node: Node) -> None:
+    wallet = Keypair()
+    sv = serve_run(node, wallet)
+    res = cli(node, wallet, "create-run", "--run-id", "r1", "--treasurer-collateral-mint",
+              str(sv.mint))  # fmt: skip
+    assert res.exit_code == 1 and "run 'r1' exists already" in res.output
+    res = cli(node, wallet, "create-run", "--run-id", "r2", "--treasurer-collateral-mint",
+              str(sv.mint), "--treasurer-index", str(default_treasurer_index("r1")))  # fmt: skip
+    assert res.exit_code == 1
+    assert f"the Treasurer's Run of index {default_treasurer_index('r1')} ({sv.run})" in res.output
+    assert node.double.transactions == []
+
+
 def test_create_run_refuses_a_missing_mint_and_a_zero_rate(node: Node) -> None:
     wallet, mint = Keypair(), Keypair().pubkey()
     res = cli(

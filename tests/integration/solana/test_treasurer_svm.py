@@ -430,6 +430,12 @@ def test_pause_client_version_and_resume_through_run_update(flow: Flow) -> None:
     resume = flow.cli(flow.owner, "set-paused", "--run-id", RUN_ID, "resume").stdout.strip()
     dump = flow.json(None, "json-dump-run", "--run-id", RUN_ID)
     assert dump["coordinator"]["run_state"] == "WaitingForMembers"
+    # A refusal inside the CPI carries the coordinator's code, which the Treasurer's numbering
+    # overlaps: both names are given.
+    again = flow.cli(flow.owner, "set-paused", "--run-id", RUN_ID, "resume", ok=False)
+    assert "CannotResume (coordinator) or CoordinatorInstanceMismatch (Treasurer) (6008)" in (
+        again.stderr
+    )
     for what, sig in (("pause", pause), ("client version", version[0]), ("resume", resume)):
         (units,) = flow.units(sig)
         print(f"run_update ({what}): {units} compute units")

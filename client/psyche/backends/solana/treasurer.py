@@ -36,7 +36,7 @@ from psyche.backends.base import BackendError
 from psyche.backends.solana.budget import MAX_TX_COMPUTE_UNITS, ComputeBudget, load_limits
 from psyche.backends.solana.idl import IdlError
 from psyche.backends.solana.instructions import ProgramClient, instance_pda
-from psyche.backends.solana.rpc import COMMITMENT, RpcError, decode_account_data
+from psyche.backends.solana.rpc import COMMITMENT, RpcError, TxSender, decode_account_data
 from psyche.backends.solana.session import Session
 from psyche.backends.solana.tokens import (
     MINT_LEN,
@@ -254,6 +254,21 @@ def _budgeted(units: Sequence[int], ixs: Sequence[Instruction]) -> list[Instruct
     return [set_compute_unit_limit(min(sum(units), MAX_TX_COMPUTE_UNITS)), *ixs]
 
 
+def _cpi_sender(s: Session) -> TxSender:
+    """The sender for ``run_create`` and ``run_update``: a refusal's custom code is either the
+    Treasurer's or the coordinator's (its CPI), and both number their errors from 6000, so the
+    error names both candidates instead of guessing (the code alone cannot tell)."""
+
+    def name(code: int) -> str | None:
+        mine, theirs = s.treasurer.idl.error_name(code), s.coordinator.idl.error_name(code)
+        if mine and theirs:
+            return f"{theirs} (coordinator) or {mine} (Treasurer)"
+        return mine or theirs
+
+    budget = ComputeBudget([s.coordinator, s.authorizer, s.treasurer, s.mining_pool])
+    return TxSender(s.rpcs, s.wallet, error_names=name, prepare=budget)
+
+
 # --- instructions -------------------------------------------------------------------------------
 
 
@@ -431,7 +446,7 @@ async def create_run_via_treasurer(
         )
         ixs.append(update)
         units.append(_units(s, update, "run_update", ["update"]))
-    sig = await s.sender(s.treasurer).send(
+    sig = await _cpi_sender(s).send(
         _budgeted(units, ixs), [account], label="create-run (treasurer)"
     )
     return {
@@ -462,7 +477,7 @@ async def send_run_update(
     ix = run_update_ix(s.treasurer, run, me, s.coordinator.program_id, fields)
     cpis = [RUN_UPDATE_CPIS[k] for k, v in fields.items() if v is not None and k in RUN_UPDATE_CPIS]
     units = [_units(s, ix, "run_update", cpis)]
-    return await s.sender(s.treasurer).send(_budgeted(units, [ix]), label=label)
+    return await _cpi_sender(s).send(_budgeted(units, [ix]), label=label)
 
 
 # --- points and payments ------------------------------------------------------------------------

@@ -306,6 +306,8 @@ def test_a_plain_run_is_not_the_treasurers_and_costs_no_extra_read(node: Node) -
     ((label, name, args, metas),) = decoded(tx)
     assert (label, name, args) == ("coordinator", "set_paused", {"paused": False})
     assert metas[0] == (wallet.pubkey(), True, True)  # the authority (and fee payer)
+    out = node.run(wallet, lambda s: admin.dump_run(s, "r1"))
+    assert out["main_authority"] == str(wallet.pubkey()) and out["treasurer"] is None
 
 
 def test_set_paused_of_a_treasurer_run_is_a_run_update(node: Node) -> None:
@@ -353,6 +355,18 @@ def test_update_config_and_client_version_are_one_run_update(node: Node) -> None
     assert p["metadata"]["name"]["bytes"].rstrip(b"\0") == b"Tiny"
     assert p["metadata"]["description"]["bytes"].rstrip(b"\0") == b"d"  # kept from the account
     assert p["progress"] is None and p["paused"] is None
+
+
+def test_restart_from_step_of_a_treasurer_run_sends_the_progress(node: Node) -> None:
+    wallet = Keypair()
+    serve_run(node, wallet)
+    node.run(wallet, lambda s: admin.update_config(s, "r1", restart_from_step=1))
+    (tx,) = node.double.transactions
+    ((_, name, args, _),) = decoded(tx)
+    assert name == "run_update"
+    progress = args["params"]["progress"]
+    assert progress["step"] == 1 and progress["epoch_start_data_index"] == 0
+    assert all(v is None for k, v in args["params"].items() if k != "progress")
 
 
 def test_set_future_epoch_rates_of_a_treasurer_run(node: Node) -> None:

@@ -6,7 +6,8 @@ A run created through the Treasurer (docs/rewards.md) has the Treasurer's ``Run`
 coordinator's main authority: ``update_config``, ``set_paused`` and ``set_future_epoch_rates``
 then send the Treasurer's ``run_update`` (signed by the wallet as the Run's main authority)
 instead of the coordinator's instructions (:func:`psyche.backends.solana.treasurer.treasurer_run`
-decides; one RPC read more only when the main authority is off the curve).
+decides: it reads the run's instance, and the main authority's account only when that key is off
+the curve, as PDAs are).
 
 See docs/solana.md, "Python side".
 
@@ -298,7 +299,7 @@ async def _owners_json(s: Session, run_id: str) -> dict[str, Any]:
     """Who owns the run: the coordinator's authorities and, for a run created through the
     Treasurer (whose ``Run`` is then the main authority), that ``Run``."""
     inst = await s.instance(run_id)
-    run = await treasurer.treasurer_run(s, run_id)
+    run = await treasurer.treasurer_run(s, run_id, inst)
     return {
         "main_authority": str(Pubkey.from_bytes(bytes(inst["main_authority"]))),
         "join_authority": str(Pubkey.from_bytes(bytes(inst["join_authority"]))),

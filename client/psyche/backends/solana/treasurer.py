@@ -207,10 +207,13 @@ async def _read_with_owner(s: Session, key: Pubkey) -> tuple[Pubkey, bytes] | No
     raise RpcError(f"no RPC endpoint answered: {last}")
 
 
-async def treasurer_run(s: Session, run_id: str) -> TreasurerRun | None:
+async def treasurer_run(
+    s: Session, run_id: str, instance: Mapping[str, Any] | None = None
+) -> TreasurerRun | None:
     """The Treasurer's ``Run`` that owns ``run_id``'s coordinator, or None when the run's
-    ``main_authority`` is not one (a wallet, as for a run made by plain ``create-run``)."""
-    inst = await s.instance(run_id)
+    ``main_authority`` is not one (a wallet, as for a run made by plain ``create-run``).
+    ``instance``: the decoded ``CoordinatorInstance`` if the caller has read it already."""
+    inst = instance if instance is not None else await s.instance(run_id)
     authority = Pubkey.from_bytes(bytes(inst["main_authority"]))
     if authority.is_on_curve():
         return None  # a wallet's key: PDAs are off the curve

@@ -1,12 +1,16 @@
-//! Errors of the treasurer program (Anchor custom codes from 6000, in declaration order; append
-//! new ones at the end so every code keeps its number).
+//! Errors of the treasurer program: Anchor custom codes from 7000, in declaration order (append
+//! new ones at the end so every code keeps its number). Not from Anchor's default 6000: the
+//! coordinator's errors, which `run_create` and `run_update` pass on from their CPIs, start
+//! there, and a client must be able to tell from the code alone whose refusal it was.
 
 use anchor_lang::prelude::*;
 
+// The first variant's discriminant (1000 over Anchor's 6000) moves the whole table: Anchor's IDL
+// generator ignores `#[error_code(offset = …)]` and would publish codes the program never returns.
 #[error_code]
 pub enum TreasurerError {
     #[msg("signer is not the run's main authority")]
-    NotRunAuthority,
+    NotRunAuthority = 1000,
     #[msg("run_update changes nothing: every field is None")]
     RunUpdateEmpty,
     #[msg("collateral_per_point must be greater than 0")]

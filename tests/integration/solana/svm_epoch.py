@@ -75,9 +75,9 @@ async def tick(node: LocalSvmThread, run_id: str, ticker: Keypair) -> None:
 
 
 async def run_epoch(node: LocalSvmThread, run_id: str, clients: Sequence[Keypair]) -> None:
-    """From WaitingForMembers (or the Warmup it starts) with ``clients`` joined to the end of a successful Cooldown. The
-    config must let ``len(clients)`` clients start (``init_min_clients``) and its epoch is cut
-    short by moving the clock past ``epoch_time``."""
+    """From WaitingForMembers (or the Warmup it starts) with ``clients`` joined to the end of a
+    successful Cooldown. The config must let ``len(clients)`` clients start
+    (``init_min_clients``), and its epoch is cut short by moving the clock past ``epoch_time``."""
     by_signer = {bytes(kp.pubkey()): kp for kp in clients}
     ticker = clients[0]
     s = session(node, Keypair())

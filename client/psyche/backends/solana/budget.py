@@ -23,14 +23,18 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.solana.idl import IdlError
 from psyche.backends.solana.instructions import ProgramClient
+from psyche.backends.solana.tokens import ASSOCIATED_TOKEN_PROGRAM_ID
 
-__all__ = ["MAX_TX_COMPUTE_UNITS", "ComputeBudget", "load_limits"]
+__all__ = ["ASSOCIATED_TOKEN_UNITS", "MAX_TX_COMPUTE_UNITS", "ComputeBudget", "load_limits"]
 
 MAX_TX_COMPUTE_UNITS = 1_400_000
 """Solana's per-transaction cap."""
 OTHER_INSTRUCTION_UNITS = 20_000
 """Budget for an instruction of a program without a table (the authorizer, the system program):
 each of theirs costs a few thousand units."""
+ASSOCIATED_TOKEN_UNITS = 40_000
+"""Creating an associated token account (the ATA program calls the system and token programs):
+about 28,000 units measured on the local SVM, so the default above is too little."""
 LIMITS_FILE = Path(__file__).with_name("compute_units.json")
 COMPUTE_BUDGET_PROGRAM = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
 
@@ -70,6 +74,8 @@ class ComputeBudget:
         for disc, units in self._by_program.get(ix.program_id, []):
             if bytes(ix.data[: len(disc)]) == disc:
                 return units
+        if ix.program_id == ASSOCIATED_TOKEN_PROGRAM_ID:
+            return ASSOCIATED_TOKEN_UNITS
         return OTHER_INSTRUCTION_UNITS
 
     def __call__(self, ixs: Sequence[Instruction]) -> list[Instruction]:

@@ -14,20 +14,16 @@ nothing to claim), then send. The wallet's own token accounts are its associated
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from solders.compute_budget import set_compute_unit_limit
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.budget import MAX_TX_COMPUTE_UNITS, ComputeBudget, load_limits
 from psyche.backends.solana.instructions import ProgramClient
 from psyche.backends.solana.session import Session
 from psyche.backends.solana.tokens import (
-    ASSOCIATED_TOKEN_PROGRAM_ID,
     TOKEN_PROGRAM_ID,
     associated_token_address,
     create_associated_account_ix,
@@ -43,7 +39,6 @@ __all__ = [
     "MiningPoolInstructions",
     "PoolRefusal",
     "PoolState",
-    "budgeted",
     "claim",
     "claim_refusal",
     "claimable",
@@ -76,23 +71,6 @@ POOL_COLLATERAL_SEED = b"PoolCollateral"
 POOL_REDEEMABLE_SEED = b"PoolRedeemable"
 LENDER_SEED = b"Lender"
 U64_MAX = 2**64 - 1
-
-MINING_POOL_UNITS = {
-    "pool_create": 120_000,
-    "pool_update": 20_000,
-    "pool_extract": 50_000,
-    "pool_redeemable_deposit": 50_000,
-    "lender_create": 50_000,
-    "lender_deposit": 50_000,
-    "lender_claim": 60_000,
-}
-"""Compute units per Mining Pool instruction while compute_units.json has no row for it (budget.py
-would give each 20,000, less than most need): about twice the most each used over 60 pools and
-lenders in the local SVM (pool_create 52,408; lender_claim 29,357; lender_deposit 21,492;
-lender_create 20,298; pool_extract 20,083; pool_redeemable_deposit 23,035; pool_update 2,782),
-leaving room for the worst PDA bump searches (~1,500 units per try). A row in the table wins."""
-ASSOCIATED_ACCOUNT_UNITS = 40_000
-"""Creating an associated token account idempotently (23,547 measured when it creates)."""
 
 
 # --- addresses ----------------------------------------------------------------------------------
@@ -477,27 +455,9 @@ def _ixs(s: Session) -> MiningPoolInstructions:
     return MiningPoolInstructions(s.mining_pool)
 
 
-def budgeted(s: Session, ixs: Sequence[Instruction]) -> list[Instruction]:
-    """``ixs`` with the compute-unit limit they need first: compute_units.json's row for each
-    instruction that has one, else :data:`MINING_POOL_UNITS` / :data:`ASSOCIATED_ACCOUNT_UNITS`
-    (the session's sender keeps a limit that is already there)."""
-    budget = ComputeBudget([s.coordinator, s.authorizer, s.treasurer, s.mining_pool])
-    table = load_limits()
-    total = 0
-    for ix in ixs:
-        units = budget.units([ix])
-        if ix.program_id == s.mining_pool.program_id:
-            name, _ = s.mining_pool.idl.decode_instruction(bytes(ix.data))
-            if name not in table:
-                units = MINING_POOL_UNITS.get(name, units)
-        elif ix.program_id == ASSOCIATED_TOKEN_PROGRAM_ID:
-            units = ASSOCIATED_ACCOUNT_UNITS
-        total += units
-    return [set_compute_unit_limit(min(total, MAX_TX_COMPUTE_UNITS)), *ixs]
-
-
 async def _send(s: Session, ixs: list[Instruction], label: str) -> str:
-    return await s.sender(s.mining_pool).send(budgeted(s, ixs), label=label)
+    # The sender prepends the compute-unit limit (budget.py, compute_units.json).
+    return await s.sender(s.mining_pool).send(ixs, label=label)
 
 
 # --- the commands -------------------------------------------------------------------------------

@@ -26,14 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from solders.compute_budget import set_compute_unit_limit
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.budget import MAX_TX_COMPUTE_UNITS, ComputeBudget, load_limits
+from psyche.backends.solana.budget import ComputeBudget
 from psyche.backends.solana.idl import IdlError
 from psyche.backends.solana.instructions import ProgramClient, instance_pda
 from psyche.backends.solana.rpc import COMMITMENT, RpcError, TxSender, decode_account_data
@@ -75,26 +74,6 @@ TREASURER_RUN_SEED = b"Run"
 TREASURER_RUN_COLLATERAL_SEED = b"RunCollateral"
 TREASURER_PARTICIPANT_SEED = b"Participant"
 U64_MAX = 2**64 - 1
-
-# Compute units for the Treasurer's instructions while compute_units.json has no row for them
-# (budget.py would give each 20,000): what the coordinator instructions they call need (the
-# table's limits) plus the Treasurer's own work (PDA checks, account creation, token CPIs).
-TREASURER_OWN_UNITS = 40_000
-PARTICIPANT_CLAIM_UNITS = 80_000
-"""Reads the coordinator account's client list (a scan of up to 256 entries) and transfers."""
-ASSOCIATED_ACCOUNT_UNITS = 40_000
-"""Creating an associated token account (the ATA program CPIs the system and token programs)."""
-RUN_UPDATE_CPIS = {
-    # run_update's field → the coordinator instruction it calls.
-    "metadata": "update",
-    "config": "update",
-    "model": "update",
-    "progress": "update",
-    "client_version": "update_client_version",
-    "epoch_earning_rate_total_shared": "set_future_epoch_rates",
-    "epoch_slashing_rate_per_client": "set_future_epoch_rates",
-    "paused": "set_paused",
-}
 
 
 # --- addresses ----------------------------------------------------------------------------------
@@ -242,31 +221,13 @@ async def _require_run(s: Session, run_id: str) -> TreasurerRun:
 # --- compute budget -----------------------------------------------------------------------------
 
 
-def _units(s: Session, ix: Instruction, name: str | None, cpis: Sequence[str] = ()) -> int:
-    """What ``ix`` (the Treasurer's ``name``, or another program's) may use: the table's row if
-    compute_units.json has one, else the coordinator instructions it calls plus its own work."""
-    budget = ComputeBudget([s.coordinator, s.authorizer, s.treasurer, s.mining_pool])
-    table = load_limits()
-    if name is None or name in table:
-        return budget.units([ix])
-    own = PARTICIPANT_CLAIM_UNITS if name == "participant_claim" else TREASURER_OWN_UNITS
-    return own + sum(table.get(c, 0) for c in dict.fromkeys(cpis))
-
-
-def _budgeted(units: Sequence[int], ixs: Sequence[Instruction]) -> list[Instruction]:
-    return [set_compute_unit_limit(min(sum(units), MAX_TX_COMPUTE_UNITS)), *ixs]
-
-
 def _cpi_sender(s: Session) -> TxSender:
-    """The sender for ``run_create`` and ``run_update``: a refusal's custom code is either the
-    Treasurer's or the coordinator's (its CPI), and both number their errors from 6000, so the
-    error names both candidates instead of guessing (the code alone cannot tell)."""
+    """The sender for ``run_create`` and ``run_update``: a refusal's custom code is the
+    Treasurer's (from 7000) or the coordinator's (from 6000, passed on from its CPI)."""
 
     def name(code: int) -> str | None:
-        mine, theirs = s.treasurer.idl.error_name(code), s.coordinator.idl.error_name(code)
-        if mine and theirs:
-            return f"{theirs} (coordinator) or {mine} (Treasurer)"
-        return mine or theirs
+        theirs = s.coordinator.idl.error_name(code)
+        return s.treasurer.idl.error_name(code) or (theirs and f"{theirs} (coordinator)")
 
     budget = ComputeBudget([s.coordinator, s.authorizer, s.treasurer, s.mining_pool])
     return TxSender(s.rpcs, s.wallet, error_names=name, prepare=budget)
@@ -437,7 +398,6 @@ async def create_run_via_treasurer(
         coordinator_account=account.pubkey(),
     )
     ixs = [create, init]
-    units = [_units(s, create, None), _units(s, init, "run_create", ["init_coordinator"])]
     if name is not None or description is not None:
         created = TreasurerRun(
             run, index, me, join_authority or me, instance_pda(s.coordinator.program_id, run_id),
@@ -448,10 +408,7 @@ async def create_run_via_treasurer(
             s.treasurer, created, me, s.coordinator.program_id, {"metadata": meta}
         )
         ixs.append(update)
-        units.append(_units(s, update, "run_update", ["update"]))
-    sig = await _cpi_sender(s).send(
-        _budgeted(units, ixs), [account], label="create-run (treasurer)"
-    )
+    sig = await _cpi_sender(s).send(ixs, [account], label="create-run (treasurer)")
     return {
         "run_id": run_id,
         "coordinator_instance": str(instance_pda(s.coordinator.program_id, run_id)),
@@ -478,9 +435,7 @@ async def send_run_update(
             f"{run.main_authority} can update it, not {me}"
         )
     ix = run_update_ix(s.treasurer, run, me, s.coordinator.program_id, fields)
-    cpis = [RUN_UPDATE_CPIS[k] for k, v in fields.items() if v is not None and k in RUN_UPDATE_CPIS]
-    units = [_units(s, ix, "run_update", cpis)]
-    return await _cpi_sender(s).send(_budgeted(units, [ix]), label=label)
+    return await _cpi_sender(s).send([ix], label=label)
 
 
 # --- points and payments ------------------------------------------------------------------------
@@ -599,15 +554,11 @@ async def claim_rewards(s: Session, run_id: str, points: int | None = None) -> d
         )
     dest = associated_token_address(me, run.collateral_mint)
     ixs: list[Instruction] = []
-    units: list[int] = []
     if participant is None:
         ixs.append(participant_create_ix(s.treasurer, me, me, run.address))
-        units.append(_units(s, ixs[-1], "participant_create"))
     ixs.append(create_associated_account_ix(me, me, run.collateral_mint))
-    units.append(ASSOCIATED_ACCOUNT_UNITS)
     ixs.append(participant_claim_ix(s.treasurer, run, me, dest, points))
-    units.append(_units(s, ixs[-1], "participant_claim"))
-    sig = await s.sender(s.treasurer).send(_budgeted(units, ixs), label="treasurer-claim-rewards")
+    sig = await s.sender(s.treasurer).send(ixs, label="treasurer-claim-rewards")
     return {
         "run_id": run_id,
         "user": str(me),
@@ -677,8 +628,7 @@ async def create_test_mint(
             ixs.append(create_associated_account_ix(me, owner, mint.pubkey()))
             ixs.append(mint_to_ix(mint.pubkey(), dest, me, _u64(amount)))
             holders.append((owner, dest))
-        units = [ASSOCIATED_ACCOUNT_UNITS] * (len(ixs) // 2) + [10_000] * (len(ixs) // 2)
-        sigs.append(await sender.send(_budgeted(units, ixs), label="create-test-mint: mint-to"))
+        sigs.append(await sender.send(ixs, label="create-test-mint: mint-to"))
     return {
         "mint": str(mint.pubkey()),
         "decimals": decimals,

@@ -578,16 +578,11 @@ def test_json_dump_user_reads_without_a_wallet(node: Node, pools: Pools) -> None
 
 
 def test_each_transaction_asks_for_the_compute_its_instructions_need() -> None:
-    """compute_units.json's row for an instruction wins; without one, MINING_POOL_UNITS (the
-    default 20,000 is less than pool_create or a claim needs); an associated token account's
-    creation gets ASSOCIATED_ACCOUNT_UNITS."""
-    from psyche.backends.solana.budget import load_limits
-    from psyche.backends.solana.mining_pool import (
-        ASSOCIATED_ACCOUNT_UNITS,
-        MINING_POOL_UNITS,
-        MiningPoolInstructions,
-        budgeted,
-    )
+    """The session's sender prepends compute_units.json's rows for the pool's instructions and
+    budget.py's allowance for an associated token account's creation (the 20,000 default is
+    less than pool_create, a claim or that creation needs)."""
+    from psyche.backends.solana.budget import ASSOCIATED_TOKEN_UNITS, ComputeBudget, load_limits
+    from psyche.backends.solana.mining_pool import MiningPoolInstructions
     from psyche.backends.solana.session import Endpoints, Session
     from psyche.backends.solana.tokens import create_associated_account_ix
 
@@ -595,14 +590,15 @@ def test_each_transaction_asks_for_the_compute_its_instructions_need() -> None:
     me, mint = Keypair().pubkey(), Keypair().pubkey()
     ixs = MiningPoolInstructions(s.mining_pool)
     table = load_limits()
+    budget = ComputeBudget([s.coordinator, s.authorizer, s.treasurer, s.mining_pool])
     for name, ix in (
         ("pool_create", ixs.pool_create(me, me, 1, mint, mint, 10)),
         ("lender_claim", ixs.lender_claim(me, 1, me, 5)),
     ):
-        limit, *rest = budgeted(s, [create_associated_account_ix(me, me, mint), ix])
+        limit, *rest = budget([create_associated_account_ix(me, me, mint), ix])
         assert rest[1] == ix and bytes(limit.data)[0] == 2  # SetComputeUnitLimit
         units = int.from_bytes(bytes(limit.data)[1:5], "little")
-        assert units == ASSOCIATED_ACCOUNT_UNITS + table.get(name, MINING_POOL_UNITS[name])
+        assert units == ASSOCIATED_TOKEN_UNITS + table[name]
         assert units > 40_000
 
 

@@ -76,7 +76,7 @@ def main(json_out: Path | None) -> None:
         other = _measure(sbf=True, package=package)
         print(f"\n{package} (SBF build)")
         for r in other["rows"]:
-            limit = limits.get(r["case"].split()[0])
+            limit = limits.get(r["case"].replace(":", " ").split()[0])
             used = f"{r['compute_units'] / limit:>5.0%}" if limit else f"{'–':>5}"
             print(
                 f"{r['case']:<45} {r['compute_units']:>9,} {limit or 0:>9,} {used} "

@@ -37,7 +37,7 @@ from psyche.daemon.gossip import GossipRouter
 from psyche.daemon.parts import ClientParts, Holdings, PeerDirectory
 from psyche.daemon.relaying import RelayKeeper
 from psyche.daemon.rounds import round_state_for
-from psyche.daemon.training import TrainingStep
+from psyche.daemon.training import MissingConsensusResult, TrainingStep
 from psyche.daemon.warmup import WarmupStep, healthy_index
 from psyche.daemon.witnessing import WitnessStep
 from psyche.events import FinishedEvent, RejectionsEvent
@@ -104,6 +104,9 @@ class RoundEngine:
                     await self.on_state(coord)
                 except (BackendError, asyncio.CancelledError):
                     raise
+                except MissingConsensusResult as e:
+                    log.warning("%s; dropping out of this epoch", e)
+                    self.drop_out()
                 except Exception:
                     log.exception("internal error; dropping out of this epoch")
                     self.drop_out()
@@ -184,7 +187,8 @@ class RoundEngine:
                 coord.progress.step,
             ):
                 return
-            self.step = TrainingStep(parts, epoch, held.kit, round_state_for(coord), previous)
+            rs, opened = round_state_for(coord), self.gossip.round_opened
+            self.step = TrainingStep(parts, epoch, held.kit, rs, previous, on_open=opened)
             await self.step.start(coord)
         elif state is RunState.RoundWitness:
             if isinstance(step, TrainingStep):
@@ -230,6 +234,7 @@ class RoundEngine:
             training.cancel()
         if self.held.epoch is not None:
             self.held.epoch.cancel_downloads()
+            self.gossip.epoch_ended(self.held.epoch)
         self.held.epoch = None
         self.step = None
 

@@ -8,6 +8,13 @@ peer and kind (docs/protocol.md, "Client: refused peer input is counted").
 
 A download is a task in :attr:`EpochView.downloads`; the apply of its round awaits it (up to the
 apply deadline) instead of polling for a flag.
+
+A ``TrainingResult`` or ``Finished`` for a round this client has not started yet (its peers saw
+the round's state first, or its state loop is still busy with the previous one) is held in
+:attr:`EpochView.early` — bounded per sender and in total, and only a few steps ahead — and
+taken when the round starts here (:meth:`GossipRouter.round_opened`). Every honest client must
+apply exactly the results the witnesses agreed on; dropping such a result made this client
+apply fewer than its peers, and its weights diverged for good.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import asyncio
 import logging
 from typing import Any
 
-from psyche.daemon.epoch import EpochView
+from psyche.daemon.epoch import EARLY_STEPS_AHEAD, Early, EpochView
 from psyche.daemon.gradients import write_gradient
 from psyche.daemon.parts import ClientParts, Holdings
 from psyche.daemon.rounds import ReceivedResult, RoundState, verify_result
@@ -69,24 +76,31 @@ class GossipRouter:
                 view.ready.add(sender)
             else:
                 view.stragglers.difference_update(holders)
-                for st in view.rounds.values():
-                    if st.step == payload.step:
-                        st.finished.update(holders)
+                state = _round_of(view, payload.step)
+                if state is not None:
+                    state.finished.update(holders)
+                elif not view.dropped:
+                    # Its round has not started here yet: kept for it (over the bounds, or for
+                    # a round already gone, it is ignored as before).
+                    self._hold_early(view, Early(sender, payload, peer))
             self.parts.wake()
             return
         if not isinstance(payload, TrainingResult) or view.dropped:
             return  # a client sitting the epoch out takes no results, and refuses none either
-        state = next((s for s in view.rounds.values() if s.step == payload.step), None)
+        state = _round_of(view, payload.step)
         batch = BatchId(payload.batch_start, payload.batch_end)
         if state is None:
-            # A result that arrives before this client starts its round is lost (counted as
-            # future), and so is one for a round already forgotten.
-            kind = (
-                Rejection.future_result
-                if payload.step >= coord.progress.step
-                else Rejection.stale_result
-            )
+            # A result for a round this client has not started yet is held until it starts
+            # (a few steps ahead at most, bounded per sender and in total); one further ahead
+            # or over the bounds is refused (future), and so is one for a round already
+            # forgotten (stale).
+            if self._hold_early(view, Early(sender, payload, peer)):
+                return
+            newest = max((s.step for s in view.rounds.values()), default=-1)
+            kind = Rejection.future_result if payload.step > newest else Rejection.stale_result
             detail = f"step {payload.step}; this client is at step {coord.progress.step}"
+            if kind is Rejection.future_result:
+                detail += f" (results are held up to {EARLY_STEPS_AHEAD} steps ahead, bounded)"
             rejections.record(kind, peer, detail)
             return
         assigned = state.assignment.get(batch)
@@ -106,6 +120,39 @@ class GossipRouter:
         state.results[batch] = res
         task = asyncio.create_task(self._download(view, state, res, payload, peer))
         view.downloads[(state.height, batch)] = task
+
+    def _hold_early(self, view: EpochView, item: Early) -> bool:
+        """Keep ``item`` for its round if that round may still start here: later than every
+        round this client holds, at most ``EARLY_STEPS_AHEAD`` steps past the newer of that and
+        the newest coordinator state, and within the bounds (``EpochView.early``)."""
+        coord = self.held.coord
+        assert coord is not None
+        newest = max((s.step for s in view.rounds.values()), default=None)
+        if newest is not None and item.step <= newest:
+            return False  # a round this client skipped or already forgot: it will not start
+        base = max(coord.progress.step, newest if newest is not None else 0)
+        if item.step > base + EARLY_STEPS_AHEAD:
+            return False
+        return view.early.hold(item)
+
+    def round_opened(self, view: EpochView, state: RoundState) -> None:
+        """Round ``state`` starts here (its ``RoundState`` is now in ``view.rounds``): take the
+        announcements held for it, as if they arrived now. Those held for earlier rounds, which
+        never started here, are dropped; their results count as ``future_result``."""
+        ready, dropped = view.early.take(state.step)
+        for e in dropped:
+            if isinstance(e.payload, TrainingResult):
+                detail = f"step {e.step}; its round never started on this client"
+                self.parts.rejections.record(Rejection.future_result, e.peer, detail)
+        for e in ready:
+            self.on_announcement(e.sender, e.payload, e.peer)
+
+    def epoch_ended(self, view: EpochView) -> None:
+        """``view``'s epoch is over here: results still held for its rounds are lost."""
+        for e in view.early.clear():
+            if isinstance(e.payload, TrainingResult) and not view.dropped:
+                detail = f"step {e.step}; the epoch ended before its round started here"
+                self.parts.rejections.record(Rejection.future_result, e.peer, detail)
 
     async def _download(
         self,
@@ -154,3 +201,7 @@ class GossipRouter:
         state.results[res.batch] = full
         write_gradient(self.parts, state.step, res.batch, res.trainer.p2p_identity, data)
         self.parts.wake()
+
+
+def _round_of(view: EpochView, step: int) -> RoundState | None:
+    return next((s for s in view.rounds.values() if s.step == step), None)

@@ -13,7 +13,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from psyche.coordinator import Coordinator, Round, Witness
-from psyche.coordinator.consensus import participant_item, select_consensus_commitment
+from psyche.coordinator.consensus import (
+    participant_item,
+    select_consensus_commitment,
+    trainer_healthy,
+)
 from psyche.distro import PayloadError, PayloadSpec, decode_payload
 from psyche.distro.payload import payload_hash
 from psyche.protocol.bloom import Bloom
@@ -183,3 +187,28 @@ def results_to_apply(
         if select_consensus_commitment([res.data_hash], witnesses, coord.config) == 0:
             out.append(res)
     return out
+
+
+def consensus_results_missing(
+    applied: RoundState | None, witnesses: Sequence[Witness], coord: Coordinator
+) -> list[str]:
+    """What of round h−2 the witnesses (stored in round h−1) agree was delivered but this client
+    holds no result for, described for a log line; empty when it holds all of it.
+
+    A quorum of witnesses listing a trainer in their participant blooms means they verified its
+    result, and then their broadcast blooms hold its hash: the consensus includes it. A client
+    with no announcement for it (dropped, never delivered to it, or its round never started
+    here: ``applied`` is None) cannot fetch it, since only the announcement names its blob;
+    applying the rest would silently leave it with weights unlike its peers'. A result still
+    downloading is not missing here (the apply awaits it up to its deadline)."""
+    if applied is None:
+        rnd = coord.previous_previous_round()
+        if rnd is None:
+            return []
+        who = [c for c in coord.round_clients(rnd) if trainer_healthy(c, witnesses, coord.config)]
+        return [f"round {rnd.height} (never started here; trainer {c.hex()[:12]})" for c in who]
+    return [
+        f"batch {batch} of step {applied.step}"
+        for batch, trainer in applied.assignment.items()
+        if batch not in applied.results and trainer_healthy(trainer, witnesses, coord.config)
+    ]

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from psyche.coordinator import ClientState, Coordinator
 from psyche.daemon.epoch import EpochView
@@ -23,6 +24,7 @@ from psyche.daemon.rounds import (
     APPLY_LAG,
     ReceivedResult,
     RoundState,
+    consensus_results_missing,
     results_to_apply,
     round_lrs,
 )
@@ -36,9 +38,16 @@ from psyche.protocol.data_selection import BatchId
 from psyche.training.errors import TrainingCancelled
 from psyche.training.hashing import model_hash
 
-__all__ = ["TrainingStep"]
+__all__ = ["MissingConsensusResult", "TrainingStep"]
 
 log = logging.getLogger("psyche.daemon")
+
+
+class MissingConsensusResult(Exception):
+    """The witnesses agree on a result this client never received (it holds no announcement
+    for it, so it cannot fetch it: it does not know its blob hash). Applying without it would
+    leave this client's weights different from every other honest client's, so the client drops
+    out of the epoch instead (its weights are discarded and loaded again at the next warmup)."""
 
 
 class TrainingStep:
@@ -49,6 +58,7 @@ class TrainingStep:
         kit: ModelKit,
         state: RoundState,
         previous: TrainingStep | None,
+        on_open: Callable[[EpochView, RoundState], None] | None = None,
     ) -> None:
         self.parts = parts
         self.epoch = epoch
@@ -58,12 +68,22 @@ class TrainingStep:
         """This round's own DisTrO result, for the next round's lookahead (None if it did not
         train, or its training was cancelled)."""
         self._previous = previous
+        self._on_open = on_open
+        """Called once the round is recorded (the gossip router takes the peers' announcements
+        that arrived for it before it started here)."""
         self._cancel = threading.Event()
         self._task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self, coord: Coordinator) -> None:
+        # The round is recorded first, before anything is awaited, so peers' results for it
+        # are taken from now on; those that came earlier were held for it and are taken now.
+        state = self.state
+        self.epoch.rounds[state.height] = state
+        self.epoch.keep_rounds_from(state.height - APPLY_LAG)
+        if self._on_open is not None:
+            self._on_open(self.epoch, state)
         if self._previous is not None:
             await self._previous.stop()
         prev_self = self._previous.self_result if self._previous is not None else None
@@ -71,9 +91,6 @@ class TrainingStep:
         self.parts.sharing.clear()  # joiners are served until training resumes
         if self.parts.evals is not None:
             await self.parts.evals.stop()  # an eval pass must not read weights being changed
-        state = self.state
-        self.epoch.rounds[state.height] = state
-        self.epoch.keep_rounds_from(state.height - APPLY_LAG)
         await self._apply(coord)
         await report_unhealthy(self.parts, coord)
         mine = state.batch_of(self.parts.identity) if state.trains else None
@@ -112,6 +129,14 @@ class TrainingStep:
         applied = epoch.rounds.get(state.height - APPLY_LAG)
         prev = coord.previous_round()
         payloads: list[Payload] = []
+        if prev is not None and state.height >= APPLY_LAG:
+            missing = consensus_results_missing(applied, prev.witnesses, coord)
+            if missing:
+                raise MissingConsensusResult(
+                    f"the witnesses of step {state.step - 1} agree on results of "
+                    f"{', '.join(missing)} that this client never received; applying without "
+                    "them would make its weights differ from its peers'"
+                )
         if applied is not None and prev is not None and state.height >= APPLY_LAG:
             chosen = results_to_apply(applied, prev.witnesses, coord)
             pending = [

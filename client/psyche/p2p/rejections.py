@@ -60,7 +60,7 @@ DESCRIPTION = {
     Rejection.bad_announcement: "malformed or badly signed announcement",
     Rejection.not_epoch_client: "announcement signed by a key that is not a client of the epoch",
     Rejection.stale_result: "training result for a round this client no longer holds",
-    Rejection.future_result: "training result for a round this client has not started",
+    Rejection.future_result: "training result for a round not started here that cannot be held",
     Rejection.other_batch: "training result for a batch not assigned to its sender",
     Rejection.bad_commitment: "training result with a bad commitment signature",
     Rejection.bad_payload: "training payload that does not match its commitment",

@@ -146,15 +146,20 @@ class TrainingStep:
             ]
             if pending:
                 await asyncio.wait(pending, timeout=self.parts.apply_deadline_s)
-            for res in (applied.results.get(r.batch, r) for r in chosen):
-                if res.payload is None:
-                    log.warning(
-                        "result for %s of step %d not downloaded in time; skipped",
-                        res.batch,
-                        applied.step,
-                    )
-                    continue
-                payloads.append(decode_payload(res.payload, kit.spec))
+            received = [applied.results.get(r.batch, r) for r in chosen]
+            late = [f"batch {r.batch}" for r in received if r.payload is None]
+            if late:
+                # The peers apply these; applying the rest would leave this client's weights
+                # unlike theirs for good. A stuck download must not hold the run either, so
+                # the client sits the epoch out and loads the model afresh at the next one.
+                raise MissingConsensusResult(
+                    f"the results of {', '.join(late)} of step {applied.step}, which the "
+                    f"witnesses agree on, were not downloaded within "
+                    f"{self.parts.apply_deadline_s:g} s"
+                )
+            payloads = [
+                decode_payload(r.payload, kit.spec) for r in received if r.payload is not None
+            ]
             if payloads:
                 lr = round_lrs(coord, state.step, state.height).lr
                 await asyncio.to_thread(kit.trainer.apply_step, payloads, lr=lr)

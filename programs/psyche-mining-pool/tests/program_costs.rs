@@ -18,9 +18,9 @@ mod harness;
 use std::collections::BTreeMap;
 
 use anchor_lang::solana_program::system_instruction;
-use harness::json::{obj, Json};
 use harness::*;
 use psyche_mining_pool::{Lender, Pool};
+use serde_json::{json, Value};
 use solana_sdk::signature::Signer;
 
 /// The compute-unit limit of every measured transaction (the runtime's per-instruction default).
@@ -86,36 +86,36 @@ impl Costs {
         );
     }
 
-    fn to_json(&self) -> Json {
-        let rows = self
+    fn to_json(&self) -> Value {
+        let rows: Vec<Value> = self
             .rows
             .iter()
             .map(|(case, r)| {
-                obj([
-                    ("case", case.as_str().into()),
-                    ("instruction", r.instruction.as_str().into()),
-                    ("compute_units", r.compute_units.into()),
-                    ("tx_bytes", r.tx_bytes.into()),
-                    ("heap_bytes", 0u64.into()),
-                ])
+                json!({
+                    "case": case,
+                    "instruction": r.instruction,
+                    "compute_units": r.compute_units,
+                    "tx_bytes": r.tx_bytes,
+                    "heap_bytes": 0u64,
+                })
             })
             .collect();
-        let accounts = self
+        let accounts: Vec<Value> = self
             .accounts
             .iter()
             .map(|(name, &bytes)| {
-                obj([
-                    ("name", name.as_str().into()),
-                    ("bytes", bytes.into()),
-                    ("rent", rent_exempt(bytes).into()),
-                ])
+                json!({
+                    "name": name,
+                    "bytes": bytes,
+                    "rent": rent_exempt(bytes),
+                })
             })
             .collect();
-        obj([
-            ("sbf", sbf_mode().into()),
-            ("rows", Json::Arr(rows)),
-            ("accounts", Json::Arr(accounts)),
-        ])
+        json!({
+            "sbf": sbf_mode(),
+            "rows": rows,
+            "accounts": accounts,
+        })
     }
 }
 
@@ -217,7 +217,8 @@ async fn every_instruction_at_its_worst_case() {
     }
     println!("{table}");
     if let Ok(path) = std::env::var("PSYCHE_COSTS_OUT") {
-        std::fs::write(path, costs.to_json().pretty() + "\n").unwrap();
+        std::fs::write(path, serde_json::to_string_pretty(&costs.to_json()).unwrap() + "\n")
+            .unwrap();
     }
     for (case, r) in &costs.rows {
         assert!(r.tx_bytes <= 1232, "{case}: {} transaction bytes", r.tx_bytes);

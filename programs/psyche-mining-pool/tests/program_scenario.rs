@@ -12,9 +12,9 @@ mod harness;
 use std::path::PathBuf;
 
 use anchor_spl::token::spl_token;
-use harness::json::{hex, obj, Json};
 use harness::*;
 use psyche_mining_pool::error::MiningPoolError as E;
+use serde_json::{json, Value};
 use solana_sdk::instruction::Instruction;
 use solana_sdk::program_pack::Pack;
 use solana_sdk::pubkey::Pubkey;
@@ -35,35 +35,36 @@ fn program_name(id: &Pubkey) -> &'static str {
     }
 }
 
-fn instruction_json(ix: &Instruction, name: &str, args: Json) -> Json {
-    let accounts: Vec<Json> = ix
+/// Pubkeys are written base58 (`Pubkey`'s own `Serialize` would write the 32 bytes).
+fn instruction_json(ix: &Instruction, name: &str, args: Value) -> Value {
+    let accounts: Vec<Value> = ix
         .accounts
         .iter()
         .map(|m| {
-            obj([
-                ("pubkey", m.pubkey.into()),
-                ("is_signer", m.is_signer.into()),
-                ("is_writable", m.is_writable.into()),
-            ])
+            json!({
+                "pubkey": m.pubkey.to_string(),
+                "is_signer": m.is_signer,
+                "is_writable": m.is_writable,
+            })
         })
         .collect();
-    obj([
-        ("program", program_name(&ix.program_id).into()),
-        ("program_id", ix.program_id.into()),
-        ("name", name.into()),
-        ("args", args),
-        ("data", hex(&ix.data).into()),
-        ("accounts", Json::Arr(accounts)),
-    ])
+    json!({
+        "program": program_name(&ix.program_id),
+        "program_id": ix.program_id.to_string(),
+        "name": name,
+        "args": args,
+        "data": hex(&ix.data),
+        "accounts": accounts,
+    })
 }
 
-fn params(pairs: Json) -> Json {
-    obj([("params", pairs)])
+fn params(pairs: Value) -> Value {
+    json!({ "params": pairs })
 }
 
 struct Scenario {
     env: Env,
-    steps: Vec<Json>,
+    steps: Vec<Value>,
 }
 
 impl Scenario {
@@ -71,7 +72,7 @@ impl Scenario {
     async fn step(
         &mut self,
         label: &str,
-        ixs: Vec<(Instruction, &str, Json)>,
+        ixs: Vec<(Instruction, &str, Value)>,
         signers: &[&Keypair],
         expect: Option<E>,
     ) {
@@ -80,12 +81,12 @@ impl Scenario {
         let outcome = match expect {
             None => {
                 result.unwrap_or_else(|e| panic!("{label}: {e:?}"));
-                Json::from("ok")
+                json!("ok")
             }
             Some(e) => {
                 // The failing instruction is the last one; +1 for the compute-budget one.
                 assert_eq!(custom_code_at(result, ixs.len() as u8), code(e), "{label}");
-                obj([("error", format!("{e:?}").into()), ("code", code(e).into())])
+                json!({ "error": format!("{e:?}"), "code": code(e) })
             }
         };
         let mut all = vec![self.env.payer().pubkey()];
@@ -94,23 +95,19 @@ impl Scenario {
                 all.push(k.pubkey());
             }
         }
-        self.steps.push(obj([
-            ("label", label.into()),
-            ("signers", all.into()),
-            (
-                "instructions",
-                Json::Arr(
-                    ixs.into_iter()
-                        .map(|(ix, name, args)| instruction_json(&ix, name, args))
-                        .collect(),
-                ),
-            ),
-            ("result", outcome),
-        ]));
+        let signers: Vec<String> = all.iter().map(Pubkey::to_string).collect();
+        let instructions: Vec<Value> =
+            ixs.into_iter().map(|(ix, name, args)| instruction_json(&ix, name, args)).collect();
+        self.steps.push(json!({
+            "label": label,
+            "signers": signers,
+            "instructions": instructions,
+            "result": outcome,
+        }));
     }
 
     /// `create_account` + `initialize_mint2` for the mint at `key` (payer = mint authority).
-    fn create_mint(&self, key: &Keypair) -> Vec<(Instruction, &'static str, Json)> {
+    fn create_mint(&self, key: &Keypair) -> Vec<(Instruction, &'static str, Value)> {
         let ixs = self.env.create_mint_ixs(&key.pubkey());
         let payer = self.env.payer().pubkey();
         vec![
@@ -118,11 +115,11 @@ impl Scenario {
             (
                 ixs[1].clone(),
                 "initialize_mint2",
-                obj([
-                    ("decimals", 6u8.into()),
-                    ("mint_authority", payer.into()),
-                    ("freeze_authority", Json::Null),
-                ]),
+                json!({
+                    "decimals": 6u8,
+                    "mint_authority": payer.to_string(),
+                    "freeze_authority": null,
+                }),
             ),
         ]
     }
@@ -134,35 +131,35 @@ impl Scenario {
         mint: &Pubkey,
         owner: &Pubkey,
         amount: u64,
-    ) -> Vec<(Instruction, &'static str, Json)> {
+    ) -> Vec<(Instruction, &'static str, Value)> {
         let ixs = self.env.create_token_account_ixs(&key.pubkey(), mint, owner);
         let mut out = vec![
             (ixs[0].clone(), "create_account", create_account_args(spl_token::state::Account::LEN)),
-            (ixs[1].clone(), "initialize_account3", obj([("owner", (*owner).into())])),
+            (ixs[1].clone(), "initialize_account3", json!({ "owner": owner.to_string() })),
         ];
         if amount > 0 {
             let ix = self.env.mint_to_ix(mint, &key.pubkey(), amount);
-            out.push((ix, "mint_to", obj([("amount", amount.into())])));
+            out.push((ix, "mint_to", json!({ "amount": amount })));
         }
         out
     }
 }
 
-fn create_account_args(space: usize) -> Json {
-    obj([
-        ("lamports", rent_exempt(space).into()),
-        ("space", space.into()),
-        ("owner", spl_token::ID.into()),
-    ])
+fn create_account_args(space: usize) -> Value {
+    json!({
+        "lamports": rent_exempt(space),
+        "space": space,
+        "owner": spl_token::ID.to_string(),
+    })
 }
 
 fn vectors_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/solana/mining_pool.json")
 }
 
-fn write_or_compare(value: &Json) {
+fn write_or_compare(value: &Value) {
     let path = vectors_path();
-    let text = value.pretty() + "\n";
+    let text = serde_json::to_string_pretty(value).unwrap() + "\n";
     if std::env::var("PSYCHE_WRITE_VECTORS").as_deref() == Ok("1") {
         std::fs::write(&path, text).unwrap();
         return;
@@ -216,8 +213,7 @@ async fn a_pool_through_transactions() {
         authority_redeemable.pubkey(),
     );
     let ix = ix_pool_create(&payer.pubkey(), &pool, CAP);
-    let args =
-        params(obj([("index", INDEX.into()), ("max_deposit_collateral_amount", CAP.into())]));
+    let args = params(json!({ "index": INDEX, "max_deposit_collateral_amount": CAP }));
     s.step(
         "pool_create (index 1, cap 1,000)",
         vec![(ix, "pool_create", args)],
@@ -245,7 +241,7 @@ async fn a_pool_through_transactions() {
         let ix = ix_lender_create(&payer.pubkey(), &user.pubkey(), pool.pool, lender);
         s.step(
             &format!("lender {i}: lender_create"),
-            vec![(ix, "lender_create", obj([]))],
+            vec![(ix, "lender_create", json!({}))],
             &[&user],
             None,
         )
@@ -256,7 +252,7 @@ async fn a_pool_through_transactions() {
     // 4. Deposits: 300 and 700 fill the cap; one more is refused; a raised cap lets 1 more in.
     let deposit = |l: &LenderKeys, amount: u64| {
         let ix = ix_lender_deposit(&l.user.pubkey(), l.collateral, &pool, l.lender, amount);
-        (ix, "lender_deposit", params(obj([("collateral_amount", amount.into())])))
+        (ix, "lender_deposit", params(json!({ "collateral_amount": amount })))
     };
     let d = deposit(&lenders[0], 300);
     s.step("lender 0 deposits 300", vec![d], &[&lenders[0].user], None).await;
@@ -272,8 +268,7 @@ async fn a_pool_through_transactions() {
     .await;
     let update = |cap: Option<u64>, freeze: Option<bool>| {
         let ix = ix_pool_update(&authority.pubkey(), pool.pool, cap, freeze);
-        let args =
-            params(obj([("max_deposit_collateral_amount", cap.into()), ("freeze", freeze.into())]));
+        let args = params(json!({ "max_deposit_collateral_amount": cap, "freeze": freeze }));
         (ix, "pool_update", args)
     };
     s.step(
@@ -288,7 +283,7 @@ async fn a_pool_through_transactions() {
 
     // 5. The authority takes collateral out to buy compute, then freezes the pool.
     let ix = ix_pool_extract(&authority.pubkey(), authority_collateral.pubkey(), &pool, 900);
-    let args = params(obj([("collateral_amount", 900u64.into())]));
+    let args = params(json!({ "collateral_amount": 900u64 }));
     s.step("pool_extract 900", vec![(ix, "pool_extract", args)], &[&authority], None).await;
     s.step("freeze", vec![update(None, Some(true))], &[&authority], None).await;
     let d = deposit(&lenders[0], 10);
@@ -308,7 +303,7 @@ async fn a_pool_through_transactions() {
             &pool,
             amount,
         );
-        let args = params(obj([("redeemable_amount", amount.into())]));
+        let args = params(json!({ "redeemable_amount": amount }));
         s.step(
             &format!("pool_redeemable_deposit {amount}"),
             vec![(ix, "pool_redeemable_deposit", args)],
@@ -322,7 +317,7 @@ async fn a_pool_through_transactions() {
     //    1,001) = 1,051; one base unit stays in the pool.
     let claim = |l: &LenderKeys, amount: u64| {
         let ix = ix_lender_claim(&l.user.pubkey(), l.redeemable, &pool, l.lender, amount);
-        (ix, "lender_claim", params(obj([("redeemable_amount", amount.into())])))
+        (ix, "lender_claim", params(json!({ "redeemable_amount": amount })))
     };
     let c = claim(&lenders[0], 200);
     s.step("lender 0 claims 200", vec![c], &[&lenders[0].user], None).await;
@@ -351,21 +346,16 @@ async fn a_pool_through_transactions() {
     assert_eq!(state.total_claimed_redeemable_amount, 1_501);
     assert!(state.frozen);
 
-    let scenario = obj([
-        ("name", "mining_pool".into()),
-        (
-            "description",
-            "a mining pool through the real runtime: two mints, pool_create (index 1, cap 1,000), two lenders, deposits 300 + 700 (one more refused over the cap), cap raised to 1,001 and 1 more deposited, pool_extract 900, freeze, a deposit after it refused, earnings 1,500 + 2, claims 200 + 250 (an over-claim refused) and 1,051: floor shares, 1 base unit left in the pool".into(),
-        ),
-        (
-            "programs",
-            obj([
-                ("psyche_mining_pool", psyche_mining_pool::ID.into()),
-                ("spl_token", spl_token::ID.into()),
-                ("system", anchor_lang::system_program::ID.into()),
-            ]),
-        ),
-        ("steps", Json::Arr(std::mem::take(&mut s.steps))),
-    ]);
+    let steps = std::mem::take(&mut s.steps);
+    let scenario = json!({
+        "name": "mining_pool",
+        "description": "a mining pool through the real runtime: two mints, pool_create (index 1, cap 1,000), two lenders, deposits 300 + 700 (one more refused over the cap), cap raised to 1,001 and 1 more deposited, pool_extract 900, freeze, a deposit after it refused, earnings 1,500 + 2, claims 200 + 250 (an over-claim refused) and 1,051: floor shares, 1 base unit left in the pool",
+        "programs": {
+            "psyche_mining_pool": psyche_mining_pool::ID.to_string(),
+            "spl_token": spl_token::ID.to_string(),
+            "system": anchor_lang::system_program::ID.to_string(),
+        },
+        "steps": steps,
+    });
     write_or_compare(&scenario);
 }

@@ -6,8 +6,6 @@
 
 #![allow(dead_code)]
 
-pub mod json;
-
 use anchor_lang::solana_program::system_instruction;
 use anchor_lang::system_program;
 use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
@@ -688,4 +686,9 @@ pub fn assert_token_err(result: TxResult, e: spl_token::error::TokenError) {
     let got = custom_code(result);
     let want = e.clone() as u32;
     assert_eq!(got, want, "expected token error {e:?}, got code {got}");
+}
+
+/// Lowercase hex of `bytes` (instruction data in the vectors).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

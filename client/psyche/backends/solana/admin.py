@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
@@ -41,6 +42,7 @@ from psyche.protocol.strict_obj import to_obj
 __all__ = [
     "checkpoint",
     "close_run",
+    "create_coordinator_account_ix",
     "create_run",
     "dump_run",
     "metadata_arg",
@@ -73,6 +75,21 @@ def metadata_arg(
     return {**out, "num_parameters": num_parameters, "vocab_size": vocab_size}
 
 
+async def create_coordinator_account_ix(s: Session, account: Keypair) -> Instruction:
+    """The system ``create_account`` of a run's zero-copy coordinator account (the wallet pays
+    its rent; owned by the coordinator program, checked by ``init_coordinator``'s ``zero``)."""
+    size = s.layout.size
+    return create_account(
+        CreateAccountParams(
+            from_pubkey=s.wallet.pubkey(),
+            to_pubkey=account.pubkey(),
+            lamports=await s.rpcs[0].minimum_balance(size),
+            space=size,
+            owner=s.coordinator.program_id,
+        )
+    )
+
+
 async def create_run(
     s: Session,
     run_id: str,
@@ -91,18 +108,9 @@ async def create_run(
     metadata = None
     if name is not None or description is not None:
         metadata = metadata_arg(name or "", description or "")
-    lamports = await s.rpcs[0].minimum_balance(size)
     run = RunAccounts(instance_pda(s.coordinator.program_id, run_id), account.pubkey())
     ixs = RunInstructions(s.coordinator, run)
-    create = create_account(
-        CreateAccountParams(
-            from_pubkey=me,
-            to_pubkey=account.pubkey(),
-            lamports=lamports,
-            space=size,
-            owner=s.coordinator.program_id,
-        )
-    )
+    create = await create_coordinator_account_ix(s, account)
     init = ixs.init_coordinator(me, me, join_authority or me, run_id, client_version)
     sent = [create, init]
     if metadata is not None:

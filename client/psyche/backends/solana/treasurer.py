@@ -29,7 +29,6 @@ from typing import Any
 from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.budget import ComputeBudget
@@ -354,7 +353,7 @@ async def create_run_via_treasurer(
     """Create the zero-copy coordinator account (system ``create_account``) and ``run_create``
     in one transaction: the Treasurer's ``Run`` becomes the coordinator's main authority and the
     wallet the Run's. A name or description goes in the same transaction (``run_update``)."""
-    from psyche.backends.solana.admin import metadata_arg
+    from psyche.backends.solana.admin import create_coordinator_account_ix, metadata_arg
 
     if collateral_per_point <= 0:
         raise BackendError("collateral per point must be at least 1 base unit")
@@ -374,16 +373,7 @@ async def create_run_via_treasurer(
         )
     account = Keypair()
     size = s.layout.size
-    lamports = await s.rpcs[0].minimum_balance(size)
-    create = create_account(
-        CreateAccountParams(
-            from_pubkey=me,
-            to_pubkey=account.pubkey(),
-            lamports=lamports,
-            space=size,
-            owner=s.coordinator.program_id,
-        )
-    )
+    create = await create_coordinator_account_ix(s, account)
     init = run_create_ix(
         s.treasurer,
         s.coordinator.program_id,

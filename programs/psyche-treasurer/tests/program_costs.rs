@@ -15,10 +15,7 @@
 mod harness;
 
 use harness::*;
-use psyche_coordinator::core::model::{
-    Checkpoint, DataLocation, HttpLocation, HubRepo, LLMArchitecture, LLMDataType,
-    LearningRateSchedule, Model, OptimizerDefinition, Shuffle, TokenSize, LLM,
-};
+use psyche_coordinator::core::model::OptimizerDefinition;
 use psyche_coordinator::core::{CoordinatorConfig, NodeIdentity, Progress, RunState};
 use psyche_coordinator::CoordinatorAccount;
 use psyche_treasurer::RunUpdateParams;
@@ -58,42 +55,6 @@ fn big_config() -> CoordinatorConfig {
     }
 }
 
-/// The largest model the coordinator's `update` takes (as in the coordinator's costs test):
-/// every string at its bound, every option set, the widest variants.
-fn largest_model() -> Model {
-    let s64 = "r".repeat(64);
-    Model::LLM(LLM {
-        max_seq_len: 4096,
-        cold_start_warmup_steps: 0,
-        architecture: LLMArchitecture::HfLlama,
-        checkpoint: Checkpoint::Hub(HubRepo { repo_id: s64.clone(), revision: Some(s64.clone()) }),
-        data_type: LLMDataType::Pretraining,
-        data_location: DataLocation::Http {
-            location: HttpLocation::Gcp { bucket_name: s64, filter_directory: "u".repeat(192) },
-            token_size_in_bytes: TokenSize::FourBytes,
-            shuffle: Shuffle::Seeded([3; 32]),
-        },
-        lr_schedule: LearningRateSchedule::WarmupStableDecay {
-            base_lr: 1.0,
-            warmup_init_lr: 0.0,
-            cosine_decay_final_lr: 0.5,
-            linear_decay_final_lr: 0.1,
-            warmup_steps: 1,
-            stable_steps: 2,
-            cosine_decay_steps: 3,
-            linear_decay_steps: 4,
-        },
-        optimizer: OptimizerDefinition::Distro {
-            clip_grad_norm: Some(1.0),
-            weight_decay: Some(0.1),
-            compression_decay: 0.999,
-            compression_topk: 8,
-            compression_chunk: 64,
-            quantize_1bit: true,
-        },
-    })
-}
-
 struct Row {
     case: &'static str,
     m: Measured,
@@ -116,7 +77,14 @@ async fn program_costs() {
     let params = RunUpdateParams {
         metadata: None,
         config: Some(Box::new(big_config())),
-        model: Some(Box::new(largest_model())),
+        model: Some(Box::new(largest_model(OptimizerDefinition::Distro {
+            clip_grad_norm: Some(1.0),
+            weight_decay: Some(0.1),
+            compression_decay: 0.999,
+            compression_topk: 8,
+            compression_chunk: 64,
+            quantize_1bit: true,
+        }))),
         progress: Some(Progress::new(0, 1, 0)),
         epoch_earning_rate_total_shared: Some(u64::MAX),
         epoch_slashing_rate_per_client: Some(u64::MAX),

@@ -12,13 +12,7 @@ use anchor_lang::{AccountDeserialize, Discriminator, InstructionData, ToAccountM
 use anchor_spl::token::spl_token;
 use psyche_authorizer::Authorization;
 use psyche_coordinator::constants::JOIN_RUN_AUTHORIZATION_SCOPE;
-use psyche_coordinator::core::model::{
-    Checkpoint, DataLocation, HubRepo, LLMArchitecture, LLMDataType, LearningRateSchedule, Model,
-    OptimizerDefinition, LLM,
-};
-use psyche_coordinator::core::{
-    Bloom, CoordinatorConfig, NodeIdentity, RunState, WitnessMetadata, WitnessProofArg,
-};
+use psyche_coordinator::core::{Bloom, NodeIdentity, RunState, WitnessMetadata, WitnessProofArg};
 use psyche_coordinator::{CoordinatorAccount, CoordinatorInstance};
 use psyche_treasurer::{
     Participant, ParticipantClaimParams, Run, RunCreateParams, RunUpdateParams,
@@ -892,52 +886,10 @@ pub fn open_authorization(run: &TRun) -> Pubkey {
 
 // --- config --------------------------------------------------------------------------------------
 
-/// `config/tiny/state.toml`'s config.
-pub fn tiny_config() -> CoordinatorConfig {
-    CoordinatorConfig {
-        warmup_time: 60,
-        cooldown_time: 10,
-        max_round_train_time: 30,
-        round_witness_time: 1,
-        global_batch_size_warmup_tokens: 0,
-        epoch_time: 240,
-        total_steps: 10,
-        init_min_clients: 3,
-        min_clients: 2,
-        witness_nodes: 2,
-        global_batch_size_start: 6,
-        global_batch_size_end: 6,
-        verification_percent: 0,
-        waiting_for_members_extra_time: 1,
-    }
-}
-
-/// `config/tiny/state.toml`'s model.
-pub fn tiny_model() -> Model {
-    Model::LLM(LLM {
-        max_seq_len: 64,
-        cold_start_warmup_steps: 0,
-        architecture: LLMArchitecture::HfLlama,
-        checkpoint: Checkpoint::Hub(HubRepo { repo_id: "runs/tiny/model".into(), revision: None }),
-        data_type: LLMDataType::Pretraining,
-        data_location: DataLocation::Server("127.0.0.1:20001".into()),
-        lr_schedule: LearningRateSchedule::Cosine {
-            base_lr: 4.0e-3,
-            warmup_steps: 2,
-            warmup_init_lr: 0.0,
-            total_steps: 10,
-            final_lr: 4.0e-4,
-        },
-        optimizer: OptimizerDefinition::Distro {
-            clip_grad_norm: Some(1.0),
-            weight_decay: None,
-            compression_decay: 0.999,
-            compression_topk: 8,
-            compression_chunk: 64,
-            quantize_1bit: true,
-        },
-    })
-}
+#[path = "../../../psyche-coordinator/tests/fixtures/mod.rs"]
+mod fixtures;
+#[allow(unused_imports)] // not every test binary uses each
+pub use fixtures::{largest_model, tiny_config, tiny_model};
 
 // --- errors ------------------------------------------------------------------------------------
 

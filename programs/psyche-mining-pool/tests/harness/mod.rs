@@ -15,9 +15,7 @@ use psyche_mining_pool::{
     accounts, instruction, Lender, LenderClaimParams, LenderDepositParams, Pool, PoolCreateParams,
     PoolExtractParams, PoolRedeemableDepositParams, PoolUpdateParams,
 };
-use solana_program_test::{
-    processor, BanksClient, BanksClientError, ProgramTest, ProgramTestContext,
-};
+use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
 use solana_sdk::account_info::AccountInfo;
 use solana_sdk::compute_budget::ComputeBudgetInstruction;
 use solana_sdk::entrypoint::ProgramResult;
@@ -44,16 +42,9 @@ fn pool_entry<'a, 'b>(
 
 pub type TxResult = Result<(), BanksClientError>;
 
-/// Executes `tx` on the working bank and returns only once the bank is done with it.
-/// `process_transaction` hands the transaction to the banks server's own thread and returns when
-/// its signature status is visible, which the runtime records before it releases the accounts'
-/// locks; a `process_transaction_with_metadata` sent right after could then find an account
-/// still locked and come back unexecuted (`AccountInUse`, no metadata), as the cost tests did
-/// under load. Every transaction of these tests goes this one synchronous way.
-pub async fn process(banks: &mut BanksClient, tx: Transaction) -> TxResult {
-    let out = banks.process_transaction_with_metadata(tx).await?;
-    out.result.map_err(BanksClientError::TransactionError)
-}
+#[path = "../../../psyche-coordinator/tests/fixtures/banks.rs"]
+mod banks;
+use banks::process;
 
 /// Whether the tests run the SBF build (`PSYCHE_SBF=1`) rather than native code.
 pub fn sbf_mode() -> bool {

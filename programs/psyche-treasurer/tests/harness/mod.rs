@@ -17,9 +17,7 @@ use psyche_coordinator::{CoordinatorAccount, CoordinatorInstance};
 use psyche_treasurer::{
     Participant, ParticipantClaimParams, Run, RunCreateParams, RunUpdateParams,
 };
-use solana_program_test::{
-    processor, BanksClient, BanksClientError, ProgramTest, ProgramTestContext,
-};
+use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
 use solana_sdk::account::{Account, AccountSharedData};
 use solana_sdk::account_info::AccountInfo;
 use solana_sdk::clock::Clock;
@@ -54,16 +52,9 @@ entry_wrapper!(authorizer_entry, psyche_authorizer);
 
 pub type TxResult = Result<(), BanksClientError>;
 
-/// Executes `tx` on the working bank and returns only once the bank is done with it.
-/// `process_transaction` hands the transaction to the banks server's own thread and returns when
-/// its signature status is visible, which the runtime records before it releases the accounts'
-/// locks; a `process_transaction_with_metadata` sent right after could then find an account
-/// still locked and come back unexecuted (`AccountInUse`, no metadata), as the cost tests
-/// sometimes did under load. Every transaction of these tests goes this one synchronous way.
-pub async fn process(banks: &mut BanksClient, tx: Transaction) -> TxResult {
-    let out = banks.process_transaction_with_metadata(tx).await?;
-    out.result.map_err(BanksClientError::TransactionError)
-}
+#[path = "../../../psyche-coordinator/tests/fixtures/banks.rs"]
+mod banks;
+use banks::process;
 
 /// What one transaction cost (`Env::send_measured`).
 pub struct Measured {

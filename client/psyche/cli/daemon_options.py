@@ -182,7 +182,14 @@ def daemon_options(*, p2p_host: str) -> Callable[[F], F]:
             envvar="PARAMETER_REQUEST_TIMEOUT",
             help="Seconds before a parameter request to one peer is retried on another.",
         ),
-        click.option("--device", default="auto", show_default=True, envvar="PSYCHE_DEVICE"),
+        click.option(
+            "--device",
+            default="auto",
+            show_default=True,
+            envvar="PSYCHE_DEVICE",
+            help="auto (CUDA if usable, else the CPU), cpu, cuda, cuda:N, or mps (Apple GPUs, "
+            "where torch reports it; only with DP = TP = 1).",
+        ),
         click.option(
             "--logs",
             type=click.Choice(["console", "json", "tui"]),

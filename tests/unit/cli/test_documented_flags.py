@@ -57,6 +57,7 @@ TRAIN_FLAGS: list[tuple[list[str], str, Any]] = [
     (["--compression", "2"], "compression", 2),
     (["--keep-steps", "5"], "keep_steps", 5),
     (["--device", "cpu"], "device", "cpu"),
+    (["--device", "mps"], "device", "mps"),  # parsed; only usable where torch reports MPS
 ]
 
 CENTRALIZED_TRAIN = ["--run-id", "r", "--server-addr", "127.0.0.1:1"]
@@ -110,6 +111,71 @@ def test_centralized_identity_short_and_long(short: str) -> None:
 )
 def test_solana_train_endpoint_and_wallet_flags(args: list[str], param: str, value: Any) -> None:
     assert _parse(_sub(solana, "train"), ["--run-id", "r", *args])[param] == value
+
+
+def test_centralized_train_run_and_server() -> None:
+    params = _parse(_sub(client, "train"), ["--run-id", "run1", "--server-addr", "10.0.0.1:20000"])
+    assert (params["run_id"], params["server_addr"]) == ("run1", "10.0.0.1:20000")
+    res = CliRunner().invoke(client, ["train", "--run-id", "r"], env={"SERVER_ADDR": None})
+    assert res.exit_code == 2 and "--server-addr" in res.output
+
+
+def test_show_identity_reads_the_raw_key_from_the_environment() -> None:
+    key = SecretKey.generate()
+    res = CliRunner().invoke(
+        client,
+        ["show-identity"],
+        env={"RAW_IDENTITY_SECRET_KEY": key.to_bytes().hex(), "IDENTITY_SECRET_KEY_PATH": None},
+    )
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == peer_id_for(key.public_key())
+
+
+# The Solana client's commands as "Joining a training run" and "Creating a run" invoke them.
+SOLANA_DOCUMENTED: list[tuple[str, list[str], dict[str, Any]]] = [
+    (
+        "check-authorization",
+        ["--run-id", "r", "--authorizer", "A", "--pubkey", "P"],
+        {"run_id": "r", "authorizer": "A", "pubkey": "P"},
+    ),
+    (
+        "create-run",
+        ["--rpc", "devnet", "--ws-rpc", "wss://x", "--run-id", "r", "--name", "N",
+         "--description", "D"],
+        {"rpc": "devnet", "ws_rpc": "wss://x", "run_id": "r", "name": "N", "description": "D"},
+    ),
+    (
+        "update-config",
+        ["--rpc", "devnet", "--ws-rpc", "wss://x", "--run-id", "r", "--config-path", "c.toml"],
+        {"rpc": "devnet", "ws_rpc": "wss://x", "run_id": "r", "config_path": "c.toml"},
+    ),
+    (
+        "set-paused",
+        ["--rpc", "devnet", "--ws-rpc", "wss://x", "--run-id", "r", "resume"],
+        {"rpc": "devnet", "ws_rpc": "wss://x", "run_id": "r", "action": "resume"},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "want"), SOLANA_DOCUMENTED, ids=[c[0] for c in SOLANA_DOCUMENTED]
+)
+def test_solana_documented_commands_parse(name: str, args: list[str], want: dict[str, Any]) -> None:
+    params = _parse(_sub(solana, name), args)
+    got = {k: params[k] for k in want}
+    if "config_path" in got:
+        got["config_path"] = str(got["config_path"])
+    assert got == want
+
+
+def test_server_validate_config_flags(tmp_path: Path) -> None:
+    state, data = tmp_path / "state.toml", tmp_path / "data.toml"
+    state.write_text("")
+    data.write_text("")
+    params = _parse(
+        _sub(server, "validate-config"), ["--state", str(state), "--data-config", str(data)]
+    )
+    assert (Path(params["state_path"]), Path(params["data_path"])) == (state, data)
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,12 @@ Content addressing makes serving safe for everyone: a client serves its own payl
 payload it has downloaded and verified, so a producer uploads a handful of copies rather than
 N−1 and the blob survives the producer leaving. The server answers only allowed peers
 (``FORBIDDEN``), refuses a blob larger than the requester's ``max_size`` before sending a byte
-(``TOO_LARGE``), caps concurrent uploads (``BUSY``) so serving cannot starve gossip, and gives
-every request a deadline derived from the blob size (a floor rate), so a frozen or malicious
-reader cannot hold an upload slot. ``/psyche/ping/1`` echoes 8 bytes; its round trip is the
-latency the fetcher ranks peers by.
+(``TOO_LARGE``), caps concurrent uploads (``BUSY``) so serving cannot starve gossip, hands a
+blob off once it has uploaded it twice (``BUSY`` for a short while, so later fetchers take it
+from the peers that got it; see :class:`BlobServer`), and gives every request a deadline
+derived from the blob size (a floor rate), so a frozen or malicious reader cannot hold an
+upload slot. ``/psyche/ping/1`` echoes 8 bytes; its round trip is the latency the fetcher ranks
+peers by.
 
 Streams are typed by the small :class:`ByteStream` protocol, not libp2p classes, so this module
 and :mod:`.fetch` are unit-tested with in-memory streams and never import libp2p.
@@ -149,6 +151,10 @@ class _Served:
     path: str
     size: int
     active: int = 0
+    uploads: int = 0
+    """Uploads completed."""
+    handoff_until: float = -1.0
+    """Until then (trio clock) this blob is left to the peers that got it from us."""
 
 
 @dataclass(slots=True)
@@ -161,8 +167,19 @@ class BlobServer:
     """Uploads of one blob at once; further fetchers are told BUSY and ask again, by then also
     the peers that got it first (a fetched blob is served from then on). So a producer's uplink,
     the scarce link of a home connection, is never split more than two ways for one result.
-    It bounds concurrency, not the count: small payloads are done before a third fetcher asks,
-    and then the producer serves it too (bench/internet.py measures both)."""
+    On its own it bounds concurrency, not the count: small payloads are done before a third
+    fetcher asks (``handoff_after`` bounds the count)."""
+    handoff_after: int = 2
+    """Completed uploads of one blob after which further fetchers are told BUSY for a while
+    (the handoff window), so they take it from the peers that already got it: every holder,
+    the producer included, then uploads a blob about twice whatever the number of fetchers,
+    and the copies spread as a tree. After the window anyone is served again, so a fetcher
+    that cannot reach any other holder (NAT, departed peers) still gets it, late."""
+    handoff_min_s: float = 1.0
+    """The handoff window: this, plus ``handoff_factor`` times the upload that completed the
+    ``handoff_after``-th copy (a slower link gives the new holders longer to be asked)."""
+    handoff_factor: float = 4.0
+    handoff_max_s: float = 10.0
     request_timeout: float = 10.0
     """Time to receive the request; also the fixed part of every upload's deadline."""
     min_rate_bps: float = 250_000.0
@@ -172,6 +189,8 @@ class BlobServer:
     internet."""
     served: int = 0
     refused: int = 0
+    handed_off: int = 0
+    """Requests refused (BUSY, also in ``refused``) because the blob was being handed off."""
     _blobs: dict[bytes, _Served] = field(default_factory=dict)
     _active: int = 0
 
@@ -208,30 +227,43 @@ class BlobServer:
             status = Status.TOO_LARGE
         elif self._active >= self.max_concurrent or blob.active >= self.max_per_blob:
             status = Status.BUSY
+        elif trio.current_time() < blob.handoff_until:
+            status = Status.BUSY
+            self.handed_off += 1
         if status is not Status.OK or blob is None:
             self.refused += 1
             await stream.write(encode_header(status, blob.size if blob else 0))
             return
         self._active += 1
         blob.active += 1
+        t0 = trio.current_time()
         try:
             with trio.move_on_after(self.request_timeout + blob.size / self.min_rate_bps) as scope:
-                await self._upload(stream, blob)
+                uploaded = await self._upload(stream, blob)
             if scope.cancelled_caught:
                 raise TimeoutError(f"upload of {blob.size} bytes to {peer} too slow")
+            if not uploaded:
+                self.refused += 1
+                return
             self.served += 1
+            blob.uploads += 1
+            if blob.uploads == self.handoff_after:
+                now = trio.current_time()
+                window = self.handoff_min_s + self.handoff_factor * (now - t0)
+                blob.handoff_until = now + min(window, self.handoff_max_s)
         finally:
             self._active -= 1
             blob.active -= 1
 
-    async def _upload(self, stream: ByteStream, blob: _Served) -> None:
+    async def _upload(self, stream: ByteStream, blob: _Served) -> bool:
+        """Send the blob; False if its file is gone (the fetcher is told NOT_FOUND)."""
         # trio.open_file runs each call in a worker thread, so a slow disk (or a pipe) never
         # blocks gossip in this event loop.
         try:
             f = await trio.open_file(blob.path, "rb")
         except OSError:
             await stream.write(encode_header(Status.NOT_FOUND, 0))
-            return
+            return False
         async with f:
             await stream.write(encode_header(Status.OK, blob.size))
             sent = 0
@@ -242,3 +274,4 @@ class BlobServer:
                     raise EOFError(f"{blob.path} ended after {sent} of {blob.size} bytes")
                 await stream.write(chunk)
                 sent += len(chunk)
+        return True

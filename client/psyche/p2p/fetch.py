@@ -46,7 +46,7 @@ from psyche.p2p.control import FetchDone, FetchErrorKind, FetchFailure, blob_pat
 from psyche.p2p.peers import PeerTable
 from psyche.p2p.rejections import Rejection, Rejections
 
-__all__ = ["MAX_REPORTED_FAILURES", "FetchRequest", "fetch_blob"]
+__all__ = ["BUSY_RETRY_S", "MAX_REPORTED_FAILURES", "FetchRequest", "fetch_blob"]
 
 
 class _AttemptFailed(Exception):
@@ -64,12 +64,14 @@ class _AttemptFailed(Exception):
         exclude: bool,
         penalize: bool,
         too_large: bool = False,
+        busy: bool = False,
         rejection: Rejection | None = None,
     ) -> None:
         super().__init__(reason)
         self.exclude = exclude
         self.penalize = penalize
         self.too_large = too_large
+        self.busy = busy
         self.rejection = rejection
 
 
@@ -91,7 +93,10 @@ async def _download(
     if status is not Status.OK:
         reason, exclude = _STATUS_FAILURE[status]
         too_large = status is Status.TOO_LARGE
-        raise _AttemptFailed(reason, exclude=exclude, penalize=False, too_large=too_large)
+        busy = status is Status.BUSY
+        raise _AttemptFailed(
+            reason, exclude=exclude, penalize=False, too_large=too_large, busy=busy
+        )
     if length > max_size:
         reason = f"announced {length} bytes > max_size {max_size}"
         raise _AttemptFailed(reason, exclude=True, penalize=True, rejection=Rejection.blob_oversize)
@@ -147,6 +152,9 @@ class FetchRequest:
     attempt_timeout: float
 
 
+BUSY_RETRY_S = 0.25
+"""The pause before the next pass after a peer answered BUSY (no growing backoff)."""
+
 MAX_REPORTED_FAILURES = 256
 """Failures kept per fetch (the most recent); a long fetch against dead peers makes many."""
 
@@ -168,7 +176,8 @@ async def fetch_blob(
     any peer that does so now is added (the caller keeps the set across fetches).
     ``connected`` names the peers we hold a connection to: they are asked first in every pass,
     since dialling a peer we cannot reach (behind a NAT, known only by a private address) costs
-    a whole attempt timeout before anyone else is asked.
+    a whole attempt timeout before anyone else is asked; after a ``BUSY`` answer, the rest of
+    that pass asks only connected peers (the busy holder will serve us soon).
     """
     start = trio.current_time()
     deadline = start + req.timeout
@@ -198,14 +207,21 @@ async def fetch_blob(
     try:
         while trio.current_time() < deadline:
             candidates = [p for p in table.order(req.peers) if p not in excluded]
-            if connected is not None:
-                now = connected()
-                candidates.sort(key=lambda p: p not in now)  # stable: ranking kept within
+            reachable = None if connected is None else connected()
+            if reachable is not None:
+                candidates.sort(key=lambda p: p not in reachable)  # stable: ranking kept within
             last_pass = []
+            busy_seen = False
             for peer in candidates:
                 remaining = deadline - trio.current_time()
                 if remaining <= 0:
                     break
+                if busy_seen and reachable is not None and peer not in reachable:
+                    # A holder told us BUSY: it (or a peer it handed the blob to) will serve us
+                    # on the next pass, while a dial of a peer we are not connected to may cost
+                    # a whole attempt timeout. Such peers are asked only in a pass nobody was
+                    # busy in.
+                    continue
                 if not is_allowed(peer):
                     fail(peer, "not in our allow-list", exclude=True, penalize=False)
                     continue
@@ -216,6 +232,7 @@ async def fetch_blob(
                         )
                     except _AttemptFailed as e:
                         too_large |= e.too_large
+                        busy_seen |= e.busy
                         fail(peer, str(e), exclude=e.exclude, penalize=e.penalize)
                         if e.rejection is Rejection.blob_hash_mismatch:
                             liars.add(peer)
@@ -236,8 +253,12 @@ async def fetch_blob(
                 if too_large:
                     return done(FetchErrorKind.too_large, "the blob is larger than max_size")
                 return done(FetchErrorKind.not_found, "no asked peer can serve a verified copy")
-            await trio.sleep(min(backoff, max(deadline - trio.current_time(), 0.0)))
-            backoff = min(backoff * 2, 4.0)
+            # A busy holder is free again (or has handed the blob to others) within moments;
+            # peers that lack the blob are given more and more time to get it.
+            pause = BUSY_RETRY_S if busy_seen else backoff
+            await trio.sleep(min(pause, max(deadline - trio.current_time(), 0.0)))
+            if not busy_seen:
+                backoff = min(backoff * 2, 4.0)
         if last_pass and all(r == _STATUS_FAILURE[Status.NOT_FOUND][0] for r in last_pass):
             return done(FetchErrorKind.not_found, "no asked peer had the blob before the deadline")
         return done(FetchErrorKind.timeout, f"no verified copy within {req.timeout:g} s")

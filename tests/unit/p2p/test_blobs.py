@@ -303,3 +303,104 @@ def test_only_bad_links_and_dishonest_peers_lose_their_ranking(tmp_path: Path) -
     assert table.get("missing").bandwidth_bps is None  # lacking a blob is not a fault
     assert table.get("forger").bandwidth_bps == 0.0
     assert table.order(["forger", "missing", "honest"]) == ["honest", "missing", "forger"]
+
+
+def test_a_blob_is_handed_off_after_two_uploads_then_served_again(tmp_path: Path) -> None:
+    server, _ = server_for(tmp_path, BLOB, handoff_min_s=0.5, handoff_factor=0.0)
+
+    async def ask(peer: str) -> Status:
+        ours, theirs = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.handle, Stream(theirs), peer)
+            await Stream(ours).write(encode_request(H, len(BLOB)))
+            status, length = decode_header(await read_exactly(Stream(ours), HEADER_LEN))
+            if status is Status.OK:
+                assert await read_exactly(Stream(ours), length) == BLOB
+            return status
+
+    async def main() -> list[Status]:
+        got = [await ask("first"), await ask("second"), await ask("third")]
+        await trio.sleep(0.6)  # the window is over: a fetcher nobody else served still gets it
+        return [*got, await ask("third")]
+
+    assert trio.run(main) == [Status.OK, Status.OK, Status.BUSY, Status.OK]
+    assert server.served == 3 and server.handed_off == 1 and server.refused == 1
+
+
+def test_a_busy_holder_is_waited_for_instead_of_dialling_an_unconnected_peer(
+    tmp_path: Path,
+) -> None:
+    # The producer is handing its blob off and nobody we are connected to has it yet; the only
+    # other candidate is a NAT'd peer we hold no connection to, whose dial would stall.
+    server, producer = server_for(tmp_path, BLOB, handoff_min_s=0.6, handoff_factor=0.0)
+    server._blobs[H].uploads = 2
+    server._blobs[H].handoff_until = 0.0  # set on the fetch's clock below
+
+    async def producer_then_window(stream: ByteStream) -> None:
+        if server._blobs[H].handoff_until == 0.0:
+            server._blobs[H].handoff_until = trio.current_time() + 0.6
+        await producer(stream)
+
+    handlers = {"producer": producer_then_window, "natd": scripted(then="stall")}
+    done, opened = run_fetch(
+        tmp_path, handlers, ["producer", "natd"], attempt_timeout=3, connected={"producer"}
+    )
+    assert done.from_peer == "producer" and "natd" not in opened and done.seconds < 2.5
+    assert server.handed_off >= 1
+
+
+def test_copies_spread_as_a_tree_so_every_holder_uploads_about_twice(tmp_path: Path) -> None:
+    """N fetchers at once: the producer uploads twice whatever N is, and so does each holder."""
+    n = 12
+    names = ["producer", *[f"f{i}" for i in range(n)]]
+    servers = {
+        name: BlobServer(is_allowed=lambda p: True, handoff_min_s=1.0, handoff_factor=0.0)
+        for name in names
+    }
+    path = tmp_path / "producer-blob"
+    path.write_bytes(BLOB)
+    servers["producer"].serve(H, str(path), len(BLOB))
+
+    async def main() -> list[FetchDone]:
+        results: list[FetchDone] = []
+        async with trio.open_nursery() as nursery:
+
+            def opener(me: str) -> Callable[[str], Awaitable[ByteStream]]:
+                async def open_stream(peer: str) -> ByteStream:
+                    ours, theirs = trio.testing.memory_stream_pair()
+                    nursery.start_soon(servers[peer].handle, Stream(theirs), me)
+                    return Stream(ours)
+
+                return open_stream
+
+            async def fetch(me: str) -> None:
+                blob_dir = tmp_path / me
+                blob_dir.mkdir()
+                others = [p for p in names if p != me]
+                req = FetchRequest(1, H, len(BLOB), others, 30.0, 5.0)
+                done = await fetch_blob(
+                    req,
+                    blob_dir=blob_dir,
+                    table=PeerTable(),
+                    is_allowed=lambda p: True,
+                    open_stream=opener(me),
+                    connected=lambda: set(names),
+                )
+                assert done.path is not None
+                servers[me].serve(H, done.path, len(BLOB))  # a fetched blob is served on
+                results.append(done)
+
+            async with trio.open_nursery() as fetchers:
+                for name in names[1:]:
+                    fetchers.start_soon(fetch, name)
+            await trio.sleep(1.0)  # servers finish their bookkeeping after the last byte is read
+            nursery.cancel_scope.cancel()
+        return results
+
+    # Time jumps only when every task has waited 0.1 s of real time: uploads read their file in
+    # worker threads, and a jump during such a read would skip over handoff windows.
+    done = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.1))
+    assert len(done) == n and all(d.path is not None for d in done)
+    served = {name: s.served for name, s in servers.items()}
+    assert served["producer"] == 2, served
+    assert sum(served.values()) == n and max(served.values()) <= 2, served

@@ -227,7 +227,7 @@ class BlobServer:
             status = Status.TOO_LARGE
         elif self._active >= self.max_concurrent or blob.active >= self.max_per_blob:
             status = Status.BUSY
-        elif trio.current_time() < blob.handoff_until:
+        elif self._handing_off(blob):
             status = Status.BUSY
             self.handed_off += 1
         if status is not Status.OK or blob is None:
@@ -254,6 +254,13 @@ class BlobServer:
         finally:
             self._active -= 1
             blob.active -= 1
+
+    def _handing_off(self, blob: _Served) -> bool:
+        """True while further fetchers should ask the blob's other holders: ``handoff_after``
+        copies are done or under way, and the window after the last of them is not over."""
+        if blob.uploads + blob.active < self.handoff_after:
+            return False
+        return blob.handoff_until < 0 or trio.current_time() < blob.handoff_until
 
     async def _upload(self, stream: ByteStream, blob: _Served) -> bool:
         """Send the blob; False if its file is gone (the fetcher is told NOT_FOUND)."""

@@ -152,7 +152,7 @@ class FetchRequest:
     attempt_timeout: float
 
 
-BUSY_RETRY_S = 0.25
+BUSY_RETRY_S = 0.1
 """The pause before the next pass after a peer answered BUSY (no growing backoff)."""
 
 MAX_REPORTED_FAILURES = 256

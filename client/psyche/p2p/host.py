@@ -67,7 +67,7 @@ from psyche.p2p.peer_id import libp2p_key_pair
 from psyche.p2p.service import ControlChannel, HostService
 from psyche.protocol.identity import SecretKey
 
-__all__ = ["main"]
+__all__ = ["DialFailuresAtDebug", "main"]
 
 log = logging.getLogger("psyche.p2p.host")
 
@@ -159,6 +159,29 @@ def _setup_logging(level: int) -> None:
     )
     logging.getLogger("libp2p").setLevel(max(level, logging.WARNING))
     logging.getLogger("multiaddr").setLevel(max(level, logging.WARNING))
+    logging.getLogger(_TCP_LOGGER).addFilter(DialFailuresAtDebug(level))
+
+
+_TCP_LOGGER = "libp2p.transport.tcp.tcp"
+_DIAL_FAILURES = ("Failed to open TCP stream", "Unexpected error opening TCP stream")
+
+
+class DialFailuresAtDebug(logging.Filter):
+    """py-libp2p's TCP transport logs every failed dial at ERROR and then raises to the caller,
+    which counts it (fetch failures, hole-punch outcomes) and logs what it means. With NAT'd
+    peers failed dials are expected (a private address, a punch that did not take), so these
+    lines are demoted to DEBUG: shown only when the host logs at DEBUG."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and record.getMessage().startswith(_DIAL_FAILURES):
+            if self.level > logging.DEBUG:
+                return False
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
 
 
 _dirs_to_remove_on_exit: list[str] = []

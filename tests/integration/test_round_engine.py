@@ -3,20 +3,26 @@ real coordinator and run host, real models trained with DisTrO; in-memory networ
 clock. Each case is a situation the engine must survive, reached in seconds: a client that
 drops out on an internal error and comes back next epoch, a download that misses the apply
 deadline, an epoch whose Cooldown a client never saw, a member that never loads (warmup grace),
-training cancelled by the end of its round, a client killed and restarted mid-epoch.
+training cancelled by the end of its round, a client killed and restarted mid-epoch, a joiner
+whose model fetch from peers fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from psyche.checkpoint.p2p import PeerFetchError
 from psyche.coordinator import Coordinator, RunState
+from psyche.daemon import sharing
 from psyche.daemon.parts import ModelKit
 from psyche.daemon.warmup import WARMUP_GRACE_S
 from psyche.events import ApplyEvent, ModelLoadedEvent, TrainEvent, read_events
@@ -264,6 +270,59 @@ def test_a_client_killed_mid_epoch_sits_it_out_and_rejoins_from_its_peers(
 
     _run(sim, until=until)
     assert restarted
+    loads = [e for e in read_events(tmp_path / "events" / "client-1.jsonl")
+             if isinstance(e, ModelLoadedEvent)]  # fmt: skip
+    assert [e.source for e in loads][-1] == "p2p", loads
+    hashes = _hashes_by_step(tmp_path, 3)
+    last = max(hashes)
+    assert set(hashes[last]) == {0, 1, 2} and len(set(hashes[last].values())) == 1
+    assert all(len(set(h.values())) == 1 for h in hashes.values())
+
+
+def test_a_joiner_whose_model_fetch_fails_sits_the_epoch_out_and_loads_the_next(
+    tiny_corpus: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Seen on emulated home links: the joiner's peers stopped serving the model (their epoch's
+    # first round began) before it had every piece. That is a warning and an epoch sat out,
+    # not an "internal error" with a traceback.
+    real_fetch = sharing.fetch_snapshot
+    failures: list[int] = []
+
+    async def fetch_failing_once(*args: Any, **kw: Any) -> Any:
+        if not failures:
+            failures.append(kw["step"])
+            raise PeerFetchError("peers unreachable: every peer failed while fetching piece 3")
+        return await real_fetch(*args, **kw)
+
+    monkeypatch.setattr(sharing, "fetch_snapshot", fetch_failing_once)
+    rc = _config(epoch_time=10, total_steps=40, min_clients=2)
+    sim = _sim(tiny_corpus, tmp_path, rc)
+    restarted: list[int] = []
+
+    def until(s: SimulatedRun) -> bool:
+        c = s.coordinator
+        if (
+            not restarted
+            and c.run_state in (RunState.RoundTrain, RunState.RoundWitness)
+            and c.current_round().height >= 3
+        ):
+            restarted.append(c.progress.step)
+            asyncio.get_running_loop().create_task(_restart(s))
+        return s.summary.epochs_completed >= 3
+
+    async def _restart(s: SimulatedRun) -> None:
+        await s.kill_client(1)
+        s.start_client(1)
+
+    with caplog.at_level(logging.WARNING, logger="psyche.daemon"):
+        _run(sim, until=until)
+    assert restarted and failures
+    texts = [r.getMessage() for r in caplog.records]
+    assert any("could not load the model from peers" in t for t in texts), texts
+    assert not any("internal error" in t for t in texts), texts
     loads = [e for e in read_events(tmp_path / "events" / "client-1.jsonl")
              if isinstance(e, ModelLoadedEvent)]  # fmt: skip
     assert [e.source for e in loads][-1] == "p2p", loads

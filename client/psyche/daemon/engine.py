@@ -30,6 +30,7 @@ import os
 import time
 
 from psyche.backends.base import BackendError
+from psyche.checkpoint.p2p import PeerFetchError
 from psyche.coordinator import Coordinator, RunState
 from psyche.daemon.cooldown import CooldownStep, missed_cooldown
 from psyche.daemon.epoch import EpochView
@@ -106,6 +107,15 @@ class RoundEngine:
                     raise
                 except MissingConsensusResult as e:
                     log.warning("%s; dropping out of this epoch", e)
+                    self.drop_out()
+                except PeerFetchError as e:
+                    # Peers that stop serving (their epoch started) or cannot be reached are
+                    # an expected outcome for a joiner on slow links, not an internal error.
+                    log.warning(
+                        "could not load the model from peers (%s); sitting this epoch out, "
+                        "the next warmup tries again",
+                        e,
+                    )
                     self.drop_out()
                 except Exception:
                     log.exception("internal error; dropping out of this epoch")

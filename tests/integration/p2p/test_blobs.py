@@ -11,10 +11,11 @@ import hashlib
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .harness import mesh, start_nodes
+from .harness import NodeProc, mesh, start_nodes
 from .node_runner import seeded_blob
 
 pytestmark = pytest.mark.slow
@@ -99,4 +100,39 @@ def test_blobs_are_verified_reserved_and_refetched_elsewhere_when_peers_lie_or_c
         assert time.monotonic() < deadline, "the host outlived its parent"
         time.sleep(0.1)
     for node in (a, c):
+        node.stop()
+
+
+def test_a_producer_uploads_twice_and_later_fetchers_take_it_from_those_peers(
+    reap_children: list[subprocess.Popen[bytes]],
+) -> None:
+    """Two fetchers get a producer's blob; three more then ask for it at once, each asking the
+    producer first. Without the handoff the producer, idle again, would serve them too (a
+    small payload is done before later fetchers ask): it hands the blob off instead, and they
+    get it from the peers that fetched it (docs/protocol.md, "Blobs")."""
+    nodes = list(start_nodes("PBCDEF", "handoff-run", reap_children).values())
+    mesh(nodes)
+    producer, fetchers = nodes[0], nodes[1:]
+    # Every fetcher first gets another blob from the producer alone, so the producer is the
+    # peer with a measured bandwidth: each fetcher asks it first from then on.
+    warm = producer.call("serve", seed=8, size=MIB // 4)["hash"]
+    for f in fetchers:
+        assert f.call("fetch", hash=warm, peers=[producer.peer_id], max_size=MIB // 4)["ok"]
+    blob = producer.call("serve", seed=7, size=MIB)["hash"]
+
+    def fetch_all(group: list[NodeProc]) -> list[dict[str, Any]]:
+        pending = []
+        for f in group:
+            others = [n.peer_id for n in nodes if n is not f and n is not producer]
+            peers = [producer.peer_id, *others]
+            pending.append(f.send("fetch", hash=blob, peers=peers, max_size=MIB, timeout=30))
+        return [f.reply(req, timeout=60) for f, req in zip(group, pending, strict=True)]
+
+    got = fetch_all(fetchers[:2]) + fetch_all(fetchers[2:])
+    assert all(g["ok"] and g["sha256"] == blob for g in got), got
+    sources = [g["from_peer"] for g in got]
+    assert sources[:2] == [producer.peer_id] * 2, sources
+    assert producer.peer_id not in sources[2:], sources
+    assert max(g["elapsed"] for g in got) < 15, got  # handed off, not waited out
+    for node in nodes:
         node.stop()

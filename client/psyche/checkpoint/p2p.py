@@ -74,9 +74,11 @@ class SnapshotServer:
 
     def share(self, snapshot: Snapshot) -> None:
         self.clear()
-        blobs = [self.node.serve(snapshot.manifest_bytes)]
-        blobs += [self.node.serve(p) for p in snapshot.pieces]
-        blobs += [self.node.serve(f) for f in snapshot.files.values()]
+        # No handoff: a joiner asks one holder per request (PeerPool), so a holder turning it
+        # away for a while would only delay it; holders share the load by piece instead.
+        blobs = [self.node.serve(snapshot.manifest_bytes, handoff=False)]
+        blobs += [self.node.serve(p, handoff=False) for p in snapshot.pieces]
+        blobs += [self.node.serve(f, handoff=False) for f in snapshot.files.values()]
         self.snapshot, self._blobs = snapshot, blobs
 
     def clear(self) -> None:

@@ -151,6 +151,7 @@ class _Served:
     path: str
     size: int
     active: int = 0
+    handoff: bool = True
     uploads: int = 0
     """Uploads completed."""
     handoff_until: float = -1.0
@@ -194,8 +195,10 @@ class BlobServer:
     _blobs: dict[bytes, _Served] = field(default_factory=dict)
     _active: int = 0
 
-    def serve(self, blob_hash: bytes, path: str, size: int) -> None:
-        self._blobs[blob_hash] = _Served(path, size)
+    def serve(self, blob_hash: bytes, path: str, size: int, *, handoff: bool = True) -> None:
+        """``handoff=False`` for blobs fetched from named peers only (model snapshot pieces: a
+        joiner asks one holder per request, so a holder handing off would only delay it)."""
+        self._blobs[blob_hash] = _Served(path, size, handoff=handoff)
 
     def unserve(self, blob_hash: bytes) -> None:
         self._blobs.pop(blob_hash, None)
@@ -258,7 +261,7 @@ class BlobServer:
     def _handing_off(self, blob: _Served) -> bool:
         """True while further fetchers should ask the blob's other holders: ``handoff_after``
         copies are done or under way, and the window after the last of them is not over."""
-        if blob.uploads + blob.active < self.handoff_after:
+        if not blob.handoff or blob.uploads + blob.active < self.handoff_after:
             return False
         return blob.handoff_until < 0 or trio.current_time() < blob.handoff_until
 

@@ -135,11 +135,13 @@ class Publish(_Ctl, frozen=True):
 
 
 class Serve(_Ctl, frozen=True):
-    """Serve the file at ``path`` (``size`` bytes) to allowed peers asking for ``blob_hash``."""
+    """Serve the file at ``path`` (``size`` bytes) to allowed peers asking for ``blob_hash``;
+    ``handoff``: leave it to other holders after two copies (:class:`~.blobs.BlobServer`)."""
 
     blob_hash: Bytes32
     path: Text
     size: U64
+    handoff: bool = True
 
 
 class Unserve(_Ctl, frozen=True):

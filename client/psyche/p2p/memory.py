@@ -110,7 +110,7 @@ class MemoryTransport(Transport):
                 return
             yield item
 
-    def serve(self, blob: bytes) -> bytes:
+    def serve(self, blob: bytes, *, handoff: bool = True) -> bytes:
         digest = hashlib.sha256(blob).digest()
         self._blobs[digest] = bytes(blob)
         return digest

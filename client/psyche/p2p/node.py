@@ -317,14 +317,15 @@ class P2PNode(Transport):
 
     # ---- blobs -------------------------------------------------------------------------------
 
-    def serve(self, blob: bytes) -> bytes:
-        """Serve ``blob`` to allowed peers; returns its id, ``sha256(blob)``."""
+    def serve(self, blob: bytes, *, handoff: bool = True) -> bytes:
+        """Serve ``blob`` to allowed peers; returns its id, ``sha256(blob)``. ``handoff=False``
+        for blobs fetchers ask of this peer by name (see :class:`~psyche.p2p.blobs.BlobServer`)."""
         blob_hash = hashlib.sha256(blob).digest()
         path = blob_path(self.blob_dir, blob_hash)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(blob)
         os.replace(tmp, path)
-        self._register(blob_hash, path, len(blob))
+        self._register(blob_hash, path, len(blob), handoff=handoff)
         return blob_hash
 
     def serve_file(self, path: str | os.PathLike[str], *, blob_hash: bytes, size: int) -> None:
@@ -391,9 +392,9 @@ class P2PNode(Transport):
 
     # ---- plumbing ----------------------------------------------------------------------------
 
-    def _register(self, blob_hash: bytes, path: Path, size: int) -> None:
+    def _register(self, blob_hash: bytes, path: Path, size: int, *, handoff: bool = True) -> None:
         self._served[blob_hash] = path
-        self._host.send(Serve(blob_hash, str(path), size))
+        self._host.send(Serve(blob_hash, str(path), size, handoff))
 
     def _on_message(self, msg: HostMessage) -> None:
         if isinstance(msg, Delivery):

@@ -638,7 +638,7 @@ class HostService:
             elif isinstance(msg, Reserve):
                 nursery.start_soon(self.reserve, msg)
             elif isinstance(msg, Serve):
-                self.server.serve(msg.blob_hash, msg.path, msg.size)
+                self.server.serve(msg.blob_hash, msg.path, msg.size, handoff=msg.handoff)
             elif isinstance(msg, Unserve):
                 self.server.unserve(msg.blob_hash)
             elif isinstance(msg, Fetch):

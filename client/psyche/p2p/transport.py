@@ -76,8 +76,9 @@ class Transport(Protocol):
         """``(peer_id, data)`` per gossip message from an allowed peer; one consumer only."""
         ...
 
-    def serve(self, blob: bytes) -> bytes:
-        """Serve ``blob``; returns its SHA-256."""
+    def serve(self, blob: bytes, *, handoff: bool = True) -> bytes:
+        """Serve ``blob``; returns its SHA-256. ``handoff=False``: never turn fetchers away to
+        other holders (for blobs fetchers ask of this peer by name)."""
         ...
 
     def unserve(self, blob_hash: bytes) -> None: ...

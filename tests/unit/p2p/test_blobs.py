@@ -305,8 +305,13 @@ def test_only_bad_links_and_dishonest_peers_lose_their_ranking(tmp_path: Path) -
     assert table.order(["forger", "missing", "honest"]) == ["honest", "missing", "forger"]
 
 
-def test_a_blob_is_handed_off_after_two_uploads_then_served_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("handoff", [True, False])
+def test_a_blob_is_handed_off_after_two_uploads_then_served_again(
+    tmp_path: Path, handoff: bool
+) -> None:
     server, _ = server_for(tmp_path, BLOB, handoff_min_s=0.5, handoff_factor=0.0)
+    if not handoff:  # a model snapshot piece: joiners ask one holder by name, never turned away
+        server.serve(H, server._blobs[H].path, len(BLOB), handoff=False)
 
     async def ask(peer: str) -> Status:
         ours, theirs = trio.testing.memory_stream_pair()
@@ -323,8 +328,12 @@ def test_a_blob_is_handed_off_after_two_uploads_then_served_again(tmp_path: Path
         await trio.sleep(0.6)  # the window is over: a fetcher nobody else served still gets it
         return [*got, await ask("third")]
 
-    assert trio.run(main) == [Status.OK, Status.OK, Status.BUSY, Status.OK]
-    assert server.served == 3 and server.handed_off == 1 and server.refused == 1
+    if handoff:
+        assert trio.run(main) == [Status.OK, Status.OK, Status.BUSY, Status.OK]
+        assert server.served == 3 and server.handed_off == 1 and server.refused == 1
+    else:
+        assert trio.run(main) == [Status.OK] * 4
+        assert server.served == 4 and server.handed_off == 0 and server.refused == 0
 
 
 def test_a_busy_holder_is_waited_for_instead_of_dialling_an_unconnected_peer(

@@ -42,6 +42,7 @@ TO_HOST = [
     SetAllowedPeers([PEER]),
     Publish(2, b"x" * 4096),
     Serve(H, "/dev/shm/x/a.blob", 10),
+    Serve(H, "/dev/shm/x/b.blob", 10, handoff=False),
     Unserve(H),
     Fetch(3, H, 1 << 20, [PEER], 600.0, 10.0),
     CancelFetch(3),

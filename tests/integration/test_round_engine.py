@@ -70,6 +70,42 @@ def _run(
     return asyncio.run(asyncio.wait_for(main(), 150))
 
 
+def _restart_client_1_at_height_3(
+    restarted: list[int], epochs: int
+) -> Callable[[SimulatedRun], bool]:
+    """An ``until`` for :func:`_run`: kills and restarts client 1 once (mid-epoch, round 3;
+    the step goes into ``restarted``), and ends the run after ``epochs`` epochs."""
+
+    async def restart(s: SimulatedRun) -> None:
+        await s.kill_client(1)
+        s.start_client(1)
+
+    def until(s: SimulatedRun) -> bool:
+        c = s.coordinator
+        if (
+            not restarted
+            and c.run_state in (RunState.RoundTrain, RunState.RoundWitness)
+            and c.current_round().height >= 3
+        ):
+            restarted.append(c.progress.step)
+            asyncio.get_running_loop().create_task(restart(s))
+        return s.summary.epochs_completed >= epochs
+
+    return until
+
+
+def _assert_client_1_reloaded_from_peers_and_all_agree(out: Path) -> None:
+    """Client 1's last model load came from its peers, it trains again by the last step, and
+    every client's weights agree at every step."""
+    loads = [e for e in read_events(out / "events" / "client-1.jsonl")
+             if isinstance(e, ModelLoadedEvent)]  # fmt: skip
+    assert [e.source for e in loads][-1] == "p2p", loads
+    hashes = _hashes_by_step(out, 3)
+    last = max(hashes)
+    assert set(hashes[last]) == {0, 1, 2} and len(set(hashes[last].values())) == 1
+    assert all(len(set(h.values())) == 1 for h in hashes.values())
+
+
 def test_an_epoch_ends_by_witnesses_with_identical_weights(
     tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -252,31 +288,11 @@ def test_a_client_killed_mid_epoch_sits_it_out_and_rejoins_from_its_peers(
     rc = _config(epoch_time=10, total_steps=16, min_clients=2)
     sim = _sim(tiny_corpus, tmp_path, rc)
     restarted: list[int] = []
-
-    def until(s: SimulatedRun) -> bool:
-        c = s.coordinator
-        if (
-            not restarted
-            and c.run_state in (RunState.RoundTrain, RunState.RoundWitness)
-            and c.current_round().height >= 3
-        ):
-            restarted.append(c.progress.step)
-            asyncio.get_running_loop().create_task(_restart(s))
-        return s.summary.epochs_completed >= 2
-
-    async def _restart(s: SimulatedRun) -> None:
-        await s.kill_client(1)
-        s.start_client(1)
+    until = _restart_client_1_at_height_3(restarted, epochs=2)
 
     _run(sim, until=until)
     assert restarted
-    loads = [e for e in read_events(tmp_path / "events" / "client-1.jsonl")
-             if isinstance(e, ModelLoadedEvent)]  # fmt: skip
-    assert [e.source for e in loads][-1] == "p2p", loads
-    hashes = _hashes_by_step(tmp_path, 3)
-    last = max(hashes)
-    assert set(hashes[last]) == {0, 1, 2} and len(set(hashes[last].values())) == 1
-    assert all(len(set(h.values())) == 1 for h in hashes.values())
+    _assert_client_1_reloaded_from_peers_and_all_agree(tmp_path)
 
 
 def test_a_joiner_whose_model_fetch_fails_sits_the_epoch_out_and_loads_the_next(
@@ -301,21 +317,7 @@ def test_a_joiner_whose_model_fetch_fails_sits_the_epoch_out_and_loads_the_next(
     rc = _config(epoch_time=10, total_steps=40, min_clients=2)
     sim = _sim(tiny_corpus, tmp_path, rc)
     restarted: list[int] = []
-
-    def until(s: SimulatedRun) -> bool:
-        c = s.coordinator
-        if (
-            not restarted
-            and c.run_state in (RunState.RoundTrain, RunState.RoundWitness)
-            and c.current_round().height >= 3
-        ):
-            restarted.append(c.progress.step)
-            asyncio.get_running_loop().create_task(_restart(s))
-        return s.summary.epochs_completed >= 3
-
-    async def _restart(s: SimulatedRun) -> None:
-        await s.kill_client(1)
-        s.start_client(1)
+    until = _restart_client_1_at_height_3(restarted, epochs=3)
 
     with caplog.at_level(logging.WARNING, logger="psyche.daemon"):
         _run(sim, until=until)
@@ -323,10 +325,4 @@ def test_a_joiner_whose_model_fetch_fails_sits_the_epoch_out_and_loads_the_next(
     texts = [r.getMessage() for r in caplog.records]
     assert any("could not load the model from peers" in t for t in texts), texts
     assert not any("internal error" in t for t in texts), texts
-    loads = [e for e in read_events(tmp_path / "events" / "client-1.jsonl")
-             if isinstance(e, ModelLoadedEvent)]  # fmt: skip
-    assert [e.source for e in loads][-1] == "p2p", loads
-    hashes = _hashes_by_step(tmp_path, 3)
-    last = max(hashes)
-    assert set(hashes[last]) == {0, 1, 2} and len(set(hashes[last].values())) == 1
-    assert all(len(set(h.values())) == 1 for h in hashes.values())
+    _assert_client_1_reloaded_from_peers_and_all_agree(tmp_path)

@@ -38,7 +38,7 @@ def show_identity_cmd(identity_secret_key_path: str | None) -> None:
     """Print the P2P peer id of the key this client would use."""
     from psyche.cli.identity import echo_identity
 
-    echo_identity(identity_secret_key_path)
+    echo_identity(identity_secret_key_path, "with -i/--identity-secret-key-path")
 
 
 @client.command("train")

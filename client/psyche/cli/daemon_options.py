@@ -151,8 +151,8 @@ def daemon_options(*, p2p_host: str) -> Callable[[F], F]:
             "--checkpoint-dir",
             default=None,
             envvar="CHECKPOINT_DIR",
-            help="Elected checkpointers save {dir}/{run_id}-step{N}/ (Hugging Face format) at "
-            "cooldown.",
+            help="Every client saves the epoch's weights as {dir}/{run_id}-step{N}/ (Hugging Face "
+            "format) at each cooldown; elected checkpointers also upload them (--hub-repo).",
         ),
         click.option(
             "--keep-steps",

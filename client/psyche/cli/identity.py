@@ -18,14 +18,19 @@ import click
 __all__ = ["create_identity", "echo_identity"]
 
 
-def echo_identity(path: str | None) -> None:
-    """Print the peer id of ``path`` (or ``RAW_IDENTITY_SECRET_KEY``); a clear error otherwise."""
+def echo_identity(path: str | None, give_path: str) -> None:
+    """Print the peer id of ``path`` (or ``RAW_IDENTITY_SECRET_KEY``); a clear error otherwise.
+
+    ``give_path`` says how this command takes a key file: the commands differ (an option on
+    ``show-identity``, an argument on ``show-static-p2p-identity``).
+    """
     from psyche.p2p.peer_id import show_identity
 
     try:
         click.echo(show_identity(path, os.environ))
     except (ValueError, OSError) as e:
         click.echo(f"error: {e}", err=True)
+        click.echo(f"give a key file {give_path}", err=True)
         click.echo(
             "create a key with `psyche-solana-client create-static-p2p-identity secret.key` or "
             "`openssl rand 32 > secret.key`",
@@ -53,7 +58,7 @@ def create_identity(path: Path, *, force: bool) -> str:
 @click.argument("path", required=False, envvar="IDENTITY_SECRET_KEY_PATH")
 def show_static_identity_cmd(path: str | None) -> None:
     """Print the peer id of the key file PATH (or RAW_IDENTITY_SECRET_KEY)."""
-    echo_identity(path)
+    echo_identity(path, "as PATH (or IDENTITY_SECRET_KEY_PATH)")
 
 
 @click.command("create-static-p2p-identity")

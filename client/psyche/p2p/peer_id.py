@@ -98,8 +98,6 @@ def show_identity(path: str | None, env: Mapping[str, str]) -> str:
     """
     env_value = env.get(ENV_SECRET_KEY)
     if not path and not (env_value and env_value.strip()):
-        raise ValueError(
-            f"no identity to show: pass --identity-secret-key-path or set {ENV_SECRET_KEY}"
-        )
+        raise ValueError(f"no identity to show: no key file given and {ENV_SECRET_KEY} not set")
     secret = secret_key_from_env_or_file(path, env_value)
     return peer_id_for(secret.public_key())

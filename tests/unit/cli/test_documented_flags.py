@@ -315,7 +315,21 @@ def test_show_identity_without_a_key_is_a_clear_error() -> None:
     )
     assert res.exit_code == 1
     assert "no identity to show" in res.output and "openssl rand 32" in res.output
+    assert "give a key file with -i/--identity-secret-key-path" in res.output
     assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
+
+
+def test_show_static_p2p_identity_without_a_key_names_its_own_argument() -> None:
+    res = CliRunner().invoke(
+        solana,
+        ["show-static-p2p-identity"],
+        env={"RAW_IDENTITY_SECRET_KEY": None, "IDENTITY_SECRET_KEY_PATH": None},
+    )
+    assert res.exit_code == 1 and "no identity to show" in res.output
+    # This command takes the file as an argument; it has no --identity-secret-key-path.
+    assert "give a key file as PATH" in res.output
+    assert "--identity-secret-key-path" not in res.output
+    assert "Traceback" not in res.output
 
 
 def test_show_identity_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -62,3 +62,8 @@ def test_device_choice() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             pick_device("cuda")
+    if torch.backends.mps.is_available():
+        assert pick_device("mps") == torch.device("mps")
+    else:
+        with pytest.raises(ValueError, match="'mps' requested but MPS is not available"):
+            pick_device("mps")

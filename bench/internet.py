@@ -232,12 +232,13 @@ def analyse(
             "peers": len(joiner_loads[0].peers),
             "model_bytes": mbytes,
         }
-    hashes = [set(r["model_hash"].values()) for r in summary["rounds"] if r["model_hash"]]
+    # A round agrees only if at least two clients reported its hash: one reporter proves nothing.
+    hashes = [set(r["model_hash"].values()) for r in summary["rounds"] if len(r["model_hash"]) > 1]
     return {
         "preset": preset,
         "clients": opts.clients,
         "nat_clients": opts.nat,
-        "bootstrap_peers_given": 0,
+        "bootstrap_peers_given": bootstrap_peers_given(opts.workdir / preset / "run" / "env"),
         "uplink_mbps": opts.uplink_mbps,
         "downlink_mbps": opts.downlink_mbps,
         "epochs_completed": summary["epochs_completed"],
@@ -261,6 +262,19 @@ def analyse(
         ),
         "rejections": summary["rejections"],
     }
+
+
+def bootstrap_peers_given(env_dir: Path) -> int:
+    """Clients whose env file hands them other clients' addresses (read, not assumed)."""
+    given = 0
+    for env in sorted(env_dir.glob("*.env")):
+        for line in env.read_text().splitlines():
+            name, _, value = line.partition("=")
+            if name.strip().removeprefix("export ") == "PSYCHE_BOOTSTRAP_PEERS" and value.strip(
+                " '\""
+            ):
+                given += 1
+    return given
 
 
 def run_preset(opts: argparse.Namespace, preset: str, work: Path) -> dict[str, Any]:
@@ -307,7 +321,12 @@ def main() -> int:
     ap.add_argument("--uplink-mbps", type=float, default=20.0)
     ap.add_argument("--downlink-mbps", type=float, default=100.0)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=1500.0, help="per preset, seconds")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="per preset, seconds (default 840 with --quick, so it ends within 15 min; else 1500)",
+    )
     ap.add_argument("--workdir", type=Path, default=ROOT / "runs" / "bench-internet")
     ap.add_argument("--json", type=Path, default=None)
     opts = ap.parse_args()
@@ -316,6 +335,8 @@ def main() -> int:
     if not ok:
         print(f"cannot emulate an internet here: {why}", file=sys.stderr)
         return 2
+    if opts.timeout is None:
+        opts.timeout = 840.0 if opts.quick else 1500.0
     presets = ["tiny"] if opts.quick else [p for p in opts.presets.split(",") if p]
     results = [run_preset(opts, p, opts.workdir) for p in presets]
     for r in results:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from psyche.events import DownloadEvent, ModelLoadedEvent, TrainEvent, read_events
+from psyche.testnet.envfile import read_env_file
 from psyche.testnet.internet import InternetOptions, available
 from psyche.testnet.solana import SolanaTestnet, SolanaTestnetOptions, make_solana_testnet
 
@@ -238,7 +239,7 @@ def analyse(
         "preset": preset,
         "clients": opts.clients,
         "nat_clients": opts.nat,
-        "bootstrap_peers_given": bootstrap_peers_given(opts.workdir / preset / "run" / "env"),
+        "bootstrap_peers_given": bootstrap_peers_given(net, opts.clients),
         "uplink_mbps": opts.uplink_mbps,
         "downlink_mbps": opts.downlink_mbps,
         "epochs_completed": summary["epochs_completed"],
@@ -264,17 +265,11 @@ def analyse(
     }
 
 
-def bootstrap_peers_given(env_dir: Path) -> int:
+def bootstrap_peers_given(net: SolanaTestnet, clients: int) -> int:
     """Clients whose env file hands them other clients' addresses (read, not assumed)."""
-    given = 0
-    for env in sorted(env_dir.glob("*.env")):
-        for line in env.read_text().splitlines():
-            name, _, value = line.partition("=")
-            if name.strip().removeprefix("export ") == "PSYCHE_BOOTSTRAP_PEERS" and value.strip(
-                " '\""
-            ):
-                given += 1
-    return given
+    envs = (read_env_file(net.env_file(slot), {}) for slot in range(1, clients + 1))
+    # Values are kept as docker's --env-file keeps them, quotes included.
+    return sum(1 for env in envs if env.get("PSYCHE_BOOTSTRAP_PEERS", "").strip(" '\""))
 
 
 def run_preset(opts: argparse.Namespace, preset: str, work: Path) -> dict[str, Any]:

@@ -30,7 +30,8 @@ def echo_identity(path: str | None, give_path: str) -> None:
         click.echo(show_identity(path, os.environ))
     except (ValueError, OSError) as e:
         click.echo(f"error: {e}", err=True)
-        click.echo(f"give a key file {give_path}", err=True)
+        if not path:
+            click.echo(f"give a key file {give_path}", err=True)
         click.echo(
             "create a key with `psyche-solana-client create-static-p2p-identity secret.key` or "
             "`openssl rand 32 > secret.key`",

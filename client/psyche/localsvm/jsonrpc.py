@@ -43,6 +43,7 @@ from psyche.localsvm.protocol import (
     invalid_params,
     positional,
 )
+from psyche.localsvm.signatures import SignatureIndex
 from psyche.localsvm.transactions import (
     confirmed_transaction,
     signature_status,
@@ -94,6 +95,8 @@ class RpcMethods:
             "sendTransaction": self.send_transaction,
             "simulateTransaction": self.simulate_transaction,
         }
+
+        methods.update(SignatureIndex(self.chain).methods())
 
         def synced(fn: Handler) -> Handler:
             def call(params: list[Any]) -> Any:

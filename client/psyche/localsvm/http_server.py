@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BODY_SIZE = 50 * 1024
 MAX_HEADER_SIZE = 16 * 1024
 IDLE_TIMEOUT = 60.0
+JSON = "application/json"
+INTERNAL_ERROR_BODY = (
+    b'{"jsonrpc":"2.0","error":{"code":-32603,"message":"Internal error"},"id":null}'
+)
 
 RequestHandler = Callable[[bytes], bytes | None]
 
@@ -112,10 +116,14 @@ class HttpServer:
         try:
             reply = self._handler(body)
         except Exception:
+            # The handler answers every malformed body itself; reaching this is a bug of ours,
+            # whose traceback belongs in the log. The caller still gets a JSON-RPC error.
             log.exception("JSON-RPC handler failed")
-            await self._send(writer, HTTPStatus.INTERNAL_SERVER_ERROR, b"", False)
+            await self._send(
+                writer, HTTPStatus.INTERNAL_SERVER_ERROR, INTERNAL_ERROR_BODY, False, JSON
+            )
             return False
-        await self._send(writer, HTTPStatus.OK, reply or b"", keep_alive, "application/json")
+        await self._send(writer, HTTPStatus.OK, reply or b"", keep_alive, JSON)
         return keep_alive
 
     @staticmethod

@@ -1,8 +1,9 @@
 """JSON-RPC 2.0 framing shared by the HTTP and websocket fronts: strict decoding of untrusted
 bodies, batches, notifications (requests without ``id``) and the error objects.
 
-A malformed request always gets an error object (-32700 parse error, -32600 invalid request,
--32601 unknown method, -32602 invalid params), never an exception out of :func:`dispatch`.
+A malformed request always gets an error object (-32700 parse error, also for invalid UTF-8
+and nesting too deep to decode, -32600 invalid request, -32601 unknown method, -32602 invalid
+params), never an exception out of :func:`dispatch`.
 """
 
 from __future__ import annotations
@@ -142,7 +143,10 @@ def dispatch(body: bytes | str, methods: Mapping[str, Handler]) -> bytes | None:
     """The response to one request or batch; None when there is nothing to answer."""
     try:
         obj = _decoder.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        # msgspec raises UnicodeDecodeError for invalid UTF-8 inside a string and
+        # RecursionError for deep nesting (a validator's serde_json stops at 128 levels): both
+        # are a body that is not JSON, not a fault of ours.
         return encode(_error(None, RpcFault(PARSE_ERROR, "Parse error")))
     if isinstance(obj, list):
         if not obj or len(obj) > MAX_BATCH:

@@ -19,6 +19,7 @@ A state equal to the one before it is written as the string ``"unchanged"`` to k
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -29,7 +30,8 @@ from typing import Any
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.state_json import to_obj_state
-from psyche.coordinator.types import ClientState, RunState, Witness
+from psyche.coordinator.types import ClientState, RunState, Verdict, Witness
+from psyche.coordinator.verification import VERIFIERS_PER_ROUND
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.coordinator_config import CoordinatorConfig
@@ -51,6 +53,7 @@ from psyche.protocol.optimizers import DistroOptimizer
 from psyche.protocol.shuffle import deterministic_shuffle
 
 OUT_DIR = Path(__file__).resolve().parent / "coordinator"
+VERIFICATION_DIR = Path(__file__).resolve().parent / "verification"
 UNCHANGED = "unchanged"
 
 RS = RunState
@@ -1887,13 +1890,210 @@ def _unchecked(cfg: CoordinatorConfig, **changes: int) -> CoordinatorConfig:
     return CoordinatorConfig(**values)
 
 
+# Result verification (docs/protocol.md, "Threat model and result verification"). Written to
+# ``verification/``: the Rust program does not replay these yet.
+
+VERIFICATION_SCENARIOS: list[Callable[[], Scenario]] = []
+
+
+def verification_scenario(fn: Callable[[], Scenario]) -> Callable[[], Scenario]:
+    VERIFICATION_SCENARIOS.append(fn)
+    return fn
+
+
+def new_verifying(name: str, description: str, vp: int, **overrides: int) -> Scenario:
+    """A scenario whose config samples ``vp`` percent of results. Set after validation: the
+    client's verifier step does not exist yet, so ``check()`` still requires 0."""
+    s = new(name, description, config(**overrides))
+    s.c.config = _unchecked(s.c.config, verification_percent=vp)
+    return s
+
+
+def judged_now(s: Scenario) -> tuple[list[NodeIdentity], list[int]]:
+    """The previous round's client list and its sampled indices (slot order)."""
+    prev = s.c.previous_round()
+    assert prev is not None
+    return s.c.round_clients(prev), s.c.judged_sample(s.c.current_round(), prev)
+
+
+def verifier_indices(s: Scenario) -> list[int]:
+    rnd = s.c.current_round()
+    sel = s.c.committee_selection(rnd)
+    return [
+        i
+        for i in range(rnd.clients_len)
+        if sel.get_witness(i).witness and sel.get_witness(i).position < VERIFIERS_PER_ROUND
+    ]
+
+
+def send_judging_witness(s: Scenario, index: int, verdict: Verdict | None = None) -> None:
+    w = s.sim.round_witness(index)
+    if verdict is not None:
+        w = dataclasses.replace(w, verdict=verdict)
+    s.sim.witness(s.client(index), w)
+
+
+def until_judging(s: Scenario, fits: Callable[[NodeIdentity, list[int]], bool]) -> NodeIdentity:
+    """Play honest rounds until one (height ≥ 1) whose sampled trainer and verifier indices fit;
+    returns the sampled trainer."""
+    for _ in range(12):
+        if s.c.current_round().height >= 1:
+            judged, sampled = judged_now(s)
+            if sampled and fits(judged[sampled[0]], verifier_indices(s)):
+                return judged[sampled[0]]
+        s.round()
+    raise AssertionError(f"{s.name}: no round fits")
+
+
+MISMATCH = Verdict(checked=1, mismatch=1)
+MATCH = Verdict(checked=1, mismatch=0)
+
+
+@verification_scenario
+def verify_quorum_rejects_trainer() -> Scenario:
+    s = new_verifying(
+        "verify_quorum_rejects_trainer",
+        "verification_percent 25 of 4 clients samples one result per round (slot 0), judged by "
+        "the 3 verifier witnesses of the next round (quorum 2). Two of them find a mismatch, "
+        "the third a match: at the RoundWitness end the trainer is Ejected, leaves, and its "
+        "interval of the judged round and of the judging round are queued and retried.",
+        25,
+        init_min_clients=4,
+        min_clients=3,
+        witness_nodes=3,
+    )
+    s.begin(ids(4))
+    s.round()
+    s.start()
+    judged, sampled = judged_now(s)
+    trainer = judged[sampled[0]]
+    voters = [i for i in verifier_indices(s) if s.client(i) != trainer]
+    for n, i in enumerate(voters):
+        send_judging_witness(s, i, MISMATCH if n < 2 else MATCH)
+    for i in sorted(s.witness_of_round() - set(voters)):
+        send_judging_witness(s, i)
+    s.expect(RS.RoundWitness)
+    s.witness_timeout()
+    s.expect(RS.RoundTrain, "Ticked")
+    assert s.c.index_of(trainer) is None
+    assert s.c.epoch_state.exited_clients[-1].state is ClientState.Ejected
+    assert s.c.current_round().retries, "the rejected interval is retried"
+    s.round()
+    return s
+
+
+@verification_scenario
+def verify_lone_accuser_ejected() -> Scenario:
+    s = new_verifying(
+        "verify_lone_accuser_ejected",
+        "5 clients, 3 verifier witnesses (quorum 2), none of them the sampled trainer: one "
+        "verifier votes mismatch, two vote match. The accused keeps its place; the accuser is "
+        "Ejected at the RoundWitness end and leaves.",
+        20,
+        init_min_clients=5,
+        min_clients=3,
+        witness_nodes=3,
+    )
+    s.begin(ids(5))
+    trainer = until_judging(s, lambda t, v: all(s.client(i) != t for i in v))
+    s.start()
+    voters = verifier_indices(s)
+    accuser = s.client(voters[0])
+    for n, i in enumerate(voters):
+        send_judging_witness(s, i, MISMATCH if n == 0 else MATCH)
+    s.expect(RS.RoundWitness)
+    s.witness_timeout()
+    s.expect(RS.RoundTrain, "Ticked")
+    assert s.c.index_of(trainer) is not None
+    assert s.c.index_of(accuser) is None
+    assert s.c.epoch_state.exited_clients[-1].id == accuser
+    return s
+
+
+@verification_scenario
+def verify_split_and_silent_decide_nothing() -> Scenario:
+    s = new_verifying(
+        "verify_split_and_silent_decide_nothing",
+        "5 clients, 3 verifiers, none the sampled trainer. One votes mismatch, one match, the "
+        "third sends no witness (silent): no side reaches the quorum of 2, the round ends by its "
+        "train timeout and nobody is ejected. Then a trainer that withdrew in the judging round "
+        "is still Ejected by a mismatch quorum.",
+        20,
+        init_min_clients=5,
+        min_clients=3,
+        witness_nodes=3,
+    )
+    s.begin(ids(5))
+    until_judging(s, lambda t, v: all(s.client(i) != t for i in v))
+    s.start()
+    voters = verifier_indices(s)
+    send_judging_witness(s, voters[0], MISMATCH)
+    send_judging_witness(s, voters[1], MATCH)
+    s.train_timeout()
+    s.witness_timeout()
+    s.expect(RS.RoundTrain, "Ticked")
+    assert len(s.c.epoch_state.clients) == 5
+    trainer = until_judging(s, lambda t, v: sum(s.client(i) != t for i in v) >= 2)
+    s.sim.withdraw(s.c.index_of(trainer))
+    voters = [i for i in verifier_indices(s) if s.client(i) != trainer]
+    for i in voters:
+        send_judging_witness(s, i, MISMATCH)
+    if s.state is RS.RoundTrain:
+        s.train_timeout()
+    s.witness_timeout()
+    assert s.c.epoch_state.exited_clients[-1].id == trainer
+    assert s.c.epoch_state.exited_clients[-1].state is ClientState.Ejected
+    return s
+
+
+@verification_scenario
+def verify_verdict_rejected() -> Scenario:
+    s = new_verifying(
+        "verify_verdict_rejected",
+        "Witnesses whose verdict is not allowed are rejected (InvalidWitness) and change "
+        "nothing: a verdict in round 0 (nothing to judge), from a witness at position 3 (not a "
+        "verifier), on slot 1 when one result is sampled, a mismatch bit without its checked "
+        "bit, and a verifier judging its own result. Then the same witnesses without a verdict "
+        "are accepted.",
+        20,
+        init_min_clients=5,
+        min_clients=4,
+        witness_nodes=4,
+    )
+    s.begin(ids(5))
+    s.start()
+    first = verifier_indices(s)[0]
+    send_judging_witness(s, first, MATCH)
+    s.expect(RS.RoundTrain, "InvalidWitness")
+    s.round()
+    trainer = until_judging(s, lambda t, v: any(s.client(i) == t for i in v))
+    sel = s.c.committee_selection(s.c.current_round())
+    fourth = next(i for i in s.witness_of_round() if sel.get_witness(i).position == 3)
+    own = s.c.index_of(trainer)
+    assert own is not None
+    other = next(i for i in verifier_indices(s) if i != own)
+    send_judging_witness(s, fourth, MATCH)
+    s.expect(RS.RoundTrain, "InvalidWitness")
+    send_judging_witness(s, other, Verdict(checked=2, mismatch=0))
+    s.expect(RS.RoundTrain, "InvalidWitness")
+    send_judging_witness(s, other, Verdict(checked=0, mismatch=1))
+    s.expect(RS.RoundTrain, "InvalidWitness")
+    send_judging_witness(s, own, MATCH)
+    s.expect(RS.RoundTrain, "InvalidWitness")
+    send_judging_witness(s, own)
+    s.expect(RS.RoundTrain, "Ok")
+    send_judging_witness(s, other, MATCH)
+    s.expect(RS.RoundTrain, "Ok")
+    return s
+
+
 # --- output -------------------------------------------------------------------------------------
 
 
-def build() -> dict[str, object]:
-    """File name → JSON object for every scenario."""
+def build(scenarios: Sequence[Callable[[], Scenario]] | None = None) -> dict[str, object]:
+    """File name → JSON object for every scenario (``SCENARIOS`` unless given)."""
     out: dict[str, object] = {}
-    for fn in SCENARIOS:
+    for fn in SCENARIOS if scenarios is None else scenarios:
         s = fn()
         obj = s.to_obj()
         name = f"{s.name}.json"
@@ -1902,18 +2102,22 @@ def build() -> dict[str, object]:
     return out
 
 
-def main() -> None:
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    files = build()
-    for old in OUT_DIR.glob("*.json"):
+def write(out_dir: Path, files: dict[str, object]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.json"):
         if old.name not in files:
             old.unlink()
     total = 0
     for name, obj in files.items():
         text = dumps(obj)
-        (OUT_DIR / name).write_text(text, encoding="utf-8")
+        (out_dir / name).write_text(text, encoding="utf-8")
         total += len(text)
-    print(f"wrote {len(files)} scenarios, {total} bytes, to {OUT_DIR}", file=sys.stderr)
+    print(f"wrote {len(files)} scenarios, {total} bytes, to {out_dir}", file=sys.stderr)
+
+
+def main() -> None:
+    write(OUT_DIR, build())
+    write(VERIFICATION_DIR, build(VERIFICATION_SCENARIOS))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from psyche.coordinator import lost_work
+from psyche.coordinator import lost_work, verification
 from psyche.coordinator.queries import E
 from psyche.coordinator.transitions import CoordinatorTransitions
 from psyche.coordinator.types import (
@@ -105,6 +105,7 @@ class Coordinator(CoordinatorTransitions):
             raise CoordinatorException(
                 E.InvalidWitness, "proof does not match an elected witness of this round"
             )
+        self._check_verdict(sender, witness)
         self._check_duplicate(sender)
         self.current_round().witnesses.append(witness)
         if (
@@ -112,6 +113,21 @@ class Coordinator(CoordinatorTransitions):
             and self.run_state is RunState.RoundTrain
         ):
             self._change_state(now, RunState.RoundWitness)
+
+    def _check_verdict(self, sender: NodeIdentity, witness: Witness) -> None:
+        """A verdict only from a verifier, on the previous round's sampled results, never on its
+        own (docs/protocol.md, "Threat model and result verification")."""
+        if witness.verdict.empty:
+            return
+        prev = self.previous_round()
+        sampled = self.judged_sample(self.current_round(), prev) if prev is not None else []
+        judged = self.round_clients(prev) if prev is not None else []
+        own = [p for p, i in enumerate(sampled) if i < len(judged) and judged[i] == sender]
+        why = verification.verdict_error(
+            witness.verdict, verification.is_verifier(witness), len(sampled), own
+        )
+        if why is not None:
+            raise CoordinatorException(E.InvalidWitness, why)
 
     def health_check(
         self, sender: NodeIdentity, checks: Iterable[tuple[NodeIdentity, CommitteeProof]]

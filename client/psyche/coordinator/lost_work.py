@@ -39,9 +39,7 @@ from psyche.protocol.identity import NodeIdentity
 
 def round_trained(c: CoordinatorState, rnd: Round) -> bool:
     """Whether ``rnd`` (a stored round of this epoch) was a training round, not a drain round."""
-    es = c.epoch_state
-    step = es.start_step + rnd.height
-    return not (es.last_step != 0 and step + 2 >= es.last_step)
+    return c.round_trained(rnd)
 
 
 def fresh_size(c: CoordinatorState, rnd: Round) -> int:

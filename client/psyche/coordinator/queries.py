@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Self
 
-from psyche.coordinator import consensus
+from psyche.coordinator import consensus, verification
 from psyche.coordinator.types import (
     NUM_STORED_ROUNDS,
     ClientState,
@@ -141,7 +141,9 @@ class CoordinatorState:
             return CommitteeSelection(
                 tie_breaker_nodes=rnd.tie_breaker_tasks,
                 witness_nodes=self.config.witness_nodes,
-                verification_percent=self.config.verification_percent,
+                # verification_percent samples results to verify (judged_sample); every
+                # client still trains, so the committee has no Verifier share.
+                verification_percent=0,
                 total_nodes=rnd.clients_len,
                 seed=rnd.random_seed,
             )
@@ -200,3 +202,34 @@ class CoordinatorState:
         if prev is None:
             return False
         return consensus.trainer_ejectable(who, prev.witnesses, self.config)
+
+    def round_trained(self, rnd: Round) -> bool:
+        """Whether ``rnd`` (a stored round of this epoch) was a training round, not a drain
+        round. The round at height ``r`` has step ``start_step + r``."""
+        es = self.epoch_state
+        step = es.start_step + rnd.height
+        return not (es.last_step != 0 and step + 2 >= es.last_step)
+
+    def judged_sample(self, judging: Round, judged: Round) -> list[int]:
+        """Indices (in ``judged``'s client list) of the results of ``judged`` sampled for
+        verification by ``judging``, the round after it, in slot order; none when ``judged`` did
+        not train. docs/protocol.md, "Threat model and result verification"."""
+        if not self.round_trained(judged):
+            return []
+        return verification.sampled_trainers(
+            judged.clients_len, judging.random_seed, self.config.verification_percent
+        )
+
+    def verdict_outcome(self, judging: Round, judged: Round) -> verification.VerdictOutcome:
+        """What the verdicts stored in ``judging`` decide about ``judged``'s sampled results (two
+        consecutive stored rounds of this epoch). The coordinator acts on it when ``judging``
+        ends; clients leave its rejected results out of the apply of ``judged``."""
+        sampled = self.judged_sample(judging, judged)
+        if not sampled:
+            return verification.VerdictOutcome([], [])
+        judging_ids = self.round_clients(judging)
+        ids = [judging_ids[w.proof.index] for w in judging.witnesses]
+        n_verifiers = verification.verifier_count(self.config.witness_count(judging.clients_len))
+        return verification.judge(
+            judging.witnesses, ids, self.round_clients(judged), sampled, n_verifiers
+        )

@@ -27,6 +27,7 @@ from psyche.coordinator.types import (
     Progress,
     Round,
     RunState,
+    Verdict,
     Witness,
 )
 from psyche.protocol.bloom import Bloom
@@ -43,7 +44,7 @@ def identity_obj(i: NodeIdentity) -> dict[str, str]:
 
 
 def witness_obj(w: Witness) -> dict[str, Any]:
-    return {
+    obj: dict[str, Any] = {
         "proof": {
             "position": w.proof.position,
             "index": w.proof.index,
@@ -52,6 +53,10 @@ def witness_obj(w: Witness) -> dict[str, Any]:
         "participant_bloom": w.participant_bloom.to_bytes().hex(),
         "broadcast_bloom": w.broadcast_bloom.to_bytes().hex(),
     }
+    # Written only when present, so states without verification keep their exact form.
+    if not w.verdict.empty:
+        obj["verdict"] = {"checked": w.verdict.checked, "mismatch": w.verdict.mismatch}
+    return obj
 
 
 def batch_ids_obj(batches: list[BatchId]) -> list[list[int]]:
@@ -167,7 +172,10 @@ def _list(obj: Any, path: str, limit: int) -> list[Any]:
 
 
 def _witness(obj: Any, path: str) -> Witness:
-    t = _table(obj, path, ("proof", "participant_bloom", "broadcast_bloom"))
+    keys = ("proof", "participant_bloom", "broadcast_bloom")
+    t = _table(
+        obj, path, (*keys, "verdict") if isinstance(obj, dict) and "verdict" in obj else keys
+    )
     p = _table(t["proof"], f"{path}.proof", ("position", "index", "witness"))
     return Witness(
         proof=WitnessProof(
@@ -177,6 +185,15 @@ def _witness(obj: Any, path: str) -> Witness:
         ),
         participant_bloom=_bloom(t["participant_bloom"], f"{path}.participant_bloom"),
         broadcast_bloom=_bloom(t["broadcast_bloom"], f"{path}.broadcast_bloom"),
+        verdict=_verdict(t["verdict"], f"{path}.verdict") if "verdict" in t else Verdict(),
+    )
+
+
+def _verdict(obj: Any, path: str) -> Verdict:
+    t = _table(obj, path, ("checked", "mismatch"))
+    return Verdict(
+        checked=from_obj(U16, t["checked"], f"{path}.checked"),
+        mismatch=from_obj(U16, t["mismatch"], f"{path}.mismatch"),
     )
 
 

@@ -167,6 +167,7 @@ class CoordinatorTransitions(CoordinatorState):
         self.progress.step += 1
         rnd = self.current_round()
         n_w = len(rnd.witnesses)
+        self._act_on_verdicts()
         lost_work.queue_leaving_work(self)
         self._move_clients_to_exited(rnd.height)
         if n_w == 0:
@@ -188,6 +189,35 @@ class CoordinatorTransitions(CoordinatorState):
             return TICKED
         self._start_round_train(now, seed)
         return TICKED
+
+    def _act_on_verdicts(self) -> None:
+        """At the end of the current round, before clients move out: eject the trainers whose
+        previous-round result a quorum of verifiers rejected (their interval is queued again:
+        clients leave the result out of the apply) and the verifiers a quorum contradicted."""
+        prev = self.previous_round()
+        if prev is None:
+            return
+        outcome = self.verdict_outcome(self.current_round(), prev)
+        if not outcome.rejected and not outcome.false_accusers:
+            return
+        intervals = lost_work.intervals_of(self, prev)
+        for who in outcome.rejected:
+            if self._eject(who):
+                lost_work.push_lost(self.epoch_state, intervals.get(who))
+        for who in outcome.false_accusers:
+            self._eject(who)
+
+    def _eject(self, who: NodeIdentity) -> bool:
+        """Eject ``who`` if it is still an epoch client that has not been ejected; a client that
+        withdrew is ejected too, so leaving does not escape the slashing."""
+        i = self.index_of(who)
+        if i is None:
+            return False
+        c = self.epoch_state.clients[i]
+        if c.state not in (ClientState.Healthy, ClientState.Withdrawn):
+            return False
+        c.state = ClientState.Ejected
+        return True
 
     def _tick_cooldown(self, now: int) -> TickResult:
         if not self.check_timeout(now, self.config.cooldown_time):

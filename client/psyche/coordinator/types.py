@@ -115,11 +115,27 @@ class Client:
     exited_index: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A verifier's judgement of the previous round's sampled results, one bit per slot
+    (docs/protocol.md, "Threat model and result verification"); empty for every other witness."""
+
+    checked: int = 0
+    """u16: slots whose result this verifier recomputed."""
+    mismatch: int = 0
+    """u16, a subset of ``checked``: slots whose result failed the similarity test."""
+
+    @property
+    def empty(self) -> bool:
+        return self.checked == 0 and self.mismatch == 0
+
+
 @dataclass(slots=True)
 class Witness:
     proof: WitnessProof
     participant_bloom: Bloom
     broadcast_bloom: Bloom
+    verdict: Verdict = field(default_factory=Verdict)
 
 
 @dataclass(frozen=True, slots=True)

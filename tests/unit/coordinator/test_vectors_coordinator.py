@@ -21,7 +21,13 @@ import pytest
 
 from psyche.coordinator import state_json
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.types import CoordinatorErrorCode, CoordinatorException, TickResult, Witness
+from psyche.coordinator.types import (
+    CoordinatorErrorCode,
+    CoordinatorException,
+    TickResult,
+    Verdict,
+    Witness,
+)
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.identity import NodeIdentity
@@ -71,8 +77,8 @@ def vector_files() -> list[Path]:
 
 
 @cache
-def load(name: str) -> Any:
-    return json.loads((COORDINATOR / name).read_text(encoding="utf-8"))
+def load(name: str, directory: Path = COORDINATOR) -> Any:
+    return json.loads((directory / name).read_text(encoding="utf-8"))
 
 
 # --- event parsing (independent of the generator) -----------------------------------------------
@@ -90,7 +96,10 @@ def bloom(text: str) -> Bloom:
 def witness(obj: Any) -> Witness:
     p = obj["proof"]
     proof = WitnessProof(position=p["position"], index=p["index"], witness=p["witness"])
-    return Witness(proof, bloom(obj["participant_bloom"]), bloom(obj["broadcast_bloom"]))
+    v = obj.get("verdict", {"checked": 0, "mismatch": 0})
+    assert list(v) == ["checked", "mismatch"]
+    verdict = Verdict(checked=v["checked"], mismatch=v["mismatch"])
+    return Witness(proof, bloom(obj["participant_bloom"]), bloom(obj["broadcast_bloom"]), verdict)
 
 
 def committee_proof(obj: Any) -> CommitteeProof:
@@ -148,7 +157,12 @@ def outcome(c: Coordinator, ev: dict[str, Any]) -> tuple[str, str]:
 
 @pytest.mark.parametrize("path", vector_files(), ids=lambda p: p.stem)
 def test_replay(path: Path) -> None:
-    data = load(path.name)
+    replay(path)
+
+
+def replay(path: Path) -> None:
+    """Replay one scenario file: every outcome and every state must match."""
+    data = load(path.name, path.parent)
     assert list(data) == ["name", "description", "initial", "steps"]
     assert data["name"] == path.stem
     assert data["description"] and data["steps"]

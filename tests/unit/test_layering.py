@@ -22,7 +22,7 @@ PROTOCOL_CORE = {"protocol", "coordinator"}
 EVERYTHING = {
     "psyche", "protocol", "coordinator", "events", "net", "p2p", "distro", "training", "data",
     "checkpoint", "backends", "daemon", "simulation", "testnet", "localsvm", "metrics",
-    "evals",
+    "evals", "explorer",
 }  # fmt: skip
 
 # What each unit may import (a unit never needs itself listed). An entry is a subpackage, or a
@@ -67,6 +67,9 @@ ALLOWED: dict[str, set[str]] = {
     "simulation": EVERYTHING - {"cli", "testnet", "localsvm"},
     # The local testnet starts processes and prepares their chain, data and models.
     "testnet": PROTOCOL_CORE | {"events", "p2p", "net", "data", "training", "backends"},
+    # The run explorer reads runs as a client would (the coordinator's decoders, the Solana
+    # layouts and RPC of backends) and knows nothing of training, the daemon or the testnets.
+    "explorer": PROTOCOL_CORE | {"events", "backends"},
     # Processes are assembled here, from everything; nothing imports cli.
     "cli": EVERYTHING,
 }

@@ -9,6 +9,7 @@ from psyche.cli.client import client
 from psyche.cli.data import data_group
 from psyche.cli.demo import demo
 from psyche.cli.evals import evals_group
+from psyche.cli.explorer import explorer  # light: heavy imports are inside the command
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.model import model_group
 from psyche.cli.server import server
@@ -30,6 +31,7 @@ cli.add_command(model_group, "model")
 cli.add_command(data_group, "data")
 cli.add_command(demo, "demo")
 cli.add_command(evals_group, "evals")
+cli.add_command(explorer, "explorer")
 
 add_print_all_help(cli, "psyche")
 

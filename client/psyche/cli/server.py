@@ -207,6 +207,14 @@ def _setup_logging(console: Console, tui: bool, verbose: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Append one JSON line per published state (for summaries and monitoring).",
 )
+@click.option(
+    "--status-port",
+    default=None,
+    envvar="PSYCHE_STATUS_PORT",
+    type=click.IntRange(0, 65535),
+    help="Serve the read-only GET /status endpoint (JSON, for the run explorer) on this port "
+    "(0: a free one, logged); default: none.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run_cmd(
     state_path: Path,
@@ -218,6 +226,7 @@ def run_cmd(
     withdraw_on_disconnect: bool,
     tui: bool | None,
     events_file: Path | None,
+    status_port: int | None,
     verbose: bool,
 ) -> None:
     """Host the coordinator of STATE for clients on TCP until interrupted."""
@@ -237,6 +246,7 @@ def run_cmd(
         withdraw_on_disconnect=withdraw_on_disconnect,
         tui=use_tui,
         events_file=events_file,
+        status_port=status_port,
     )
     try:
         asyncio.run(serve(settings, console))

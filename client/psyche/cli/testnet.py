@@ -17,6 +17,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group()
+@click.group(cls=CliGroup)
 def testnet() -> None:
     """Local testnet launcher (psyche-centralized-local-testnet): a server plus N clients on
     this machine."""
@@ -125,6 +126,17 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
         ),
     ]
 
+    options.append(
+        click.option(
+            "--explorer",
+            default=None,
+            envvar="TESTNET_EXPLORER_PORT",
+            type=click.IntRange(0, 65535),
+            help="Also run the run explorer (psyche explorer serve) on this port (0: a free one) "
+            "and print its URL: the run, live, in a browser.",
+        )
+    )
+
     def decorate(f: F) -> F:
         for option in reversed(options):
             f = option(f)
@@ -158,6 +170,7 @@ def net_options(kw: dict[str, Any]) -> dict[str, Any]:
         "eval_tasks": kw.pop("eval_tasks"),
         "optim_stats": kw.pop("optim_stats"),
         "write_distro_data": kw.pop("write_distro_data"),
+        "explorer_port": kw.pop("explorer"),
     }
 
 

@@ -20,6 +20,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,9 @@ class NetOptions:
     delayed_clients: tuple[int, ...] = ()
     """Clients not started at launch: the caller starts them (``start_client``) when it wants a
     joiner, e.g. from ``run``'s ``on_tick``."""
+    explorer_port: int | None = None
+    """``--explorer PORT``: run ``psyche explorer serve`` on this port (0: a free one) following
+    the run, its database at ``<out>/explorer.sqlite``; its URL is printed once it listens."""
     first_client_checkpoint: str | None = None
     """``--first-client-checkpoint``: the Hub repo the run's model is loaded from (replaces the
     config's checkpoint; see :func:`psyche.testnet.inputs.state_with_checkpoint`)."""
@@ -96,6 +100,8 @@ class LocalTestnet:
     _tail: EventTail | None = None
     state_override: Path | None = None
     """The run config actually used when the flags changed it (``--first-client-checkpoint``)."""
+    explorer: Proc | None = None
+    explorer_url: str | None = None
 
     @property
     def state_toml(self) -> Path:
@@ -187,7 +193,27 @@ class LocalTestnet:
         try:
             self.stop_coordinator_side()
         finally:
-            stop_processes(self.infrastructure())
+            explorer = [self.explorer] if self.explorer is not None else []
+            stop_processes([*explorer, *self.infrastructure()])
+
+    def start_explorer(self, port: int, timeout_s: float = 60.0) -> str:
+        """``psyche explorer serve`` following this testnet's run; returns (and prints) its URL."""
+        ready = self.out / "explorer-url.txt"
+        ready.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "psyche.cli.main", "explorer", "serve"]
+        argv += ["--database", str(self.out / "explorer.sqlite"), "--port", str(port)]
+        argv += ["--ready-file", str(ready), *self.explorer_sources()]
+        self.explorer = self.spawn("explorer", argv)
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists() or not ready.read_text().strip():
+            if self.explorer.popen.poll() is not None:
+                raise RuntimeError(f"the explorer exited; see {self.out / 'logs' / 'explorer.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the explorer did not listen within {timeout_s:.0f} s")
+            time.sleep(0.2)
+        self.explorer_url = ready.read_text().strip()
+        print(f"explorer: {self.explorer_url} (the run, live)", flush=True)
+        return self.explorer_url
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -202,6 +228,8 @@ class LocalTestnet:
         rng = random.Random(o.seed)
         try:
             self.start_coordinator_side()
+            if o.explorer_port is not None:
+                self.start_explorer(o.explorer_port)
             for slot in range(1, o.num_clients + 1):
                 if slot not in o.delayed_clients:
                     self.start_client(slot)
@@ -271,6 +299,10 @@ class LocalTestnet:
         return []
 
     def client_process(self, slot: int, label: str) -> Proc:
+        raise NotImplementedError
+
+    def explorer_sources(self) -> list[str]:
+        """The ``psyche explorer serve`` flags that follow this run."""
         raise NotImplementedError
 
 

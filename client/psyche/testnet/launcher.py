@@ -49,6 +49,8 @@ class TestnetOptions(NetOptions):
 class Testnet(LocalTestnet):
     __test__ = False  # not a pytest test class despite the name
     server: Proc | None = None
+    status_port: int | None = None
+    """The server's ``--status-port`` (for the explorer), when ``--explorer`` is given."""
 
     @property
     def server_events(self) -> Path:
@@ -86,6 +88,9 @@ class Testnet(LocalTestnet):
             "--events-file",
             str(self.server_events),
         ]
+        if o.explorer_port is not None:
+            self.status_port = free_port()
+            args += ["--status-port", str(self.status_port)]
         data_toml = o.config_path / "data.toml"
         if data_toml.exists():
             args += ["--data-config", str(data_toml)]
@@ -113,6 +118,9 @@ class Testnet(LocalTestnet):
 
     def infrastructure(self) -> list[Proc]:
         return [self.server] if self.server is not None else []
+
+    def explorer_sources(self) -> list[str]:
+        return ["--centralized", f"http://127.0.0.1:{self.status_port}"]
 
     def client_process(self, slot: int, label: str) -> Proc:
         o = self.options

@@ -420,6 +420,9 @@ class SolanaTestnet(LocalTestnet):
             + ", ".join(f"{name} {n}" for name, n in done.items())
         )
 
+    def explorer_sources(self) -> list[str]:
+        return ["--rpc", self.rpc_url, "--ws-rpc", self.ws_url, "--run-id", self.run_id]
+
     def infrastructure(self) -> list[Proc]:
         return [self.svm] if self.svm is not None else []
 

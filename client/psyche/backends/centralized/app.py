@@ -60,6 +60,9 @@ class ServerSettings:
     events_file: Path | None = None
     """JSON-lines file receiving one line per published state (phase, step, witnesses, clients);
     the local testnet builds its round summary from it."""
+    status_port: int | None = None
+    """Serve the read-only ``GET /status`` endpoint (:mod:`.status_http`) on this port (0: a free
+    one) for the run explorer; None: no endpoint."""
 
 
 @dataclass(slots=True)
@@ -219,8 +222,17 @@ async def serve(settings: ServerSettings, console: Console | None = None) -> Non
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    status = None
     try:
         await server.start()
+        if settings.status_port is not None:
+            from psyche.backends.centralized.status_http import StatusEndpoint, WitnessReports
+
+            reports = WitnessReports()
+            server.on_witness = reports.add
+            status = StatusEndpoint(server, reports)
+            await status.start(settings.host, settings.status_port)
+            log.info("status endpoint on http://%s:%d/status", settings.host, status.port)
         if built.data_server is not None:
             await built.data_server.start(settings.host, built.data_port or 0)
             log.info("data server listening on %s:%d", settings.host, built.data_server.port)
@@ -245,6 +257,8 @@ async def serve(settings: ServerSettings, console: Console | None = None) -> Non
             raise error
     finally:
         log.info("shutting down")
+        if status is not None:
+            await status.close()
         await server.close()
         if built.data_server is not None:
             await built.data_server.close()

@@ -88,7 +88,11 @@ from psyche.backends.centralized.protocol import (
 )
 from psyche.backends.centralized.run_host import RunHost
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.types import CoordinatorException, P2PIdentityTakenError
+from psyche.coordinator.types import (
+    CoordinatorException,
+    P2PIdentityTakenError,
+    WitnessMetadata,
+)
 from psyche.net.errors import BadSignature, HandshakeTimeout, NetError
 from psyche.net.handshake import challenge_peer
 from psyche.net.service import TcpService
@@ -178,6 +182,9 @@ class CentralizedServer(TcpService[ClientConnection, NodeIdentity]):
         self._peers_dirty = False
         self._peers_sent_at = -float("inf")
         self._peers_task: asyncio.Task[None] | None = None
+        self.on_witness: Callable[[NodeIdentity, WitnessMetadata], None] | None = None
+        """Called with each accepted witness's metadata (the status endpoint keeps the last
+        ones; the coordinator never stores them)."""
 
     async def start(self, host: str | None = None, port: int | None = None) -> None:
         """Listen on ``options.host`` and ``options.port`` unless told otherwise."""
@@ -369,6 +376,8 @@ class CentralizedServer(TcpService[ClientConnection, NodeIdentity]):
             if isinstance(msg, WitnessMsg):
                 witness, metadata = msg.to_witness()
                 changed = self.hub.witness(who, witness, metadata, now)
+                if self.on_witness is not None:
+                    self.on_witness(who, metadata)
             elif isinstance(msg, WarmupWitnessMsg):
                 changed = self.hub.warmup_witness(who, msg.to_witness(), now, secrets.randbits(64))
             elif isinstance(msg, HealthCheckMsg):

@@ -1,0 +1,124 @@
+"""``psyche explorer``: the run explorer (indexer + web page + JSON API), docs/explorer.md.
+
+Arguments are parsed before anything heavy (SQLAlchemy, Starlette, uvicorn, solders) is imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.group("explorer")
+def explorer() -> None:
+    """Run explorer: follow runs into a database and show them on a web page."""
+
+
+@explorer.command("serve")
+@click.option(
+    "--database",
+    default="explorer.sqlite",
+    show_default=True,
+    envvar="EXPLORER_DATABASE",
+    help="SQLite file (or sqlite:///path), or a postgresql://user:pass@host/db URL.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="EXPLORER_HOST")
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    envvar="EXPLORER_PORT",
+    type=click.IntRange(0, 65535),
+    help="HTTP port of the page and /api/ (0: a free one, logged).",
+)
+@click.option(
+    "--centralized",
+    multiple=True,
+    envvar="EXPLORER_CENTRALIZED",
+    help="A centralized server's status URL (http://host:port, its --status-port); repeatable.",
+)
+@click.option("--rpc", default=None, envvar="RPC", help="Solana JSON-RPC URL.")
+@click.option(
+    "--ws-rpc",
+    default=None,
+    envvar="WS_RPC",
+    help="Solana websocket URL (default: derived from --rpc; 'none' polls only).",
+)
+@click.option(
+    "--run-id", "run_ids", multiple=True, envvar="EXPLORER_RUN_IDS",
+    help="A Solana run to follow (needs --rpc); repeatable.",
+)  # fmt: skip
+@click.option(
+    "--pool", "pools", multiple=True, type=click.IntRange(0, 2**64 - 1),
+    envvar="EXPLORER_POOLS", help="A Mining Pool index to follow; repeatable.",
+)  # fmt: skip
+@click.option("--cluster", default="", envvar="EXPLORER_CLUSTER", help="Cluster name shown.")
+@click.option(
+    "--interval", default=1.0, show_default=True, envvar="EXPLORER_INTERVAL",
+    type=click.FloatRange(0.1, 3600), help="Seconds between polls.",
+)  # fmt: skip
+@click.option(
+    "--ready-file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+    envvar="EXPLORER_READY_FILE", help="Write the page's URL here once it listens.",
+)  # fmt: skip
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def serve_cmd(
+    database: str,
+    host: str,
+    port: int,
+    centralized: tuple[str, ...],
+    rpc: str | None,
+    ws_rpc: str | None,
+    run_ids: tuple[str, ...],
+    pools: tuple[int, ...],
+    cluster: str,
+    interval: float,
+    ready_file: Path | None,
+    verbose: bool,
+) -> None:
+    """Index the runs named by --centralized / --run-id and serve the explorer on HOST:PORT."""
+    if run_ids and not rpc:
+        raise click.UsageError("--run-id needs --rpc")
+    if not centralized and not run_ids:
+        raise click.UsageError("nothing to follow: give --centralized URL or --rpc and --run-id")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll is noise
+    from psyche.explorer.serve import ExplorerSettings, serve
+
+    if rpc and ws_rpc is None:
+        from psyche.backends.solana.session import websocket_url
+
+        ws_rpc = websocket_url(rpc)
+    settings = ExplorerSettings(
+        database=database,
+        host=host,
+        port=port,
+        centralized=centralized,
+        rpc=rpc,
+        ws_rpc=None if ws_rpc == "none" else ws_rpc,
+        run_ids=run_ids,
+        pools=pools,
+        cluster=cluster,
+        interval=interval,
+        ready_file=ready_file,
+    )
+    try:
+        asyncio.run(serve(settings))
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:
+        click.echo(f"explorer: cannot listen on {host}:{port}: {e}", err=True)
+        sys.exit(1)
+    except Exception as e:  # a database URL it cannot open, a schema from the future
+        if type(e).__module__.startswith("sqlalchemy") or isinstance(e, RuntimeError):
+            click.echo(f"explorer: database {database!r}: {e}", err=True)
+            sys.exit(2)
+        raise

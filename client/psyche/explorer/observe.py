@@ -1,0 +1,116 @@
+"""What the explorer stores of one coordinator state, whichever backend it came from.
+
+A :class:`StateObs` is the row of ``states`` plus what the runs list and the run page show (the
+clients table, the checkpoint, tokens trained); both sources build it from the same
+:class:`~psyche.coordinator.Coordinator` (decoded from the server's JSON or the chain account).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from psyche.coordinator import Coordinator
+from psyche.events import checkpoint_label
+
+__all__ = ["ClientRow", "MetricObs", "StateObs", "observe"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricObs:
+    """One witness report: its metadata, keyed by ``ref`` (a signature, or the server's id)."""
+
+    ref: str
+    at: float
+    client: str
+    step: int
+    loss: float
+    tokens_per_sec: float
+    bandwidth_per_sec: float
+    efficiency: float
+    evals: list[list[float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRow:
+    id: str
+    state: str
+    healthy: bool
+    earned: int | None = None
+    slashed: int | None = None
+    claimed: int | None = None
+    connected: bool | None = None
+    p2p: str | None = None
+    """P2P reachability when the source knows it (``reachable``/``unknown``)."""
+
+
+@dataclass(slots=True)
+class StateObs:
+    seq: int
+    observed_at: float
+    run_id: str
+    name: str
+    phase: str
+    phase_since: int
+    epoch: int
+    step: int
+    total_steps: int
+    height: int
+    witnesses: int
+    witness_target: int
+    tokens: int
+    checkpoint: str | None
+    clients: list[ClientRow]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def detail(self) -> dict[str, Any]:
+        """The JSON the run page reads for the latest state (``runs.detail``)."""
+        return {
+            "witnesses": self.witnesses,
+            "witness_target": self.witness_target,
+            "checkpoint": self.checkpoint,
+            "clients": [
+                {k: getattr(c, k) for k in ClientRow.__slots__ if getattr(c, k) is not None}
+                for c in self.clients
+            ],
+            **self.extra,
+        }
+
+
+def observe(
+    c: Coordinator,
+    seq: int,
+    *,
+    name: str = "",
+    clients: list[ClientRow] | None = None,
+    now: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> StateObs:
+    """``clients`` overrides the epoch's client list (a source that knows more per client)."""
+    rnd = c.current_round()
+    seq_len = int(getattr(c.model, "max_seq_len", 0) or 0)
+    rows = clients
+    if rows is None:
+        rows = [
+            ClientRow(x.id.hex(), x.state.name, x.state.name == "Healthy")
+            for x in c.epoch_state.clients
+        ]
+    return StateObs(
+        seq=seq,
+        observed_at=time.time() if now is None else now,
+        run_id=c.run_id,
+        name=name or c.run_id,
+        phase=c.run_state.name,
+        phase_since=int(c.run_state_start_unix_timestamp),
+        epoch=c.progress.epoch,
+        step=c.progress.step,
+        total_steps=int(c.config.total_steps),
+        height=rnd.height,
+        witnesses=len(rnd.witnesses),
+        witness_target=c.witness_count(),
+        tokens=int(rnd.data_index) * seq_len,
+        checkpoint=checkpoint_label(c),
+        clients=rows,
+        extra=dict(extra or {}),
+    )

@@ -1,0 +1,113 @@
+// The explorer's page: a hash router over the read-only /api/, charts by uPlot, and a
+// server-sent event stream that re-renders the current view whenever the indexer stores something.
+"use strict";
+const main = document.getElementById("main");
+const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+const api = async (path) => { const r = await fetch("/api/" + path); if (!r.ok) throw new Error(path + ": HTTP " + r.status); return r.json(); };
+const ago = (t) => t ? Math.max(0, Math.round(Date.now() / 1000 - t)) + " s" : "—";
+const when = (t) => t ? new Date(t * 1000).toLocaleTimeString() : "—";
+const num = (v) => (v === null || v === undefined) ? "—" : Number(v).toLocaleString();
+const dur = (a, b) => (a && b) ? (b - a).toFixed(0) + " s" : "—";
+const table = (cols, rows) => `<table><tr>${cols.map((c) => `<th>${esc(c)}</th>`).join("")}</tr>${rows.map((r) => `<tr>${r.join("")}</tr>`).join("")}</table>`;
+const td = (v, cls) => `<td${cls ? ` class="${cls}"` : ""}>${esc(v)}</td>`;
+let charts = [];
+
+async function runsView() {
+  const runs = await api("runs?limit=200");
+  main.innerHTML = `<h2>runs</h2>` + (runs.length ? table(
+    ["run", "name", "backend / cluster", "phase", "progress", "clients", "tokens trained", "last update"],
+    runs.map((r) => [
+      `<td><a class="run-link" href="#/run/${r.id}">${esc(r.run_id)}</a></td>`, td(r.name), td(r.backend + " / " + r.cluster),
+      `<td><span class="phase">${esc(r.phase)}</span></td>`, td(`${r.step} / ${r.total_steps}`), td(r.clients),
+      td(num(r.tokens)), td(ago(r.last_update) + " ago"),
+    ])) : "<p>no run indexed yet</p>");
+}
+
+function chart(el, title, label, xs, series) {
+  el.dataset.points = String(xs.length);
+  el.innerHTML = "";
+  if (!xs.length) { el.innerHTML = `<b>${esc(title)}</b><p>no data yet</p>`; return; }
+  const colors = ["#2f81f7", "#d1242f", "#1a7f37", "#8250df", "#bf8700"];
+  const opts = {
+    title, width: Math.max(300, el.clientWidth - 16), height: 220,
+    scales: { x: { time: false } }, axes: [{ label: "step" }, { label }],
+    series: [{ label: "step" }, ...series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 2, points: { show: true, size: 4 } }))],
+  };
+  charts.push(new uPlot(opts, [xs, ...series.map((s) => s.data)], el));
+}
+
+async function runView(id) {
+  const [run, steps, rounds, txs, cks] = await Promise.all([
+    api(`runs/${id}`), api(`runs/${id}/steps?limit=1000`), api(`runs/${id}/rounds?limit=50`),
+    api(`runs/${id}/transactions?limit=30`), api(`runs/${id}/checkpoints?limit=50`),
+  ]);
+  const d = run.detail || {};
+  const pct = run.total_steps ? Math.min(100, 100 * Math.max(0, run.step - 1) / run.total_steps) : 0;
+  const clients = d.clients || [];
+  const last = steps.length ? steps[steps.length - 1] : null;
+  main.innerHTML = `
+    <h2>run <span id="run-id">${esc(run.run_id)}</span> <small>${esc(run.name !== run.run_id ? run.name : "")}</small></h2>
+    <div class="cards">
+      <div class="card">phase <b><span id="phase" class="phase">${esc(run.phase)}</span></b>for <span id="in-phase" data-since="${run.phase_since}">${ago(run.phase_since)}</span></div>
+      <div class="card">epoch / round <b>${run.epoch} / ${run.height}</b>step ${run.step} of ${run.total_steps}</div>
+      <div class="card">clients <b>${run.clients}</b>witnesses ${d.witnesses ?? 0} / ${d.witness_target ?? 0}</div>
+      <div class="card">tokens/s <b>${last ? num(Math.round(last.tokens_per_sec)) : "—"}</b>mean over witnesses</div>
+      <div class="card">tokens trained <b>${num(run.tokens)}</b>${esc(run.backend)} · ${esc(run.cluster)}</div>
+    </div>
+    <div class="bar" title="${pct.toFixed(1)} %"><div id="progress" style="width:${pct}%"></div></div>
+    <div class="charts"><div class="chart" id="loss-chart"></div><div class="chart" id="tps-chart"></div><div class="chart" id="eval-chart"></div></div>
+    <h3>clients</h3>${table(["id", "state", "healthy", "earned", "slashed", "connected", "P2P"], clients.map((c) => [
+      td(c.id, "id"), td(c.state), `<td class="${c.healthy ? "ok" : "bad"}">${c.healthy ? "yes" : "no"}</td>`, td(num(c.earned)), td(num(c.slashed)),
+      td(c.connected === undefined ? "—" : (c.connected ? "yes" : "no")), td(c.p2p ?? "unknown")]))}
+    <h3>rounds</h3>${table(["epoch", "round", "step", "started", "train", "witness", "witnesses", "end"], rounds.slice().reverse().map((r) => [
+      td(r.epoch), td(r.height), td(r.step), td(when(r.train_at)), td(dur(r.train_at, r.witness_at)), td(dur(r.witness_at, r.end_at)),
+      td(`${r.witnesses} / ${r.witness_target}`), td(r.witness_at ? (r.opportunistic ? "opportunistic" : "timeout") : "training")]))}
+    <h3>checkpoints</h3>${cks.length ? table(["checkpoint", "epoch", "step", "seen"], cks.map((c) => [td(c.label), td(c.epoch), td(c.step), td(when(c.at))])) : "<p>none</p>"}
+    <h3>recent transactions</h3>${txs.length ? table(["signature", "slot", "instruction", "signer", "result"], txs.map((t) => [
+      td(t.signature, "id"), td(t.slot), td(t.instruction), td(t.signer, "id"), `<td class="${t.ok ? "ok" : "bad"}">${t.ok ? "ok" : "rejected: " + esc(t.error)}</td>`])) : "<p>none (a centralized run has no transactions)</p>"}`;
+  const xs = steps.map((s) => s.step);
+  chart(document.getElementById("loss-chart"), "training loss", "loss", xs, [{ label: "loss", data: steps.map((s) => s.loss) }]);
+  chart(document.getElementById("tps-chart"), "tokens/s", "tokens/s", xs, [{ label: "tokens/s", data: steps.map((s) => s.tokens_per_sec) }]);
+  const tasks = [...new Set(steps.flatMap((s) => Object.keys(s.evals || {})))];
+  const evalSteps = steps.filter((s) => Object.keys(s.evals || {}).length);
+  chart(document.getElementById("eval-chart"), "evals (accuracy)", "accuracy", evalSteps.map((s) => s.step),
+    tasks.map((t) => ({ label: "task " + t, data: evalSteps.map((s) => s.evals[t] ?? null) })));
+}
+
+async function poolsView() {
+  const [pools, trs] = await Promise.all([api("pools"), api("treasurers")]);
+  main.innerHTML = `<h2>Mining Pools</h2>` + (pools.length ? pools.map((p) => {
+    const v = p.data;
+    return `<h3 class="pool" data-index="${v.index}">pool ${v.index} <small class="id">${esc(p.address)}</small></h3>
+      <div class="cards">
+        <div class="card">cap <b class="pool-cap">${num(v.cap)}</b></div>
+        <div class="card">deposited <b class="pool-deposited">${num(v.deposited)}</b></div>
+        <div class="card">extracted <b class="pool-extracted">${num(v.extracted)}</b></div>
+        <div class="card">redeemable <b class="pool-redeemable">${num(v.redeemable)}</b>claimed ${num(v.claimed)}</div>
+        <div class="card">frozen <b class="pool-frozen">${v.frozen ? "yes" : "no"}</b></div>
+      </div>
+      ${table(["lender", "deposited", "share", "entitled", "claimed", "claimable"], v.lenders.map((l) => [
+        td(l.user, "id"), td(num(l.deposited)), td((100 * l.share).toFixed(2) + " %"), td(num(l.entitled)), `<td class="lender-claimed">${num(l.claimed)}</td>`, td(num(l.claimable))]))}`;
+  }).join("") : "<p>no pool followed (give --pool INDEX)</p>") +
+  `<h2>Treasurer runs</h2>` + (trs.length ? table(["account", "coordinator", "collateral per point", "claimed points", "claimed collateral"], trs.map((t) => [
+    td(t.address, "id"), td(t.data.coordinator_account, "id"), td(num(t.data.collateral_per_point)), td(num(t.data.total_claimed_points)), td(num(t.data.total_claimed_collateral))])) : "<p>none</p>");
+}
+
+async function render() {
+  charts.forEach((c) => c.destroy()); charts = [];
+  const h = location.hash || "#/";
+  try {
+    const m = h.match(/^#\/run\/(\d+)$/);
+    if (m) await runView(m[1]); else if (h === "#/pools") await poolsView(); else await runsView();
+  } catch (e) { main.innerHTML = `<p class="bad">${esc(e.message)}</p>`; }
+}
+
+let pending = false;
+async function refresh() { if (pending) return; pending = true; try { await render(); } finally { pending = false; } }
+window.addEventListener("hashchange", refresh);
+setInterval(() => { const el = document.getElementById("in-phase"); if (el) el.textContent = ago(Number(el.dataset.since)); }, 1000);
+const live = document.getElementById("live");
+const events = new EventSource("/api/events");
+events.addEventListener("change", () => { live.classList.add("on"); refresh(); });
+events.onerror = () => live.classList.remove("on");
+refresh();

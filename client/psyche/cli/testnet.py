@@ -17,7 +17,6 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group(cls=CliGroup)
+@click.group()
 def testnet() -> None:
     """Local testnet launcher (psyche-centralized-local-testnet): a server plus N clients on
     this machine."""

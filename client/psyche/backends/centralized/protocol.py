@@ -49,7 +49,14 @@ import msgspec
 from psyche.backends.base import BackendProtocolError
 from psyche.coordinator import state_json as serde
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.types import MAX_CLIENTS, MAX_EVALS, EvalResult, Witness, WitnessMetadata
+from psyche.coordinator.types import (
+    MAX_CLIENTS,
+    MAX_EVALS,
+    EvalResult,
+    Verdict,
+    Witness,
+    WitnessMetadata,
+)
 from psyche.net.codec import MessageDecoder, encode, encode_message_frame
 from psyche.net.errors import NetError
 from psyche.net.framing import read_frame
@@ -195,11 +202,17 @@ class JoinRejected(_Msg, frozen=True):
     reason: Reason
 
 
-class WitnessMsg(_Msg, frozen=True, tag="Witness"):
+class WitnessMsg(_Msg, frozen=True, tag="Witness", omit_defaults=True):
+    """A round witness; a verifier's verdict (docs/protocol.md, "Threat model and result
+    verification") rides in the two ``verdict_*`` masks, left out of the encoding when both are
+    0, so a witness without one encodes as before this field existed."""
+
     proof: WireWitnessProof
     participant_bloom: BloomBytes
     broadcast_bloom: BloomBytes
     metadata: WireMetadata
+    verdict_checked: U16 = 0
+    verdict_mismatch: U16 = 0
 
     @classmethod
     def of(cls, w: Witness, m: WitnessMetadata) -> WitnessMsg:
@@ -208,7 +221,7 @@ class WitnessMsg(_Msg, frozen=True, tag="Witness"):
             m.step, m.tokens_per_sec, m.bandwidth_per_sec, m.loss, m.efficiency, evals
         )
         p, pb, bb = _witness_fields(w)
-        return cls(p, pb, bb, meta)
+        return cls(p, pb, bb, meta, w.verdict.checked, w.verdict.mismatch)
 
     def to_witness(self) -> tuple[Witness, WitnessMetadata]:
         m = self.metadata
@@ -220,7 +233,9 @@ class WitnessMsg(_Msg, frozen=True, tag="Witness"):
             efficiency=m.efficiency,
             evals=tuple(EvalResult(e.task, e.value) for e in m.evals),
         )
-        return _witness(self.proof, self.participant_bloom, self.broadcast_bloom), meta
+        w = _witness(self.proof, self.participant_bloom, self.broadcast_bloom)
+        w.verdict = Verdict(self.verdict_checked, self.verdict_mismatch)
+        return w, meta
 
 
 class WarmupWitnessMsg(_Msg, frozen=True, tag="WarmupWitness"):

@@ -51,10 +51,24 @@ class RelayLimits:
       two per peer holds with one). A NAT'd member holds two reservations
       (``psyche.daemon.relaying.RELAYS``) and the daemon spreads members over relays by hash,
       so 16 slots serve a run of several dozen NAT'd members per reachable member.
-    * ``max_circuits = 32`` relayed connections at once, at most ``max_circuits_per_peer = 8``
-      that a given member is an end of. One circuit carries a whole connection between two
-      members (gossip and every blob they exchange), and hole punching replaces most of them
-      within seconds, so 32 covers every pair among 8 NAT'd members with none upgraded.
+    * ``max_circuits = 32`` relayed connections at once. One circuit carries a whole connection
+      between two members (gossip and every blob they exchange), and hole punching replaces
+      most of them within seconds, so 32 covers every pair among 8 NAT'd members with none
+      upgraded.
+    * Shares, so that no member can cut another off (issue 26: with a cap on the circuits a
+      peer is an *end* of, one member holding 8 idle circuits to a NAT'd member locked every
+      other member out of it, and four members held all 32). A member opens at most
+      ``max_circuits_per_source = 8`` circuits and at most ``max_circuits_per_pair = 2`` to
+      one destination (one connection, plus a redial while the relay has not yet seen the old
+      one end). Nothing counts circuits *to* a destination, so what others hold never refuses
+      a member its circuit to a peer. When all 32 are in use, a member holding fewer circuits
+      than the largest holder less one takes the largest holder's idlest circuit
+      (:meth:`RelayAdmission.fair_victim`): whoever holds its full share keeps at most that
+      share while someone else is refused.
+    * ``circuit_idle_seconds = 20``: a circuit that carried no byte in either direction for
+      that long is reset. A live connection between members is never that quiet (the host
+      pings every member every 3 s, and py-libp2p's yamux pings too); one left behind by hole
+      punching, or held open by an abuser who sends nothing, frees its slot within seconds.
     * ``circuit_bytes = 256 MiB`` and ``circuit_seconds = 1800`` per circuit (both directions
       together). Our traffic between two members is gossip (a few KB a round) plus blobs of up
       to tens of MB (DisTrO payloads, model pieces): 256 MiB is a dozen of the largest, and
@@ -71,9 +85,11 @@ class RelayLimits:
     max_reservations: int = 16
     max_reservations_per_peer: int = 1
     max_circuits: int = 32
-    max_circuits_per_peer: int = 8
+    max_circuits_per_source: int = 8
+    max_circuits_per_pair: int = 2
     circuit_bytes: int = 256 * MIB
     circuit_seconds: int = 1800
+    circuit_idle_seconds: int = 20
     reservation_ttl: int = 900
 
     def __post_init__(self) -> None:
@@ -84,8 +100,10 @@ class RelayLimits:
             # py-libp2p's resource manager holds one reservation per peer id; anything else
             # would be a promise this relay cannot keep.
             raise ValueError("a relay holds exactly one reservation per peer")
-        if self.max_circuits_per_peer > self.max_circuits:
-            raise ValueError("max_circuits_per_peer exceeds max_circuits")
+        if not self.max_circuits_per_pair <= self.max_circuits_per_source <= self.max_circuits:
+            raise ValueError(
+                "need max_circuits_per_pair <= max_circuits_per_source <= max_circuits"
+            )
 
 
 DEFAULT_RELAY_LIMITS = RelayLimits()
@@ -101,7 +119,9 @@ class RelayRefusal(enum.Enum):
     no_reservation = "no_reservation"
     too_many_reservations = "too_many_reservations"
     too_many_circuits = "too_many_circuits"
-    too_many_peer_circuits = "too_many_peer_circuits"
+    """Every circuit is in use and the requester already holds its fair share of them."""
+    too_many_source_circuits = "too_many_source_circuits"
+    too_many_pair_circuits = "too_many_pair_circuits"
     self_circuit = "self_circuit"
 
 
@@ -109,14 +129,15 @@ class RelayAdmission:
     """Admission and bookkeeping for one relay (peer ids as base58 text).
 
     ``is_allowed`` is read at every decision, so a new allow-list applies to the next request;
-    circuits already open run until their caps.
+    circuits already open run until their caps. Circuits are counted by the member that opened
+    them (the source) and by (source, destination).
     """
 
     def __init__(self, limits: RelayLimits, is_allowed: Callable[[str], bool]) -> None:
         self.limits = limits
         self.is_allowed = is_allowed
-        self._circuits: Counter[str] = Counter()
-        """Open circuits each peer is an end of."""
+        self._by_source: Counter[str] = Counter()
+        self._by_pair: Counter[tuple[str, str]] = Counter()
         self.open_circuits = 0
         self.circuits_total = 0
         self.refusals: Counter[RelayRefusal] = Counter()
@@ -137,7 +158,9 @@ class RelayAdmission:
         return self._refused(refusal)
 
     def circuit(self, source: str, dest: str, *, dest_reserved: bool) -> RelayRefusal | None:
-        """May ``source`` open a circuit to ``dest`` now?"""
+        """May ``source`` open a circuit to ``dest`` now? None also when every circuit is in use
+        but :meth:`fair_victim` names a member to take one from: the relay must close one of
+        that member's circuits before opening this one."""
         refusal: RelayRefusal | None = None
         if source == dest:
             refusal = RelayRefusal.self_circuit
@@ -145,27 +168,47 @@ class RelayAdmission:
             refusal = RelayRefusal.not_member
         elif not dest_reserved:
             refusal = RelayRefusal.no_reservation
-        elif self.open_circuits >= self.limits.max_circuits:
+        elif self._by_pair[source, dest] >= self.limits.max_circuits_per_pair:
+            refusal = RelayRefusal.too_many_pair_circuits
+        elif self._by_source[source] >= self.limits.max_circuits_per_source:
+            refusal = RelayRefusal.too_many_source_circuits
+        elif self.full() and self.fair_victim(source) is None:
             refusal = RelayRefusal.too_many_circuits
-        elif max(self._circuits[source], self._circuits[dest]) >= self.limits.max_circuits_per_peer:
-            refusal = RelayRefusal.too_many_peer_circuits
         return self._refused(refusal)
 
+    def full(self) -> bool:
+        return self.open_circuits >= self.limits.max_circuits
+
+    def fair_victim(self, source: str) -> str | None:
+        """The member whose circuit gives way to a new one from ``source`` when all are in use:
+        the one holding the most, if it holds at least two more than ``source`` (so that after
+        the exchange it still holds at least as many: nobody is pushed below a newcomer, and
+        two members never take a circuit back and forth)."""
+        if not self._by_source:
+            return None
+        top, held = self._by_source.most_common(1)[0]
+        return top if held >= self._by_source[source] + 2 else None
+
     def opened(self, source: str, dest: str) -> None:
-        self._circuits[source] += 1
-        self._circuits[dest] += 1
+        self._by_source[source] += 1
+        self._by_pair[source, dest] += 1
         self.open_circuits += 1
         self.circuits_total += 1
 
     def closed(self, source: str, dest: str) -> None:
-        for peer in (source, dest):
-            self._circuits[peer] -= 1
-            if self._circuits[peer] <= 0:
-                del self._circuits[peer]
+        self._by_source[source] -= 1
+        if self._by_source[source] <= 0:
+            del self._by_source[source]
+        self._by_pair[source, dest] -= 1
+        if self._by_pair[source, dest] <= 0:
+            del self._by_pair[source, dest]
         self.open_circuits -= 1
 
-    def circuits_of(self, peer: str) -> int:
-        return self._circuits[peer]
+    def circuits_from(self, source: str) -> int:
+        return self._by_source[source]
+
+    def circuits_between(self, source: str, dest: str) -> int:
+        return self._by_pair[source, dest]
 
     def _refused(self, refusal: RelayRefusal | None) -> RelayRefusal | None:
         if refusal is not None:

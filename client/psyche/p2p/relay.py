@@ -13,7 +13,11 @@ See docs/p2p-nat.md. Three pieces:
   stream carries one exchange (the library's loop logs an error and writes a status onto a
   closed stream after every reservation and circuit); and the data pump closes only its own
   circuit's streams (the library keys circuits by peer id, so one circuit ending closed
-  another circuit to the same peer).
+  another circuit to the same peer). It keeps its own record of each circuit (who opened it,
+  to whom, when it last carried a byte) to reset circuits idle for
+  ``RelayLimits.circuit_idle_seconds`` and, when every circuit is in use, to take the idlest
+  circuit of the member holding the most for a member holding fewer (fair shares,
+  :meth:`~psyche.p2p.nat.RelayAdmission.fair_victim`).
 * :func:`reserve_on` and :func:`dial_through` are the client side. py-libp2p's
   ``CircuitV2Transport`` is not used: its dial first retries every circuit address it ever
   stored for the destination (with an unbounded TTL) before the relay it was asked to use, and
@@ -27,7 +31,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import multiaddr
@@ -68,7 +74,8 @@ _STATUS_FOR = {
     RelayRefusal.no_reservation: StatusCode.NO_RESERVATION,
     RelayRefusal.too_many_reservations: StatusCode.RESERVATION_REFUSED,
     RelayRefusal.too_many_circuits: StatusCode.RESOURCE_LIMIT_EXCEEDED,
-    RelayRefusal.too_many_peer_circuits: StatusCode.RESOURCE_LIMIT_EXCEEDED,
+    RelayRefusal.too_many_source_circuits: StatusCode.RESOURCE_LIMIT_EXCEEDED,
+    RelayRefusal.too_many_pair_circuits: StatusCode.RESOURCE_LIMIT_EXCEEDED,
 }
 _REJECTION_FOR = {
     RelayRefusal.not_member: Rejection.relay_not_member,
@@ -125,6 +132,19 @@ async def _reset(stream: INetStream | None) -> None:
         log.debug("stream reset failed: %s", e)
 
 
+@dataclass(eq=False)
+class _Circuit:
+    """One circuit this relay carries: its ends, its two streams, when it last moved a byte
+    (trio's clock) and whether its admission slot was already given back."""
+
+    source: str
+    dest: str
+    hop: INetStream
+    last_active: float
+    dst: INetStream | None = None
+    released: bool = field(default=False)
+
+
 class _Reservations(RelayResourceManager):
     """py-libp2p's reservation table, plus dropping the slots of peers that left the run."""
 
@@ -154,7 +174,9 @@ class MemberRelay(CircuitV2Protocol):
         lib_limits = LibRelayLimits(
             duration=limits.circuit_seconds,
             data=limits.circuit_bytes,
-            max_circuit_conns=limits.max_circuits_per_peer,
+            # The library counts circuits per reservation (to its holder); ours are the only
+            # counts that refuse (by source and pair), so the library's must never bind first.
+            max_circuit_conns=limits.max_circuits,
             max_reservations=limits.max_reservations,
             reservation_ttl=limits.reservation_ttl,
         )
@@ -166,6 +188,10 @@ class MemberRelay(CircuitV2Protocol):
         self.rejections = rejections
         self.relayed_in = 0
         """Circuits accepted for us (stop role) and upgraded into connections."""
+        self._circuits: dict[int, _Circuit] = {}
+        """Open circuits by ``id()`` of their HOP stream."""
+        self.reclaimed: Counter[str] = Counter()
+        """Circuits this relay reset before their end: ``idle`` and ``fair_share``."""
 
     def retain(self) -> None:
         """Drop the reservations of peers no longer allowed (after an allow-list change)."""
@@ -250,11 +276,60 @@ class MemberRelay(CircuitV2Protocol):
             await _send_status(stream, self._refuse(refusal, source, f"circuit to {dest}"))
             await _reset(stream)
             return
+        victim = self._make_room(source)
+        # Counted before the first await, so concurrent requests see this circuit.
+        circuit = _Circuit(source, dest, stream, trio.current_time())
         self.admission.opened(source, dest)
+        self._circuits[id(stream)] = circuit
         try:
-            await super()._handle_connect(stream, msg)
+            if victim is not None:
+                await self._reset_circuit(victim)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._reset_when_idle, circuit)
+                await super()._handle_connect(stream, msg)
+                nursery.cancel_scope.cancel()
         finally:
-            self.admission.closed(source, dest)
+            self._release(circuit)
+
+    def _make_room(self, source: str) -> _Circuit | None:
+        """With every circuit in use, give back the slot of the idlest circuit of the member
+        the admission names (:meth:`RelayAdmission.fair_victim`); the caller resets it."""
+        if not self.admission.full():
+            return None
+        victim = self.admission.fair_victim(source)
+        held = [c for c in self._circuits.values() if c.source == victim and not c.released]
+        if not held:
+            return None
+        # An established circuit first (its reset ends it at once), then the longest idle.
+        circuit = min(held, key=lambda c: (c.dst is None, c.last_active))
+        self._release(circuit, "fair_share")
+        return circuit
+
+    def _release(self, circuit: _Circuit, reclaimed: str | None = None) -> None:
+        """Give the circuit's admission slot back (once); ``reclaimed`` says why we end it."""
+        if circuit.released:
+            return
+        circuit.released = True
+        self._circuits.pop(id(circuit.hop), None)
+        self.admission.closed(circuit.source, circuit.dest)
+        if reclaimed is not None:
+            self.reclaimed[reclaimed] += 1
+            log.info(
+                "relay reset the circuit %s -> %s (%s)", circuit.source, circuit.dest, reclaimed
+            )
+
+    async def _reset_when_idle(self, circuit: _Circuit) -> None:
+        idle = self.relay_limits.circuit_idle_seconds
+        while (left := circuit.last_active + idle - trio.current_time()) > 0:
+            await trio.sleep(left)
+        self._release(circuit, "idle")
+        await self._reset_circuit(circuit)
+
+    @staticmethod
+    async def _reset_circuit(circuit: _Circuit) -> None:
+        # Both pumps then fail on their reads and the library's handler returns.
+        await _reset(circuit.hop)
+        await _reset(circuit.dst)
 
     async def _relay_data(
         self,
@@ -267,6 +342,9 @@ class MemberRelay(CircuitV2Protocol):
         """Copy one direction of a circuit until EOF, the byte budget both directions share,
         or the circuit's deadline; touches only this circuit's two streams."""
         reset = True
+        circuit = self._circuits.get(id(src_stream)) or self._circuits.get(id(dst_stream))
+        if circuit is not None and circuit.dst is None:
+            circuit.dst = dst_stream if circuit.hop is src_stream else src_stream
         # ``deadline`` is on time.monotonic()'s clock; trio's clock has an arbitrary offset.
         left = math.inf if deadline is None else deadline - time.monotonic()
         with trio.move_on_after(max(left, 0.0)):
@@ -276,6 +354,8 @@ class MemberRelay(CircuitV2Protocol):
                     if not data:
                         reset = False  # a clean end: pass the half-close on
                         break
+                    if circuit is not None:
+                        circuit.last_active = trio.current_time()
                     if circuit_data_limit is not None:
                         if len(data) > circuit_data_limit[0]:
                             log.info("relayed circuit of %s reached its byte cap", peer_id)

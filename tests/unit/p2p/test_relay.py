@@ -55,9 +55,12 @@ MIB = 1 << 20
 def test_default_limits_are_the_documented_small_ones() -> None:
     limits = DEFAULT_RELAY_LIMITS
     assert limits.max_reservations == 16 and limits.max_reservations_per_peer == 1
-    assert limits.max_circuits == 32 and limits.max_circuits_per_peer == 8
+    assert limits.max_circuits == 32 and limits.max_circuits_per_source == 8
+    assert limits.max_circuits_per_pair == 2
     # Room for a dozen blobs of tens of MB per circuit, and many rounds of time.
     assert limits.circuit_bytes == 256 * MIB and limits.circuit_seconds == 1800
+    # Members ping each other every 3 s: only an abandoned or abused circuit is this quiet.
+    assert limits.circuit_idle_seconds == 20
     assert limits.reservation_ttl == 900
 
 
@@ -67,7 +70,9 @@ def test_default_limits_are_the_documented_small_ones() -> None:
         {"max_reservations": 0},
         {"circuit_bytes": -1},
         {"max_reservations_per_peer": 2},  # py-libp2p holds one slot per peer id
-        {"max_circuits": 4, "max_circuits_per_peer": 8},
+        {"max_circuits": 4, "max_circuits_per_source": 8},
+        {"max_circuits_per_source": 1, "max_circuits_per_pair": 2},
+        {"circuit_idle_seconds": 0},
     ],
 )
 def test_limits_that_the_relay_cannot_keep_are_refused(kwargs: dict[str, int]) -> None:
@@ -80,7 +85,13 @@ def _admission(members: set[str], **limits: int) -> RelayAdmission:
 
 
 def test_only_members_reserve_in_their_own_name_within_the_slot_limit() -> None:
-    adm = _admission({A, B}, max_reservations=1, max_circuits_per_peer=1, max_circuits=1)
+    adm = _admission(
+        {A, B},
+        max_reservations=1,
+        max_circuits_per_pair=1,
+        max_circuits_per_source=1,
+        max_circuits=1,
+    )
     assert adm.reservation(A, None, reserved=0, has_slot=False) is None
     assert adm.reservation(A, A, reserved=0, has_slot=False) is None
     # Claiming someone else's id is refused even for a member (py-libp2p would key the slot
@@ -101,27 +112,53 @@ def test_only_members_reserve_in_their_own_name_within_the_slot_limit() -> None:
     }
 
 
-def test_circuits_need_two_members_a_reservation_and_free_capacity() -> None:
-    c = "c-member"
-    adm = _admission({A, B, c}, max_circuits=3, max_circuits_per_peer=2)
+def test_circuits_need_two_members_and_a_reservation() -> None:
+    adm = _admission({A, B})
     assert adm.circuit("outsider", A, dest_reserved=True) is RelayRefusal.not_member
     assert adm.circuit(A, "outsider", dest_reserved=True) is RelayRefusal.not_member
     assert adm.circuit(A, A, dest_reserved=True) is RelayRefusal.self_circuit
     assert adm.circuit(B, A, dest_reserved=False) is RelayRefusal.no_reservation
     assert adm.circuit(B, A, dest_reserved=True) is None
-    adm.opened(B, A)
-    adm.opened(c, A)
-    # A is an end of two circuits: its per-peer cap.
-    assert adm.circuit(B, A, dest_reserved=True) is RelayRefusal.too_many_peer_circuits
-    assert adm.circuit(c, B, dest_reserved=True) is None
-    adm.opened(c, B)
-    assert adm.open_circuits == 3
-    assert adm.circuit(B, A, dest_reserved=True) is RelayRefusal.too_many_circuits
+
+
+def test_circuits_are_bounded_per_pair_and_per_source_never_per_destination() -> None:
+    c, d, e = "c-member", "d-member", "e-member"
+    adm = _admission({A, B, c, d, e}, max_circuits=16, max_circuits_per_source=3)
+    # The attack of issue 26: one member opening many circuits to a NAT'd member A.
+    for _ in range(2):
+        assert adm.circuit(B, A, dest_reserved=True) is None
+        adm.opened(B, A)
+    assert adm.circuit(B, A, dest_reserved=True) is RelayRefusal.too_many_pair_circuits
+    # B's circuits to A refuse nobody else a circuit to A, however many members hold some.
+    for other in (c, d, e):
+        assert adm.circuit(other, A, dest_reserved=True) is None
+        adm.opened(other, A)
+    assert adm.circuit(B, c, dest_reserved=True) is None
+    adm.opened(B, c)
+    assert adm.circuits_from(B) == 3 and adm.circuits_between(B, A) == 2
+    assert adm.circuit(B, d, dest_reserved=True) is RelayRefusal.too_many_source_circuits
     adm.closed(B, A)
-    adm.closed(c, A)
-    assert adm.open_circuits == 1 and adm.circuits_of(A) == 0 and adm.circuits_of(c) == 1
-    assert adm.circuit(B, A, dest_reserved=True) is None
-    assert adm.circuits_total == 3
+    assert adm.circuits_between(B, A) == 1 and adm.circuits_from(B) == 2
+    assert adm.circuit(B, d, dest_reserved=True) is None
+    assert adm.open_circuits == 5 and adm.circuits_total == 6
+
+
+def test_a_full_relay_takes_a_circuit_from_the_largest_holder_for_a_smaller_one() -> None:
+    c, d = "c-member", "d-member"
+    adm = _admission({A, B, c, d}, max_circuits=4, max_circuits_per_source=3)
+    for dest in (A, A, c):
+        adm.opened(B, dest)
+    adm.opened(c, A)
+    assert adm.full()
+    # d holds none, B holds three: B's share gives way (the relay resets one of B's).
+    assert adm.circuit(d, A, dest_reserved=True) is None and adm.fair_victim(d) == B
+    adm.closed(B, A)
+    adm.opened(d, A)
+    # Now B 2, c 1, d 1: c may not push B below itself, nor take d's.
+    assert adm.fair_victim(c) is None
+    assert adm.circuit(c, B, dest_reserved=True) is RelayRefusal.too_many_circuits
+    assert adm.fair_victim(A) == B  # a member holding none still gets one of B's two
+    assert adm.refusals[RelayRefusal.too_many_circuits] == 1
 
 
 def test_a_new_allow_list_applies_to_the_next_request() -> None:

@@ -173,16 +173,28 @@ def bloom_seed_for(identity: NodeIdentity, rnd: Round, entropy: bytes = b"") -> 
     return int.from_bytes(digest[:8], "little")
 
 
+def rejected_by_verifiers(coord: Coordinator) -> set[NodeIdentity]:
+    """Trainers whose result of round h−2 a quorum of round h−1's verifiers found a mismatch
+    (``coord`` is at round h): every client reads the same stored verdicts, so all leave the same
+    results out of the apply (docs/protocol.md, "Threat model and result verification")."""
+    judging, judged = coord.previous_round(), coord.previous_previous_round()
+    if judging is None or judged is None:
+        return set()
+    return set(coord.verdict_outcome(judging, judged).rejected)
+
+
 def results_to_apply(
     applied: RoundState, witnesses: Sequence[Witness], coord: Coordinator
 ) -> list[ReceivedResult]:
-    """The results of round ``applied`` that a quorum of ``witnesses`` voted for, in batch order.
-    Batches with no result or no consensus are skipped here; the coordinator re-assigns the
-    intervals of ejected and leaving trainers in later rounds (``Round.retries``)."""
+    """The results of round ``applied`` that a quorum of ``witnesses`` voted for and the
+    verifiers did not reject, in batch order. Batches with no result or no consensus are skipped
+    here; the coordinator re-assigns the intervals of ejected and leaving trainers in later
+    rounds (``Round.retries``)."""
     out: list[ReceivedResult] = []
+    rejected = rejected_by_verifiers(coord)
     for batch in applied.assignment:
         res = applied.results.get(batch)
-        if res is None:
+        if res is None or res.trainer in rejected:
             continue
         if select_consensus_commitment([res.data_hash], witnesses, coord.config) == 0:
             out.append(res)
@@ -201,14 +213,21 @@ def consensus_results_missing(
     here: ``applied`` is None) cannot fetch it, since only the announcement names its blob;
     applying the rest would silently leave it with weights unlike its peers'. A result still
     downloading is not missing here (the apply awaits it up to its deadline)."""
+    rejected = rejected_by_verifiers(coord)
     if applied is None:
         rnd = coord.previous_previous_round()
         if rnd is None:
             return []
-        who = [c for c in coord.round_clients(rnd) if trainer_healthy(c, witnesses, coord.config)]
+        who = [
+            c
+            for c in coord.round_clients(rnd)
+            if c not in rejected and trainer_healthy(c, witnesses, coord.config)
+        ]
         return [f"round {rnd.height} (never started here; trainer {c.hex()[:12]})" for c in who]
     return [
         f"batch {batch} of step {applied.step}"
         for batch, trainer in applied.assignment.items()
-        if batch not in applied.results and trainer_healthy(trainer, witnesses, coord.config)
+        if batch not in applied.results
+        and trainer not in rejected
+        and trainer_healthy(trainer, witnesses, coord.config)
     ]

@@ -1,0 +1,102 @@
+"""Clients leave a result that a quorum of verifiers rejected out of the apply, identically, and
+its interval is trained again (docs/protocol.md, "Threat model and result verification"): the
+real coordinator driven by simulated clients and the daemon's own apply decisions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from psyche.coordinator import Coordinator, RunState
+from psyche.coordinator.sim import Sim, sim_identity, sim_result_hash
+from psyche.coordinator.types import Verdict
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundState,
+    consensus_results_missing,
+    rejected_by_verifiers,
+    results_to_apply,
+    round_state_for,
+)
+from psyche.protocol.identity import NodeIdentity
+
+from ..coordinator.support import make_config, make_model
+
+RS = RunState
+
+
+def _sim() -> Sim:
+    cfg = make_config(witness_nodes=3, min_clients=3)
+    cfg.check()
+    sim = Sim(Coordinator(run_id="verify", config=cfg, model=make_model()))
+    sim.coord.config = dataclasses.replace(cfg, verification_percent=25)
+    sim.resume()
+    sim.advance(cfg.waiting_for_members_extra_time)
+    sim.tick([sim_identity(i) for i in range(4)])
+    sim.send_warmup_witnesses()
+    assert sim.coord.run_state is RS.RoundTrain
+    return sim
+
+
+def _end_round(sim: Sim) -> None:
+    if sim.coord.run_state is RS.RoundTrain:
+        sim.advance(sim.coord.config.max_round_train_time)
+        sim.tick()
+    sim.advance(sim.coord.config.round_witness_time)
+    sim.tick()
+    assert sim.coord.run_state is RS.RoundTrain
+
+
+def _deliver(state: RoundState) -> None:
+    for batch, who in state.assignment.items():
+        digest = sim_result_hash(state.step, batch.start, batch.end)
+        state.results[batch] = ReceivedResult(who, batch, digest, b"ok")
+
+
+def _round0_then_judge(sim: Sim, verdict: Verdict | None) -> tuple[RoundState, NodeIdentity]:
+    c = sim.coord
+    round0 = round_state_for(c)
+    sim.send_round_witnesses()
+    _end_round(sim)
+    _deliver(round0)
+    prev = c.previous_round()
+    assert prev is not None
+    judged = c.round_clients(prev)
+    trainer = judged[c.judged_sample(c.current_round(), prev)[0]]
+    sel = c.committee_selection(c.current_round())
+    for i, cl in enumerate(c.epoch_state.clients):
+        if not sel.get_witness(i).witness:
+            continue
+        w = sim.round_witness(i)
+        if verdict is not None and sel.get_witness(i).position < 3 and cl.id != trainer:
+            w = dataclasses.replace(w, verdict=verdict)
+        sim.witness(cl.id, w)
+    _end_round(sim)
+    return round0, trainer
+
+
+def test_rejected_result_is_left_out_and_retried() -> None:
+    sim = _sim()
+    c = sim.coord
+    round0, trainer = _round0_then_judge(sim, Verdict(checked=1, mismatch=1))
+    prev = c.previous_round()
+    assert prev is not None
+    assert rejected_by_verifiers(c) == {trainer}
+    chosen = results_to_apply(round0, prev.witnesses, c)
+    assert {r.trainer for r in chosen} == set(round0.assignment.values()) - {trainer}
+    bad_batch = round0.batch_of(trainer)
+    assert bad_batch is not None and bad_batch in c.current_round().retries
+    # A client that never received the rejected result does not need it.
+    del round0.results[bad_batch]
+    assert consensus_results_missing(round0, prev.witnesses, c) == []
+
+
+def test_matching_verdicts_change_nothing() -> None:
+    sim = _sim()
+    c = sim.coord
+    round0, trainer = _round0_then_judge(sim, Verdict(checked=1, mismatch=0))
+    prev = c.previous_round()
+    assert prev is not None
+    assert rejected_by_verifiers(c) == set()
+    chosen = results_to_apply(round0, prev.witnesses, c)
+    assert {r.trainer for r in chosen} == set(round0.assignment.values())
+    assert c.index_of(trainer) is not None

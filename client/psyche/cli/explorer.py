@@ -122,3 +122,55 @@ def serve_cmd(
             click.echo(f"explorer: database {database!r}: {e}", err=True)
             sys.exit(2)
         raise
+
+
+@explorer.command("cost")
+@click.option("--rounds", default=1000, show_default=True, type=click.IntRange(10, 10**6))
+@click.option("--clients", default=3, show_default=True, type=click.IntRange(1, 256))
+@click.option("--witnesses", default=2, show_default=True, type=click.IntRange(1, 32))
+@click.option("--centralized", default=None, help="Also count the calls to follow this server.")
+@click.option("--rpc", default=None, help="Also count the RPC calls to follow --run-id here.")
+@click.option("--ws-rpc", default=None, help="Websocket URL ('none': poll only).")
+@click.option("--run-id", default=None)
+@click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(5, 3600))
+def cost_cmd(
+    rounds: int,
+    clients: int,
+    witnesses: int,
+    centralized: str | None,
+    rpc: str | None,
+    ws_rpc: str | None,
+    run_id: str | None,
+    seconds: float,
+) -> None:
+    """Measure the indexer: database bytes per 1,000 rounds (both backends, a synthetic run
+    through the real store) and, given a live source, its calls per minute. Prints JSON."""
+    import json
+    import tempfile
+
+    from psyche.explorer.cost import calls_per_minute, database_bytes
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    out: dict[str, object] = {
+        "database_solana": database_bytes(rounds, clients, witnesses, solana=True),
+        "database_centralized": database_bytes(rounds, clients, witnesses, solana=False),
+    }
+    if centralized or (rpc and run_id):
+        from psyche.explorer.schema import open_engine
+        from psyche.explorer.store import Store
+
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Store(open_engine(f"{tmp}/cost.sqlite"))
+            if centralized:
+                from psyche.explorer.centralized import CentralizedSource
+
+                src = CentralizedSource(store, centralized)
+                out["calls_centralized"] = asyncio.run(calls_per_minute(src, seconds))
+            if rpc and run_id:
+                from psyche.backends.solana.session import websocket_url
+                from psyche.explorer.solana import SolanaSource, SolanaTarget
+
+                ws = None if ws_rpc == "none" else ws_rpc or websocket_url(rpc)
+                solana = SolanaSource(store, SolanaTarget(rpc=rpc, ws=ws, run_id=run_id))
+                out["calls_solana"] = asyncio.run(calls_per_minute(solana, seconds))
+    click.echo(json.dumps(out, indent=1))

@@ -154,3 +154,11 @@ def test_the_same_code_on_postgresql(tmp_path: Path) -> None:
     store.set_account(run, "pool", "addr", {"cap": 1})
     store.record_transactions(run, [], [], ("pool:x:users", "a," * 1000))
     assert store.cursor(run, "pool:x:users") == "a," * 1000
+
+
+def test_the_cost_command_measures_database_growth() -> None:
+    from psyche.explorer.cost import database_bytes
+
+    solana = database_bytes(rounds=20, solana=True)
+    centralized = database_bytes(rounds=20, solana=False)
+    assert solana["bytes_per_1000_rounds"] > centralized["bytes_per_1000_rounds"] > 0

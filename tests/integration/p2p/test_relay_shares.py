@@ -195,7 +195,8 @@ def test_members_filling_the_relay_give_way_to_one_holding_none() -> None:
 
 @pytest.mark.timeout(120)
 def test_an_idle_circuit_is_reclaimed_and_a_busy_one_kept() -> None:
-    limits = RelayLimits(circuit_idle_seconds=1)
+    # Long enough that a loaded machine never stalls the pings that long, short for a test.
+    limits = RelayLimits(circuit_idle_seconds=3)
 
     async def scenario() -> None:
         async with _world(4, limits) as (relay, victim, abuser, honest):
@@ -208,12 +209,13 @@ def test_an_idle_circuit_is_reclaimed_and_a_busy_one_kept() -> None:
             async def keep_busy() -> None:
                 while not busy.is_set():
                     await _ping(honest, victim)
-                    await trio.sleep(0.3)
+                    await trio.sleep(0.2)
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(keep_busy)
-                assert await _ended(idle, within=5), "an idle circuit outlived the idle limit"
-                await trio.sleep(1.5)  # longer than the idle limit
+                within = limits.circuit_idle_seconds + 5
+                assert await _ended(idle, within), "an idle circuit outlived the idle limit"
+                await trio.sleep(limits.circuit_idle_seconds + 0.5)
                 busy.set()
             assert relay.relay.reclaimed["idle"] == 1
             assert relay.relay.admission.circuits_from(abuser.id.to_base58()) == 0

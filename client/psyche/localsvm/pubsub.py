@@ -235,7 +235,7 @@ class PubSub:
     @staticmethod
     def _room(client: _Client) -> None:
         if len(client.subs) >= MAX_SUBSCRIPTIONS:
-            # A validator refuses a subscription over its limit with an internal error too.
+            # A refusal for want of room, not a malformed request: the server's error code.
             raise RpcFault(
                 INTERNAL_ERROR,
                 f"Subscription refused: at most {MAX_SUBSCRIPTIONS} subscriptions per connection",

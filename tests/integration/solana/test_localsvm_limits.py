@@ -5,6 +5,7 @@ server past the stated bound (docs/localsvm.md, "Limits")."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -27,6 +28,7 @@ from solders.system_program import CreateAccountParams, create_account
 from solders.transaction import Transaction
 from websockets.sync.client import connect
 
+from psyche.localsvm.http_server import HttpServer
 from psyche.localsvm.pubsub import MAX_QUEUED_BYTES, MAX_SUBSCRIPTIONS
 
 SOL = 10**9
@@ -231,3 +233,23 @@ def test_a_subscriber_that_never_reads_cannot_grow_the_server(server: Server) ->
     assert growth < GROWTH_BOUND
     assert "websocket subscriber too slow" in server.log.read_text()
     assert server.call("getHealth") == "ok"
+
+
+def test_a_handler_failure_is_still_answered_with_a_json_rpc_error() -> None:
+    """A bug of ours (the handler raising) gets HTTP 500 with a -32603 error object."""
+
+    def broken(body: bytes) -> bytes:
+        raise RuntimeError("a bug")
+
+    async def scenario() -> httpx.Response:
+        server = HttpServer(broken)
+        port = await server.start("127.0.0.1", 0)
+        try:
+            async with httpx.AsyncClient() as client:
+                return await client.post(f"http://127.0.0.1:{port}", json={}, timeout=10)
+        finally:
+            await server.close()
+
+    reply = asyncio.run(scenario())
+    assert reply.status_code == 500
+    assert reply.json()["error"] == {"code": -32603, "message": "Internal error"}

@@ -77,6 +77,13 @@ class CoordinatorState:
             return None
         return self.epoch_state.rounds[(head - 2) % NUM_STORED_ROUNDS]
 
+    def round_back(self, n: int) -> Round | None:
+        """The stored round ``n`` rounds before the current one (0 ≤ n < 4), if this epoch has
+        had it; ``round_back(1)`` is ``previous_round()`` except in a new epoch's first round."""
+        if not 0 <= n < NUM_STORED_ROUNDS or self.current_round().height < n:
+            return None
+        return self.epoch_state.rounds[(self.epoch_state.rounds_head - n) % NUM_STORED_ROUNDS]
+
     def batch_size_for_round(self, rnd: Round) -> int:
         return self.config.get_batch_size(rnd.data_index * self.llm.max_seq_len)
 

@@ -174,13 +174,17 @@ def bloom_seed_for(identity: NodeIdentity, rnd: Round, entropy: bytes = b"") -> 
 
 
 def rejected_by_verifiers(coord: Coordinator) -> set[NodeIdentity]:
-    """Trainers whose result of round h−2 a quorum of round h−1's verifiers found a mismatch
-    (``coord`` is at round h): every client reads the same stored verdicts, so all leave the same
-    results out of the apply (docs/protocol.md, "Threat model and result verification")."""
-    judging, judged = coord.previous_round(), coord.previous_previous_round()
-    if judging is None or judged is None:
-        return set()
-    return set(coord.verdict_outcome(judging, judged).rejected)
+    """Trainers whose results of round h−2 are left out of the apply at round h (``coord`` is at
+    round h): those whose round h−2 result a quorum of round h−1's verifiers rejected, and those
+    rejected in round h−2 itself (about h−3), whose h−2 result came from the same trainer in the
+    round it was caught. Every client reads the same stored verdicts, so all leave out the same
+    results (docs/protocol.md, "Threat model and result verification")."""
+    out: set[NodeIdentity] = set()
+    for back in (1, 2):
+        judging, judged = coord.round_back(back), coord.round_back(back + 1)
+        if judging is not None and judged is not None:
+            out.update(coord.verdict_outcome(judging, judged).rejected)
+    return out
 
 
 def results_to_apply(

@@ -52,12 +52,16 @@ def _deliver(state: RoundState) -> None:
         state.results[batch] = ReceivedResult(who, batch, digest, b"ok")
 
 
-def _round0_then_judge(sim: Sim, verdict: Verdict | None) -> tuple[RoundState, NodeIdentity]:
+def _round0_then_judge(
+    sim: Sim, verdict: Verdict | None, kept: list[RoundState] | None = None
+) -> tuple[RoundState, NodeIdentity]:
     c = sim.coord
     round0 = round_state_for(c)
     sim.send_round_witnesses()
     _end_round(sim)
     _deliver(round0)
+    if kept is not None:
+        kept.append(round_state_for(c))
     prev = c.previous_round()
     assert prev is not None
     judged = c.round_clients(prev)
@@ -100,3 +104,22 @@ def test_matching_verdicts_change_nothing() -> None:
     chosen = results_to_apply(round0, prev.witnesses, c)
     assert {r.trainer for r in chosen} == set(round0.assignment.values())
     assert c.index_of(trainer) is not None
+
+
+def test_result_of_the_round_it_was_caught_in_is_left_out_too() -> None:
+    """The trainer is ejected at the end of round 1, the round that judged it; its round 1
+    result still reached the witnesses, but the apply of round 1 (at round 3) leaves it out."""
+    sim = _sim()
+    c = sim.coord
+    kept: list[RoundState] = []
+    _, trainer = _round0_then_judge(sim, Verdict(checked=1, mismatch=1), kept)
+    round1 = kept[0]
+    _deliver(round1)
+    sim.send_round_witnesses()
+    _end_round(sim)
+    prev = c.previous_round()
+    assert prev is not None and c.current_round().height == 3
+    assert trainer in rejected_by_verifiers(c)
+    chosen = {r.trainer for r in results_to_apply(round1, prev.witnesses, c)}
+    assert trainer in round1.assignment.values() and trainer not in chosen
+    assert chosen == set(round1.assignment.values()) - {trainer}

@@ -63,6 +63,10 @@ class StateObs:
     checkpoint: str | None
     clients: list[ClientRow]
     extra: dict[str, Any] = field(default_factory=dict)
+    start_step: int = 0
+    last_step: int = 0
+    """The epoch's first and (once set) last step: rounds whose step + 2 reaches ``last_step``
+    drain the pipeline and train nothing (``Coordinator.round_trained``)."""
 
     def detail(self) -> dict[str, Any]:
         """The JSON the run page reads for the latest state (``runs.detail``)."""
@@ -109,8 +113,10 @@ def observe(
         height=rnd.height,
         witnesses=len(rnd.witnesses),
         witness_target=c.witness_count(),
-        tokens=int(rnd.data_index) * seq_len,
+        tokens=int(c.total_tokens_processed()) if seq_len else 0,
         checkpoint=checkpoint_label(c),
         clients=rows,
         extra=dict(extra or {}),
+        start_step=int(c.epoch_state.start_step),
+        last_step=int(c.epoch_state.last_step),
     )

@@ -28,6 +28,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
     select,
     text,
 )
@@ -94,6 +95,7 @@ rounds = Table(
     Column("witnesses", Integer, nullable=False, default=0),
     Column("witness_target", Integer, nullable=False, default=0),
     Column("opportunistic", Boolean, nullable=False, default=False),
+    Column("trained", Boolean),
     UniqueConstraint("run", "epoch", "height"),
 )
 
@@ -178,7 +180,14 @@ def _v2(conn: Connection) -> None:
     conn.execute(text("CREATE INDEX ix_transactions_run_slot ON transactions (run, slot)"))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
+def _v3(conn: Connection) -> None:
+    # Whether a round trained or only drained the epoch's pipeline (the coordinator's
+    # round_trained rule): a witness of a drain round reports its last, stale loss.
+    if "trained" not in {c["name"] for c in inspect(conn).get_columns("rounds")}:
+        conn.execute(text("ALTER TABLE rounds ADD COLUMN trained BOOLEAN"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

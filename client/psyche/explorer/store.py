@@ -124,6 +124,12 @@ class Store:
         if obs.phase in _IN_ROUND:
             open_other = and_(open_other, ~key)
         conn.execute(rounds.update().where(open_other).values(end_at=at))
+        if obs.last_step:
+            # The coordinator's round_trained rule, on every round of this epoch.
+            epoch = and_(rounds.c.run == run, rounds.c.epoch == obs.epoch)
+            conn.execute(
+                rounds.update().where(epoch).values(trained=rounds.c.step + 2 < obs.last_step)
+            )
         if obs.phase not in _IN_ROUND:
             return
         row = conn.execute(select(rounds.c.id, rounds.c.witness_at).where(key)).first()
@@ -137,6 +143,7 @@ class Store:
                     train_at=at,
                     witnesses=obs.witnesses,
                     witness_target=obs.witness_target,
+                    trained=not (obs.last_step and obs.step + 2 >= obs.last_step),
                 )
             )
         values: dict[str, Any] = {"witnesses": obs.witnesses}
@@ -276,7 +283,18 @@ class Store:
                     func.avg(metrics.c.bandwidth_per_sec).label("bandwidth_per_sec"),
                     func.count().label("reports"),
                 )
-                .where(and_(metrics.c.run == run, metrics.c.step > after, metrics.c.loss > 0))
+                .where(
+                    and_(
+                        metrics.c.run == run,
+                        metrics.c.step > after,
+                        metrics.c.loss > 0,
+                        ~metrics.c.step.in_(
+                            select(rounds.c.step).where(
+                                and_(rounds.c.run == run, rounds.c.trained.is_(False))
+                            )
+                        ),
+                    )
+                )
                 .group_by(metrics.c.step)
                 .order_by(metrics.c.step)
                 .limit(limit)

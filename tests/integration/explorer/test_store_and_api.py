@@ -162,3 +162,24 @@ def test_the_cost_command_measures_database_growth() -> None:
     solana = database_bytes(rounds=20, solana=True)
     centralized = database_bytes(rounds=20, solana=False)
     assert solana["bytes_per_1000_rounds"] > centralized["bytes_per_1000_rounds"] > 0
+
+
+def test_drain_rounds_reports_are_not_loss_points(tmp_path: Path) -> None:
+    """Witnesses of the epoch's last (drain) rounds report their last, stale loss: the loss
+    chart keeps only steps whose round trained (the coordinator's round_trained rule)."""
+    from dataclasses import replace
+
+    store = Store(open_engine(str(tmp_path / "db.sqlite")))
+    run = store.run("k", "centralized", "test", "tiny")
+    base = observe(make_coordinator(), 0)
+    seq = 0
+    for step in range(1, 7):
+        seq += 1
+        last = 7 if step >= 4 else 0  # set during round 4: steps 5 and 6 drain
+        obs = replace(base, seq=seq, phase="RoundTrain", step=step, height=step - 1, last_step=last)
+        store.record_state(run, obs)
+    store.record_metrics(
+        run, [MetricObs(f"r{s}", 0.0, "ab", s, 2.0, 1.0, 0.0, 0.0) for s in range(1, 7)]
+    )
+    assert [s["step"] for s in store.steps(run, 100)] == [1, 2, 3, 4]
+    assert [r["trained"] for r in store.rounds(run, 100)] == [True] * 4 + [False] * 2

@@ -59,9 +59,10 @@ async function runView(id) {
     <h3>clients</h3>${table(["id", "state", "healthy", "earned", "slashed", "connected", "P2P"], clients.map((c) => [
       td(c.id, "id"), td(c.state), `<td class="${c.healthy ? "ok" : "bad"}">${c.healthy ? "yes" : "no"}</td>`, td(num(c.earned)), td(num(c.slashed)),
       td(c.connected === undefined ? "—" : (c.connected ? "yes" : "no")), td(c.p2p ?? "unknown")]))}
-    <h3>rounds</h3>${table(["epoch", "round", "step", "started", "train", "witness", "witnesses", "end"], rounds.slice().reverse().map((r) => [
+    <h3>rounds</h3>${table(["epoch", "round", "step", "started", "train", "witness", "witnesses", "end", "trained"], rounds.slice().reverse().map((r) => [
       td(r.epoch), td(r.height), td(r.step), td(when(r.train_at)), td(dur(r.train_at, r.witness_at)), td(dur(r.witness_at, r.end_at)),
-      td(`${r.witnesses} / ${r.witness_target}`), td(r.witness_at ? (r.opportunistic ? "opportunistic" : "timeout") : "training")]))}
+      td(`${r.witnesses} / ${r.witness_target}`), td(r.witness_at ? (r.opportunistic ? "opportunistic" : "timeout") : "in progress"),
+      td(r.trained === false ? "no (drain)" : "yes")]))}
     <h3>checkpoints</h3>${cks.length ? table(["checkpoint", "epoch", "step", "seen"], cks.map((c) => [td(c.label), td(c.epoch), td(c.step), td(when(c.at))])) : "<p>none</p>"}
     <h3>recent transactions</h3>${txs.length ? table(["signature", "slot", "instruction", "signer", "result"], txs.map((t) => [
       td(t.signature, "id"), td(t.slot), td(t.instruction), td(t.signer, "id"), `<td class="${t.ok ? "ok" : "bad"}">${t.ok ? "ok" : "rejected: " + esc(t.error)}</td>`])) : "<p>none (a centralized run has no transactions)</p>"}`;

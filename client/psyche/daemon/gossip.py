@@ -20,13 +20,20 @@ apply fewer than its peers, and its weights diverged for good.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
 from psyche.daemon.epoch import EARLY_STEPS_AHEAD, Early, EpochView
 from psyche.daemon.gradients import write_gradient
 from psyche.daemon.parts import ClientParts, Holdings
-from psyche.daemon.rounds import ReceivedResult, RoundState, verify_result
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundState,
+    copied_from,
+    decode_verified,
+    result_fingerprint,
+)
 from psyche.events import DownloadEvent
 from psyche.p2p.messages import Finished, ModelAvailable, TrainingResult, open_announcement
 from psyche.p2p.peer_id import peer_id_for
@@ -194,11 +201,21 @@ class GossipRouter:
             )
         )
         full = ReceivedResult(res.trainer, res.batch, res.data_hash, data)
-        if not verify_result(full, state.step, kit.spec):
+        decoded = decode_verified(full, state.step, kit.spec)
+        if decoded is None:
             detail = f"batch {res.batch} of step {state.step}"
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return
-        state.results[res.batch] = full
+        fingerprint = result_fingerprint(decoded)
+        recent = [s for s in view.rounds.values() if state.height - 1 <= s.height <= state.height]
+        original = copied_from(fingerprint, recent)
+        if original is not None:
+            # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
+            # docs/protocol.md, "Threat model and result verification".
+            detail = f"batch {res.batch} of step {state.step} repeats batch {original.batch}"
+            self.parts.rejections.record(Rejection.copy_payload, peer, detail)
+            return
+        state.results[res.batch] = dataclasses.replace(full, fingerprint=fingerprint)
         write_gradient(self.parts, state.step, res.batch, res.trainer.p2p_identity, data)
         self.parts.wake()
 

@@ -9,8 +9,11 @@ consensus. No I/O here; payload bytes arrive already downloaded.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import hashlib
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+
+import torch
 
 from psyche.coordinator import Coordinator, Round, Witness
 from psyche.coordinator.consensus import (
@@ -18,7 +21,7 @@ from psyche.coordinator.consensus import (
     select_consensus_commitment,
     trainer_healthy,
 )
-from psyche.distro import PayloadError, PayloadSpec, decode_payload
+from psyche.distro import Payload, PayloadError, PayloadSpec, decode_payload
 from psyche.distro.payload import payload_hash
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import sha256v
@@ -41,6 +44,8 @@ class ReceivedResult:
     batch: BatchId
     data_hash: bytes
     payload: bytes | None = None
+    fingerprint: bytes | None = None
+    """``result_fingerprint`` of the decoded payload, once downloaded and verified."""
 
 
 @dataclass
@@ -140,16 +145,44 @@ def assignment_for(
 
 def verify_result(result: ReceivedResult, step: int, spec: PayloadSpec) -> bool:
     """The downloaded bytes match the signed commitment and decode under the run's layout."""
+    return decode_verified(result, step, spec) is not None
+
+
+def decode_verified(result: ReceivedResult, step: int, spec: PayloadSpec) -> Payload | None:
+    """The decoded payload if the downloaded bytes match the signed commitment and decode under
+    the run's layout, else None."""
     if result.payload is None:
-        return False
+        return None
     digest = payload_hash(step, result.batch.start, result.batch.end, result.payload)
     if digest != result.data_hash:
-        return False
+        return None
     try:
-        decode_payload(result.payload, spec)
+        return decode_payload(result.payload, spec)
     except PayloadError:
-        return False
-    return True
+        return None
+
+
+def result_fingerprint(payload: Payload) -> bytes:
+    """SHA-256 of what a result says — every tensor's indices and value signs — without its
+    header (step, interval, nonce), so a copied or replayed result has the fingerprint of its
+    original whatever it claims to be (docs/protocol.md, "Threat model and result
+    verification")."""
+    h = hashlib.sha256()
+    for r in payload.results:
+        h.update(r.idx.to(torch.int64).contiguous().numpy().tobytes())
+        h.update(torch.signbit(r.val.float()).contiguous().numpy().tobytes())
+    return h.digest()
+
+
+def copied_from(fingerprint: bytes, rounds: Iterable[RoundState]) -> ReceivedResult | None:
+    """A verified result in ``rounds`` (this round and the previous one) whose content
+    ``fingerprint`` repeats: an honest trainer subtracts what it sent from its residual, so no two
+    honest results (nor one trainer's two rounds) carry the same content."""
+    for state in rounds:
+        for other in state.results.values():
+            if other.fingerprint == fingerprint:
+                return other
+    return None
 
 
 def build_witness(proof: WitnessProof, attested: RoundState | None, bloom_seed: int) -> Witness:

@@ -25,6 +25,7 @@ from psyche.daemon.rounds import (
     ReceivedResult,
     RoundState,
     consensus_results_missing,
+    result_fingerprint,
     results_to_apply,
     round_lrs,
 )
@@ -206,7 +207,11 @@ class TrainingStep:
         write_gradient(parts, state.step, batch, parts.identity.p2p_identity, out.payload)
         blob = parts.transport.serve(out.payload)
         commitment = make_commitment(parts.key, digest)
-        state.results[batch] = ReceivedResult(parts.identity, batch, digest, out.payload)
+        # Its fingerprint lets this client refuse a peer's copy of it (docs/protocol.md).
+        fingerprint = result_fingerprint(decode_payload(out.payload, kit.spec))
+        state.results[batch] = ReceivedResult(
+            parts.identity, batch, digest, out.payload, fingerprint
+        )
         ann = TrainingResult(
             step=state.step,
             batch_start=batch.start,

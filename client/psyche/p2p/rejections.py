@@ -46,6 +46,7 @@ class Rejection(enum.Enum):
     other_batch = "other_batch"
     bad_commitment = "bad_commitment"
     bad_payload = "bad_payload"
+    copy_payload = "copy_payload"
     forged_model_available = "forged_model_available"
 
 
@@ -64,6 +65,7 @@ DESCRIPTION = {
     Rejection.other_batch: "training result for a batch not assigned to its sender",
     Rejection.bad_commitment: "training result with a bad commitment signature",
     Rejection.bad_payload: "training payload that does not match its commitment",
+    Rejection.copy_payload: "training payload that copies a result of this or the last round",
     Rejection.forged_model_available: "ModelAvailable offer that cannot be trusted",
 }
 

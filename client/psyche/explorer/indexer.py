@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 from psyche.explorer.sources import BadInput, Source, SourceUnavailable
@@ -53,8 +54,15 @@ async def follow(
 
 
 async def follow_all(sources: Sequence[Source], interval: float = 1.0) -> None:
+    started = time.monotonic()
     try:
         await asyncio.gather(*(follow(s, interval) for s in sources))
     finally:
+        minutes = max(1e-9, (time.monotonic() - started) / 60)
         for s in sources:
             await s.close()
+            calls = getattr(s, "calls", None)
+            if calls is not None:
+                # What following this run cost its RPC or server (docs/explorer.md, "Cost").
+                log.info("%s: %d calls in %.1f min (%.1f per minute)", s.name, calls, minutes,
+                         calls / minutes)  # fmt: skip

@@ -63,6 +63,8 @@ class StateObs:
     checkpoint: str | None
     clients: list[ClientRow]
     extra: dict[str, Any] = field(default_factory=dict)
+    max_round_train_time: int = 0
+    """A round whose RoundWitness began before this many seconds ended opportunistically."""
     start_step: int = 0
     last_step: int = 0
     """The epoch's first and (once set) last step: rounds whose step + 2 reaches ``last_step``
@@ -117,6 +119,7 @@ def observe(
         checkpoint=checkpoint_label(c),
         clients=rows,
         extra=dict(extra or {}),
+        max_round_train_time=int(c.config.max_round_train_time),
         start_step=int(c.epoch_state.start_step),
         last_step=int(c.epoch_state.last_step),
     )

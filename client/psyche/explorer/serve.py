@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,21 +72,31 @@ async def serve(s: ExplorerSettings) -> None:
         make_app(store), host=s.host, port=s.port, log_level="warning", lifespan="off"
     )
     server = uvicorn.Server(config)
-    web = asyncio.create_task(server.serve())
+    # Bound here, so a taken port is an OSError before anything starts and port 0 has a number.
+    sock = socket.create_server((s.host, s.port))
+    port = sock.getsockname()[1]
+    web = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if web.done():
-            await web  # raises the bind error
+            await web
             return
         await asyncio.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1] if server.servers else s.port
     url = f"http://{s.host}:{port}/"
     log.info("explorer at %s (%d source(s), database %s)", url, len(sources), s.database)
     if s.ready_file is not None:
         s.ready_file.write_text(url + "\n")
     indexing = asyncio.create_task(follow_all(sources, s.interval))
+    # Ours, not uvicorn's: uvicorn re-raises the signal once it has stopped, which would end the
+    # process before the indexer has closed its sources (and logged what they cost).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stopping = asyncio.create_task(stop.wait())
     try:
-        await asyncio.wait({web, indexing}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({web, indexing, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         indexing.cancel()
+        stopping.cancel()
         server.should_exit = True
-        await asyncio.gather(web, indexing, return_exceptions=True)
+        await asyncio.gather(web, indexing, stopping, return_exceptions=True)

@@ -132,7 +132,9 @@ class Store:
             )
         if obs.phase not in _IN_ROUND:
             return
-        row = conn.execute(select(rounds.c.id, rounds.c.witness_at).where(key)).first()
+        row = conn.execute(
+            select(rounds.c.id, rounds.c.witness_at, rounds.c.train_at).where(key)
+        ).first()
         if row is None:
             conn.execute(
                 rounds.insert().values(
@@ -148,7 +150,12 @@ class Store:
             )
         values: dict[str, Any] = {"witnesses": obs.witnesses}
         if obs.phase == "RoundWitness" and (row is None or row.witness_at is None):
-            values.update(witness_at=at, opportunistic=obs.witnesses >= max(1, obs.witness_target))
+            # Opportunistic: the witnesses ended training before its time limit (the state seen
+            # first may be later than the phase change, so its witness count cannot tell).
+            started = at if row is None else float(row.train_at)
+            values.update(
+                witness_at=at, opportunistic=at - started < max(1, obs.max_round_train_time)
+            )
         conn.execute(
             rounds.update().where(and_(key, rounds.c.witnesses <= obs.witnesses)).values(**values)
         )

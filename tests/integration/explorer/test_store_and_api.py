@@ -154,6 +154,10 @@ def test_the_same_code_on_postgresql(tmp_path: Path) -> None:
     store.set_account(run, "pool", "addr", {"cap": 1})
     store.record_transactions(run, [], [], ("pool:x:users", "a," * 1000))
     assert store.cursor(run, "pool:x:users") == "a," * 1000
+    store.record_metrics(run, [MetricObs("r1", 0.0, "ab", 1, 2.0, 1.0, 0.0, 0.0, [[0, 0.5]])])
+    assert [(x["step"], x["evals"]) for x in store.steps(run, 10)] == [(1, {"0": 0.5})]
+    client = TestClient(make_app(store))
+    assert client.get(f"/api/runs/{run}/rounds").status_code == 200
 
 
 def test_the_cost_command_measures_database_growth() -> None:
@@ -172,11 +176,11 @@ def test_drain_rounds_reports_are_not_loss_points(tmp_path: Path) -> None:
     store = Store(open_engine(str(tmp_path / "db.sqlite")))
     run = store.run("k", "centralized", "test", "tiny")
     base = observe(make_coordinator(), 0)
-    seq = 0
     for step in range(1, 7):
-        seq += 1
         last = 7 if step >= 4 else 0  # set during round 4: steps 5 and 6 drain
-        obs = replace(base, seq=seq, phase="RoundTrain", step=step, height=step - 1, last_step=last)
+        obs = replace(
+            base, seq=step, phase="RoundTrain", step=step, height=step - 1, last_step=last
+        )
         store.record_state(run, obs)
     store.record_metrics(
         run, [MetricObs(f"r{s}", 0.0, "ab", s, 2.0, 1.0, 0.0, 0.0) for s in range(1, 7)]

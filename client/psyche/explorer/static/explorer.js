@@ -2,6 +2,7 @@
 // server-sent event stream that re-renders the current view whenever the indexer stores something.
 "use strict";
 const main = document.getElementById("main");
+const error = document.getElementById("error");
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 const api = async (path) => { const r = await fetch("/api/" + path); if (!r.ok) throw new Error(path + ": HTTP " + r.status); return r.json(); };
 const ago = (t) => t ? Math.max(0, Math.round(Date.now() / 1000 - t)) + " s" : "—";
@@ -12,8 +13,11 @@ const table = (cols, rows) => `<table><tr>${cols.map((c) => `<th>${esc(c)}</th>`
 const td = (v, cls) => `<td${cls ? ` class="${cls}"` : ""}>${esc(v)}</td>`;
 let charts = [];
 
+function clear() { charts.forEach((c) => c.destroy()); charts = []; }
+
 async function runsView() {
   const runs = await api("runs?limit=200");
+  clear();
   main.innerHTML = `<h2>runs</h2>` + (runs.length ? table(
     ["run", "name", "backend / cluster", "phase", "progress", "clients", "tokens trained", "last update"],
     runs.map((r) => [
@@ -41,6 +45,7 @@ async function runView(id) {
     api(`runs/${id}`), api(`runs/${id}/steps?limit=1000`), api(`runs/${id}/rounds?limit=50`),
     api(`runs/${id}/transactions?limit=30`), api(`runs/${id}/checkpoints?limit=50`),
   ]);
+  clear();
   const d = run.detail || {};
   const pct = run.total_steps ? Math.min(100, 100 * Math.max(0, run.step - 1) / run.total_steps) : 0;
   const clients = d.clients || [];
@@ -77,6 +82,7 @@ async function runView(id) {
 
 async function poolsView() {
   const [pools, trs] = await Promise.all([api("pools"), api("treasurers")]);
+  clear();
   main.innerHTML = `<h2>Mining Pools</h2>` + (pools.length ? pools.map((p) => {
     const v = p.data;
     return `<h3 class="pool" data-index="${v.index}">pool ${v.index} <small class="id">${esc(p.address)}</small></h3>
@@ -95,12 +101,16 @@ async function poolsView() {
 }
 
 async function render() {
-  charts.forEach((c) => c.destroy()); charts = [];
   const h = location.hash || "#/";
   try {
     const m = h.match(/^#\/run\/(\d+)$/);
     if (m) await runView(m[1]); else if (h === "#/pools") await poolsView(); else await runsView();
-  } catch (e) { main.innerHTML = `<p class="bad">${esc(e.message)}</p>`; }
+    error.textContent = "";
+  } catch (e) {
+    // Keep what is shown (the explorer may be restarting); say why it is not updating.
+    error.textContent = e.message;
+    if (main.textContent === "loading…") main.innerHTML = "";
+  }
 }
 
 let pending = false;

@@ -229,7 +229,11 @@ class LocalTestnet:
         try:
             self.start_coordinator_side()
             if o.explorer_port is not None:
-                self.start_explorer(o.explorer_port)
+                try:
+                    self.start_explorer(o.explorer_port)
+                except RuntimeError as e:
+                    # Watching is optional: a taken port must not stop the training.
+                    print(f"explorer not started: {e}", flush=True)
             for slot in range(1, o.num_clients + 1):
                 if slot not in o.delayed_clients:
                     self.start_client(slot)

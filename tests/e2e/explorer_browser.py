@@ -1,0 +1,127 @@
+"""Watching a run's explorer page with a real headless Chromium (Debian's ``chromium``, driven by
+Playwright): what the browser tests of both backends share."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("PSYCHE_CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = ROOT / "runs" / "explorer-screenshots"
+
+
+def chromium_or_skip() -> str:
+    if not Path(CHROMIUM).exists() and not shutil.which(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (scripts/system-deps.sh installs Debian's)")
+    return CHROMIUM
+
+
+@dataclass
+class Watched:
+    phases: list[str] = field(default_factory=list)
+    loss_points: int = -1
+    steps: list[Any] = field(default_factory=list)
+    """The run's ``/api/runs/{id}/steps`` at the end (for the failure message)."""
+    rounds: list[Any] = field(default_factory=list)
+    """The run's ``/api/runs/{id}/rounds`` at the end."""
+    shots: list[Path] = field(default_factory=list)
+
+
+def wait_for_url(out: Path, proc: Any, timeout: float = 180.0) -> str:
+    ready = out / "explorer-url.txt"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready.exists() and ready.read_text().strip():
+            return ready.read_text().strip()
+        assert proc.poll() is None, "the testnet exited before its explorer listened"
+        time.sleep(0.3)
+    raise AssertionError("the explorer never listened")
+
+
+def watch(
+    url: str, run_id: str, name: str, done: Callable[[], bool], timeout: float = 420.0
+) -> Watched:
+    """Open the runs list, then the run's page; follow its phase (the page updates itself) until
+    the run is Finished or ``done()``; screenshots go to runs/explorer-screenshots/."""
+    from playwright.sync_api import sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    seen = Watched()
+
+    def shot(page: Any, what: str) -> None:
+        path = SCREENSHOTS / f"{name}-{what}.png"
+        page.screenshot(path=str(path), full_page=True)
+        seen.shots.append(path)
+        print(f"screenshot: {path}")
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_or_skip(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        link = page.locator("a.run-link", has_text=run_id)
+        link.wait_for(timeout=120_000)
+        shot(page, "runs")
+        link.first.click()
+        page.locator("#phase").wait_for(timeout=30_000)
+        deadline = time.monotonic() + timeout
+        mid_shot = False
+        while time.monotonic() < deadline:
+            phase = page.locator("#phase").inner_text(timeout=10_000)
+            if not seen.phases or seen.phases[-1] != phase:
+                seen.phases.append(phase)
+            points = page.locator("#loss-chart").get_attribute("data-points")
+            seen.loss_points = int(points) if points else -1
+            _api(page, seen)
+            if not mid_shot and seen.loss_points >= 2:
+                shot(page, "run-training")
+                mid_shot = True
+            if phase == "Finished" or done():
+                break
+            page.wait_for_timeout(500)
+        page.wait_for_timeout(2500)  # the last witness reports of the run
+        points = page.locator("#loss-chart").get_attribute("data-points")
+        seen.loss_points = int(points) if points else -1
+        shot(page, "run-end")
+        _api(page, seen)
+        browser.close()
+    return seen
+
+
+def _api(page: Any, seen: Watched) -> None:
+    """The run's steps and rounds from the API, kept from the last time the explorer answered
+    (it stops with the testnet)."""
+    run = page.url.rsplit("/", 1)[-1]
+    for what in ("steps", "rounds"):
+        got = page.evaluate(f"fetch('/api/runs/{run}/{what}').then(r => r.json()).catch(() => [])")
+        if got:
+            setattr(seen, what, got)
+
+
+def pool_page(url: str, name: str) -> dict[str, str]:
+    """The pool page's figures (cap, deposited, extracted, redeemable, frozen, lenders' claims)."""
+    from playwright.sync_api import sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_or_skip(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url + "#/pools")
+        page.locator(".pool-cap").first.wait_for(timeout=60_000)
+        out = {
+            k: page.locator(f".pool-{k}").first.inner_text()
+            for k in ("cap", "deposited", "extracted", "redeemable", "frozen")
+        }
+        out["claims"] = "|".join(page.locator(".lender-claimed").all_inner_texts())
+        path = SCREENSHOTS / f"{name}-pools.png"
+        page.screenshot(path=str(path), full_page=True)
+        print(f"screenshot: {path}")
+        browser.close()
+    return out

@@ -33,6 +33,7 @@ from psyche.daemon.rounds import (
     copied_from,
     decode_verified,
     result_fingerprint,
+    round_lrs,
 )
 from psyche.events import DownloadEvent
 from psyche.p2p.messages import Finished, ModelAvailable, TrainingResult, open_announcement
@@ -208,7 +209,10 @@ class GossipRouter:
             return
         fingerprint = result_fingerprint(decoded)
         recent = [s for s in view.rounds.values() if state.height - 1 <= s.height <= state.height]
-        original = copied_from(fingerprint, recent)
+        # At LR 0 (a cold-start epoch's first round) every residual is empty, so honest results
+        # are alike: nothing is checked for copies then.
+        zero_lr = round_lrs(coord, state.step, state.height).lr == 0
+        original = None if zero_lr else copied_from(fingerprint, recent)
         if original is not None:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
             # docs/protocol.md, "Threat model and result verification".

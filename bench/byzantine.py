@@ -1,0 +1,402 @@
+"""Attacks on DisTrO training and what recompute verification and aggregation do against them.
+
+Method. The optimizer pipeline of `bench/distro_vs_adamw.py` (tiny Llama preset, synthetic corpus,
+K clients each with its own model and `Distro`, lag 2, every client applying the same payloads,
+weights checked bit-identical), with `--attackers` of the K clients malicious from step 0. Each
+step every honest client trains its slice; an attacker sends, for its slice, one of:
+
+- `flip`: its honest update with every sign flipped;
+- `random`: random well-formed coefficients and signs;
+- `cancel`: a result of the consensus applied this step (a peer's), every sign flipped;
+- `replay`: its own result of the previous step again (a free rider after its first step);
+- `garbage`: an honest-style update from random tokens instead of its batch;
+- `push`: its honest update with one matrix (`model.embed_tokens.weight`) replaced by a fixed
+  set of coefficients and signs, the same every step.
+
+Defence (`--verify VP`, with the copy check: a result whose content repeats one of this or the
+previous step is refused by every honest client, left out and its trainer ejected by the next
+step's health check): each step `s`, the protocol's sampling (`sampled_trainers` with a seed
+per step) picks `⌈K·VP/100⌉` results; three verifiers (the first three of a seed shuffle of the
+clients) recompute the sampled trainer's gradient on its slice from the pre-step weights and score
+its payload with `psyche.distro.similarity.captured_mass`; an honest verifier votes mismatch
+below `THRESHOLD`, an attacker votes match, nobody judges itself; a majority of the verifiers
+(at least 2 votes) rejects it. Results of a step whose LR is 0 (step 0 here: the warmup starts
+at 0) are not judged: they carry no gradient of their batch. A rejected result is left out of
+its apply (two steps later) and the trainer is ejected: it sends nothing from the next step on
+and earns no points. Points: one per applied result (the Treasurer's share before slashing).
+Every honest vote on an honest result counts towards the false-positive figure.
+
+Aggregation (`--aggregation`): `mean` is the protocol's (per coefficient, over the peers that
+chose it); `sum` adds the peers' ±1 values instead, which, since apply takes the sign, is the same
+as dividing by the number of results: one client weighs 1/K wherever it is alone.
+
+Usage: `python bench/byzantine.py --quick --attack flip --verify 25` (one run), or
+`--matrix` for the table of bench/README.md. Not the round engine: the coordinator's verdict rules
+are tested on their own (tests/vectors/verification); this measures the arithmetic of attack and
+defence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ATTACKS = ("none", "flip", "random", "cancel", "replay", "garbage", "push")
+PUSHED = "model.embed_tokens.weight"
+
+
+@dataclass(slots=True)
+class RunResult:
+    attack: str
+    attackers: int
+    clients: int
+    aggregation: str
+    verify: int
+    final_val: float = math.nan
+    ejected_at: dict[int, int] = field(default_factory=dict)
+    points: dict[int, int] = field(default_factory=dict)
+    honest_votes: int = 0
+    false_positives: int = 0
+    verify_fwd_bwd_s: float = 0.0
+    train_fwd_bwd_s: float = 0.0
+    min_honest_score: float = math.inf
+    honest_scores: list[float] = field(default_factory=list)
+    attacker_scores: list[float] = field(default_factory=list)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--attack", choices=ATTACKS, default="none")
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--attackers", type=int, default=1)
+    p.add_argument("--aggregation", choices=("mean", "sum"), default="mean")
+    p.add_argument("--verify", type=int, default=0, metavar="VP", help="verification percent")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--quick", action="store_true", help="40 steps")
+    p.add_argument("--matrix", action="store_true", help="every attack, with and without --verify")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads for training")
+    p.add_argument(
+        "--verify-threads",
+        type=int,
+        default=0,
+        help="torch threads of the verifiers (default: --threads)",
+    )
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps = 40
+    if not 0 <= args.attackers < args.clients:
+        p.error("--attackers must be below --clients")
+    if not 0 <= args.verify <= 100:
+        p.error("--verify must be 0 … 100")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch  # after parsing: --help stays fast
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from rich.console import Console
+
+    import distro_vs_adamw as base
+
+    torch.set_num_threads(args.threads)
+    console = Console(stderr=True)
+    cfg = base.BenchConfig(
+        steps=args.steps, clients=args.clients, batch_per_client=4, seq_len=128,
+        val_samples=64, seed=args.seed, lr_distro=3e-3, lr_adamw=3e-3, lag=2, evals=1,
+        timing_warmup=0,
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = base.prepare_workspace(cfg, Path(tmp), console)
+        runs: list[tuple[str, int, str]] = []
+        if args.matrix:
+            for aggregation in ("mean", "sum"):
+                runs.append(("none", 0, aggregation))
+            for attack in ATTACKS[1:]:
+                runs += [(attack, 0, "mean"), (attack, args.verify or 25, "mean")]
+            runs += [("flip", 0, "sum"), ("cancel", 0, "sum")]
+        else:
+            runs.append((args.attack, args.verify, args.aggregation))
+        results = []
+        for attack, vp, aggregation in runs:
+            t = time.perf_counter()
+            r = run(cfg, ws, args, attack, vp, aggregation)
+            console.print(
+                f"{attack:8s} vp={vp:3d} {aggregation:4s}: val {r.final_val:.4f}, ejected "
+                f"{r.ejected_at or '-'}, points {r.points}, false positives "
+                f"{r.false_positives}/{r.honest_votes} ({time.perf_counter() - t:.0f} s)"
+            )
+            results.append(r)
+    rows = report(results)
+    print(json.dumps(rows, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def report(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """One row per run, the loss as a ratio to the all-honest run of the same aggregation."""
+    honest = {r.aggregation: r.final_val for r in results if r.attack == "none"}
+    rows = []
+    for r in results:
+        ref = honest.get(r.aggregation, honest.get("mean", math.nan))
+        extra = r.verify_fwd_bwd_s / r.train_fwd_bwd_s if r.train_fwd_bwd_s else 0.0
+        rows.append(
+            {
+                "attack": r.attack,
+                "attackers": r.attackers if r.attack != "none" else 0,
+                "clients": r.clients,
+                "aggregation": r.aggregation,
+                "verification_percent": r.verify,
+                "final_val": round(r.final_val, 4),
+                "loss_ratio": round(r.final_val / ref, 4) if ref == ref else None,
+                "ejected_at_step": r.ejected_at,
+                "points": r.points,
+                "honest_votes": r.honest_votes,
+                "false_positives": r.false_positives,
+                "min_honest_score": None
+                if math.isinf(r.min_honest_score)
+                else round(r.min_honest_score, 4),
+                "verification_compute_fraction": round(extra, 4),
+                "honest_scores": _quantiles(r.honest_scores),
+                "attacker_scores": _quantiles(r.attacker_scores),
+            }
+        )
+    return rows
+
+
+def _quantiles(xs: Sequence[float]) -> dict[str, float] | None:
+    """min, 1st percentile, median and max of the scores judged."""
+    if not xs:
+        return None
+    v = sorted(xs)
+    return {
+        "n": len(v),
+        "min": round(v[0], 4),
+        "p1": round(v[len(v) // 100], 4),
+        "median": round(v[len(v) // 2], 4),
+        "max": round(v[-1], 4),
+    }
+
+
+def run(
+    cfg: Any, ws: Any, args: argparse.Namespace, attack: str, vp: int, aggregation: str
+) -> RunResult:
+    import torch
+
+    import distro_vs_adamw as base
+    from psyche.coordinator.verification import sampled_trainers
+    from psyche.daemon.rounds import result_fingerprint
+    from psyche.data.local import LocalDataProvider
+    from psyche.distro import Distro, DistroResult, Payload, decode_payload, encode_payload
+    from psyche.distro.similarity import THRESHOLD, captured_mass
+    from psyche.protocol.commitment import sha256
+    from psyche.protocol.shuffle import compute_shuffled_index
+    from psyche.training import lr_for_step, prev_lr_for_step
+
+    k = cfg.clients
+    attackers = set(range(k - args.attackers, k)) if attack != "none" else set()
+    out = RunResult(attack, len(attackers), k, aggregation, vp)
+    data = LocalDataProvider(ws.data_dir, cfg.seq_len)
+    dcfg = base.distro_config(cfg)
+    clients = []
+    for _ in range(k):
+        model = base.load(ws)
+        clients.append(base.Client(model, Distro(model.named_parameters(), dcfg)))
+    verifier_model = base.load(ws)
+    spec = clients[0].distro.payload_spec
+    names = clients[0].distro.names
+    schedule = cfg.schedule(cfg.lr_distro)
+    gen = torch.Generator().manual_seed(cfg.seed + 7)
+    pending: dict[int, list[tuple[int, Payload]]] = {}
+    rejected: dict[int, set[int]] = {}
+    ejected: set[int] = set()
+    last_sent: dict[int, Payload] = {}
+    applied_now: list[Payload] = []
+    pushed: Payload | None = None
+    seen: dict[int, set[bytes]] = {}
+
+    def flipped(p: Payload) -> Payload:
+        res = tuple(DistroResult(r.idx, -r.val, r.xshape, r.totalk) for r in p.results)
+        return Payload(p.step, p.batch_start, p.batch_end, p.trainer_nonce, p.quantized, res)
+
+    def random_like(p: Payload) -> Payload:
+        res = []
+        for r in p.results:
+            keys = torch.rand((*r.idx.shape[:-1], r.totalk), generator=gen)
+            idx = keys.argsort(dim=-1)[..., : r.k]
+            val = torch.where(torch.rand(r.val.shape, generator=gen) < 0.5, 1.0, -1.0)
+            res.append(DistroResult(idx, val, r.xshape, r.totalk))
+        return Payload(p.step, p.batch_start, p.batch_end, p.trainer_nonce, p.quantized, tuple(res))
+
+    step_tokens: dict[int, list[torch.Tensor]] = {}
+    step_pre: dict[int, list[torch.Tensor]] = {}
+    vparams = [p for _, p in sorted(verifier_model.named_parameters())]
+
+    def score_of(judged: int, trainer: int, payload: Payload) -> tuple[float, float]:
+        """The captured-mass score and the seconds its forward/backward took."""
+        with torch.no_grad():
+            for p, w in zip(vparams, step_pre[judged], strict=True):
+                p.copy_(w)
+        verifier_model.zero_grad(set_to_none=True)
+        # The verifier may run other kernels than the trainer: another thread count.
+        torch.set_num_threads(args.verify_threads or args.threads)
+        t = time.perf_counter()
+        base.forward_backward(verifier_model, step_tokens[judged][trainer], 1.0)
+        dt = time.perf_counter() - t
+        torch.set_num_threads(args.threads)
+        grads = [p.grad for p in vparams]
+        assert all(g is not None for g in grads)
+        return captured_mass(payload, grads, cfg.chunk), dt  # type: ignore[arg-type]
+
+    def verify_round(judging: int) -> None:
+        """Round `judging` judges the results of `judging − 1` (docs/protocol.md)."""
+        judged = judging - 1
+        if lr_for_step(schedule, judged) == 0:
+            return  # an LR of 0 leaves the residual as it was: nothing of this batch to check
+        by_client = dict(pending[judged])
+        seed = int.from_bytes(sha256(b"byzantine-%d" % judging)[:8], "little")
+        vseed = sha256(b"byzantine-verifiers-%d" % judging)
+        order = sorted(range(k), key=lambda i: compute_shuffled_index(i, k, vseed))
+        verifiers = [i for i in order if i not in ejected][:3]
+        for trainer in sampled_trainers(k, seed, vp):
+            if trainer not in by_client:
+                continue
+            voters = [v for v in verifiers if v != trainer]
+            honest = [v for v in voters if v not in attackers]
+            if not honest:
+                continue
+            score, dt = score_of(judged, trainer, by_client[trainer])
+            # Every honest voter recomputes the same gradient: one computation stands for all.
+            out.verify_fwd_bwd_s += dt * len(honest)
+            against = len(honest) if score < THRESHOLD else 0
+            (out.attacker_scores if trainer in attackers else out.honest_scores).append(score)
+            if trainer not in attackers:
+                out.honest_votes += len(honest)
+                out.false_positives += against
+                out.min_honest_score = min(out.min_honest_score, score)
+            if against >= len(verifiers) // 2 + 1 and against >= min(2, len(voters)):
+                rejected.setdefault(judged, set()).add(trainer)
+                # Its result of the judging round is left out too (clients read the verdict
+                # stored a round earlier), and it sends nothing from now on.
+                rejected.setdefault(judging, set()).add(trainer)
+                if trainer not in ejected:
+                    ejected.add(trainer)
+                    out.ejected_at[trainer] = judging
+
+    def apply(payloads: list[Payload], lr: float) -> None:
+        if aggregation == "mean":
+            for c in clients:
+                c.distro.apply(payloads, lr)
+            return
+        for c in clients:  # sum: every payload's ±1 added; the sign decides, as in apply
+            sum_apply(c.distro, payloads, lr)
+
+    for step in range(cfg.steps):
+        lr, prev_lr = lr_for_step(schedule, step), prev_lr_for_step(schedule, step)
+        applied_now = []
+        if step - 2 in pending:
+            keep = [(i, p) for i, p in pending.pop(step - 2) if i not in rejected.get(step - 2, ())]
+            for i, _ in keep:
+                out.points[i] = out.points.get(i, 0) + 1
+            applied_now = [p for _, p in keep]
+            apply(applied_now, lr)
+        pre = [p.detach().clone() for _, p in sorted(clients[0].model.named_parameters())]
+        sent: list[tuple[int, Payload]] = []
+        slices = base.step_slices(cfg, step)
+        tokens = [data.get_samples(b) for b in slices]
+        for i, (c, batch) in enumerate(zip(clients, slices, strict=True)):
+            c.model.zero_grad(set_to_none=True)
+            c.distro.lookahead(prev_lr)
+            toks = tokens[i]
+            if i in attackers and attack == "garbage":
+                toks = torch.randint(0, 256, toks.shape, generator=gen)
+            t = time.perf_counter()
+            base.forward_backward(c.model, toks, 1.0)
+            out.train_fwd_bwd_s += time.perf_counter() - t
+            payload = c.distro.generate(
+                lr, prev_lr, c.prev_self, step=step, batch_start=batch.start,
+                batch_end=batch.end, trainer_nonce=c.nonce,
+            )  # fmt: skip
+            c.prev_self, c.nonce = payload, c.nonce + 1
+            wire = decode_payload(encode_payload(payload, 2), spec)
+            if i in ejected:
+                continue
+            if i in attackers:
+                if attack == "flip":
+                    wire = flipped(wire)
+                elif attack == "random":
+                    wire = random_like(wire)
+                elif attack == "cancel" and applied_now:
+                    wire = flipped(applied_now[0])
+                elif attack == "replay" and i in last_sent:
+                    wire = last_sent[i]
+                elif attack == "push":
+                    if pushed is None:
+                        pushed = random_like(wire)
+                    n = names.index(PUSHED)
+                    res = list(wire.results)
+                    res[n] = pushed.results[n]
+                    wire = Payload(wire.step, wire.batch_start, wire.batch_end,
+                                   wire.trainer_nonce, wire.quantized, tuple(res))  # fmt: skip
+            last_sent[i] = wire
+            sent.append((i, wire))
+            if vp and lr > 0:  # the copy check runs on every result (results at LR 0 are alike)
+                fp = result_fingerprint(wire)
+                if fp in seen.get(step, set()) | seen.get(step - 1, set()):
+                    # Refused and not attested by every honest witness: left out, and the
+                    # health check of the next round ejects the trainer.
+                    rejected.setdefault(step, set()).add(i)
+                    if i not in ejected:
+                        ejected.add(i)
+                        out.ejected_at[i] = step + 1
+                seen.setdefault(step, set()).add(fp)
+        pending[step] = sent
+        if vp and step >= 1 and step - 1 in pending:
+            verify_round(step)
+        step_tokens[step], step_pre[step] = tokens, pre
+        step_tokens.pop(step - 2, None)
+        step_pre.pop(step - 2, None)
+    for s in sorted(pending):  # drain: the last steps land before the final evaluation
+        keep = [(i, p) for i, p in pending[s] if i not in rejected.get(s, ())]
+        for i, _ in keep:
+            out.points[i] = out.points.get(i, 0) + 1
+        apply([p for _, p in keep], lr_for_step(schedule, s + 2))
+    base._check_agreement(clients)
+    out.final_val = base.evaluate(clients[0].model, ws.val)
+    return out
+
+
+def sum_apply(distro: Any, payloads: Sequence[Any], lr: float) -> None:
+    """`Distro.apply` with the peers' ±1 values summed instead of averaged over choosers."""
+    import torch
+
+    from psyche.distro import DistroResult, aggregate, decode_sign, sign_values
+
+    if not payloads:
+        return
+    with torch.no_grad():
+        for n, p in enumerate(distro._params):
+            dense = None
+            for payload in payloads:
+                r = payload.results[n]
+                one = DistroResult(r.idx, sign_values(r.val, torch.float32), r.xshape, r.totalk)
+                d = aggregate([one], torch.float32, p.device, distinct=True)
+                dense = d if dense is None else dense + d
+            assert dense is not None
+            p.sub_(decode_sign(dense).reshape(p.shape).to(p.dtype), alpha=lr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

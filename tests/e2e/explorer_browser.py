@@ -120,6 +120,7 @@ def pool_page(url: str, name: str) -> dict[str, str]:
             for k in ("cap", "deposited", "extracted", "redeemable", "frozen")
         }
         out["claims"] = "|".join(page.locator(".lender-claimed").all_inner_texts())
+        out["treasurer_claimed"] = "|".join(page.locator(".tr-claimed-points").all_inner_texts())
         path = SCREENSHOTS / f"{name}-pools.png"
         page.screenshot(path=str(path), full_page=True)
         print(f"screenshot: {path}")

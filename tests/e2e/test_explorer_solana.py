@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from solders.keypair import Keypair
 
 from psyche.localsvm import LocalSvmThread, deploy_programs
 
@@ -37,8 +38,6 @@ def _pool_flow(svm: LocalSvmThread, out: Path, tmp: Path) -> list[int]:
     mint_to = [a for kp, n in pairs for a in ("--mint-to", f"{kp.pubkey()}={n}")]
     collateral = cli(svm, creator, "create-test-mint", "--decimals", "6", *mint_to)["mint"]
     me = json.loads((out / "keys" / "delegate1.json").read_text())
-    from solders.keypair import Keypair
-
     owner = Keypair.from_bytes(bytes(me)).pubkey()
     reward = cli(
         svm, creator, "create-test-mint", "--decimals", "6", "--mint-to", f"{owner}={REWARDS}"

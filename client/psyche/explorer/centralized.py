@@ -121,7 +121,12 @@ class CentralizedSource:
             for p in pending
             if p not in in_epoch
         ]
-        obs = observe(coordinator, seq, clients=rows)
+        events = [
+            {"at": float(e["at"]), "text": str(e["text"])[:300]}
+            for e in body.get("events", [])[-20:]
+            if isinstance(e, dict) and isinstance(e.get("at"), int | float)
+        ]
+        obs = observe(coordinator, seq, clients=rows, extra={"events": events})
         stored = int(self.store.record_state(self._run, obs))
         found = []
         for r in reports:

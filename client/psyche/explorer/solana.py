@@ -33,7 +33,12 @@ from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.mining_pool import LenderState, PoolState, lender_pda, pool_pda
 from psyche.backends.solana.rpc import SolanaRpc, account_updates, decode_account_data
 from psyche.backends.solana.snapshot import AccountLayoutError
-from psyche.backends.solana.treasurer import TreasurerRun, default_treasurer_index, run_pda
+from psyche.backends.solana.treasurer import (
+    TreasurerRun,
+    default_treasurer_index,
+    participant_pda,
+    run_pda,
+)
 from psyche.explorer.observe import ClientRow, MetricObs, observe
 from psyche.explorer.sources import BadInput, SourceUnavailable
 from psyche.explorer.store import Store, TxRow
@@ -77,7 +82,7 @@ class SolanaSource:
         self._run: int | None = None
         self._changed = asyncio.Event()
         self._ws_task: asyncio.Task[None] | None = None
-        self._bad_nonce: int | None = None
+        self._treasurer: Pubkey | None = None
 
     async def close(self) -> None:
         if self._ws_task is not None:
@@ -149,6 +154,7 @@ class SolanaSource:
             # Logged once per nonce by the indexer, which skips this poll's state.
             raise BadInput(f"coordinator account {account}: {e}") from None
         points = {c.id.signer: c for c in snap.clients}
+        claimed = await self._claimed([c.id.signer for c in snap.coordinator.epoch_state.clients])
         rows = []
         for x in snap.coordinator.epoch_state.clients:
             reg = points.get(x.id.signer)
@@ -159,6 +165,7 @@ class SolanaSource:
                     x.state.name == "Healthy",
                     earned=None if reg is None else reg.earned,
                     slashed=None if reg is None else reg.slashed,
+                    claimed=claimed.get(x.id.signer),
                     p2p="unknown",
                 )
             )
@@ -251,6 +258,30 @@ class SolanaSource:
 
     # --- rewards --------------------------------------------------------------------------------
 
+    async def _claimed(self, signers: list[bytes]) -> dict[bytes, int]:
+        """Points each signer was paid by the run's Treasurer (its ``Participant`` account), in
+        one ``getMultipleAccounts``; empty when the run has no Treasurer."""
+        if self._treasurer is None or not signers:
+            return {}
+        program = self.treasurer.program_id
+        keys = [
+            participant_pda(program, self._treasurer, Pubkey.from_bytes(s)) for s in signers[:100]
+        ]
+        res = await self._call(
+            "getMultipleAccounts",
+            [[str(k) for k in keys], {"encoding": "base64", "commitment": "confirmed"}],
+        )
+        values = res.get("value") if isinstance(res, dict) else None
+        out: dict[bytes, int] = {}
+        for signer, value in zip(signers, values if isinstance(values, list) else [], strict=False):
+            if not isinstance(value, dict):
+                continue
+            with contextlib.suppress(Exception):
+                data = decode_account_data(value)
+                p = self.treasurer.idl.decode_account("Participant", data)
+                out[signer] = int(p["claimed_points"])
+        return out
+
     async def _rewards(self, run: int) -> None:
         tr = run_pda(self.treasurer.program_id, default_treasurer_index(self.t.run_id))
         data = await self._read(tr)
@@ -261,6 +292,7 @@ class SolanaSource:
             except Exception as e:
                 log.warning("%s: treasurer run %s: %s", self.name, tr, e)
             else:
+                self._treasurer = tr
                 self.store.set_account(run, "treasurer", str(tr), obj)
         for index in self.t.pools:
             await self._pool(run, index)

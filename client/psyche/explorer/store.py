@@ -77,6 +77,14 @@ class Store:
                 select(states.c.id).where(and_(states.c.run == run, states.c.seq == obs.seq))
             ).scalar()
             if seen is not None:
+                # The same state; what the source knows beside it (claims, connections, server
+                # events) may have moved on.
+                detail = json.dumps(obs.detail())
+                conn.execute(
+                    runs.update()
+                    .where(and_(runs.c.id == run, runs.c.seq == obs.seq, runs.c.detail != detail))
+                    .values(detail=detail)
+                )
                 return False
             conn.execute(
                 states.insert().values(

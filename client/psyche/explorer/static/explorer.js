@@ -34,7 +34,7 @@ function chart(el, title, label, xs, series) {
   const colors = ["#2f81f7", "#d1242f", "#1a7f37", "#8250df", "#bf8700"];
   const opts = {
     title, width: Math.max(300, el.clientWidth - 16), height: 220,
-    scales: { x: { time: false } }, axes: [{ label: "step" }, { label }],
+    scales: { x: { time: false } }, axes: [{ label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }, { label }],
     series: [{ label: "step" }, ...series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 2, points: { show: true, size: 4 } }))],
   };
   charts.push(new uPlot(opts, [xs, ...series.map((s) => s.data)], el));
@@ -61,13 +61,14 @@ async function runView(id) {
     </div>
     <div class="bar" title="${pct.toFixed(1)} %"><div id="progress" style="width:${pct}%"></div></div>
     <div class="charts"><div class="chart" id="loss-chart"></div><div class="chart" id="tps-chart"></div><div class="chart" id="eval-chart"></div></div>
-    <h3>clients</h3>${table(["id", "state", "healthy", "earned", "slashed", "connected", "P2P"], clients.map((c) => [
-      td(c.id, "id"), td(c.state), `<td class="${c.healthy ? "ok" : "bad"}">${c.healthy ? "yes" : "no"}</td>`, td(num(c.earned)), td(num(c.slashed)),
+    <h3>clients</h3>${table(["id", "state", "healthy", "points earned", "slashed", "claimed", "connected", "P2P"], clients.map((c) => [
+      td(c.id, "id"), td(c.state), `<td class="${c.healthy ? "ok" : "bad"}">${c.healthy ? "yes" : "no"}</td>`, td(num(c.earned)), td(num(c.slashed)), td(num(c.claimed)),
       td(c.connected === undefined ? "—" : (c.connected ? "yes" : "no")), td(c.p2p ?? "unknown")]))}
     <h3>rounds</h3>${table(["epoch", "round", "step", "started", "train", "witness", "witnesses", "end", "trained"], rounds.slice().reverse().map((r) => [
       td(r.epoch), td(r.height), td(r.step), td(when(r.train_at)), td(dur(r.train_at, r.witness_at)), td(dur(r.witness_at, r.end_at)),
       td(`${r.witnesses} / ${r.witness_target}`), td(r.witness_at ? (r.opportunistic ? "opportunistic" : "timeout") : "in progress"),
       td(r.trained === false ? "no (drain)" : "yes")]))}
+    ${(d.events || []).length ? `<h3>recent server events and rejections</h3>${table(["time", "event"], d.events.slice().reverse().map((e) => [td(when(e.at)), td(e.text)]))}` : ""}
     <h3>checkpoints</h3>${cks.length ? table(["checkpoint", "epoch", "step", "seen"], cks.map((c) => [td(c.label), td(c.epoch), td(c.step), td(when(c.at))])) : "<p>none</p>"}
     <h3>recent transactions</h3>${txs.length ? table(["signature", "slot", "instruction", "signer", "result"], txs.map((t) => [
       td(t.signature, "id"), td(t.slot), td(t.instruction), td(t.signer, "id"), `<td class="${t.ok ? "ok" : "bad"}">${t.ok ? "ok" : "rejected: " + esc(t.error)}</td>`])) : "<p>none (a centralized run has no transactions)</p>"}`;
@@ -97,7 +98,7 @@ async function poolsView() {
         td(l.user, "id"), td(num(l.deposited)), td((100 * l.share).toFixed(2) + " %"), td(num(l.entitled)), `<td class="lender-claimed">${num(l.claimed)}</td>`, td(num(l.claimable))]))}`;
   }).join("") : "<p>no pool followed (give --pool INDEX)</p>") +
   `<h2>Treasurer runs</h2>` + (trs.length ? table(["account", "coordinator", "collateral per point", "claimed points", "claimed collateral"], trs.map((t) => [
-    td(t.address, "id"), td(t.data.coordinator_account, "id"), td(num(t.data.collateral_per_point)), td(num(t.data.total_claimed_points)), td(num(t.data.total_claimed_collateral))])) : "<p>none</p>");
+    td(t.address, "id"), td(t.data.coordinator_account, "id"), td(num(t.data.collateral_per_point)), `<td class="tr-claimed-points">${num(t.data.total_claimed_points)}</td>`, td(num(t.data.total_claimed_collateral))])) : "<p>none</p>");
 }
 
 async function render() {

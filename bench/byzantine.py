@@ -85,6 +85,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads for training")
     p.add_argument(
+        "--verify-samples", type=int, default=0, metavar="M",
+        help="verifiers recompute on the first M samples of the batch (default: all)",
+    )  # fmt: skip
+    p.add_argument(
         "--verify-threads",
         type=int,
         default=0,
@@ -253,7 +257,8 @@ def run(
         # The verifier may run other kernels than the trainer: another thread count.
         torch.set_num_threads(args.verify_threads or args.threads)
         t = time.perf_counter()
-        base.forward_backward(verifier_model, step_tokens[judged][trainer], 1.0)
+        toks = step_tokens[judged][trainer]
+        base.forward_backward(verifier_model, toks[: args.verify_samples or len(toks)], 1.0)
         dt = time.perf_counter() - t
         torch.set_num_threads(args.threads)
         grads = [p.grad for p in vparams]

@@ -127,12 +127,11 @@ class CentralizedSource:
             if isinstance(e, dict) and isinstance(e.get("at"), int | float)
         ]
         obs = observe(coordinator, seq, clients=rows, extra={"events": events})
-        stored = int(self.store.record_state(self._run, obs))
         found = []
         for r in reports:
             try:
                 found.append(metric_from_report(r))
             except BadInput as e:
                 log.warning("%s: %s", self.name, e)
-        stored += self.store.record_metrics(self._run, found)
-        return stored
+        # One transaction: a crash stores the poll whole or not at all.
+        return self.store.record_state(self._run, obs, found)

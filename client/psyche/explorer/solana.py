@@ -173,7 +173,7 @@ class SolanaSource:
         name = meta.get("name", "") if isinstance(meta, dict) else ""
         extra = {"registered": len(snap.clients), "account": str(account)}
         obs = observe(snap.coordinator, snap.nonce, name=str(name), clients=rows, extra=extra)
-        return int(self.store.record_state(run, obs))
+        return self.store.record_state(run, obs)
 
     async def _signatures(self, address: Pubkey, until: str | None) -> list[dict[str, Any]]:
         """New signatures of ``address`` since ``until``, oldest first (bounded per poll)."""

@@ -70,59 +70,64 @@ class Store:
             assert key_row is not None
             return int(key_row[0])
 
-    def record_state(self, run: int, obs: StateObs) -> bool:
-        """Store ``obs`` unless this run already has its sequence number; True if stored."""
+    def record_state(self, run: int, obs: StateObs, found: Iterable[MetricObs] = ()) -> int:
+        """Store ``obs`` unless this run already has its sequence number, and the witness
+        reports ``found`` with it that are new, in one transaction; returns the rows stored."""
         with self.engine.begin() as conn:
-            seen = conn.execute(
-                select(states.c.id).where(and_(states.c.run == run, states.c.seq == obs.seq))
-            ).scalar()
-            if seen is not None:
-                # The same state; what the source knows beside it (claims, connections, server
-                # events) may have moved on.
-                detail = json.dumps(obs.detail())
-                conn.execute(
-                    runs.update()
-                    .where(and_(runs.c.id == run, runs.c.seq == obs.seq, runs.c.detail != detail))
-                    .values(detail=detail)
-                )
-                return False
-            conn.execute(
-                states.insert().values(
-                    run=run,
-                    seq=obs.seq,
-                    observed_at=obs.observed_at,
-                    phase=obs.phase,
-                    phase_since=obs.phase_since,
-                    epoch=obs.epoch,
-                    step=obs.step,
-                    height=obs.height,
-                    witnesses=obs.witnesses,
-                    witness_target=obs.witness_target,
-                    clients=len(obs.clients),
-                )
-            )
+            stored = self._state(conn, run, obs)
+            return stored + self._metrics(conn, run, found)
+
+    def _state(self, conn: Connection, run: int, obs: StateObs) -> int:
+        seen = conn.execute(
+            select(states.c.id).where(and_(states.c.run == run, states.c.seq == obs.seq))
+        ).scalar()
+        if seen is not None:
+            # The same state; what the source knows beside it (claims, connections, server
+            # events) may have moved on.
+            detail = json.dumps(obs.detail())
             conn.execute(
                 runs.update()
-                .where(runs.c.id == run)
-                .values(
-                    name=obs.name,
-                    last_update=obs.observed_at,
-                    seq=obs.seq,
-                    phase=obs.phase,
-                    phase_since=obs.phase_since,
-                    epoch=obs.epoch,
-                    step=obs.step,
-                    total_steps=obs.total_steps,
-                    height=obs.height,
-                    clients=len(obs.clients),
-                    tokens=obs.tokens,
-                    detail=json.dumps(obs.detail()),
-                )
+                .where(and_(runs.c.id == run, runs.c.seq == obs.seq, runs.c.detail != detail))
+                .values(detail=detail)
             )
-            self._rounds(conn, run, obs)
-            if obs.checkpoint:
-                self._checkpoint(conn, run, obs)
-        return True
+            return 0
+        conn.execute(
+            states.insert().values(
+                run=run,
+                seq=obs.seq,
+                observed_at=obs.observed_at,
+                phase=obs.phase,
+                phase_since=obs.phase_since,
+                epoch=obs.epoch,
+                step=obs.step,
+                height=obs.height,
+                witnesses=obs.witnesses,
+                witness_target=obs.witness_target,
+                clients=len(obs.clients),
+            )
+        )
+        conn.execute(
+            runs.update()
+            .where(runs.c.id == run)
+            .values(
+                name=obs.name,
+                last_update=obs.observed_at,
+                seq=obs.seq,
+                phase=obs.phase,
+                phase_since=obs.phase_since,
+                epoch=obs.epoch,
+                step=obs.step,
+                total_steps=obs.total_steps,
+                height=obs.height,
+                clients=len(obs.clients),
+                tokens=obs.tokens,
+                detail=json.dumps(obs.detail()),
+            )
+        )
+        self._rounds(conn, run, obs)
+        if obs.checkpoint:
+            self._checkpoint(conn, run, obs)
+        return 1
 
     @staticmethod
     def _rounds(conn: Connection, run: int, obs: StateObs) -> None:

@@ -10,17 +10,17 @@ from typing import Any
 
 import click
 
+from psyche.cli.checks import host_port, load_identity, start_logging, usable_device
 from psyche.cli.daemon_options import (
-    bind_address,
     daemon_options,
     take_checkpoint_and_sharing,
     take_training_flags,
 )
+from psyche.cli.exit_codes import EXIT_INTERRUPTED, CliGroup
 from psyche.cli.help_markdown import add_print_all_help
-from psyche.cli.logs import setup_logging
 
 
-@click.group()
+@click.group(cls=CliGroup)
 def client() -> None:
     """Centralized client (psyche-centralized-client): the training daemon against a TCP
     coordinator."""
@@ -43,7 +43,13 @@ def show_identity_cmd(identity_secret_key_path: str | None) -> None:
 
 @client.command("train")
 @click.option("--run-id", required=True, envvar="RUN_ID", help="Run to join.")
-@click.option("--server-addr", required=True, envvar="SERVER_ADDR", help="host:port of the server.")
+@click.option(
+    "--server-addr",
+    required=True,
+    envvar="SERVER_ADDR",
+    callback=host_port,
+    help="host:port of the server.",
+)
 @click.option(
     "-i",
     "--identity-secret-key-path",
@@ -52,7 +58,7 @@ def show_identity_cmd(identity_secret_key_path: str | None) -> None:
     help="ed25519 key file (32 raw bytes or 64 hex chars); RAW_IDENTITY_SECRET_KEY wins; "
     "a random key when both are absent.",
 )
-@daemon_options(p2p_host="127.0.0.1")
+@daemon_options()
 def train(
     run_id: str,
     server_addr: str,
@@ -61,17 +67,20 @@ def train(
     **kw: Any,
 ) -> None:
     """Join RUN_ID at SERVER_ADDR and train until the run is finished."""
-    setup_logging(logs, write_log=kw.pop("write_log"))
-    from psyche.cli.client_process import ClientOptions, run_client
-
+    raw_key = os.environ.get("RAW_IDENTITY_SECRET_KEY")
+    key = load_identity(identity_secret_key_path, raw_key)
     checkpoint, sharing = take_checkpoint_and_sharing(kw)
     flags = take_training_flags(kw)
+    usable_device(kw["device"])
+    start_logging(logs, kw.pop("write_log"))
+    from psyche.cli.client_process import ClientOptions, run_client
+
     options = ClientOptions(
         run_id=run_id,
         coordinator_addr=server_addr,
         key_path=identity_secret_key_path,
-        raw_key=os.environ.get("RAW_IDENTITY_SECRET_KEY"),
-        p2p_host=bind_address(kw["bind_p2p_host"]),
+        raw_key=raw_key,
+        p2p_host=kw["bind_p2p_host"],
         p2p_port=kw["bind_p2p_port"],
         micro_batch_size=kw["micro_batch_size"],
         checkpoint=checkpoint,
@@ -81,10 +90,10 @@ def train(
         training=flags,
     )
     try:
-        code = asyncio.run(run_client(options))
+        code = asyncio.run(run_client(options, key=key))
     except KeyboardInterrupt:
         logging.getLogger("psyche").warning("interrupted")
-        code = 130
+        code = EXIT_INTERRUPTED
     sys.exit(code)
 
 

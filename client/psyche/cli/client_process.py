@@ -20,6 +20,7 @@ from psyche.backends.base import Backend, BackendError, JoinRejectedError
 from psyche.backends.centralized.backend import CentralizedBackend
 from psyche.checkpoint.p2p import ReceivedModel
 from psyche.cli.daemon_options import TrainingFlags
+from psyche.cli.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_TERMINATED
 from psyche.coordinator import Coordinator
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.engine import RoundEngine
@@ -33,9 +34,7 @@ from psyche.protocol.identity import SecretKey, secret_key_from_env_or_file
 
 log = logging.getLogger("psyche.client")
 
-EXIT_OK, EXIT_ERROR, EXIT_JOIN_REJECTED = 0, 1, 2
-EXIT_TERMINATED = 143
-"""SIGTERM (``docker stop``, a supervisor): the client shut down cleanly, as 128 + 15 says."""
+EXIT_JOIN_REJECTED = EXIT_CONFIG
 
 
 class ClientBackend(Backend, PeerDirectory, Protocol):
@@ -96,20 +95,32 @@ async def run_client(
             )
         except EvalTaskError as e:
             log.error("--eval-tasks: %s", e)
-            return EXIT_ERROR
-        await backend.connect()
-        await p2p.start(
-            key, run_id=options.run_id, listen_port=options.p2p_port, listen_host=options.p2p_host
-        )
-        await RoundEngine(parts, backend).run()
+            return EXIT_CONFIG
+        try:
+            await backend.connect()
+            await p2p.start(
+                key,
+                run_id=options.run_id,
+                listen_port=options.p2p_port,
+                listen_host=options.p2p_host,
+            )
+            await RoundEngine(parts, backend).run()
+        except BaseExceptionGroup as group:
+            # The engine's task groups wrap what ended them; the backend's verdict (withdrawn,
+            # not authorized, wrong version) is the outcome to report, not the group.
+            raise _backend_error(group) from None
         log.info("run %r finished", options.run_id)
         return EXIT_OK
     except JoinRejectedError as e:
         log.error("%s", e)
         return EXIT_JOIN_REJECTED
     except BackendError as e:
-        log.error("coordinator connection failed: %s", e)
-        return int(getattr(e, "exit_code", EXIT_ERROR))
+        code = getattr(e, "exit_code", None)
+        if code is None:
+            log.error("coordinator connection failed: %s", e)
+            return EXIT_ERROR
+        log.error("%s", e)
+        return int(code)
     except asyncio.CancelledError:
         if not terminated.is_set():
             raise
@@ -125,6 +136,17 @@ async def run_client(
             await backend.close()
         finally:
             events.close()
+
+
+def _backend_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first backend error in ``group`` (nested groups searched), else ``group`` itself; a
+    cancellation (SIGTERM) in the group wins, so a clean stop stays one."""
+    if group.subgroup(asyncio.CancelledError) is not None:
+        return asyncio.CancelledError()
+    found: BaseException | None = group.subgroup(BackendError)
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found if found is not None else group
 
 
 def _cancel_on_sigterm() -> asyncio.Event:

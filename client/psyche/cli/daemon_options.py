@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,19 +14,34 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from psyche.cli.checks import bind_address, device_name
+
 if TYPE_CHECKING:  # imported when used: they pull in torch, which a --help need not load
     from psyche.daemon.checkpointing import CheckpointOptions
     from psyche.daemon.parts import DaemonOptions
     from psyche.daemon.sharing import SharingOptions
     from psyche.metrics import WandbOptions
 
-__all__ = ["TrainingFlags", "daemon_options", "take_checkpoint_and_sharing", "take_training_flags"]
+__all__ = [
+    "TrainingFlags",
+    "daemon_options",
+    "default_logs",
+    "take_checkpoint_and_sharing",
+    "take_training_flags",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def daemon_options(*, p2p_host: str) -> Callable[[F], F]:
-    """Add the shared flags; ``p2p_host`` is the default of ``--bind-p2p-host``."""
+def default_logs() -> str:
+    """``--logs``' default: ``tui`` where a terminal is attached (the documented default),
+    ``console`` where the output goes to a file or a pipe (docker logs, a supervisor)."""
+    return "tui" if sys.stdout.isatty() else "console"
+
+
+def daemon_options(*, p2p_host: str = "0.0.0.0") -> Callable[[F], F]:
+    """Add the shared flags; ``p2p_host`` is the default of ``--bind-p2p-host`` (all
+    interfaces, as documented, for both clients)."""
     options = [
         click.option(
             "--bind-p2p-port",
@@ -42,8 +58,9 @@ def daemon_options(*, p2p_host: str) -> Callable[[F], F]:
             default=p2p_host,
             show_default=True,
             envvar=["BIND_P2P_HOST", "BIND_P2P_INTERFACE"],
-            help="Address to listen on for P2P, or a network interface name (eth0) whose IPv4 "
-            "address is used.",
+            callback=bind_address,
+            help="IP address to listen on for P2P (0.0.0.0: all interfaces), or a network "
+            "interface name (eth0) whose IPv4 address is used.",
         ),
         click.option(
             "--data-parallelism",
@@ -187,15 +204,18 @@ def daemon_options(*, p2p_host: str) -> Callable[[F], F]:
             default="auto",
             show_default=True,
             envvar="PSYCHE_DEVICE",
+            callback=device_name,
             help="auto (CUDA if usable, else the CPU), cpu, cuda, cuda:N, or mps (Apple GPUs, "
             "where torch reports it; only with DP = TP = 1).",
         ),
         click.option(
             "--logs",
             type=click.Choice(["console", "json", "tui"]),
-            default="console",
-            show_default=True,
+            default=default_logs,
+            show_default="tui on a terminal, console otherwise",
             envvar="LOGS",
+            help="tui and console: readable log lines with the periodic status line (this "
+            "client draws no full-screen view); json: one JSON object per line.",
         ),
         click.option(
             "--event-log", default=None, envvar="EVENT_LOG", help="JSON-lines event file."
@@ -211,10 +231,8 @@ def daemon_options(*, p2p_host: str) -> Callable[[F], F]:
 
 
 def take_checkpoint_and_sharing(kw: dict[str, Any]) -> tuple[CheckpointOptions, SharingOptions]:
-    """Pop the checkpoint and sharing flags from ``kw``, check them, and build their options."""
-    from psyche.daemon.checkpointing import CheckpointOptions
-    from psyche.daemon.sharing import SharingOptions
-
+    """Pop the checkpoint and sharing flags from ``kw``, check them, and build their options
+    (checked before the options' modules, which bring torch, are imported)."""
     checkpoint_dir = kw.pop("checkpoint_dir")
     hub_repo = kw.pop("hub_repo")
     requests = kw.pop("max_concurrent_parameter_requests")
@@ -228,6 +246,9 @@ def take_checkpoint_and_sharing(kw: dict[str, Any]) -> tuple[CheckpointOptions, 
         raise click.UsageError(
             "--max-concurrent-parameter-requests and --parameter-request-timeout must be positive"
         )
+    from psyche.daemon.checkpointing import CheckpointOptions
+    from psyche.daemon.sharing import SharingOptions
+
     checkpoint = CheckpointOptions(
         checkpoint_dir=checkpoint_dir,
         keep_steps=kw.pop("keep_steps"),
@@ -249,7 +270,12 @@ class TrainingFlags:
 
 
 def take_training_flags(kw: dict[str, Any]) -> TrainingFlags:
-    """Pop the parallelism, eval, metrics and debugging flags from ``kw`` and build options."""
+    """Pop the parallelism, eval, metrics and debugging flags from ``kw``, check them (before
+    importing the modules that bring torch) and build options."""
+    project = kw.pop("wandb_project")
+    run, group, entity = kw.pop("wandb_run"), kw.pop("wandb_group"), kw.pop("wandb_entity")
+    if project is None and (run or group or entity):
+        raise click.UsageError("--wandb-run/--wandb-group/--wandb-entity need --wandb-project")
     from psyche.daemon.evaluating import EvalOptions
     from psyche.daemon.parts import DaemonOptions
     from psyche.metrics import WandbOptions
@@ -279,10 +305,6 @@ def take_training_flags(kw: dict[str, Any]) -> TrainingFlags:
         gradients_dir=kw.pop("write_gradients_dir"),
         evals=evals,
     )
-    project = kw.pop("wandb_project")
-    run, group, entity = kw.pop("wandb_run"), kw.pop("wandb_group"), kw.pop("wandb_entity")
-    if project is None and (run or group or entity):
-        raise click.UsageError("--wandb-run/--wandb-group/--wandb-entity need --wandb-project")
     wandb = WandbOptions(project=project, run=run, group=group, entity=entity) if project else None
     return TrainingFlags(
         daemon=daemon,
@@ -291,32 +313,3 @@ def take_training_flags(kw: dict[str, Any]) -> TrainingFlags:
         tensor_parallelism=kw.pop("tensor_parallelism"),
         grad_accum_fp32=kw.pop("grad_accum_in_fp32"),
     )
-
-
-def bind_address(value: str) -> str:
-    """``--bind-p2p-host``/``--bind-p2p-interface``: an address as given, or the IPv4 address of
-    the network interface of that name (``eth0``)."""
-    import ipaddress
-    import socket
-
-    try:
-        ipaddress.ip_address(value)
-        return value
-    except ValueError:
-        pass
-    names = {name for _, name in socket.if_nameindex()}
-    if value not in names:
-        return value  # a host name: the P2P node resolves it
-    import fcntl
-    import struct
-
-    siocgifaddr = 0x8915  # Linux: the interface's IPv4 address
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", value.encode()[:15]))
-        except OSError as e:
-            raise click.BadParameter(
-                f"interface {value!r} has no IPv4 address ({e.strerror})",
-                param_hint="--bind-p2p-interface",
-            ) from None
-    return socket.inet_ntoa(packed[20:24])

@@ -13,17 +13,14 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from psyche.data.local import LocalDataProvider
-from psyche.data.prepare import ByteTokenizer, TextTokenizer, prepare_corpus
-from psyche.data.provider import DataError
-from psyche.data.synth import synth_corpus
-from psyche.data.tcp_server import DataServer, allow_all
-from psyche.protocol.locations import SeededShuffle, TokenSize
-from psyche.protocol.run_file import load_data_config
-from psyche.protocol.strict_obj import ConfigError
+from psyche.protocol.locations import TokenSize
+
+if TYPE_CHECKING:  # psyche.data imports torch: loaded by the commands, after parsing
+    from psyche.data.prepare import TextTokenizer
 
 log = logging.getLogger("psyche.cli.data")
 
@@ -52,9 +49,11 @@ class _HfTokenizer:
 
 
 def _load_tokenizer(spec: str) -> TextTokenizer:
+    from psyche.data.prepare import ByteTokenizer
+
     if spec == "byte":
         return ByteTokenizer()
-    if not Path(spec).is_dir():
+    if not spec.strip() or not Path(spec).is_dir():
         raise click.BadParameter(
             f"{spec!r} is neither 'byte' nor a local tokenizer directory", param_hint="--tokenizer"
         )
@@ -82,6 +81,8 @@ def data_group() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 def synth_cmd(out: Path, tokens: int, seed: int) -> None:
     """Write a deterministic synthetic text corpus (doc-00000.txt, …) into OUT."""
+    from psyche.data.synth import synth_corpus
+
     paths = synth_corpus(out, tokens, seed)
     size = sum(p.stat().st_size for p in paths)
     click.echo(f"wrote {len(paths)} documents ({size} bytes) to {out}")
@@ -128,6 +129,9 @@ def prepare_cmd(
     """Tokenize local UTF-8 text into .npy token shards plus a data.toml in OUT."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
+    from psyche.data.prepare import prepare_corpus
+    from psyche.data.provider import DataError
+
     tok = _load_tokenizer(tokenizer)
     with Progress(
         "[progress.description]{task.description}",
@@ -169,6 +173,13 @@ def prepare_cmd(
 @click.option("-v", "--verbose", is_flag=True)
 def serve_cmd(data_config: Path, port: int, host: str, verbose: bool) -> None:
     """Serve the token files of a data.toml to any authenticated client."""
+    from psyche.data.local import LocalDataProvider
+    from psyche.data.provider import DataError
+    from psyche.data.tcp_server import DataServer, allow_all
+    from psyche.protocol.locations import SeededShuffle
+    from psyche.protocol.run_file import load_data_config
+    from psyche.protocol.strict_obj import ConfigError
+
     _setup_logging(verbose)
     try:
         dc = load_data_config(data_config)

@@ -12,13 +12,17 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from psyche.cli.checks import device_name, usable_device
+from psyche.cli.model import PRESET_NAMES
 from psyche.protocol.strict_obj import ConfigError
 
 ROOT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 
 
 @click.command()
-@click.option("--clients", default=3, show_default=True, envvar="PSYCHE_DEMO_CLIENTS")
+@click.option(
+    "--clients", default=3, show_default=True, envvar="PSYCHE_DEMO_CLIENTS", type=click.IntRange(1)
+)
 @click.option(
     "--config",
     "config_path",
@@ -29,10 +33,30 @@ ROOT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.t
     help="Run config (state.toml); its checkpoint and data location are replaced by local ones.",
 )
 @click.option("--out", default="runs/demo", show_default=True, envvar="PSYCHE_DEMO_OUT")
-@click.option("--preset", default="tiny", show_default=True, help="Model preset to create.")
-@click.option("--tokens", default=300_000, show_default=True, help="Synthetic corpus size.")
-@click.option("--device", default="cpu", show_default=True, envvar="PSYCHE_DEVICE")
-@click.option("--micro-batch-size", default=2, show_default=True, envvar="MICRO_BATCH_SIZE")
+@click.option(
+    "--preset",
+    default="tiny",
+    show_default=True,
+    type=click.Choice(PRESET_NAMES),
+    help="Model preset to create.",
+)
+@click.option(
+    "--tokens",
+    default=300_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Synthetic corpus size.",
+)
+@click.option(
+    "--device", default="cpu", show_default=True, envvar="PSYCHE_DEVICE", callback=device_name
+)
+@click.option(
+    "--micro-batch-size",
+    default=2,
+    show_default=True,
+    envvar="MICRO_BATCH_SIZE",
+    type=click.IntRange(1),
+)
 def demo(
     clients: int,
     config_path: str,
@@ -47,6 +71,7 @@ def demo(
     writes summary.json and loss.png under OUT."""
     import asyncio
 
+    usable_device(device)
     from psyche.data.prepare import ByteTokenizer, prepare_corpus
     from psyche.data.synth import synth_corpus
     from psyche.protocol.model import LLM

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from psyche.cli.checks import device_name
+
 _DTYPES = ("float32", "bfloat16")
 
 
@@ -47,7 +49,13 @@ def evals_group() -> None:
     help="Score at most N docs per task (the first N after a shuffle by --seed).",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cuda:0.")
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    callback=device_name,
+    help="torch device: cpu, cuda, cuda:N or mps.",
+)
 @click.option("--dtype", type=click.Choice(_DTYPES), default="float32", show_default=True)
 @click.option(
     "--json",

@@ -9,6 +9,7 @@ from psyche.cli.client import client
 from psyche.cli.data import data_group
 from psyche.cli.demo import demo
 from psyche.cli.evals import evals_group
+from psyche.cli.exit_codes import CliGroup
 from psyche.cli.explorer import explorer  # light: heavy imports are inside the command
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.model import model_group
@@ -17,7 +18,7 @@ from psyche.cli.solana import solana
 from psyche.cli.testnet import testnet
 
 
-@click.group()
+@click.group(cls=CliGroup)
 @click.version_option(__version__, prog_name="psyche")
 def cli() -> None:
     """psyche: train one language model together on untrusted computers."""

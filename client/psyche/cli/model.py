@@ -18,7 +18,7 @@ import click
 
 log = logging.getLogger("psyche.cli.model")
 
-_PRESET_NAMES = ("tiny", "small", "medium")
+PRESET_NAMES = ("tiny", "small", "medium")
 _DTYPES = ("float32", "bfloat16")
 
 
@@ -48,7 +48,7 @@ def model_group() -> None:
 @model_group.command("init")
 @click.option(
     "--preset",
-    type=click.Choice(_PRESET_NAMES),
+    type=click.Choice(PRESET_NAMES),
     required=True,
     envvar="PSYCHE_MODEL_PRESET",
     help="tiny ≈ 1.2 M, small ≈ 10 M, medium ≈ 51 M parameters.",

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.protocol.locations import ServerData
 from psyche.protocol.model import LLM
@@ -37,7 +38,7 @@ def _printable(text: str) -> str:
     )
 
 
-@click.group()
+@click.group(cls=CliGroup)
 def server() -> None:
     """Centralized coordinator server (psyche-centralized-server)."""
 

@@ -25,11 +25,12 @@ import os
 import click
 
 from psyche.cli import solana_admin, solana_join, solana_mining_pool, solana_treasurer
+from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.solana_options import DIRECT_ENV, envvars, unquote_environ
 
 
-@click.group()
+@click.group(cls=CliGroup)
 @click.pass_context
 def solana(ctx: click.Context) -> None:
     """Solana client (psyche-solana-client):

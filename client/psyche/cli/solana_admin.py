@@ -5,11 +5,14 @@ the epoch rates, tick, checkpoint, close and dump a run (what they send is in
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
+from psyche.backends.base import BackendError
+from psyche.cli.exit_codes import EXIT_CONFIG
 from psyche.cli.solana_options import (
     common,
     description_option,
@@ -98,7 +101,31 @@ def create_run_cmd(
             name=name,
             description=description,
         )
-    echo_result(run_async(session, coro))
+    echo_result(run_async(session, _if_new(session, run_id, coro)))
+
+
+class RunExistsError(BackendError):
+    """create-run for a run id that is taken: the user's to change (run_async exits 2)."""
+
+    exit_code = EXIT_CONFIG
+
+
+async def _if_new(session: Any, run_id: str, create: Coroutine[Any, Any, Any]) -> Any:
+    """``create``, unless RUN_ID is taken: the program would only answer with the system
+    program's "custom program error: 0x0" (the address is in use)."""
+    from psyche.backends.solana.instructions import instance_pda
+
+    try:
+        instance = instance_pda(session.coordinator.program_id, run_id)
+        if await session.read(instance) is not None:
+            raise RunExistsError(
+                f"run {run_id!r} already exists (its coordinator instance is {instance}): "
+                "choose another --run-id, or change this run with update-config"
+            )
+    except BaseException:
+        create.close()  # never started: closed, or Python warns it was never awaited
+        raise
+    return await create
 
 
 @click.command("update-config")

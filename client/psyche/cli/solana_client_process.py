@@ -8,16 +8,21 @@ the epoch by that key and signs its gossip with it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from solders.pubkey import Pubkey
 
+from psyche.backends.base import BackendError
 from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.discovery import ChainDirectory
 from psyche.backends.solana.instructions import peer_record_pda
 from psyche.backends.solana.peer_record import MAX_PEER_ADDR_LEN, MAX_PEER_ADDRS, decode_peer_record
 from psyche.backends.solana.peers import parse_bootstrap_peers
-from psyche.backends.solana.session import Session
+from psyche.backends.solana.session import RunNotFoundError, Session
 from psyche.cli.client_process import ClientOptions, run_client
 from psyche.cli.daemon_options import TrainingFlags
 from psyche.daemon.checkpointing import CheckpointOptions
@@ -25,7 +30,66 @@ from psyche.daemon.sharing import SharingOptions
 from psyche.events import EventLog, TransactionEvent
 from psyche.protocol.identity import SecretKey
 
-__all__ = ["train_on_solana"]
+__all__ = ["not_authorized_hint", "train_on_solana"]
+
+log = logging.getLogger("psyche.client")
+
+RETRY_FIRST_S = 2.0
+RETRY_MAX_S = 60.0
+T = TypeVar("T")
+
+
+def not_authorized_hint(
+    run_id: str, wallet: Pubkey, join_authority: Pubkey, grantee: Pubkey | None, exists: bool
+) -> str:
+    """One line: why ``wallet`` may not join ``run_id`` and which key to create or delegate
+    (``exists``: whether the join authority's authorization for ``grantee`` exists)."""
+    client = "psyche-solana-client"
+    if grantee is None:
+        if not exists:
+            return (
+                f"wallet {wallet} may not join run {run_id!r}: the run is not permissionless (join "
+                f"authority {join_authority} has no authorization for everyone); set AUTHORIZER "
+                "(--authorizer) to the grantee you join for, or ask the join authority to run "
+                f"`{client} join-authorization-create` without --authorizer"
+            )
+        return (
+            f"wallet {wallet} may not join run {run_id!r}: join authority {join_authority}'s "
+            "authorization for everyone is not active; ask the join authority to renew it"
+        )
+    if not exists:
+        return (
+            f"wallet {wallet} may not join run {run_id!r} for grantee {grantee}: join authority "
+            f"{join_authority} has not authorized that grantee; ask it to run `{client} "
+            f"join-authorization-create --authorizer {grantee}`, or fix AUTHORIZER"
+        )
+    if wallet == grantee:
+        return (
+            f"wallet {wallet} may not join run {run_id!r}: join authority {join_authority}'s "
+            "authorization for it is not active; ask the join authority to renew it"
+        )
+    return (
+        f"wallet {wallet} may not join run {run_id!r}: it is neither grantee {grantee} nor one of "
+        f"its delegates; the grantee delegates this key with `{client} "
+        f"join-authorization-delegate --join-authority {join_authority} --delegates-added "
+        f"{wallet}`"
+    )
+
+
+async def _until_reachable(read: Callable[[], Awaitable[T]]) -> T:
+    """``read()``, retried with a doubling back-off (to :data:`RETRY_MAX_S`) while no RPC
+    endpoint answers: an RPC node that is down or restarting is a transient fault a joiner waits
+    out. An answer that the run does not exist is final (exit 2)."""
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            return await read()
+        except RunNotFoundError:
+            raise
+        except BackendError as e:
+            log.warning("%s; retrying in %.0f s", e, delay)
+            await asyncio.sleep(delay)
+            delay = min(RETRY_MAX_S, delay * 2)
 
 
 async def train_on_solana(
@@ -45,8 +109,8 @@ async def train_on_solana(
     event_log: str | None = None,
     training: TrainingFlags | None = None,
 ) -> int:
-    ixs, _ = await session.run(run_id)
-    inst = await session.instance(run_id)
+    ixs, _ = await _until_reachable(lambda: session.run(run_id))
+    inst = await _until_reachable(lambda: session.instance(run_id))
     join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
     key = SecretKey.from_bytes(session.wallet.secret())
     program_id = session.coordinator.program_id
@@ -82,6 +146,9 @@ async def train_on_solana(
             directory=directory,
             sender=session.sender(session.coordinator),
             on_confirmed=confirmed,
+            explain_not_authorized=functools.partial(
+                not_authorized_hint, run_id, session.wallet.pubkey(), join_authority, grantee
+            ),
         )
 
     options = ClientOptions(

@@ -12,14 +12,14 @@ from typing import Any
 
 import click
 
+from psyche.cli.checks import start_logging, usable_device
 from psyche.cli.daemon_options import (
-    bind_address,
     daemon_options,
     take_checkpoint_and_sharing,
     take_training_flags,
 )
+from psyche.cli.exit_codes import EXIT_INTERRUPTED
 from psyche.cli.identity import create_static_identity_cmd, show_static_identity_cmd
-from psyche.cli.logs import setup_logging
 from psyche.cli.solana_options import (
     authorizer_option,
     common,
@@ -194,7 +194,7 @@ def ja_delete_cmd(session: Any, authorizer: str | None):
     default=None,
     help="Accepted for compatibility and ignored: on Solana the P2P identity is the wallet's key.",
 )
-@daemon_options(p2p_host="0.0.0.0")
+@daemon_options()
 def train(
     session: Any,
     run_id: str,
@@ -203,8 +203,13 @@ def train(
     identity_secret_key_path: str | None,
     **kw: Any,
 ) -> None:
-    """Join RUN_ID on Solana and train until the run is finished (exit 10: wrong version)."""
-    setup_logging(kw.pop("logs"), write_log=kw.pop("write_log"))
+    """Join RUN_ID on Solana and train until the run is finished. Exit codes: 0 finished, 2 a
+    configuration to change (run id, device, join authorization), 3 withdrawn by the
+    coordinator, 10 the run needs another version, 143 stopped by SIGTERM."""
+    checkpoint, sharing = take_checkpoint_and_sharing(kw)
+    training = take_training_flags(kw)
+    usable_device(kw["device"])
+    start_logging(kw.pop("logs"), kw.pop("write_log"))
     if identity_secret_key_path:
         logging.getLogger("psyche.client").warning(
             "--identity-secret-key-path is ignored on Solana: the client's P2P identity is its "
@@ -213,9 +218,6 @@ def train(
     from psyche import __version__
     from psyche.cli.solana_client_process import train_on_solana
 
-    checkpoint, sharing = take_checkpoint_and_sharing(kw)
-    training = take_training_flags(kw)
-    kw["bind_p2p_host"] = bind_address(kw["bind_p2p_host"])
     try:
         code = run_async(
             session,
@@ -232,7 +234,7 @@ def train(
         )
     except KeyboardInterrupt:
         logging.getLogger("psyche").warning("interrupted")
-        code = 130
+        code = EXIT_INTERRUPTED
     sys.exit(code)
 
 

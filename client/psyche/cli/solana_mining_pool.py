@@ -12,7 +12,14 @@ from typing import Any
 
 import click
 
-from psyche.cli.solana_options import common, echo_result, read_only, run_async, to_pubkey
+from psyche.cli.solana_options import (
+    check_run_id,
+    common,
+    echo_result,
+    read_only,
+    run_async,
+    to_pubkey,
+)
 
 U64_MAX = 2**64 - 1
 
@@ -168,6 +175,7 @@ def claim_cmd(session: Any, pool_index: int, amount: int | None) -> None:
     "--run-id",
     envvar="RUN_ID",
     default=None,
+    callback=check_run_id,
     help="Also show the user's registration (points) in this run.",
 )
 @_pool_index(multiple=True, default=())

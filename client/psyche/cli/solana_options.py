@@ -18,6 +18,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from psyche.cli.exit_codes import EXIT_ERROR
+
 
 def to_pubkey(value: str | None) -> Any:
     if value is None:
@@ -187,26 +189,61 @@ def read_only(fn: Callable[..., Any]) -> Callable[..., Any]:
 def run_async(session: Any, coro: Coroutine[Any, Any, Any]) -> Any:
     from psyche.backends.base import BackendError
     from psyche.backends.solana.idl import IdlError
+    from psyche.cli.solana_runs import explain_missing_run
     from psyche.protocol.strict_obj import ConfigError
 
     async def go() -> Any:
         try:
-            return await coro
+            return await explain_missing_run(session, coro)
         finally:
             await session.close()
 
     try:
         return asyncio.run(go())
-    except (BackendError, IdlError, ConfigError) as e:
+    except BackendError as e:
+        # Errors that are the user's to fix carry their exit code (a run that does not exist: 2).
         click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        sys.exit(int(getattr(e, "exit_code", EXIT_ERROR)))
+    except (IdlError, ConfigError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_ERROR)
 
 
 def echo_result(value: Any) -> None:
     click.echo(json.dumps(value, indent=2) if not isinstance(value, str) else value)
 
 
-run_id_option = click.option("--run-id", required=True, envvar="RUN_ID", help="The run.")
+RUN_ID_MAX_BYTES = 32
+"""A run's accounts are derived from its id as one PDA seed, which Solana caps at 32 bytes
+(``MAX_SEED_LEN``); a longer id has no address at all."""
+
+
+def check_run_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A Solana run id: 1 to :data:`RUN_ID_MAX_BYTES` bytes of UTF-8, checked where it is parsed
+    so that every command names the limit instead of failing to derive the run's address."""
+    if value is None:
+        return None
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise click.BadParameter("not valid UTF-8") from None
+    if size == 0:
+        raise click.BadParameter("a run id cannot be empty")
+    if size > RUN_ID_MAX_BYTES:
+        raise click.BadParameter(
+            f"{size} bytes; a Solana run id is at most {RUN_ID_MAX_BYTES} bytes of UTF-8 (the "
+            "run's address is derived from it as one seed)"
+        )
+    return value
+
+
+run_id_option = click.option(
+    "--run-id",
+    required=True,
+    envvar="RUN_ID",
+    callback=check_run_id,
+    help=f"The run (at most {RUN_ID_MAX_BYTES} bytes).",
+)
 
 
 def _metadata_text(limit: int) -> Callable[[click.Context, click.Parameter, Any], Any]:

@@ -14,13 +14,15 @@ from typing import Any
 import click
 from rich.console import Console
 
+from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
+from psyche.cli.solana_options import check_run_id
 from psyche.cli.testnet import net_options, run_and_report, testnet_options
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny-solana"
 
 
-@click.group()
+@click.group(cls=CliGroup)
 def solana_testnet() -> None:
     """Solana local testnet launcher (psyche-solana-local-testnet): a local SVM running the
     programs plus N Solana clients on this machine."""
@@ -28,7 +30,13 @@ def solana_testnet() -> None:
 
 @solana_testnet.command("start")
 @testnet_options(DEFAULT_CONFIG)
-@click.option("--run-id", default=None, envvar="RUN_ID", help="Default: the config's run_id.")
+@click.option(
+    "--run-id",
+    default=None,
+    envvar="RUN_ID",
+    callback=check_run_id,
+    help="Default: the config's run_id (at most 32 bytes).",
+)
 @click.option("--rpc-port", default=0, show_default=True, envvar="SVM_RPC_PORT", help="0: free.")
 @click.option(
     "--ws-port", default=0, show_default=True, envvar="SVM_WS_PORT", help="0: RPC port + 1 or free."

@@ -17,6 +17,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group()
+@click.group(cls=CliGroup)
 def testnet() -> None:
     """Local testnet launcher (psyche-centralized-local-testnet): a server plus N clients on
     this machine."""
@@ -35,6 +36,17 @@ def testnet() -> None:
 
 def ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+def client_numbers(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--allowed-to-kill``: comma-separated client numbers ≥ 1, checked when parsed."""
+    try:
+        numbers = ints(value)
+    except ValueError:
+        raise click.BadParameter(f"{value[:40]!r}: expected client numbers like 1,3") from None
+    if any(n < 1 for n in numbers):
+        raise click.BadParameter("client numbers start at 1")
+    return value
 
 
 def testnet_options(default_config: Path) -> Callable[[F], F]:
@@ -60,6 +72,7 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
             "--allowed-to-kill",
             default="",
             envvar="ALLOWED_TO_KILL",
+            callback=client_numbers,
             help="1-based client numbers.",
         ),
         click.option("--tui", default=None, type=click.BOOL, envvar="PSYCHE_TUI"),

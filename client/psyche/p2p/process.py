@@ -159,12 +159,18 @@ class HostProcess:
         self._fail_pending(NodeStopped("the p2p node was stopped"))
 
     def _fail_pending(self, error: Exception) -> None:
+        # A waiter cancelled in the same loop turn (SIGTERM reaching this process and the host
+        # together) never reads its future's exception, and asyncio would log it as "Future
+        # exception was never retrieved": the error is reported to whoever still waits, and
+        # marked seen for the rest.
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(error)
+                future.exception()
         self._pending.clear()
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(error)
+            self._ready.exception()
         self._on_close()
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:

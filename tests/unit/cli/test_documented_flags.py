@@ -17,8 +17,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from psyche.cli.checks import bind_address
 from psyche.cli.client import client
-from psyche.cli.daemon_options import bind_address, take_training_flags
+from psyche.cli.daemon_options import take_training_flags
 from psyche.cli.logs import apply_log_spec
 from psyche.cli.main import cli
 from psyche.cli.server import server
@@ -32,7 +33,7 @@ from psyche.protocol.identity import SecretKey
 # centralized and the Solana client).
 TRAIN_FLAGS: list[tuple[list[str], str, Any]] = [
     (["--bind-p2p-port", "4001"], "bind_p2p_port", 4001),
-    (["--bind-p2p-interface", "lo"], "bind_p2p_host", "lo"),
+    (["--bind-p2p-interface", "lo"], "bind_p2p_host", "127.0.0.1"),
     (["--logs", "json"], "logs", "json"),
     (["--data-parallelism", "2"], "data_parallelism", 2),
     (["--tensor-parallelism", "4"], "tensor_parallelism", 4),
@@ -285,10 +286,12 @@ def test_parallelism_below_one_is_refused(flag: str) -> None:
 def test_bind_interface_name_resolves_to_its_address() -> None:
     names = {name for _, name in socket.if_nameindex()}
     assert "lo" in names
-    assert bind_address("lo") == "127.0.0.1"
-    assert bind_address("10.1.2.3") == "10.1.2.3"
-    assert bind_address("::1") == "::1"
-    assert bind_address("node.example") == "node.example"
+    ctx, param = click.Context(client), click.Option(["--bind-p2p-host"])
+    assert bind_address(ctx, param, "lo") == "127.0.0.1"
+    assert bind_address(ctx, param, "10.1.2.3") == "10.1.2.3"
+    assert bind_address(ctx, param, "::1") == "::1"
+    with pytest.raises(click.BadParameter, match="neither an IP address nor a network interface"):
+        bind_address(ctx, param, "node.example")
 
 
 def test_log_spec_sets_levels() -> None:

@@ -39,7 +39,13 @@ from psyche.backends.base import BackendError, HealthCheckEntries
 from psyche.backends.inbox import Inbox
 from psyche.backends.solana.discovery import ChainDirectory
 from psyche.backends.solana.peers import BootstrapDirectory
-from psyche.backends.solana.rpc import SolanaRpc, TxSender, account_updates, reconnect_delay
+from psyche.backends.solana.rpc import (
+    ProgramRejectedError,
+    SolanaRpc,
+    TxSender,
+    account_updates,
+    reconnect_delay,
+)
 from psyche.backends.solana.snapshot import ClientInstructions, CoordinatorCodec, RunSnapshot
 from psyche.backends.solana.ticker import predicts_transition, tick_probability
 from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
@@ -50,6 +56,7 @@ __all__ = [
     "EXIT_LEFT_RUN",
     "EXIT_VERSION_MISMATCH",
     "ClientVersionMismatchError",
+    "JoinNotAuthorizedError",
     "LeftRunError",
     "SolanaBackend",
 ]
@@ -58,6 +65,11 @@ log = logging.getLogger(__name__)
 
 EXIT_VERSION_MISMATCH = 10
 EXIT_LEFT_RUN = 3
+EXIT_NOT_AUTHORIZED = 2
+"""A configuration the user must change (psyche.cli.exit_codes.EXIT_CONFIG): never restarted."""
+ACCOUNT_NOT_INITIALIZED = 3012
+"""Anchor's code for an account that does not exist: ``join_run`` got an authorization that was
+never created."""
 DISCOVERY_FAST_S = 60.0
 """How long after an epoch starts peer records are re-read at the fast interval."""
 CLOSE_WAIT_S = 3.0
@@ -68,6 +80,13 @@ class ClientVersionMismatchError(BackendError):
     """This client's version is not the one the run requires."""
 
     exit_code = EXIT_VERSION_MISMATCH
+
+
+class JoinNotAuthorizedError(BackendError):
+    """``join_run`` was refused for want of an authorization: no retry can change that, only the
+    join authority (creating it) or the grantee (delegating to this wallet)."""
+
+    exit_code = EXIT_NOT_AUTHORIZED
 
 
 class LeftRunError(BackendError):
@@ -106,6 +125,7 @@ class SolanaBackend:
         discovery_interval: float = 2.0,
         discovery_idle_interval: float = 20.0,
         on_confirmed: Callable[[str, str], None] | None = None,
+        explain_not_authorized: Callable[[bool], str] | None = None,
     ) -> None:
         if not rpcs:
             raise ValueError("at least one RPC endpoint is needed")
@@ -118,6 +138,9 @@ class SolanaBackend:
         self.identity = NodeIdentity(bytes(wallet.pubkey()), p2p_identity)
         self.authorization = authorization
         self.client_version = client_version
+        # What the user must do when join_run is not authorized (argument: whether the
+        # authorization account exists); the CLI knows the join authority and grantee.
+        self._explain_not_authorized = explain_not_authorized
         self.directory = directory or BootstrapDirectory()
         self.sender = sender or TxSender(self.rpcs, wallet)
         self.rng = rng or random.Random()
@@ -332,6 +355,14 @@ class SolanaBackend:
             self.joined_epoch = epoch
             self._confirmed("join_run", sig)
             log.info("joined epoch %d of the run", epoch)
+        except ProgramRejectedError as e:
+            if e.name == "JoinNotAuthorized" or e.code == ACCOUNT_NOT_INITIALIZED:
+                exists = e.code != ACCOUNT_NOT_INITIALIZED
+                hint = self._explain_not_authorized(exists) if self._explain_not_authorized else ""
+                await self._fail(JoinNotAuthorizedError(hint or str(e)))
+            else:
+                log.warning("join_run for epoch %d failed (will retry): %s", epoch, e)
+                self._inbox.rejections.append(f"join_run: {e}")
         except BackendError as e:
             log.warning("join_run for epoch %d failed (will retry): %s", epoch, e)
             self._inbox.rejections.append(f"join_run: {e}")

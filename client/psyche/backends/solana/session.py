@@ -66,6 +66,17 @@ class WalletError(ValueError):
     """The wallet key could not be read."""
 
 
+class RunNotFoundError(BackendError):
+    """No run of that id on this cluster (under this coordinator program): the user's to fix,
+    so the command exits 2 (``exit_code``) and the image's entry point does not restart it."""
+
+    exit_code = 2
+
+    def __init__(self, run_id: str, detail: str = "") -> None:
+        super().__init__(f"run {run_id!r} does not exist{detail}")
+        self.run_id = run_id
+
+
 def _keypair_from_text(text: str, source: str) -> Keypair:
     text = text.strip()
     try:
@@ -85,6 +96,11 @@ def load_keypair_file(path: str) -> Keypair:
         return _keypair_from_text(Path(path).expanduser().read_text(), path)
     except OSError as e:
         raise WalletError(f"{path}: cannot read the keypair: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise WalletError(
+            f"{path}: not a Solana keypair file (it is binary; solana-keygen writes a JSON byte "
+            "array)"
+        ) from None
 
 
 def load_wallet(path: str | None, raw: str | None) -> Keypair:
@@ -218,7 +234,7 @@ class Session:
         instance = instance_pda(self.coordinator.program_id, run_id)
         data = await self.read(instance)
         if data is None:
-            raise BackendError(f"run {run_id!r} does not exist (no account at {instance})")
+            raise RunNotFoundError(run_id, f" (no account at {instance})")
         inst = self.coordinator.idl.decode_account("CoordinatorInstance", data)
         return RunAccounts(instance, Pubkey.from_bytes(inst["coordinator_account"]))
 
@@ -232,7 +248,7 @@ class Session:
     async def instance(self, run_id: str) -> dict[str, Any]:
         data = await self.read(instance_pda(self.coordinator.program_id, run_id))
         if data is None:
-            raise BackendError(f"run {run_id!r} does not exist")
+            raise RunNotFoundError(run_id)
         value: dict[str, Any] = self.coordinator.idl.decode_account("CoordinatorInstance", data)
         return value
 

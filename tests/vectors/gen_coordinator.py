@@ -31,7 +31,12 @@ from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.state_json import to_obj_state
 from psyche.coordinator.types import ClientState, RunState, Verdict, Witness
-from psyche.coordinator.verification import VERIFIERS_PER_ROUND
+from psyche.coordinator.verification import (
+    VERIFIERS_PER_ROUND,
+    judge,
+    sampled_trainers,
+    verdict_error,
+)
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.coordinator_config import CoordinatorConfig
@@ -2102,6 +2107,68 @@ def build(scenarios: Sequence[Callable[[], Scenario]] | None = None) -> dict[str
     return out
 
 
+VERDICT_ERRORS = {
+    "only a verifier witness carries a verdict": "NotVerifier",
+    "a mismatch bit without its checked bit": "MismatchWithoutChecked",
+    "a verifier cannot judge its own result": "OwnResult",
+}
+
+
+def _verdict_code(why: str | None) -> str | None:
+    if why is None:
+        return None
+    if why.startswith("verdict names a slot beyond"):
+        return "SlotNotSampled"
+    return VERDICT_ERRORS[why]
+
+
+def verification_rules() -> dict[str, object]:
+    """The pure verification rules on plain values, for the Rust unit that mirrors them
+    (``programs/psyche-coordinator/tests/vectors_verification.rs``): sampling, verdict
+    validation and the quorum decision."""
+    sampling = []
+    for n, seed, vp in [(1, 1, 100), (4, 7, 25), (4, 7, 26), (10, 99, 1), (64, 12345, 25),
+                        (256, 2**64 - 1, 100), (5, 0, 0), (3, 42, 50)]:  # fmt: skip
+        sampling.append({"n": n, "seed": seed, "vp": vp, "sampled": sampled_trainers(n, seed, vp)})
+    errors = []
+    for checked, mismatch, verifier, n_sampled, own in [
+        (0, 0, False, 0, 0), (1, 0, True, 1, 0), (1, 1, True, 1, 0), (1, 0, False, 1, 0),
+        (0, 1, True, 1, 0), (2, 0, True, 1, 0), (1, 0, True, 0, 0), (1, 0, True, 2, 1),
+        (2, 2, True, 2, 1), (0xFFFF, 0, True, 16, 0), (0xFFFF, 0x8000, True, 15, 0),
+    ]:  # fmt: skip
+        own_slots = [p for p in range(16) if own >> p & 1]
+        why = verdict_error(Verdict(checked, mismatch), verifier, n_sampled, own_slots)
+        errors.append({"checked": checked, "mismatch": mismatch, "verifier": verifier,
+                       "n_sampled": n_sampled, "own_slots": own,
+                       "error": _verdict_code(why)})  # fmt: skip
+    judged = [sim_identity(100 + i) for i in range(16)]
+    cases = [
+        ([(0, 1, 1), (1, 1, 1), (2, 1, 0)], 1, 3),
+        ([(0, 1, 1), (1, 1, 0), (2, 1, 0)], 1, 3),
+        ([(0, 1, 1), (1, 1, 0)], 1, 3),
+        ([(0, 1, 1), (3, 1, 1)], 1, 3),
+        ([(0, 1, 1)], 1, 1),
+        ([(0, 0b11, 0b01), (1, 0b11, 0b10), (2, 0b11, 0b01)], 2, 3),
+        ([(1, 0b101, 0b100), (0, 0b101, 0b100), (2, 0b001, 0)], 3, 3),
+    ]
+    judge_cases = []
+    for votes, n_sampled, n_verifiers in cases:
+        witnesses = [
+            Witness(WitnessProof(pos, i, True), Bloom.empty(), Bloom.empty(), Verdict(c, m))
+            for i, (pos, c, m) in enumerate(votes)
+        ]
+        voters = [sim_identity(200 + i) for i in range(len(votes))]
+        out = judge(witnesses, voters, judged, list(range(n_sampled)), n_verifiers)
+        judge_cases.append({
+            "votes": [{"position": p, "checked": c, "mismatch": m} for p, c, m in votes],
+            "n_sampled": n_sampled,
+            "n_verifiers": n_verifiers,
+            "rejected": sum(1 << p for p in range(n_sampled) if judged[p] in out.rejected),
+            "accused": [v in out.false_accusers for v in voters],
+        })  # fmt: skip
+    return {"sampling": sampling, "verdict_error": errors, "judge": judge_cases}
+
+
 def write(out_dir: Path, files: dict[str, object]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.json"):
@@ -2118,6 +2185,7 @@ def write(out_dir: Path, files: dict[str, object]) -> None:
 def main() -> None:
     write(OUT_DIR, build())
     write(VERIFICATION_DIR, build(VERIFICATION_SCENARIOS))
+    write(VERIFICATION_DIR / "rules", {"rules.json": verification_rules()})
 
 
 if __name__ == "__main__":

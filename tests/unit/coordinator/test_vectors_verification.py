@@ -51,3 +51,10 @@ def test_vectors_carry_verdicts_and_their_outcomes() -> None:
                 exited = step["state"]["epoch_state"]["exited_clients"]
                 ejections += sum(c["state"] == "Ejected" for c in exited)
     assert accepted >= 6 and refused >= 5 and ejections >= 3
+
+
+def test_rules_vector_is_fresh() -> None:
+    """The plain-value rules the Rust program replays (tests/vectors_verification.rs)."""
+    gen = load_generator()
+    text = (VERIFICATION / "rules" / "rules.json").read_text(encoding="utf-8")
+    assert gen.dumps(gen.verification_rules()) == text, f"rules.json is stale: {REGENERATE}"

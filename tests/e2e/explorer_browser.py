@@ -33,6 +33,14 @@ class Watched:
     rounds: list[Any] = field(default_factory=list)
     """The run's ``/api/runs/{id}/rounds`` at the end."""
     shots: list[Path] = field(default_factory=list)
+    progress_text: str = ""
+    """The run page's progress card at the end (``#progress-text``)."""
+    bar: float = -1.0
+    """The progress bar's filled width over its track's, at the end."""
+    listed_progress: str = ""
+    """The runs list's progress cell at the end ('' if the explorer had stopped)."""
+    api_progress: dict[str, Any] = field(default_factory=dict)
+    """``/api/runs/{id}``'s ``progress`` at the end."""
 
 
 def wait_for_url(out: Path, proc: Any, timeout: float = 180.0) -> str:
@@ -84,6 +92,7 @@ def watch(
                 shot(page, "run-training")
                 mid_shot = True
             if phase == "Finished" or done():
+                _runs_list(browser, url, run_id, seen)
                 break
             page.wait_for_timeout(500)
         page.wait_for_timeout(2500)  # the last witness reports of the run
@@ -91,18 +100,45 @@ def watch(
         seen.loss_points = int(points) if points else -1
         shot(page, "run-end")
         _api(page, seen)
+        seen.progress_text = page.locator("#progress-text").inner_text()
+        seen.bar = float(
+            page.evaluate(
+                "(() => { const b = document.getElementById('progress');"
+                " return b.getBoundingClientRect().width"
+                " / b.parentElement.getBoundingClientRect().width; })()"
+            )
+        )
         browser.close()
     return seen
 
 
 def _api(page: Any, seen: Watched) -> None:
-    """The run's steps and rounds from the API, kept from the last time the explorer answered
-    (it stops with the testnet)."""
+    """The run's steps, rounds and progress from the API, kept from the last time the explorer
+    answered (it stops with the testnet)."""
     run = page.url.rsplit("/", 1)[-1]
     for what in ("steps", "rounds"):
         got = page.evaluate(f"fetch('/api/runs/{run}/{what}').then(r => r.json()).catch(() => [])")
         if got:
             setattr(seen, what, got)
+    got = page.evaluate(f"fetch('/api/runs/{run}').then(r => r.json()).catch(() => null)")
+    if got and got.get("progress"):
+        seen.api_progress = dict(got["progress"])
+
+
+def _runs_list(browser: Any, url: str, run_id: str, seen: Watched) -> None:
+    """The runs list's progress cell, in a second tab, while the explorer is still up."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(url)
+        link = page.locator("a.run-link", has_text=run_id)
+        link.wait_for(timeout=5_000)
+        seen.listed_progress = (
+            page.locator("tr", has=link).first.locator(".run-progress").inner_text()
+        )
+    except Exception:  # the testnet (and its explorer) already stopped
+        seen.listed_progress = ""
+    finally:
+        page.close()
 
 
 def pool_page(url: str, name: str) -> dict[str, str]:
@@ -126,3 +162,21 @@ def pool_page(url: str, name: str) -> dict[str, str]:
         print(f"screenshot: {path}")
         browser.close()
     return out
+
+
+def assert_progress_agrees(
+    seen: Watched, trained: int, *, total_steps: int, finished: bool
+) -> None:
+    """The run page's progress card and bar (and the runs list's cell, when the explorer was
+    still up) agree with ``summary.json``'s ``trained`` steps: drain rounds move the
+    coordinator's step past ``total_steps`` without training, and the page must not count them."""
+    text = f"{trained} of {total_steps - 1} steps trained"
+    assert text in seen.progress_text, (seen.progress_text, text)
+    assert seen.progress_text.startswith("finished") == finished, seen.progress_text
+    assert seen.api_progress.get("trained_steps") == trained, seen.api_progress
+    want = 1.0 if finished else min(1.0, float(seen.api_progress["fraction"]))
+    assert abs(seen.bar - want) < 0.02, (seen.bar, want, seen.api_progress)
+    if not finished:
+        assert seen.bar <= 1.0 and seen.bar >= 0.0, seen.bar
+    if finished:  # read as soon as the page said Finished, while the explorer was up
+        assert seen.listed_progress == seen.progress_text, (seen.listed_progress, text)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import free_port, make_config
-from .explorer_browser import chromium_or_skip, wait_for_url, watch
+from .explorer_browser import assert_progress_agrees, chromium_or_skip, wait_for_url, watch
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +45,7 @@ def test_the_explorer_shows_a_centralized_run_live(
     steps = [(s["step"], s["reports"]) for s in seen.steps]
     assert trained and seen.loss_points == len(trained), ([r["step"] for r in trained], steps)
     assert all(p.stat().st_size > 10_000 for p in seen.shots)
+    assert_progress_agrees(seen, len(trained), total_steps=5, finished=True)
     # The rounds timeline agrees with the summary on how each round ended.
     summary_end = {r["step"]: r["end_reason"] for r in json.loads(summary.read_text())["rounds"]}
     shown_end = {

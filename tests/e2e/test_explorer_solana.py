@@ -20,7 +20,14 @@ from solders.keypair import Keypair
 from psyche.localsvm import LocalSvmThread, deploy_programs
 
 from .conftest import ROOT, free_port
-from .explorer_browser import Watched, chromium_or_skip, pool_page, wait_for_url, watch
+from .explorer_browser import (
+    Watched,
+    assert_progress_agrees,
+    chromium_or_skip,
+    pool_page,
+    wait_for_url,
+    watch,
+)
 from .test_solana_local_testnet import run_solana_testnet, solana_config
 from .test_solana_rewards import LENDER_DEPOSITS, cli, new_wallet
 
@@ -95,6 +102,9 @@ def test_the_explorer_shows_a_solana_run_and_its_pool(
         assert len(watched.phases) >= 3, watched.phases
         trained = [r for r in json.loads(summary.read_text())["rounds"] if r["loss"]]
         assert trained and watched.loss_points == len(trained), (watched.loss_points, trained)
+        # One epoch, ended by total_steps or by the epoch's timeout: either way drain rounds.
+        finished = watched.phases[-1] == "Finished"
+        assert_progress_agrees(watched, len(trained), total_steps=10, finished=finished)
 
         claims = _pool_flow(svm, out, tmp_path)
         # Restarted on the testnet's database: it resumes from the signatures it stored.

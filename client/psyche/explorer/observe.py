@@ -14,7 +14,7 @@ from typing import Any
 from psyche.coordinator import Coordinator
 from psyche.events import checkpoint_label
 
-__all__ = ["ClientRow", "MetricObs", "StateObs", "observe"]
+__all__ = ["ClientRow", "MetricObs", "StateObs", "observe", "progress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,8 @@ class StateObs:
             "witnesses": self.witnesses,
             "witness_target": self.witness_target,
             "checkpoint": self.checkpoint,
+            "start_step": self.start_step,
+            "last_step": self.last_step,
             "clients": [
                 {k: getattr(c, k) for k in ClientRow.__slots__ if getattr(c, k) is not None}
                 for c in self.clients
@@ -123,3 +125,27 @@ def observe(
         start_step=int(c.epoch_state.start_step),
         last_step=int(c.epoch_state.last_step),
     )
+
+
+def progress(step: int, total_steps: int, phase: str, last_step: int = 0) -> dict[str, Any]:
+    """The run's progress by the coordinator's own rule (``transitions``): steps are 1-based and
+    ``progress.step`` is the step of the round in progress; when a round ends with ``step`` at
+    ``total_steps`` the epoch winds down through drain rounds that advance ``step`` without
+    training, so a run trains steps 1 … ``total_steps − 1`` and its ``step`` ends past
+    ``total_steps``. ``trained_steps`` is the steps finished, clamped to that range (an epoch that
+    ended by timeout also drains, so on a multi-epoch run a few numbered steps never train: this
+    is an upper bound there, exact within the latest epoch: once its ``last_step`` is set, the
+    steps from ``last_step − 2`` on are drain rounds); ``fraction`` is 1 once the run is
+    Finished."""
+    to_train = max(0, total_steps - 1)
+    trained = min(max(0, step - 1), to_train)
+    if last_step:
+        trained = max(0, min(trained, last_step - 3))
+    finished = phase == "Finished"
+    fraction = 1.0 if finished else (trained / to_train if to_train else 0.0)
+    return {
+        "trained_steps": trained,
+        "steps_to_train": to_train,
+        "fraction": fraction,
+        "finished": finished,
+    }

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, func, select
 
-from psyche.explorer.observe import MetricObs, StateObs
+from psyche.explorer.observe import MetricObs, StateObs, progress
 from psyche.explorer.schema import (
     accounts,
     checkpoints,
@@ -371,6 +371,11 @@ class Store:
 
 def _run_obj(r: Any, detail: bool = False) -> dict[str, Any]:
     out = {k: v for k, v in r.items() if k != "detail"}
+    more = json.loads(r["detail"] or "{}")
+    last_step = int(more.get("last_step", 0) or 0)
+    out["progress"] = progress(
+        int(r["step"] or 0), int(r["total_steps"] or 0), str(r["phase"]), last_step
+    )
     if detail:
-        out["detail"] = json.loads(r["detail"])
+        out["detail"] = more
     return out

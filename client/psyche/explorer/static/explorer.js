@@ -15,6 +15,14 @@ let charts = [];
 
 function clear() { charts.forEach((c) => c.destroy()); charts = []; }
 
+// The coordinator's rule (psyche.explorer.observe.progress): steps 1 … total_steps − 1 train,
+// drain rounds then move `step` past total_steps without training.
+function progressText(r) {
+  const p = r.progress;
+  const trained = `${num(p.trained_steps)} of ${num(p.steps_to_train)} steps trained`;
+  return p.finished ? `finished · ${trained}` : `step ${num(Math.min(r.step, r.total_steps))} · ${trained}`;
+}
+
 async function runsView() {
   const runs = await api("runs?limit=200");
   clear();
@@ -22,7 +30,7 @@ async function runsView() {
     ["run", "name", "backend / cluster", "phase", "progress", "clients", "tokens trained", "last update"],
     runs.map((r) => [
       `<td><a class="run-link" href="#/run/${r.id}">${esc(r.run_id)}</a></td>`, td(r.name), td(r.backend + " / " + r.cluster),
-      `<td><span class="phase">${esc(r.phase)}</span></td>`, td(`${r.step} / ${r.total_steps}`), td(r.clients),
+      `<td><span class="phase">${esc(r.phase)}</span></td>`, `<td class="run-progress">${progressText(r)}</td>`, td(r.clients),
       td(num(r.tokens)), td(ago(r.last_update) + " ago"),
     ])) : "<p>no run indexed yet</p>");
 }
@@ -47,14 +55,14 @@ async function runView(id) {
   ]);
   clear();
   const d = run.detail || {};
-  const pct = run.total_steps ? Math.min(100, 100 * Math.max(0, run.step - 1) / run.total_steps) : 0;
+  const pct = 100 * Math.min(1, Math.max(0, run.progress.fraction));
   const clients = d.clients || [];
   const last = steps.length ? steps[steps.length - 1] : null;
   main.innerHTML = `
     <h2>run <span id="run-id">${esc(run.run_id)}</span> <small>${esc(run.name !== run.run_id ? run.name : "")}</small></h2>
     <div class="cards">
       <div class="card">phase <b><span id="phase" class="phase">${esc(run.phase)}</span></b>for <span id="in-phase" data-since="${run.phase_since}">${ago(run.phase_since)}</span></div>
-      <div class="card">epoch / round <b>${run.epoch} / ${run.height}</b>step ${run.step} of ${run.total_steps}</div>
+      <div class="card">epoch / round <b>${run.epoch} / ${run.height}</b><span id="progress-text">${progressText(run)}</span></div>
       <div class="card">clients <b>${run.clients}</b>witnesses ${d.witnesses ?? 0} / ${d.witness_target ?? 0}</div>
       <div class="card">tokens/s <b>${last ? num(Math.round(last.tokens_per_sec)) : "—"}</b>mean over witnesses</div>
       <div class="card">tokens trained <b>${num(run.tokens)}</b>${esc(run.backend)} · ${esc(run.cluster)}</div>

@@ -5,7 +5,7 @@
 # so no browser is downloaded). Best effort: without
 # root, apt or a registry the tests that need them skip, naming what is missing.
 set -uo pipefail
-want=(iproute2 iptables chromium)
+want=(iproute2 iptables chromium postgresql)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from psyche.explorer.store import Store
 from psyche.explorer.web import make_app
 
 from ..support_explorer import count, make_coordinator
+from .pg_server import throwaway_postgres
 
 WRITER = textwrap.dedent(
     """
@@ -127,11 +129,20 @@ def test_api_answers_and_refuses(tmp_path: Path) -> None:
     assert len(client.get("/api/runs").json()) == 1  # nothing changed
 
 
-@pytest.mark.skipif(
-    not os.environ.get("EXPLORER_POSTGRES_URL"), reason="EXPLORER_POSTGRES_URL not set"
-)
-def test_the_same_code_on_postgresql(tmp_path: Path) -> None:
-    engine = open_engine(os.environ["EXPLORER_POSTGRES_URL"])
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """``EXPLORER_POSTGRES_URL`` when given (a server of your own: its explorer tables are
+    dropped), else a throwaway server this test starts and stops."""
+    given = os.environ.get("EXPLORER_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    with throwaway_postgres() as url:
+        yield url
+
+
+def test_the_same_code_on_postgresql(postgres_url: str) -> None:
+    engine = open_engine(postgres_url)
     with engine.begin() as conn:
         for table in (
             "cursors",
@@ -145,7 +156,7 @@ def test_the_same_code_on_postgresql(tmp_path: Path) -> None:
             "schema_version",
         ):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table} CASCADE")
-    engine = open_engine(os.environ["EXPLORER_POSTGRES_URL"])
+    engine = open_engine(postgres_url)
     store = Store(engine)
     run = store.run("k", "centralized", "test", "tiny")
     c = make_coordinator()
@@ -187,3 +198,18 @@ def test_drain_rounds_reports_are_not_loss_points(tmp_path: Path) -> None:
     )
     assert [s["step"] for s in store.steps(run, 100)] == [1, 2, 3, 4]
     assert [r["trained"] for r in store.rounds(run, 100)] == [True] * 4 + [False] * 2
+
+
+def test_missing_postgresql_skips_only_outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    from . import pg_server
+
+    monkeypatch.setattr(pg_server, "postgres_bin", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="system-deps"), pg_server.throwaway_postgres():
+        pass
+    monkeypatch.setenv("CI", "true")
+    with (
+        pytest.raises(pytest.fail.Exception, match="CI must have them"),
+        pg_server.throwaway_postgres(),
+    ):
+        pass

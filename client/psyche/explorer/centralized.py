@@ -22,6 +22,11 @@ from psyche.explorer.store import Store
 
 __all__ = ["CentralizedSource", "metric_from_report"]
 
+P2P_NA = "n/a"
+"""P2P reachability on the centralized backend (docs/explorer.md, "The page"): the server forwards
+the addresses clients announce but never dials them, and its read-only ``/status`` leaves them
+out, so the explorer has nothing to judge reachability by."""
+
 log = logging.getLogger(__name__)
 
 MAX_STATUS = 8 * 2**20
@@ -112,12 +117,13 @@ class CentralizedSource:
                 x.state.name,
                 x.state.name == "Healthy",
                 connected=x.id.hex() in connected,
+                p2p=P2P_NA,
             )
             for x in coordinator.epoch_state.clients
         ]
         in_epoch = {r.id for r in rows}
         rows += [
-            ClientRow(p, "Pending", False, connected=p in connected)
+            ClientRow(p, "Pending", False, connected=p in connected, p2p=P2P_NA)
             for p in pending
             if p not in in_epoch
         ]

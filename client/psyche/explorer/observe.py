@@ -42,7 +42,8 @@ class ClientRow:
     claimed: int | None = None
     connected: bool | None = None
     p2p: str | None = None
-    """P2P reachability when the source knows it (``reachable``/``unknown``)."""
+    """P2P reachability: on Solana from the client's peer record (``psyche.explorer.peers``),
+    ``n/a`` on the centralized backend."""
 
 
 @dataclass(slots=True)

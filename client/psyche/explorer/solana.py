@@ -28,7 +28,12 @@ from solders.transaction import VersionedTransaction
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.idl import IdlCodec, IdlError
-from psyche.backends.solana.instructions import ProgramClient, default_idl_dir, instance_pda
+from psyche.backends.solana.instructions import (
+    ProgramClient,
+    default_idl_dir,
+    instance_pda,
+    peer_record_pda,
+)
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.mining_pool import LenderState, PoolState, lender_pda, pool_pda
 from psyche.backends.solana.rpc import SolanaRpc, account_updates, decode_account_data
@@ -39,6 +44,7 @@ from psyche.backends.solana.treasurer import (
     participant_pda,
     run_pda,
 )
+from psyche.explorer import peers
 from psyche.explorer.observe import ClientRow, MetricObs, observe
 from psyche.explorer.sources import BadInput, SourceUnavailable
 from psyche.explorer.store import Store, TxRow
@@ -154,7 +160,9 @@ class SolanaSource:
             # Logged once per nonce by the indexer, which skips this poll's state.
             raise BadInput(f"coordinator account {account}: {e}") from None
         points = {c.id.signer: c for c in snap.clients}
-        claimed = await self._claimed([c.id.signer for c in snap.coordinator.epoch_state.clients])
+        signers = [c.id.signer for c in snap.coordinator.epoch_state.clients]
+        claimed = await self._claimed(signers)
+        p2p = await self._p2p(signers)
         rows = []
         for x in snap.coordinator.epoch_state.clients:
             reg = points.get(x.id.signer)
@@ -166,7 +174,7 @@ class SolanaSource:
                     earned=None if reg is None else reg.earned,
                     slashed=None if reg is None else reg.slashed,
                     claimed=claimed.get(x.id.signer),
-                    p2p="unknown",
+                    p2p=p2p.get(x.id.signer, "unknown"),
                 )
             )
         meta = snap.extra.get("metadata")
@@ -255,6 +263,26 @@ class SolanaSource:
             error=None if err is None else str(err)[:500],
         )
         return row, metric
+
+    async def _p2p(self, signers: list[bytes]) -> dict[bytes, str]:
+        """Each signer's P2P reachability from its peer record, in one ``getMultipleAccounts``
+        (:func:`psyche.explorer.peers.reachability`)."""
+        if not signers:
+            return {}
+        program, run = (
+            self.coordinator.program_id,
+            instance_pda(self.coordinator.program_id, self.t.run_id),
+        )
+        keys = [peer_record_pda(program, run, Pubkey.from_bytes(s)) for s in signers[:100]]
+        res = await self._call(
+            "getMultipleAccounts",
+            [[str(k) for k in keys], {"encoding": "base64", "commitment": "confirmed"}],
+        )
+        values = res.get("value") if isinstance(res, dict) else None
+        out: dict[bytes, str] = {}
+        for signer, value in zip(signers, values if isinstance(values, list) else [], strict=False):
+            out[signer] = peers.reachability(self.coordinator.idl, program, run, signer, value)
+        return out
 
     # --- rewards --------------------------------------------------------------------------------
 

@@ -69,6 +69,8 @@ def test_states_and_witness_reports_are_stored_once(tmp_path: Path) -> None:
         )
         detail = store.get_run(run["id"])
         assert detail is not None and detail["detail"]["clients"][0]["state"] == "Pending"
+        # The server never dials its clients' addresses: reachability is not known there.
+        assert detail["detail"]["clients"][0]["p2p"] == "n/a"
         steps = store.steps(run["id"], 10)
         assert [(s["step"], s["loss"], s["evals"]) for s in steps] == [(3, 2.5, {"0": 0.5})]
         assert count(store, states) == 2 and count(store, metrics) == 1

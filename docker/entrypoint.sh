@@ -11,6 +11,7 @@
 #      exit 0   the run finished            -> exit 0
 #      exit 10  version differs from run's  -> exit 10, no restart (a newer image is needed)
 #      exit 2   join rejected / bad config  -> exit 2, no restart (restarting cannot help)
+#      exit 3   withdrawn by the coordinator -> restart (the next epoch may take it)
 #      other    crash                       -> restart after PSYCHE_RESTART_BACKOFF_S (default 5),
 #               doubling up to PSYCHE_RESTART_BACKOFF_MAX_S (300), at most PSYCHE_MAX_RESTARTS
 #               times in a row (10; 0 = never), then exit with the client's code. A run longer
@@ -382,7 +383,10 @@ while :; do
             ;;
     esac
     why="code $rc"
-    if ((rc > 128)); then
+    if ((rc == 3)); then
+        why="code 3 (withdrawn by the coordinator: halted, not selected or unhealthy;"
+        why+=" a restart rejoins)"
+    elif ((rc > 128)); then
         why="code $rc (killed by signal $((rc - 128)))"
     fi
     if [[ $(calc "$elapsed > $reset_s") == 1 ]]; then

@@ -138,6 +138,9 @@ class Testnet(LocalTestnet):
             f"127.0.0.1:{o.server_port}",
             "--identity-secret-key-path",
             str(key),
+            # The clients' default is every interface; a local testnet stays on loopback.
+            "--bind-p2p-host",
+            "127.0.0.1",
             "--device",
             o.device,
             "--micro-batch-size",

@@ -1,0 +1,194 @@
+"""What a joiner and a run creator see when their configuration is wrong, against the real
+programs in the local SVM (issue 28, items 1 and 2): one line saying what to change, the
+documented exit code, and no restart by the image's entry point (docker/entrypoint.sh, run here
+as the container runs it, with the real client as its command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from solders.keypair import Keypair
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
+TINY = ROOT / "config" / "tiny" / "state.toml"
+RUN_ID = "exit-codes"
+LAMPORTS = 100 * 10**9
+DROP = ("RAW_", "WALLET_", "RUN_ID", "RPC", "WS_RPC", "AUTHORIZER", "PSYCHE_", "BIND_P2P")
+
+pytestmark = pytest.mark.slow
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
+    return {**env, "COLUMNS": "200", **extra}
+
+
+def _wallet(kp: Keypair) -> str:
+    return json.dumps(list(bytes(kp)))
+
+
+def _cli(
+    args: list[str], wallet: Keypair, node: Any, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(
+        [str(BIN / "psyche-solana-client"), *args, "--rpc", node.url, "--ws-rpc", node.ws_url],
+        env=_env(RAW_WALLET_PRIVATE_KEY=_wallet(wallet)),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert "Traceback" not in res.stderr, res.stderr
+    return res
+
+
+def _errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "error" in line.lower()]
+
+
+class Run:
+    """One run on the module's chain: created, configured with config/tiny (3 clients needed,
+    so it waits for members), resumed."""
+
+    def __init__(self, node: Any, work: Path) -> None:
+        self.node, self.work = node, work
+        self.owner = Keypair()
+        node.airdrop(self.owner.pubkey(), LAMPORTS)
+        for step in (
+            ["create-run", "--run-id", RUN_ID],
+            ["update-config", "--run-id", RUN_ID, "--config-path", str(TINY)],
+            ["set-paused", "--run-id", RUN_ID, "resume"],
+        ):
+            res = self.owner_cli(step)
+            assert res.returncode == 0, res.stderr
+
+    def owner_cli(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+        return _cli(args, self.owner, self.node, self.work)
+
+    def joiner(self) -> Keypair:
+        kp = Keypair()
+        self.node.airdrop(kp.pubkey(), LAMPORTS)
+        return kp
+
+    def container(
+        self, wallet: Keypair, run_id: str = RUN_ID, **extra: str
+    ) -> subprocess.Popen[str]:
+        """The image's entry point with the real client, configured as a joiner's .env would."""
+        env = _env(
+            PSYCHE_CLIENT_CMD=f"{BIN / 'psyche-solana-client'} train",
+            RPC=self.node.url,
+            WS_RPC=self.node.ws_url,
+            RUN_ID=run_id,
+            RAW_WALLET_PRIVATE_KEY=_wallet(wallet),
+            PSYCHE_DEVICE="cpu",
+            BIND_P2P_HOST="127.0.0.1",
+            PSYCHE_RESTART_BACKOFF_S="0.1",
+            LOGS="console",
+            **extra,
+        )
+        return subprocess.Popen(
+            ["bash", str(ENTRYPOINT)],
+            env=env,
+            cwd=self.work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def run(local_svm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    yield Run(local_svm, tmp_path_factory.mktemp("exit-codes"))
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"still running after {timeout} s:\n{out[-4000:]}") from None
+    assert "Traceback" not in out and "ExceptionGroup" not in out, out
+    return out
+
+
+def test_create_run_for_a_run_that_exists_says_so(run: Run) -> None:
+    res = run.owner_cli(["create-run", "--run-id", RUN_ID])
+    assert res.returncode == 2
+    assert _errors(res.stderr) == [
+        f"error: run {RUN_ID!r} already exists (its coordinator instance is "
+        + res.stderr.split("coordinator instance is ")[1].split(")")[0]
+        + "): choose another --run-id, or change this run with update-config"
+    ]
+    assert "custom program error" not in res.stderr
+
+
+def test_an_unknown_run_id_is_a_configuration_error_not_restarted(run: Run) -> None:
+    out = _finish(run.container(run.joiner(), run_id="no-such-run"), 240)
+    assert "run 'no-such-run' does not exist" in out
+    assert out.count("starting:") == 1  # not restarted
+    assert "client exited with code 2" in out
+
+
+def test_an_unauthorized_joiner_is_told_which_key_to_delegate_and_not_restarted(
+    run: Run,
+) -> None:
+    """No authorization for everyone exists (the run's join authority created none)."""
+    joiner = run.joiner()
+    t0 = time.monotonic()
+    out = _finish(run.container(joiner), 240)
+    assert time.monotonic() - t0 < 240
+    assert "client exited with code 2" in out and out.count("starting:") == 1
+    flat = " ".join(out.split())  # the console log wraps long lines
+    assert (
+        f"ERROR wallet {joiner.pubkey()} may not join run {RUN_ID!r}: the run is not "
+        "permissionless" in flat
+    ), out[-3000:]
+    assert "`psyche-solana-client join-authorization-create` without --authorizer" in flat
+
+
+def test_a_joiner_its_grantee_has_not_delegated_is_told_the_command(run: Run) -> None:
+    grantee, joiner = Keypair(), run.joiner()
+    res = run.owner_cli(["join-authorization-create", "--authorizer", str(grantee.pubkey())])
+    assert res.returncode == 0, res.stderr
+    out = _finish(run.container(joiner, AUTHORIZER=str(grantee.pubkey())), 240)
+    assert "client exited with code 2" in out and out.count("starting:") == 1
+    flat = " ".join(out.split())
+    assert (
+        f"it is neither grantee {grantee.pubkey()} nor one of its delegates; the grantee "
+        f"delegates this key with `psyche-solana-client join-authorization-delegate "
+        f"--join-authority {run.owner.pubkey()} --delegates-added {joiner.pubkey()}`" in flat
+    ), out[-3000:]
+
+
+def test_a_joiner_the_coordinator_withdraws_exits_3_without_a_traceback(run: Run) -> None:
+    """Last: it leaves the run paused."""
+    res = run.owner_cli(["join-authorization-create"])  # now everyone may join
+    assert res.returncode == 0, res.stderr
+    proc = run.container(run.joiner(), PSYCHE_MAX_RESTARTS="0")  # 3 is restarted: rejoin
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 240
+    for line in proc.stdout:
+        seen.append(line)
+        if "joined epoch" in line:
+            break
+        assert time.monotonic() < deadline, "".join(seen)[-3000:]
+    res = run.owner_cli(["set-paused", "--run-id", RUN_ID, "pause"])
+    assert res.returncode == 0, res.stderr
+    out = "".join(seen) + _finish(proc, 120)
+    assert "client exited with code 3" in out
+    assert [line for line in out.splitlines() if " ERROR " in line or "error:" in line]

@@ -150,6 +150,24 @@ CASES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
      "config.verification_percent", SAME),
     ("config_witness_nodes_0_is_valid", {"config.witness_nodes": 0}, None, None),
     ("config_witness_nodes_1_is_valid", {"config.witness_nodes": 1}, None, None),
+    # Counters and clock (tests/unit/protocol/test_config_runnable.py derives these from the
+    # coordinator): the slowest tiny epoch is 8 steps and the epoch counter a u16; steps reach
+    # total_steps + 2 in a u32; a limit's deadline must fit the u64 clock from before 2106.
+    ("config_total_steps_epoch_counter", {"config.total_steps": 65535 * 8 + 2},
+     "config.total_steps", SAME),
+    ("config_total_steps_epoch_counter_max", {"config.total_steps": 65535 * 8 + 1}, None, None),
+    ("config_total_steps_step_counter",
+     {"config.total_steps": 2**32 - 2, "config.epoch_time": 2**63}, "config.total_steps", SAME),
+    ("config_total_steps_step_counter_max",
+     {"config.total_steps": 2**32 - 3, "config.epoch_time": 2**63}, None, None),
+    ("config_cooldown_time_beyond_clock", {"config.cooldown_time": 2**64 - 2**32},
+     "config.cooldown_time", SAME),
+    ("config_cooldown_time_max", {"config.cooldown_time": 2**64 - 1 - 2**32}, None, None),
+    ("config_round_witness_time_beyond_clock", {"config.round_witness_time": 2**64 - 1},
+     "config.round_witness_time", SAME),
+    ("config_epoch_time_beyond_clock", {"config.epoch_time": 2**64 - 1},
+     "config.epoch_time", SAME),
+    ("config_epoch_of_one_round_is_valid", {"config.epoch_time": 61}, None, None),
     # --- DisTrO ---------------------------------------------------------------------------------
     ("distro_compression_decay_above_1", {f"{DISTRO}.compression_decay": 1.5},
      f"{DISTRO}.compression_decay", SAME),

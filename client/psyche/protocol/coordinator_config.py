@@ -18,6 +18,17 @@ from psyche.protocol.strict_obj import U8, U16, U32, U64
 MAX_CLIENTS = 256
 MAX_WITNESSES = 32
 RUN_ID_MAX_LEN = 32
+STEP_MAX = 2**32 - 1
+"""``progress.step`` and ``epoch_state.last_step`` are u32 on chain."""
+EPOCH_MAX = 2**16 - 1
+"""``progress.epoch`` is a u16 on chain."""
+DRAIN_STEPS = 2
+"""An epoch ends 2 rounds after it winds down (``last_step = step + 2``)."""
+TIME_LIMIT_MAX = 2**64 - 1 - 2**32
+"""Longest time limit: its deadline, from any unix time before 2106, still fits the u64 clock."""
+_TIME_LIMITS = ("warmup_time", "cooldown_time", "max_round_train_time", "round_witness_time",
+                "epoch_time")  # fmt: skip
+"""An epoch ends 2 rounds after it winds down (``last_step = step + 2``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +101,25 @@ class CoordinatorConfig:
             f"config.global_batch_size_start ({c.global_batch_size_start})",
         )
         rule(c.total_steps > 0, "config.total_steps must be greater than 0")
+        for key in _TIME_LIMITS:
+            value = getattr(c, key)
+            rule(
+                value <= TIME_LIMIT_MAX,
+                f"config.{key} ({value}) must be at most {TIME_LIMIT_MAX}: a longer limit "
+                "ends after the u64 clock does, so it can never be met",
+            )
+        rule(
+            c.total_steps <= STEP_MAX - DRAIN_STEPS,
+            f"config.total_steps ({c.total_steps}) must be at most {STEP_MAX - DRAIN_STEPS}: "
+            "the step counter (u32) goes 2 drain rounds past it",
+        )
+        rule(
+            c.total_steps - 1 <= EPOCH_MAX * c.slowest_epoch_steps(),
+            f"config.total_steps ({c.total_steps}) must be at most "
+            f"{EPOCH_MAX * c.slowest_epoch_steps() + 1}: with every phase at its time limit an "
+            f"epoch takes {c.slowest_epoch_steps()} steps, and the epoch counter (u16) holds "
+            f"{EPOCH_MAX} epochs",
+        )
         rule(
             c.witness_nodes <= c.min_clients,
             f"config.witness_nodes ({c.witness_nodes}) must be at most "
@@ -110,10 +140,42 @@ class CoordinatorConfig:
             "verification is not implemented",
         )
 
+    def slowest_epoch_steps(self) -> int:
+        """Steps of one epoch when Warmup and every round run to their time limits (all clients
+        honest, none early): the rounds that end by ``epoch_time`` (at least the first), then the
+        two drain rounds. It bounds how many epochs a run takes to reach ``total_steps``. Needs
+        ``max_round_train_time`` and ``round_witness_time`` > 0 (checked before)."""
+        warmup = max(self.warmup_time, 1)  # a phase lasts at least one second
+        round_time = self.max_round_train_time + self.round_witness_time
+        trained = max(1, -(-(self.epoch_time - warmup) // round_time))
+        return trained + DRAIN_STEPS
+
     def advisories(self) -> list[str]:
-        """Valid but risky settings, for a warning (never an error): a witness quorum that one
-        member can reach alone decides consensus and who is ejected; one that a single absent
-        witness can miss ends the epoch."""
+        """Valid but risky settings, for a warning (never an error): see
+        :meth:`_witness_advisories` and :meth:`_timing_advisories`."""
+        return self._witness_advisories() + self._timing_advisories()
+
+    def _timing_advisories(self) -> list[str]:
+        """Runs that work but not as the numbers suggest: a 1-step run is Finished as soon as it
+        is resumed (the step counter starts at 1); an epoch shorter than Warmup plus one round
+        trains one round and then drains, whenever Warmup and the round use their full time."""
+        out = []
+        if self.total_steps == 1:
+            out.append(
+                "config.total_steps = 1: the step counter starts at 1, so the run is Finished "
+                "as soon as it is resumed and trains nothing"
+            )
+        one_round = self.warmup_time + self.max_round_train_time + self.round_witness_time
+        if self.epoch_time < one_round:
+            out.append(
+                f"config.epoch_time ({self.epoch_time}) is shorter than Warmup plus one round "
+                f"({one_round} s at their limits): such epochs train one round, then drain 2"
+            )
+        return out
+
+    def _witness_advisories(self) -> list[str]:
+        """A witness quorum that one member can reach alone decides consensus and who is
+        ejected; one that a single absent witness can miss ends the epoch."""
         if self.witness_nodes == 1:
             return [
                 "config.witness_nodes = 1: the witness quorum is 1, so one witness alone decides "

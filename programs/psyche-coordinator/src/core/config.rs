@@ -7,6 +7,12 @@ use bytemuck::{Pod, Zeroable};
 
 use super::types::{MAX_CLIENTS, MAX_WITNESSES};
 
+/// An epoch ends 2 rounds after it winds down (`last_step = step + 2`).
+pub const DRAIN_STEPS: u32 = 2;
+
+/// Longest time limit: its deadline, from any unix time before 2106, still fits the u64 clock.
+pub const TIME_LIMIT_MAX: u64 = u64::MAX - (1 << 32);
+
 /// Timing, membership and batch-size rules of a run (field order = on-chain order, no padding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable, AnchorSerialize, AnchorDeserialize)]
 #[repr(C)]
@@ -66,6 +72,28 @@ impl CoordinatorConfig {
             "config.global_batch_size_end must be at least global_batch_size_start",
         )?;
         rule(c.total_steps > 0, "config.total_steps must be greater than 0")?;
+        for (limit, message) in [
+            (c.warmup_time, "config.warmup_time must end before the u64 clock does"),
+            (c.cooldown_time, "config.cooldown_time must end before the u64 clock does"),
+            (
+                c.max_round_train_time,
+                "config.max_round_train_time must end before the u64 clock does",
+            ),
+            (c.round_witness_time, "config.round_witness_time must end before the u64 clock does"),
+            (c.epoch_time, "config.epoch_time must end before the u64 clock does"),
+        ] {
+            rule(limit <= TIME_LIMIT_MAX, message)?;
+        }
+        rule(
+            c.total_steps <= u32::MAX - DRAIN_STEPS,
+            "config.total_steps must leave room for the 2 drain steps in the u32 step counter",
+        )?;
+        rule(
+            u128::from(c.total_steps - 1)
+                <= u128::from(u16::MAX) * u128::from(c.slowest_epoch_steps()),
+            "config.total_steps must be reachable within the u16 epoch counter at the slowest \
+             epoch length",
+        )?;
         rule(c.witness_nodes <= c.min_clients, "config.witness_nodes must be at most min_clients")?;
         rule(
             usize::from(c.witness_nodes) <= MAX_WITNESSES,
@@ -80,6 +108,19 @@ impl CoordinatorConfig {
             c.verification_percent == 0,
             "config.verification_percent must be 0: verification is not implemented",
         )
+    }
+
+    /// Python's `CoordinatorConfig.slowest_epoch_steps`: steps of one epoch when Warmup and
+    /// every round run to their time limits (at least one trained round, then the 2 drain
+    /// rounds). Needs `max_round_train_time` and `round_witness_time` > 0 (checked before).
+    pub fn slowest_epoch_steps(&self) -> u64 {
+        let warmup = self.warmup_time.max(1);
+        let round_time =
+            u128::from(self.max_round_train_time) + u128::from(self.round_witness_time);
+        let left = u128::from(self.epoch_time.saturating_sub(warmup));
+        let trained = left.div_ceil(round_time).max(1);
+        // trained <= epoch_time, so it fits a u64 and adding 2 cannot overflow a u128 cast.
+        (trained as u64).saturating_add(u64::from(DRAIN_STEPS))
     }
 
     /// Samples per step after `tokens` tokens: linear ramp from start to end over

@@ -1,0 +1,86 @@
+"""The user documentation's configs and `just` recipes (issue 28, item 5), run as a user would:
+`validate-config` on every shipped example config, and the justfile through the real `just`
+binary (rust-just in .venv)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+JUST = BIN / "just"
+DEV = ROOT / "config" / "consilience-match-llama2-20m-fineweb-pretrain-dev"
+
+
+def run(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        DEV / "state.toml",
+        ROOT / "config" / "tiny" / "state.toml",
+        ROOT / "config" / "tiny-solana" / "state.toml",
+    ],
+    ids=lambda p: p.parent.name,
+)
+def test_every_shipped_config_validates(state: Path) -> None:
+    res = run(BIN / "psyche-centralized-server", "validate-config", "--state", state)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_the_documented_dev_config_says_how_rounds_per_epoch_is_honoured() -> None:
+    res = run(BIN / "psyche-centralized-server", "validate-config", "--state", DEV / "state.toml")
+    lines = [ln for ln in res.stderr.splitlines() if "rounds_per_epoch" in ln]
+    assert lines == [
+        "warning: config.rounds_per_epoch = 20 became config.epoch_time = 606 (warmup_time + "
+        "(20 - 2) x (max_round_train_time + round_witness_time)): epochs are timed now, so "
+        "faster rounds fit more per epoch"
+    ]
+
+
+def test_just_lists_the_documented_recipes() -> None:
+    res = run(JUST, "--list")
+    assert res.returncode == 0, res.stderr
+    for recipe in ("local-testnet", "setup-solana-localnet-test-run",
+                   "start-training-localnet-client", "check", "fmt"):  # fmt: skip
+        assert recipe in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("recipe", "command"),
+    [
+        ("setup-solana-localnet-test-run", "psyche-solana-local-testnet start --run-id myrun"),
+        ("start-training-localnet-client", "psyche-solana-client train --rpc"),
+    ],
+)
+def test_the_documented_run_id_form_reaches_the_command(recipe: str, command: str) -> None:
+    res = run(JUST, "--dry-run", recipe, "run_id=myrun")
+    assert res.returncode == 0, res.stderr
+    assert command in res.stderr and "--run-id myrun" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "recipe", ["setup-solana-localnet-test-run", "start-training-localnet-client"]
+)
+def test_a_run_id_too_long_for_the_program_is_one_line_and_exit_2(recipe: str) -> None:
+    res = run(JUST, recipe, "run_id=" + "r" * 33)
+    assert res.returncode != 0
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "at most 32 bytes" in errors[0], res.stderr
+    assert "exit code 2" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_local_testnet_recipe_reaches_the_launcher() -> None:
+    res = run(JUST, "local-testnet", "--help")
+    assert res.returncode == 0, res.stderr
+    assert "--config-path" in res.stdout and "--num-clients" in res.stdout

@@ -30,6 +30,7 @@ from psyche.events import (
 from psyche.testnet.launcher import Testnet, TestnetOptions, epochs_completed, make_testnet
 
 from .conftest import free_port, make_config
+from .explorer_browser import BrowserWatch, check_rounds_timeline, check_run_watched
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +79,9 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
         str(tmp_path / "distro"),
         "--log",
         "warn,psyche.status=info",
+        # The explorer's browser checks ride on this run (tests/e2e/explorer_browser.py).
+        "--explorer",
+        str(free_port()),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     wandb_home = tmp_path / "wandb-home"
@@ -89,7 +93,8 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
     )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     reap_children.append(proc)
-    out, _ = proc.communicate(timeout=450)
+    with BrowserWatch(net, "tiny", "centralized") as browser:
+        out, _ = proc.communicate(timeout=450)
     assert proc.returncode == 0, out.decode()[-3000:]
     for n in (1, 2, 3):
         label = f"client-{n}"
@@ -122,6 +127,12 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
     first, last = trained[0]["loss"], trained[-1]["loss"]
     assert sum(last.values()) / 3 < 0.85 * sum(first.values()) / 3
     assert summary.with_suffix(".png").stat().st_size > 1000
+    seen = browser.result()
+    if seen is not None:
+        assert "explorer: http://127.0.0.1:" in out.decode()
+        check_run_watched(seen, s, total_steps=9)
+        assert seen.phases[-1] == "Finished", seen.phases
+        check_rounds_timeline(seen, s)
 
 
 def _run(net: Testnet, hook) -> dict:

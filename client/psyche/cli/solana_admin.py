@@ -81,13 +81,18 @@ def create_run_cmd(
             if source(flag) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
                 option = "--" + flag.replace("_", "-")
                 raise click.UsageError(f"{option} needs --treasurer-collateral-mint")
-        coro = admin.create_run(
+        # The Treasurer's path checks the run id itself, before it builds its transaction.
+        coro = _if_new(
             session,
             run_id,
-            client_version,
-            to_pubkey(join_authority),
-            name=name,
-            description=description,
+            admin.create_run(
+                session,
+                run_id,
+                client_version,
+                to_pubkey(join_authority),
+                name=name,
+                description=description,
+            ),
         )
     else:
         coro = treasurer.create_run_via_treasurer(
@@ -101,7 +106,7 @@ def create_run_cmd(
             name=name,
             description=description,
         )
-    echo_result(run_async(session, _if_new(session, run_id, coro)))
+    echo_result(run_async(session, coro))
 
 
 class RunExistsError(BackendError):

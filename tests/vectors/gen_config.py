@@ -286,8 +286,7 @@ CASES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
      f"{DATA}.Http.location.Gcp.bucket_name", SAME),
     ("weighted_http_not_url", {DATA: {"WeightedHttp": "weights.json"}},
      f"{DATA}.WeightedHttp", SAME),
-    ("weighted_http_unsupported", {DATA: {"WeightedHttp": "https://h/w.json"}}, None,
-     f"{DATA}.WeightedHttp"),
+    ("weighted_http_valid", {DATA: {"WeightedHttp": "https://h/w.json"}}, None, None),
     ("preprocessed_unsupported", {DATA: {"Preprocessed": "p"}}, None, f"{DATA}.Preprocessed"),
     # --- checkpoint, architecture, sequence length ----------------------------------------------
     ("checkpoint_ephemeral", {f"{LLM}.checkpoint": "Ephemeral"}, f"{LLM}.checkpoint", SAME),

@@ -9,7 +9,9 @@
 * ``Server(address)``: :class:`TcpDataProvider`, authenticated with ``secret_key`` (the client's
   P2P key); the server's ``seq_len`` must equal ours.
 * ``Dummy``: all-zero samples.
-* ``WeightedHttp`` and ``Preprocessed`` are not implemented and raise :class:`DataError`.
+* ``WeightedHttp(url)``: :class:`~psyche.data.weighted.WeightedHttpProvider` (a weighted mix of
+  ``Http`` datasets described by the JSON file at ``url``).
+* ``Preprocessed`` is not implemented and raises :class:`DataError`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from psyche.data.local import LocalDataProvider
 from psyche.data.prepare import DATA_TOML
 from psyche.data.provider import DataError, DataProvider, DummyDataProvider
 from psyche.data.tcp_client import TcpDataProvider
+from psyche.data.weighted import WeightedHttpProvider
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.locations import (
     DataLocation,
@@ -31,6 +34,7 @@ from psyche.protocol.locations import (
     SeededShuffle,
     ServerData,
     TokenSize,
+    WeightedHttpData,
 )
 from psyche.protocol.run_file import load_data_config
 
@@ -64,6 +68,8 @@ def provider_for_location(
             location.shuffle,
             gcs_base_url=gcs_base_url,
         )
+    if isinstance(location, WeightedHttpData):
+        return WeightedHttpProvider.from_url(location.url, seq_len, gcs_base_url=gcs_base_url)
     if isinstance(location, ServerData):
         if secret_key is None:
             raise DataError("a Server data location needs the client's secret key")

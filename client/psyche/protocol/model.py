@@ -22,6 +22,7 @@ from psyche.protocol.locations import (
     LocalData,
     P2PCheckpoint,
     ServerData,
+    WeightedHttpData,
 )
 from psyche.protocol.lr_schedules import LearningRateSchedule
 from psyche.protocol.optimizers import DistroOptimizer, OptimizerDefinition
@@ -88,9 +89,9 @@ class LLM(Model):
         )
         loc = self.data_location
         rule(
-            isinstance(loc, ServerData | LocalData | HttpData | DummyData),
+            isinstance(loc, ServerData | LocalData | HttpData | WeightedHttpData | DummyData),
             f"model.LLM.data_location.{loc.TAG} is not supported by this client "
-            "(use Server, Local, Http or Dummy)",
+            "(use Server, Local, Http, WeightedHttp or Dummy)",
         )
         ck = self.checkpoint
         rule(

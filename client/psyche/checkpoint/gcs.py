@@ -9,8 +9,9 @@ standard environment (``GOOGLE_APPLICATION_CREDENTIALS``, or the metadata server
 one resumable session per file, so a dropped connection resumes instead of restarting), then
 reads back each object's MD5 and compares it with the local file's before it writes the
 ``manifest.json`` that marks the step complete: a reader never sees a half-written step.
-:func:`download_checkpoint` finds the newest complete step (or the one asked for), downloads
-its files and checks every MD5 against the manifest.
+:func:`download_checkpoint` takes the step the prefix names (``…/step-N``, what a checkpointer
+reports to the coordinator), else the newest complete step under it, downloads its files and
+checks every MD5 against the manifest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GcsError", "download_checkpoint", "step_prefix", "upload_checkpoint"]
+__all__ = ["GcsError", "base_prefix", "download_checkpoint", "step_prefix", "upload_checkpoint"]
 
 MANIFEST = "manifest.json"
 CHUNK_SIZE = 8 * 1024 * 1024
@@ -33,9 +34,23 @@ class GcsError(Exception):
     """A GCS transfer failed or what was written does not match; the message says which."""
 
 
+def base_prefix(prefix: str | None) -> str:
+    """``prefix`` without a trailing ``step-N``: the coordinator stores the reported step's own
+    prefix, and the next upload goes beside it, not inside it."""
+    parts = [p for p in (prefix or "").split("/") if p]
+    if parts and parts[-1].startswith("step-") and parts[-1][5:].isdigit():
+        parts.pop()
+    return "/".join(parts)
+
+
 def step_prefix(prefix: str | None, step: int) -> str:
-    base = (prefix or "").strip("/")
+    base = base_prefix(prefix)
     return f"{base}/step-{step}" if base else f"step-{step}"
+
+
+def _named_step(prefix: str | None) -> int | None:
+    last = (prefix or "").rstrip("/").rsplit("/", 1)[-1]
+    return int(last[5:]) if last.startswith("step-") and last[5:].isdigit() else None
 
 
 def _md5_b64(path: Path) -> str:
@@ -87,7 +102,7 @@ def upload_checkpoint(folder: str | os.PathLike[str], bucket: str, prefix: str |
 
 
 def _newest_step(b: Any, prefix: str | None) -> int:
-    base = step_prefix(prefix, 0).rsplit("step-", 1)[0]
+    base = step_prefix(prefix, 0)[: -len("step-0")]
     steps = []
     for blob in b.list_blobs(prefix=base):
         rest = blob.name[len(base) :]
@@ -108,6 +123,8 @@ def download_checkpoint(bucket: str, prefix: str | None, dest: str | os.PathLike
     out.mkdir(parents=True, exist_ok=True)
     try:
         b = _client().bucket(bucket)
+        if step is None:
+            step = _named_step(prefix)
         n = _newest_step(b, prefix) if step is None else step
         where = step_prefix(prefix, n)
         manifest = json.loads(b.blob(f"{where}/{MANIFEST}").download_as_bytes())

@@ -25,22 +25,52 @@ import asyncio
 import contextlib
 import logging
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from psyche.backends.base import Backend, BackendError
+from psyche.checkpoint.gcs import GcsError, download_checkpoint, upload_checkpoint
 from psyche.checkpoint.hub import HubUploader, HubUploadError
 from psyche.checkpoint.local import prune_checkpoints, save_checkpoint
 from psyche.events import CheckpointEvent, EventLog, UploadEvent
-from psyche.protocol.locations import HubCheckpoint, HubRepo
+from psyche.protocol.locations import (
+    Checkpoint,
+    GcsCheckpoint,
+    GcsRepo,
+    HubCheckpoint,
+    HubRepo,
+    P2PGcsCheckpoint,
+)
+from psyche.training.errors import ModelLoadError
 
-__all__ = ["CheckpointOptions", "Checkpointer"]
+__all__ = ["CheckpointOptions", "Checkpointer", "gcs_checkpoint_dir", "gcs_repo"]
 
 log = logging.getLogger("psyche.daemon")
 
 REPO_ID_MAX_BYTES = 64
+
+
+def gcs_repo(checkpoint: Checkpoint) -> GcsRepo | None:
+    """The bucket of a run that keeps its checkpoints in GCS (``Gcs`` or ``P2PGcs``)."""
+    if isinstance(checkpoint, GcsCheckpoint | P2PGcsCheckpoint):
+        assert isinstance(checkpoint.repo, GcsRepo)
+        return checkpoint.repo
+    return None
+
+
+def gcs_checkpoint_dir(repo: GcsRepo) -> Path:
+    """The checkpoint ``repo`` names, downloaded (and verified) into a local cache directory
+    (``PSYCHE_GCS_CACHE``, default ``<tmp>/psyche-gcs``): how a cold start loads a Gcs run."""
+    cache = os.environ.get("PSYCHE_GCS_CACHE") or str(Path(tempfile.gettempdir()) / "psyche-gcs")
+    dest = Path(cache) / repo.bucket / (repo.prefix or "_").strip("/")
+    try:
+        return download_checkpoint(repo.bucket, repo.prefix, dest)
+    except GcsError as e:
+        raise ModelLoadError(f"cannot load the run's checkpoint from GCS: {e}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,14 +114,16 @@ class Checkpointer:
         tensors: Mapping[str, torch.Tensor],
         files: Mapping[str, bytes],
         model_hash: str,
+        gcs: GcsRepo | None = None,
     ) -> None:
         """Save in the background; an elected checkpointer (``index``: its checkpointer index)
-        then uploads and reports to the coordinator, any other client only keeps the copy."""
+        then uploads and reports to the coordinator, any other client only keeps the copy.
+        ``gcs``: the run keeps its checkpoints in this bucket (``Gcs``/``P2PGcs``)."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
         meta = {"epoch": epoch, "model_hash": model_hash}
         self._task = asyncio.create_task(
-            self._run(run_id, step, index, dict(tensors), dict(files), meta)
+            self._run(run_id, step, index, dict(tensors), dict(files), meta, gcs)
         )
         self._task.add_done_callback(_log_failure)
 
@@ -103,6 +135,7 @@ class Checkpointer:
         tensors: dict[str, torch.Tensor],
         files: dict[str, bytes],
         meta: dict[str, object],
+        gcs: GcsRepo | None = None,
     ) -> None:
         assert self.options.checkpoint_dir is not None
         directory = self.options.checkpoint_dir
@@ -115,11 +148,22 @@ class Checkpointer:
         log.info("saved checkpoint %s", path)
         if index is None:
             return  # not elected: the copy is this client's own
-        if self.uploader is not None:
+        report: Checkpoint
+        if gcs is not None:
+            try:
+                where = await asyncio.to_thread(
+                    upload_checkpoint, path, gcs.bucket, gcs.prefix, step
+                )
+            except GcsError as e:
+                log.warning("checkpoint upload to GCS failed: %s", e)
+                return
+            log.info("uploaded step %d to gs://%s/%s", step, gcs.bucket, where)
+            report = GcsCheckpoint(GcsRepo(bucket=gcs.bucket, prefix=where))
+        elif self.uploader is not None:
             oid = await self.uploader.upload(path, step)
             self.events.write(UploadEvent(step=step, repo=self.uploader.repo_id, revision=oid))
             log.info("uploaded step %d to %s@%s", step, self.uploader.repo_id, oid)
-            repo = HubRepo(repo_id=self.uploader.repo_id, revision=oid)
+            report = HubCheckpoint(HubRepo(repo_id=self.uploader.repo_id, revision=oid))
         else:
             # The coordinator stores repo ids in 64 bytes: prefer the shorter relative form.
             repo_id = min(str(path), os.path.relpath(path), key=len)
@@ -131,9 +175,9 @@ class Checkpointer:
                     REPO_ID_MAX_BYTES,
                 )
                 return
-            repo = HubRepo(repo_id=repo_id)
+            report = HubCheckpoint(HubRepo(repo_id=repo_id))
         try:
-            await asyncio.shield(self.backend.send_checkpoint(index, HubCheckpoint(repo)))
+            await asyncio.shield(self.backend.send_checkpoint(index, report))
         except BackendError as e:
             log.warning("the coordinator did not take our checkpoint: %s", e)
 

@@ -13,6 +13,7 @@ import asyncio
 
 from psyche.checkpoint.local import state_tensors
 from psyche.coordinator import Coordinator
+from psyche.daemon.checkpointing import gcs_repo
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.parts import ClientParts, ModelKit
 from psyche.daemon.training import TrainingStep
@@ -56,6 +57,7 @@ class CooldownStep:
             tensors=tensors,
             files=self.kit.files,
             model_hash=digest,
+            gcs=gcs_repo(coord.llm.checkpoint),
         )
 
 

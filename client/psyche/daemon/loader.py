@@ -9,6 +9,7 @@ from pathlib import Path
 from psyche.checkpoint.manifest import SHARED_FILES
 from psyche.checkpoint.p2p import ReceivedModel
 from psyche.coordinator import Coordinator
+from psyche.daemon.checkpointing import gcs_checkpoint_dir, gcs_repo
 from psyche.daemon.parts import ModelKit, ModelLoader
 from psyche.data.factory import provider_for_location
 from psyche.distro import Distro
@@ -72,7 +73,8 @@ def model_loader(
         elif isinstance(llm.checkpoint, P2PCheckpoint | P2PGcsCheckpoint):
             raise ModelLoadError("this run's model is only available from peers (P2P checkpoint)")
         else:
-            path = resolve(llm.checkpoint)
+            gcs = gcs_repo(llm.checkpoint)
+            path = gcs_checkpoint_dir(gcs) if gcs is not None else resolve(llm.checkpoint)
             model, _ = load_model(
                 path, device=dev, dtype=default_dtype(dev), architecture=llm.architecture
             )

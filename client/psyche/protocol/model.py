@@ -17,10 +17,12 @@ from psyche.protocol.locations import (
     Checkpoint,
     DataLocation,
     DummyData,
+    GcsCheckpoint,
     HttpData,
     HubCheckpoint,
     LocalData,
     P2PCheckpoint,
+    P2PGcsCheckpoint,
     ServerData,
     WeightedHttpData,
 )
@@ -95,9 +97,9 @@ class LLM(Model):
         )
         ck = self.checkpoint
         rule(
-            isinstance(ck, HubCheckpoint | P2PCheckpoint),
-            f"model.LLM.checkpoint.{ck.TAG} is not supported by this client (use Hub; the run "
-            "turns it into P2P itself)",
+            isinstance(ck, HubCheckpoint | P2PCheckpoint | GcsCheckpoint | P2PGcsCheckpoint),
+            f"model.LLM.checkpoint.{ck.TAG} is not supported by this client (use Hub or Gcs; "
+            "the run turns it into P2P or P2PGcs itself)",
         )
 
     def check_cold_start_warmup_steps(self, config: CoordinatorConfig) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -13,8 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from psyche.checkpoint.gcs import CHUNK_SIZE, GcsError, download_checkpoint, upload_checkpoint
+from psyche.daemon.checkpointing import (
+    Checkpointer,
+    CheckpointOptions,
+    gcs_checkpoint_dir,
+    gcs_repo,
+)
+from psyche.events import EventLog
+from psyche.protocol.locations import Checkpoint, GcsCheckpoint, GcsRepo, P2PGcsCheckpoint
+from psyche.training.errors import ModelLoadError
 
 BUCKET = "psyche-ckpt"
 
@@ -93,3 +104,47 @@ def test_an_empty_directory_is_not_uploaded(emulator: str, tmp_path: Path) -> No
     (tmp_path / "empty").mkdir()
     with pytest.raises(GcsError, match="no files"):
         upload_checkpoint(tmp_path / "empty", BUCKET, None, 1)
+
+
+class _Backend:
+    def __init__(self) -> None:
+        self.checkpoints: list[tuple[int, Checkpoint]] = []
+
+    async def send_checkpoint(self, index: int, checkpoint: Checkpoint) -> None:
+        self.checkpoints.append((index, checkpoint))
+
+
+def test_the_elected_checkpointer_uploads_to_the_bucket_and_joiners_load_it(
+    emulator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cooldown of a Gcs run: the elected checkpointer saves, uploads to the run's bucket and
+    reports Gcs{bucket, prefix of that step}; a cold start loads exactly that step."""
+    monkeypatch.setenv("PSYCHE_GCS_CACHE", str(tmp_path / "cache"))
+    run_repo = GcsRepo(bucket=BUCKET, prefix="runs/r1")
+    backend = _Backend()
+    options = CheckpointOptions(checkpoint_dir=str(tmp_path / "ck"), keep_steps=1)
+    ck = Checkpointer(options, backend, EventLog(None, "me"))  # type: ignore[arg-type]
+
+    async def cooldown(step: int, repo: GcsRepo, value: float) -> None:
+        ck.start(run_id="r1", step=step, epoch=0, index=1, tensors={"w": torch.full((2, 2), value)},
+                 files={"config.json": b"{}"}, model_hash="0" * 64, gcs=repo)  # fmt: skip
+        await ck.close()
+
+    asyncio.run(cooldown(7, gcs_repo(GcsCheckpoint(run_repo)) or run_repo, 1.0))
+    [(index, reported)] = backend.checkpoints
+    assert index == 1
+    assert reported == GcsCheckpoint(GcsRepo(bucket=BUCKET, prefix="runs/r1/step-7"))
+    # The coordinator now stores P2PGcs with that prefix; the next upload goes beside it.
+    stored = P2PGcsCheckpoint(reported.repo)
+    asyncio.run(cooldown(9, gcs_repo(stored) or run_repo, 2.0))
+    assert backend.checkpoints[1][1] == GcsCheckpoint(
+        GcsRepo(bucket=BUCKET, prefix="runs/r1/step-9")
+    )
+    # A joiner after a pause (P2PGcs → Gcs) loads the step the coordinator names.
+    path = gcs_checkpoint_dir(reported.repo)
+    saved = Path(options.checkpoint_dir or "")
+    assert (path / "config.json").read_bytes() == b"{}"
+    assert any(p.suffix == ".safetensors" for p in path.iterdir()), list(path.iterdir())
+    assert saved.is_dir()
+    with pytest.raises(ModelLoadError, match="cannot load the run's checkpoint from GCS"):
+        gcs_checkpoint_dir(GcsRepo(bucket=BUCKET, prefix="runs/none"))

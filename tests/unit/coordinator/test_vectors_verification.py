@@ -1,7 +1,8 @@
 """Replay the result-verification vectors (tests/vectors/verification) and check they are fresh.
 
 Same contract and replay as the coordinator vectors (``test_vectors_coordinator``); kept in their
-own directory because the Rust program does not implement the verdict rules yet
+own directory because the Rust program mirrors only the plain-value rules so far (``rules/``,
+replayed by ``tests/vectors_verification.rs``), not yet the witness's verdict field
 (docs/protocol.md, "Threat model and result verification").
 """
 

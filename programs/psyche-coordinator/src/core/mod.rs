@@ -25,6 +25,7 @@ pub mod queries;
 pub mod rewards;
 pub mod shuffle;
 pub mod types;
+pub mod verification;
 
 pub use bloom::Bloom;
 pub use committee::{

@@ -131,10 +131,16 @@ class WeightedHttpProvider:
         return sum(p.num_samples for p in self.parts)
 
     def get_samples(self, batch_id: BatchId) -> torch.Tensor:
-        rows = []
-        for i in range(batch_id.start, batch_id.end + 1):
-            part = self.parts[dataset_of(i, self.bounds)]
-            rows.append(part.get_samples(BatchId(i, i)))
+        ids = range(batch_id.start, batch_id.end + 1)
+        owner = [dataset_of(i, self.bounds) for i in ids]
+        rows: list[torch.Tensor] = []
+        n = 0
+        while n < len(owner):  # one request per run of consecutive ids of the same dataset
+            end = n
+            while end + 1 < len(owner) and owner[end + 1] == owner[n]:
+                end += 1
+            rows.append(self.parts[owner[n]].get_samples(BatchId(ids[n], ids[end])))
+            n = end + 1
         return torch.cat(rows, dim=0)
 
     def close(self) -> None:

@@ -46,14 +46,14 @@ def test_weights_are_honoured_and_every_client_gets_the_same_samples(http_host: 
     url = _serve(http_host, [3.0, 1.0])
     a = provider_for_location(WeightedHttpData(url), L)
     b = provider_for_location(WeightedHttpData(url), L)  # a second client
-    got = a.get_samples(BatchId(0, 399)).numpy()
-    assert np.array_equal(got, b.get_samples(BatchId(0, 399)).numpy())
+    got = a.get_samples(BatchId(0, 199)).numpy()
+    assert np.array_equal(got, b.get_samples(BatchId(0, 199)).numpy())
     assert np.array_equal(a.get_samples(BatchId(17, 17)).numpy(), got[17:18])
     datasets = got[:, 0] // 1000 - 1
     share = float(np.mean(datasets == 0))
-    assert 0.68 < share < 0.82, share  # 3:1 → 0.75
+    assert 0.65 < share < 0.85, share  # 3:1 → 0.75
     # Inside a dataset, sample id i reads the dataset's sample i (mod its length).
-    for i in range(400):
+    for i in range(200):
         assert got[i, 0] % 1000 == i % 50
 
 

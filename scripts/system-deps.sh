@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the tests use beyond Python's and the SBF build's: iproute2 (ip, tc) and
 # iptables for the emulated internet (client/psyche/testnet/internet.py); chromium for the run
-# explorer's browser tests (tests/e2e/test_explorer_*.py, Playwright drives /usr/bin/chromium,
+# explorer's browser checks (tests/e2e/explorer_browser.py, Playwright drives /usr/bin/chromium,
 # so no browser is downloaded). Best effort: without
 # root, apt or a registry the tests that need them skip, naming what is missing.
 set -uo pipefail

@@ -136,11 +136,12 @@ def watch(
         link.wait_for(timeout=120_000)
         shot(page, "runs")
         link.first.click()
-        page.locator("#phase").wait_for(timeout=30_000)
+        # Generous: on a loaded CI machine the explorer shares 2 cores with a whole testnet.
+        page.locator("#phase").wait_for(timeout=120_000)
         deadline = time.monotonic() + timeout
         mid_shot = False
         while time.monotonic() < deadline:
-            phase = page.locator("#phase").inner_text(timeout=10_000)
+            phase = page.locator("#phase").inner_text(timeout=60_000)
             if not seen.phases or seen.phases[-1] != phase:
                 seen.phases.append(phase)
             points = page.locator("#loss-chart").get_attribute("data-points")
@@ -189,7 +190,7 @@ def _runs_list(browser: Any, url: str, run_id: str, seen: Watched) -> None:
     try:
         page.goto(url)
         link = page.locator("a.run-link", has_text=run_id)
-        link.wait_for(timeout=5_000)
+        link.wait_for(timeout=30_000)
         seen.listed_progress = (
             page.locator("tr", has=link).first.locator(".run-progress").inner_text()
         )

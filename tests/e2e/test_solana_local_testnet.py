@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, free_port
+from .explorer_browser import BrowserWatch, check_run_watched
 
 SOLANA_CONFIG = ROOT / "config" / "tiny-solana"
 
@@ -102,7 +103,9 @@ def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
     cfg = solana_config(tmp_path / "cfg", local_inputs, total_steps=6)
     summary = tmp_path / "summary.json"
     out = tmp_path / "net"
-    rc, text = run_solana_testnet(cfg, out, summary)
+    # The explorer's browser checks ride on this run (tests/e2e/explorer_browser.py).
+    with BrowserWatch(out, "tiny-solana", "solana") as browser:
+        rc, text = run_solana_testnet(cfg, out, summary, "--explorer", str(free_port()))
     assert rc == 0, text[-4000:]
 
     s = json.loads(summary.read_text())
@@ -118,6 +121,10 @@ def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
     assert summary.with_suffix(".png").stat().st_size > 1000
     # The per-round lines the centralized testnet prints, from the coordinator account.
     assert re.search(r"epoch 0 step +\d+ round +\d+ +[\d.]+s \(opportunistic", text), text
+    seen = browser.result()
+    if seen is not None:
+        assert "explorer: http://127.0.0.1:" in text
+        check_run_watched(seen, s, total_steps=6)
 
     # Every instruction the clients sent ran in the coordinator's SBF program on the SVM: the
     # launcher looked each confirmed transaction up (getTransaction) and read the programs' logs.

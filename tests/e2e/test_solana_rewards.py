@@ -36,6 +36,7 @@ from psyche.localsvm import LocalSvmThread, deploy_programs
 from psyche.testnet.solana_chain import request_airdrop
 
 from .conftest import ROOT
+from .explorer_browser import explorer_pool_page, have_chromium
 from .test_solana_local_testnet import run_solana_testnet, solana_config
 
 pytestmark = pytest.mark.slow
@@ -225,3 +226,11 @@ def test_treasurer_pays_points_and_a_mining_pool_shares_them(
         vault = svm.get_account(pool_redeemable_pda(program, pool_pda(program, 7)))
         assert vault is not None and decode_token_account(bytes(vault.data)).amount == left
         print(f"pool: {rewards} reward base units shared as {shares}, {left} left by rounding")
+        # The explorer's pool page shows these balances (tests/e2e/explorer_browser.py).
+        if have_chromium():
+            shown = explorer_pool_page(svm.url, svm.ws_url, run_id, 7, tmp_path / "explorer")
+            as_text = lambda n: f"{n:,}"  # noqa: E731 - the page's toLocaleString (en-US)
+            assert shown["cap"] == as_text(total) and shown["deposited"] == as_text(total), shown
+            assert shown["extracted"] == as_text(withdrawn) and shown["frozen"] == "yes", shown
+            assert shown["redeemable"] == as_text(rewards), shown
+            assert sorted(shown["claims"].split("|")) == sorted(as_text(c) for c in shares), shown

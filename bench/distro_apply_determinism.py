@@ -10,7 +10,10 @@ with random ±1 values, built with the real `aggregate`. Timed per set, over all
 (aggregation excluded, it is the same in both):
 
 - `matmul`: `torch.sign(decode(mean))`, the apply of the code before this change (fp32 matmuls);
-- `exact`: `decode_sign(mean)`, the integer-grid evaluation in float64 (psyche.distro.dct);
+- `exact`: `decode_sign_exact(mean)`, the integer-grid evaluation in float64 (psyche.distro.dct);
+- `fast`: `decode_sign(mean)`, what `Distro.apply` runs: the fp32 matmul pair with a proven error
+  bound, exact evaluation only where the float value is within the bound (psyche.distro.sign_bound;
+  it must equal `exact` bit for bit, which this bench checks on every input);
 - `fixed-order` (unless `--no-fixed-order`): the other deterministic design considered, a float64
   sum of elementwise products in a fixed order, `acc = acc + basis[:, k]·coef[..., k]` for each `k`,
   along both tile axes; separate torch ops so nothing fuses into an FMA. It is exact-rule
@@ -37,6 +40,7 @@ from transformers import LlamaForCausalLM
 
 from psyche.distro import DistroResult, aggregate, dct_basis, decode, decode_sign, encoded_shape
 from psyche.distro.compress import chunk_shape, totalk_of
+from psyche.distro.dct import decode_sign_exact
 from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import DistroOptimizer
 from psyche.protocol.run_file import load_run_config
@@ -137,6 +141,7 @@ def main() -> None:
     )
     header = (
         f"{'set':>5} {'params':>11} {'tensors':>7} {'matmul ms':>10} {'exact ms':>9} {'ratio':>6}"
+        f" {'fast ms':>8} {'ratio':>6}"
     )
     if not args.no_fixed_order:
         header += f" {'fixed-order ms':>14} {'ratio':>6}"
@@ -147,19 +152,23 @@ def main() -> None:
         gen = torch.Generator().manual_seed(0)
         inputs = [mean_of_peers(s, chunk, topk, args.peers, gen, args.device) for _, s in shapes]
         for x in inputs:  # the new decode must agree with the old one away from exact ties
-            exact, old = decode_sign(x), matmul_sign(x)
+            exact, old = decode_sign_exact(x), matmul_sign(x)
             assert (exact != old).float().mean() < 1e-4, name
+            assert torch.equal(decode_sign(x), exact), name
         row = {
             "set": name,
             "params": sum(int(torch.Size(s).numel()) for _, s in shapes),
             "tensors": len(shapes),
             "matmul_s": time_all(matmul_sign, inputs, args.repeat, args.device),
-            "exact_s": time_all(decode_sign, inputs, args.repeat, args.device),
+            "exact_s": time_all(decode_sign_exact, inputs, args.repeat, args.device),
+            "fast_s": time_all(decode_sign, inputs, args.repeat, args.device),
         }
         row["ratio"] = row["exact_s"] / row["matmul_s"]
+        row["fast_ratio"] = row["fast_s"] / row["matmul_s"]
         line = (
             f"{name:>5} {row['params']:>11,} {row['tensors']:>7} {row['matmul_s'] * 1e3:>10.1f} "
-            f"{row['exact_s'] * 1e3:>9.1f} {row['ratio']:>6.2f}"
+            f"{row['exact_s'] * 1e3:>9.1f} {row['ratio']:>6.2f} {row['fast_s'] * 1e3:>8.1f} "
+            f"{row['fast_ratio']:>6.2f}"
         )
         if not args.no_fixed_order:
             row["fixed_order_s"] = time_all(fixed_order_sign, inputs, 1, args.device)

@@ -97,6 +97,7 @@ import transformers
 from rich.console import Console
 from rich.table import Table
 
+from apply_cost import apply_cost, preset_shapes  # bench/, this script's directory
 from psyche.daemon.rounds import APPLY_LAG
 from psyche.data.local import LocalDataProvider
 from psyche.data.prepare import ByteTokenizer, prepare_corpus
@@ -920,6 +921,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--workdir", type=Path, help="keep model and data here (default: temp dir)")
     p.add_argument("--json", type=Path, help="write the figures to this file")
+    p.add_argument(
+        "--apply-preset",
+        default="tiny",
+        choices=("tiny", "small", "medium"),
+        help="model shapes for apply_over_matmul_decode (bench/apply_cost.py)",
+    )
+    p.add_argument("--apply-repeat", type=int, default=5, help="repetitions of the apply timing")
     args = p.parse_args(argv)
     if args.steps is None:
         args.steps = QUICK_STEPS if args.quick else DEFAULT_STEPS
@@ -929,7 +937,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in args.presets:
         if name not in PRESETS:
             p.error(f"--presets: unknown preset {name!r} (known: {', '.join(PRESETS)})")
-    for name in ("steps", "clients", "batch_per_client", "val_samples", "evals"):
+    for name in ("steps", "clients", "batch_per_client", "val_samples", "evals", "apply_repeat"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be ≥ 1")
     if not 2 <= args.seq_len <= PRESETS["tiny"].max_seq_len:
@@ -975,8 +983,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.presets:
             console.print(f"codec profile per preset ({cfg.profile_steps} timed steps each)")
         profiles = {name: profile_preset(name, cfg, root, data, console) for name in cfg.presets}
+    console.print(f"apply vs float matmul decode ({args.apply_preset}, {args.apply_repeat} runs)")
+    apply = apply_cost(
+        preset_shapes(args.apply_preset), cfg.chunk, cfg.topk, cfg.clients, args.apply_repeat
+    )
     wall = time.perf_counter() - started
     fig = figures(cfg, ws, distro, adamw, specs, profiles, initial_val, wall)
+    # Side by side in one process (bench/apply_cost.py): target ≤ 1.5.
+    fig["apply_over_matmul_decode"] = apply["apply_over_matmul_decode"]
+    fig["apply_cost"] = {"preset": args.apply_preset, **apply}
     print_report(fig, console)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,15 @@ from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import torch
 
-__all__ = ["chunk_size", "dct_basis", "decode", "decode_sign", "encode", "encoded_shape"]
+__all__ = [
+    "chunk_size",
+    "dct_basis",
+    "decode",
+    "decode_sign",
+    "decode_sign_exact",
+    "encode",
+    "encoded_shape",
+]
 
 _PI = Decimal("3.14159265358979323846264338327950288419716939937510582097494459230781640629")
 _DIGITS = 60
@@ -267,6 +275,32 @@ def _exact_rows_times_basis(x: torch.Tensor, size: int) -> tuple[torch.Tensor, t
 
 
 def decode_sign(encoded: torch.Tensor) -> torch.Tensor:
+    """`decode_sign_exact(encoded)`, bit for bit, at about the cost of a float matmul decode.
+
+    The sum is evaluated in float32 (float64 where float32 matmuls may run in reduced precision)
+    with a proven per-tile error bound against the exact grid evaluation (psyche.distro.sign_bound,
+    docs/distro.md "Fast path"); only elements whose float value is within that bound are
+    evaluated exactly. Same shape, dtype, device and zero rule as `decode_sign_exact`.
+    """
+    _check_encoded(encoded, "decode_sign")
+    if encoded.dtype == torch.float64:
+        return decode_sign_exact(encoded)
+    from psyche.distro.sign_bound import fast_decode_sign  # sign_bound imports this module
+
+    return fast_decode_sign(encoded)
+
+
+def _check_encoded(encoded: torch.Tensor, name: str) -> None:
+    if not encoded.is_floating_point():
+        raise TypeError(f"{name} needs a floating-point tensor, got {encoded.dtype}")
+    if encoded.ndim != 2 and encoded.ndim < 4:
+        raise ValueError(
+            f"encoded tensor must be 2-D (from a 1-D tensor) or ≥4-D (tiles), "
+            f"got shape {tuple(encoded.shape)}"
+        )
+
+
+def decode_sign_exact(encoded: torch.Tensor) -> torch.Tensor:
     """`sign(decode(encoded))`, computed so that every device and thread count gives the same bits.
 
     The sum `Σ X·B_h·B_w` (or `Σ X·B` for 1-D; docs/distro.md, "DCT chunking") is evaluated on
@@ -279,13 +313,7 @@ def decode_sign(encoded: torch.Tensor) -> torch.Tensor:
     Returns {−1, 0, 1} in `encoded`'s dtype and device, in `decode`'s output shape. Runs in
     float64; on devices without float64 (e.g. MPS) it computes on the CPU.
     """
-    if not encoded.is_floating_point():
-        raise TypeError(f"decode_sign needs a floating-point tensor, got {encoded.dtype}")
-    if encoded.ndim != 2 and encoded.ndim < 4:
-        raise ValueError(
-            f"encoded tensor must be 2-D (from a 1-D tensor) or ≥4-D (tiles), "
-            f"got shape {tuple(encoded.shape)}"
-        )
+    _check_encoded(encoded, "decode_sign_exact")
     device = encoded.device
     work = device if device.type in ("cpu", "cuda") else torch.device("cpu")
     # bf16/f16 widen exactly; frexp wants fp32 or fp64.
@@ -293,13 +321,14 @@ def decode_sign(encoded: torch.Tensor) -> torch.Tensor:
     x = encoded.to(device=work, dtype=wide)
     if x.ndim == 2:
         ints, _ = _exact_rows_times_basis(x, x.shape[-1])
-        return torch.sign(ints).reshape(-1).to(device=device, dtype=encoded.dtype)
+        # `+ 0.0` turns a −0 into +0, so the fast path (which never yields −0) matches bit for bit.
+        return (torch.sign(ints) + 0.0).reshape(-1).to(device=device, dtype=encoded.dtype)
     *lead, ny, nx, h, w = x.shape
     ints, exp = _exact_rows_times_basis(x, w)
     # Back to values (a power-of-two scale per row: exact) so the columns can share one grid.
     values = ints.mul_(_pow2(exp)).transpose(-1, -2)
     ints, _ = _exact_rows_times_basis(values, h)
-    tiles = torch.sign(ints).transpose(-1, -2)
+    tiles = (torch.sign(ints) + 0.0).transpose(-1, -2)
     return (
         tiles.transpose(-3, -2)
         .reshape(*lead, ny * h, nx * w)

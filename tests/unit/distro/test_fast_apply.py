@@ -1,0 +1,213 @@
+"""The fast `decode_sign` (float matmuls with a proven error bound, exact only near zero) gives
+exactly the exact path's bits, and its bound holds for float evaluations in other summation orders.
+
+docs/distro.md, "Fast path: a float evaluation with a proven bound", has the derivation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from psyche.distro import DistroResult, aggregate, decode_sign, encoded_shape
+from psyche.distro.compress import chunk_shape, totalk_of
+from psyche.distro.dct import _exact_rows_times_basis, _int_basis, basis_scale, decode_sign_exact
+from psyche.distro.sign_bound import (
+    row_bound_constant,
+    tile_bound_constant,
+    tile_bound_constant_l1,
+)
+
+from .test_apply_determinism import probe_inputs, random_encoded
+
+U32, TINY32 = 2.0**-24, 2.0**-126
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(a, b)
+        and (torch.equal(torch.signbit(a), torch.signbit(b)))
+    )
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(40, 64), (7, 3), (5, 1), (2, 3, 64, 64), (3, 2, 44, 64), (1, 4, 29, 12), (1, 1, 1, 1)],
+)
+@pytest.mark.parametrize("density", [0.01, 0.2, 1.0])
+def test_fast_equals_exact_on_the_decode_vectors(shape: tuple[int, ...], density: float) -> None:
+    x = random_encoded(shape, seed=sum(shape), density=density)
+    assert same_bits(decode_sign(x), decode_sign_exact(x))
+
+
+def test_fast_equals_exact_on_the_probe_payloads() -> None:
+    """The antisymmetric tiles of the determinism probe: exactly zero sums on every diagonal."""
+    inputs = probe_inputs()
+    for dense in inputs["dense"]:  # type: ignore[attr-defined]
+        assert same_bits(decode_sign(dense), decode_sign_exact(dense))
+
+
+@pytest.mark.parametrize("shape", [(264, 512), (512, 2048), (512,), (3,)])
+def test_fast_equals_exact_on_aggregated_peer_payloads(shape: tuple[int, ...]) -> None:
+    """What `Distro.apply` decodes: the mean of 3 peers' 1-bit top-8 payloads (ties cancel)."""
+    gen = torch.Generator().manual_seed(len(shape) + shape[0])
+    xshape = encoded_shape(shape, 64)
+    grid, totalk = chunk_shape(xshape), totalk_of(xshape)
+    k = min(8, totalk)
+    results = []
+    for _ in range(3):
+        idx = torch.rand(*grid, totalk, generator=gen).topk(k, dim=-1).indices
+        val = torch.randint(0, 2, (*grid, k), generator=gen).float() * 2 - 1
+        results.append(DistroResult(idx, val, xshape, totalk))
+    x = aggregate(results, torch.float32, torch.device("cpu"), distinct=True)
+    assert same_bits(decode_sign(x), decode_sign_exact(x))
+
+
+def test_fast_equals_exact_when_float32_matmuls_may_be_reduced() -> None:
+    """With TF32/bf16 matmuls allowed the fast path runs in float64; same bits."""
+    x = random_encoded((2, 2, 64, 64), seed=3, density=0.3)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        fast = decode_sign(x)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert same_bits(fast, decode_sign_exact(x))
+
+
+def test_extreme_magnitudes_and_signed_zeros() -> None:
+    x = torch.zeros(4, 3, 8, 8)
+    x[0, 0, 0, 0] = -0.0
+    x[0, 1] = torch.randn(8, 8) * 1e-40  # subnormal coefficients
+    x[0, 2] = torch.randn(8, 8) * 1e37  # sums may overflow float32
+    x[1, 0, 0, 1], x[1, 0, 0, 2] = 2.0**-149, -(2.0**-149)
+    x[2, 1, 3, 3] = 1.0
+    x[3] = -0.0
+    assert same_bits(decode_sign(x), decode_sign_exact(x))
+    ones = torch.tensor([[0.0, 0.5, 0.0]])  # an exact zero of the basis: the middle weight stays
+    assert same_bits(decode_sign(ones), torch.tensor([1.0, 0.0, -1.0]))
+
+
+# --- fuzzed payloads ------------------------------------------------------------------------------
+
+_EDGES = st.sampled_from([1, 2, 3, 5, 12, 29, 44, 64])
+_VALUES = st.sampled_from(["gauss", "pm1", "cancel", "tiny", "huge", "mixed"])
+
+
+def fuzz_tensor(seed: int, shape: tuple[int, ...], kind: str, density: float) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    mask = rng.random(shape) < density
+    if kind == "gauss":
+        v = rng.standard_normal(shape)
+    elif kind == "pm1":  # 1-bit means of 1–4 peers: values in {±1, ±1/2, ±1/3, …}, many ties
+        v = rng.choice([-1.0, -2 / 3, -0.5, -1 / 3, 1 / 3, 0.5, 2 / 3, 1.0], size=shape)
+    elif kind == "cancel":  # antisymmetric tiles: exact zeros on the diagonals
+        v = rng.standard_normal(shape)
+        if len(shape) == 4 and shape[-1] == shape[-2]:
+            v = v - np.swapaxes(v, -1, -2)
+    elif kind == "tiny":
+        v = rng.standard_normal(shape) * 2.0**-140
+    elif kind == "huge":
+        v = rng.standard_normal(shape) * 2.0**120
+    else:
+        v = rng.standard_normal(shape) * 2.0 ** rng.integers(-30, 30, size=shape)
+    return torch.from_numpy((v * mask).astype(np.float32))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    ny=st.integers(1, 3),
+    nx=st.integers(1, 3),
+    h=_EDGES,
+    w=_EDGES,
+    kind=_VALUES,
+    density=st.sampled_from([0.002, 0.02, 0.3, 1.0]),
+)
+def test_fuzzed_tiles_give_the_exact_bits(
+    seed: int, ny: int, nx: int, h: int, w: int, kind: str, density: float
+) -> None:
+    x = fuzz_tensor(seed, (ny, nx, h, w), kind, density)
+    assert same_bits(decode_sign(x), decode_sign_exact(x))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(1, 20),
+    c=_EDGES,
+    kind=_VALUES,
+    density=st.sampled_from([0.05, 0.3, 1.0]),
+)
+def test_fuzzed_chunks_give_the_exact_bits(
+    seed: int, rows: int, c: int, kind: str, density: float
+) -> None:
+    x = fuzz_tensor(seed, (rows, c), kind, density)
+    assert same_bits(decode_sign(x), decode_sign_exact(x))
+
+
+# --- the bound itself, against float evaluations in other orders ----------------------------------
+
+
+def exact_values(tile: torch.Tensor) -> torch.Tensor:
+    """The exact path's grid sum as float64 values (integers times powers of two: exact)."""
+    h, w = tile.shape
+    ints, exp = _exact_rows_times_basis(tile, w)
+    values = (ints * torch.pow(2.0, exp.double())).T
+    ints2, exp2 = _exact_rows_times_basis(values, h)
+    return (ints2 * torch.pow(2.0, exp2.double())).T
+
+
+def grid_basis(size: int) -> torch.Tensor:
+    return (_int_basis(size, torch.device("cpu")) * 2.0 ** -basis_scale(size)).float()
+
+
+def serial(a: torch.Tensor, b: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """`a @ b` in float32 as one left-to-right (or right-to-left) sum of rounded products."""
+    out = torch.zeros(a.shape[0], b.shape[1])
+    order = range(a.shape[1] - 1, -1, -1) if reverse else range(a.shape[1])
+    for k in order:
+        out = out + a[:, k : k + 1] * b[k : k + 1, :]
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    h=_EDGES,
+    w=_EDGES,
+    kind=st.sampled_from(["gauss", "pm1", "mixed"]),
+)
+def test_float_error_stays_within_the_bound_in_any_order(
+    seed: int, h: int, w: int, kind: str
+) -> None:
+    tile = fuzz_tensor(seed, (1, 1, h, w), kind, 0.3)[0, 0]
+    exact = exact_values(tile)
+    k, a = tile_bound_constant(h, w, U32, TINY32)
+    frobenius = k * math.sqrt(float((tile.double() ** 2).sum())) + a
+    l1 = tile_bound_constant_l1(h, w, U32) * float(tile.double().abs().sum()) + a
+    bound = min(frobenius, l1)
+    q_h, q_w = grid_basis(h), grid_basis(w)
+    evaluations = [
+        q_h @ (tile @ q_w.T),
+        serial(q_h, serial(tile, q_w.T, False), True),
+        serial(q_h, serial(tile, q_w.T, True), False),
+    ]
+    for approx in evaluations:
+        assert float((approx.double() - exact).abs().max()) <= bound
+
+
+def test_the_bound_constants_are_about_the_papers_sizes() -> None:
+    """64×64 tiles: K ≈ 8.5e-6 (2·64·u from the two float sums, 2·2^-24·σ from the grids)."""
+    k, a = tile_bound_constant(64, 64, U32, TINY32)
+    assert 8.0e-6 < k < 9.0e-6 and a < 1e-30
+    k1, _ = row_bound_constant(64, U32, TINY32)
+    assert 4.0e-6 < k1 < 4.5e-6
+    assert 3.0e-7 < tile_bound_constant_l1(64, 64, U32) < 5.0e-7  # per unit of ‖X‖₁

@@ -1,8 +1,8 @@
 """The Treasurer's ``psyche-solana-client`` commands (docs/rewards.md, "Treasurer"): claim the
-rewards a run's coordinator credited the wallet, top up a run's escrow, and create a test SPL
-mint for local testnets. ``create-run --treasurer-collateral-mint`` is in
-:mod:`psyche.cli.solana_admin`; what they send is in :mod:`psyche.backends.solana.treasurer`.
-:mod:`psyche.cli.solana` registers them on its group.
+rewards a run's coordinator credited the wallet, top up a run's escrow, wind a run down and
+close it, and create a test SPL mint for local testnets. ``create-run
+--treasurer-collateral-mint`` is in :mod:`psyche.cli.solana_admin`; what they send is in
+:mod:`psyche.backends.solana.treasurer`. :mod:`psyche.cli.solana` registers them on its group.
 """
 
 from __future__ import annotations
@@ -100,4 +100,27 @@ def create_test_mint_cmd(session: Any, decimals: int, mint_to: tuple[str, ...]):
     echo_result(run_async(session, treasurer.create_test_mint(session, decimals, holders)))
 
 
-COMMANDS = (claim_cmd, top_up_cmd, create_test_mint_cmd)
+@click.command("treasurer-wind-down")
+@common
+@run_id_option
+def wind_down_cmd(session: Any, run_id: str):
+    """Start winding a Treasurer run down (its main authority only): the coordinator pauses for
+    good, participants keep claiming, and treasurer-close-run is allowed 7 days later."""
+    from psyche.backends.solana import treasurer
+
+    echo_result(run_async(session, treasurer.wind_down_run(session, run_id)))
+
+
+@click.command("treasurer-close-run")
+@common
+@run_id_option
+def close_run_cmd(session: Any, run_id: str):
+    """Close a Treasurer run 7 days after treasurer-wind-down (its main authority only): the
+    escrow's remainder goes to the wallet's associated token account, the rent of the escrow and
+    of the coordinator's accounts to the wallet; unclaimed points are no longer payable."""
+    from psyche.backends.solana import treasurer
+
+    echo_result(run_async(session, treasurer.close_run(session, run_id)))
+
+
+COMMANDS = (claim_cmd, top_up_cmd, create_test_mint_cmd, wind_down_cmd, close_run_cmd)

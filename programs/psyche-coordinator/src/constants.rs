@@ -37,3 +37,10 @@ pub const MAX_PEER_ADDRS: u8 = 4;
 /// Longest P2P address in a peer record (bytes).
 #[anchor_lang::constant]
 pub const MAX_PEER_ADDR_LEN: u8 = 128;
+
+/// Largest `earning_rate_total_shared` and `slashing_rate_per_client` `set_future_epoch_rates`
+/// accepts (2^40 points per epoch). The ledger adds with checked arithmetic, so an epoch end
+/// that would overflow a client's `earned` or `slashed` fails, and so would every later tick:
+/// at this bound one wallet needs 2^24 (≈ 16.7 million) epochs at the full rate to get there.
+#[anchor_lang::constant]
+pub const MAX_EPOCH_RATE: u64 = 1_099_511_627_776_u64; // 2^40

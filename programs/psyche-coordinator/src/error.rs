@@ -45,7 +45,7 @@ pub enum CoordinatorProgramError {
     CoordinatorAccountVersionMismatch,
     #[msg("the coordinator account is not the one this run's instance points to (wrong run id?)")]
     CoordinatorAccountMismatch,
-    #[msg("256 wallets are registered and none is stale enough to be replaced")]
+    #[msg("256 wallets are registered and none can be replaced: each is in the epoch, joined recently, or holds points")]
     ClientsFull,
     #[msg("the config fails its sanity check (see the program log for the broken rule)")]
     ConfigSanityCheckFailed,
@@ -93,6 +93,11 @@ pub enum CoordinatorProgramError {
     PeerAddrNotPrintable,
     #[msg("a peer address must start with '/' (a multiaddr)")]
     PeerAddrNoLeadingSlash,
+    // Issue 26, appended for the same reason.
+    #[msg("a peer address names an IP no peer can be at (unspecified, link-local, broadcast, multicast, reserved) or an /ip4 or /ip6 value that is not an IP")]
+    PeerAddrUnroutable,
+    #[msg("an epoch rate may be at most MAX_EPOCH_RATE points (2^40): more could overflow the points ledger and stop every epoch end")]
+    EpochRateTooLarge,
 }
 
 impl From<CoordinatorError> for CoordinatorProgramError {
@@ -121,6 +126,7 @@ impl From<PeerAddrsError> for CoordinatorProgramError {
             PeerAddrsError::BadLength => Self::PeerAddrBadLength,
             PeerAddrsError::NotPrintable => Self::PeerAddrNotPrintable,
             PeerAddrsError::NoLeadingSlash => Self::PeerAddrNoLeadingSlash,
+            PeerAddrsError::Unroutable => Self::PeerAddrUnroutable,
         }
     }
 }

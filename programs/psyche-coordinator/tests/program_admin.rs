@@ -297,6 +297,24 @@ async fn set_future_epoch_rates_by_the_owner() {
     assert_eq!(account.nonce, 2);
 }
 
+/// Issue 26, finding 7: a rate that could overflow the ledger (every later epoch end would fail)
+/// is refused when it is set; the bound itself is accepted.
+#[tokio::test]
+async fn epoch_rates_above_the_bound_are_refused() {
+    use psyche_coordinator::constants::MAX_EPOCH_RATE;
+    let mut env = Env::new().await;
+    let run = env.create_run("rates-bound").await;
+    let owner = run.authority.pubkey();
+    for (earning, slashing) in [(Some(u64::MAX), None), (None, Some(MAX_EPOCH_RATE + 1))] {
+        let ix = ix_set_future_epoch_rates(&run, &owner, earning, slashing);
+        assert_err(env.send(ix, &[&run.authority]).await, E::EpochRateTooLarge);
+    }
+    let ix = ix_set_future_epoch_rates(&run, &owner, Some(MAX_EPOCH_RATE), Some(MAX_EPOCH_RATE));
+    env.send(ix, &[&run.authority]).await.unwrap();
+    let rates = env.coordinator(&run).await.state.clients_state.future_epoch_rates;
+    assert_eq!(rates.earning_rate_total_shared, MAX_EPOCH_RATE);
+}
+
 #[tokio::test]
 async fn set_paused_checks_and_transitions() {
     let mut env = Env::new().await;

@@ -251,3 +251,34 @@ fn register_never_replaces_an_epoch_client_and_picks_the_stalest() {
     }
     assert_eq!(cs.clients().len(), MAX_REGISTERED_CLIENTS);
 }
+
+/// Issue 26, finding 1: an entry whose wallet holds points (`earned > slashed`) is never reused,
+/// however stale: the list is the ledger a treasury pays from. Entries without points still are.
+#[test]
+fn register_never_reuses_an_entry_holding_points() {
+    let mut cs: Box<ClientsState> = bytemuck::zeroed_box();
+    let epoch: Box<EpochState> = bytemuck::zeroed_box();
+    let wallet = |n: u64| {
+        let mut signer = [0u8; 32];
+        signer[..8].copy_from_slice(&(n + 1).to_le_bytes());
+        NodeIdentity { signer, p2p_identity: signer }
+    };
+    for n in 0..MAX_REGISTERED_CLIENTS as u64 {
+        cs.register(wallet(n), &epoch, MAX_REGISTERED_CLIENTS).unwrap();
+    }
+    for c in cs.clients.iter_mut() {
+        c.earned = 1;
+    }
+    cs.next_active += 2;
+    assert!(cs.register(wallet(1000), &epoch, MAX_REGISTERED_CLIENTS).is_err());
+    assert_eq!(cs.find_signer(&wallet(0).signer), Some(0));
+    // Entry 7's points were all slashed: it holds nothing and is the one reused.
+    cs.clients[7].slashed = 1;
+    match cs.register(wallet(1000), &epoch, MAX_REGISTERED_CLIENTS).unwrap() {
+        Registration::Replaced { index, previous } => {
+            assert_eq!((index, previous.id), (7, wallet(7)));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(cs.clients().iter().filter(|c| c.earned == 1).count() == MAX_REGISTERED_CLIENTS - 1);
+}

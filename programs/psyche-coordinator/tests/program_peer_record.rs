@@ -125,6 +125,13 @@ async fn invalid_addresses_are_refused_and_change_nothing() {
         (vec!["/dns/exämple.org"], E::PeerAddrNotPrintable),
         (vec!["ip4/1.2.3.4/tcp/1"], E::PeerAddrNoLeadingSlash),
         (vec![ADDR, "p2p"], E::PeerAddrNoLeadingSlash),
+        // Issue 26, finding 5: targets no peer can be at, in any run (a relay's included).
+        (vec!["/ip4/169.254.169.254/tcp/80"], E::PeerAddrUnroutable),
+        (vec![ADDR, "/ip4/255.255.255.255/udp/9"], E::PeerAddrUnroutable),
+        (vec!["/ip4/0.0.0.0/tcp/4001"], E::PeerAddrUnroutable),
+        (vec!["/ip6/fe80::1/tcp/4001"], E::PeerAddrUnroutable),
+        (vec!["/ip4/169.254.1.1/tcp/1/p2p/x/p2p-circuit"], E::PeerAddrUnroutable),
+        (vec!["/ip4/not-an-ip/tcp/1"], E::PeerAddrUnroutable),
     ];
     // Refused before the record exists: it is not created.
     for (addrs, e) in &cases {
@@ -152,6 +159,8 @@ async fn error_codes_are_appended_after_the_existing_ones() {
     assert_eq!(code(E::PeerAddrBadLength), 6037);
     assert_eq!(code(E::PeerAddrNotPrintable), 6038);
     assert_eq!(code(E::PeerAddrNoLeadingSlash), 6039);
+    assert_eq!(code(E::PeerAddrUnroutable), 6040);
+    assert_eq!(code(E::EpochRateTooLarge), 6041);
 }
 
 #[tokio::test]

@@ -31,4 +31,14 @@ pub enum TreasurerError {
     WrongCollateralMint,
     #[msg("arithmetic overflow")]
     ArithmeticOverflow,
+    #[msg("the payment's destination is the run's own escrow")]
+    RunCollateralAsDestination,
+    #[msg("the run is winding down: it can no longer be updated or resumed, only closed")]
+    RunWindingDown,
+    #[msg("the run is not winding down: run_wind_down first")]
+    RunNotWindingDown,
+    #[msg("the grace period after run_wind_down (RUN_CLOSE_GRACE_SECONDS) has not passed yet")]
+    RunCloseTooEarly,
+    #[msg("the remainder's token account must belong to the run's main authority")]
+    RecipientNotRunAuthority,
 }

@@ -48,4 +48,16 @@ pub mod psyche_treasurer {
     ) -> Result<()> {
         participant_claim_processor(ctx, params)
     }
+
+    /// The run's main authority starts winding the run down: the coordinator pauses for good,
+    /// claims go on, `run_close` is allowed `RUN_CLOSE_GRACE_SECONDS` later.
+    pub fn run_wind_down(ctx: Context<RunWindDown>) -> Result<()> {
+        run_wind_down_processor(ctx)
+    }
+
+    /// After the grace period: the escrow's remainder and the rent of the escrow and the
+    /// coordinator's accounts go to the run's main authority.
+    pub fn run_close(ctx: Context<RunClose>) -> Result<()> {
+        run_close_processor(ctx)
+    }
 }

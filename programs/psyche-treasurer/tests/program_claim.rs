@@ -293,3 +293,74 @@ async fn points_of_a_second_epoch_are_claimable_on_top() {
     f.claim(0, 2 * EACH).await.unwrap();
     assert_eq!(f.totals().await, (4 * EACH, 4 * EACH * PER_POINT));
 }
+
+/// Issue 26, finding 4: the escrow itself as the payment's destination would move nothing yet
+/// mark the points paid.
+#[tokio::test]
+async fn a_claim_paid_into_the_escrow_itself_is_refused() {
+    let mut f = earned("self-pay", EARNING * PER_POINT).await;
+    let a = f.clients[0].wallet.insecure_clone();
+    let ix = ix_participant_claim(&a.pubkey(), &f.run.collateral, &f.run, EACH);
+    assert_err(f.env.send(ix, &[&a]).await, E::RunCollateralAsDestination);
+    assert_eq!(f.claimed(0).await, (0, 0));
+    assert_eq!(f.totals().await, (0, 0));
+    assert_eq!(f.env.balance(f.run.collateral).await, EARNING * PER_POINT);
+    f.claim(0, EACH).await.unwrap();
+}
+
+/// Issue 26, finding 1: once the 256-entry list is full, a stranger's `join_run` may reuse only
+/// an entry without points; a wallet whose points are unpaid keeps its entry and can claim. The
+/// list is written directly (set_account: 256 real joins cost minutes here): three real clients
+/// with 200 points each, a victim with 1,000, and 252 more wallets with 1 point each, all
+/// stale (joined two generations ago, not in the epoch).
+#[tokio::test]
+async fn a_strangers_join_never_erases_unpaid_points() {
+    let victim = Keypair::new();
+    let mut f = earned("evict", (EARNING + 1000) * PER_POINT).await;
+    f.env.participant_create(&f.run, &victim).await.unwrap();
+    let to = f.env.funded_token_account(&f.run.mint, &victim.pubkey(), 0).await;
+    let victim_key = victim.pubkey().to_bytes();
+    let fill = |a: &mut psyche_coordinator::CoordinatorAccount, spare: Option<usize>| {
+        let cs = &mut a.state.clients_state;
+        cs.next_active += 5;
+        for i in 0..psyche_coordinator::constants::MAX_REGISTERED_CLIENTS {
+            let c = &mut cs.clients[i];
+            if i == 3 {
+                c.id.signer = victim_key;
+                c.id.p2p_identity = victim_key;
+                c.earned = 1000;
+            } else if i > 3 {
+                let mut key = [0x77u8; 32];
+                key[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                c.id.signer = key;
+                c.id.p2p_identity = key;
+                c.earned = 1;
+            }
+            // The victim joined longest ago: today's rule reused its entry first.
+            c.active = u64::from(i != 3);
+            c.slashed = if spare == Some(i) { c.earned } else { 0 };
+        }
+        cs.num_clients = cs.clients.len() as u64;
+        a.state.coordinator.epoch_state.num_clients = 0;
+    };
+    f.env.edit_coordinator(&f.run, |a| fill(a, None)).await;
+
+    // Every entry holds points: the stranger is refused, nothing is erased.
+    let stranger = Client::seeded("evict/stranger", 0xee);
+    let r = f.env.join(&f.run, &stranger).await;
+    let full = u32::from(psyche_coordinator::error::CoordinatorProgramError::ClientsFull);
+    assert_eq!(custom_code(r), full);
+    let ix = ix_participant_claim(&victim.pubkey(), &to, &f.run, 1000);
+    f.env.send(ix, &[&victim]).await.expect("the victim's points are still claimable");
+    assert_eq!(f.env.balance(to).await, 1000 * PER_POINT);
+
+    // An entry whose points were all slashed holds nothing: that one is reused.
+    f.env.edit_coordinator(&f.run, |a| fill(a, Some(200))).await;
+    f.env.warp(1).await;
+    f.env.join(&f.run, &stranger).await.expect("a pointless entry is reused");
+    let account = f.env.coordinator(&f.run).await;
+    let cs = &account.state.clients_state;
+    assert_eq!(cs.clients()[200].id, stranger.id());
+    assert_eq!(cs.clients()[3].id.signer, victim_key);
+    assert_eq!((cs.clients()[3].earned, cs.clients()[0].earned), (1000, EACH));
+}

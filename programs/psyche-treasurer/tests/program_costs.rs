@@ -11,10 +11,13 @@
 //! - `participant_claim`: the user is the last of 256 registered clients (the ledger scan is
 //!   linear). The 256-entry list is written with `set_account` after a real `run_create` and a
 //!   real resume: joining 256 wallets through `join_run` measures the coordinator, not this scan.
+//! - `run_wind_down`: the run is running (WaitingForMembers), so the pause CPI is made.
+//! - `run_close`: a remainder to move, the escrow to close and the coordinator's accounts to free.
 
 mod harness;
 
 use harness::*;
+use psyche_coordinator::constants::MAX_EPOCH_RATE;
 use psyche_coordinator::core::model::OptimizerDefinition;
 use psyche_coordinator::core::{CoordinatorConfig, NodeIdentity, Progress, RunState};
 use psyche_coordinator::CoordinatorAccount;
@@ -86,8 +89,8 @@ async fn program_costs() {
             quantize_1bit: true,
         }))),
         progress: Some(Progress::new(0, 1, 0)),
-        epoch_earning_rate_total_shared: Some(u64::MAX),
-        epoch_slashing_rate_per_client: Some(u64::MAX),
+        epoch_earning_rate_total_shared: Some(MAX_EPOCH_RATE),
+        epoch_slashing_rate_per_client: Some(MAX_EPOCH_RATE),
         paused: Some(false),
         client_version: Some("v".repeat(96)),
     };
@@ -126,6 +129,31 @@ async fn program_costs() {
     rows.push(Row { case: "participant_claim: user last of 256 registered clients", m });
     assert_eq!(env.balance(to).await, 1_000 * 1_000_000);
 
+    // The accounts, before run_close closes the escrow.
+    let mut accounts = Vec::new();
+    for (name, key) in [
+        ("Run", run.address),
+        ("RunCollateral", run.collateral),
+        ("Participant", run.participant(&user.pubkey())),
+    ] {
+        let bytes = env.account_data(key).await.expect("account").len();
+        println!("{name:<20} {bytes:>6} bytes, rent {}", rent_exempt(bytes));
+        accounts.push(json!({"name": name, "bytes": bytes, "rent": rent_exempt(bytes)}));
+    }
+
+    env.fund(&authority.pubkey()).await;
+    let ix = ix_run_wind_down(&authority.pubkey(), &run);
+    let m = env.send_measured(&[ix], &[&authority], CU_LIMIT).await;
+    rows.push(Row { case: "run_wind_down: pauses the running coordinator", m });
+    let grace = psyche_treasurer::constants::RUN_CLOSE_GRACE_SECONDS;
+    env.warp(grace).await;
+    env.mint_to(&run.mint, &run.collateral, 12_345).await;
+    let remainder_to = env.funded_token_account(&run.mint, &authority.pubkey(), 0).await;
+    let ix = ix_run_close_with(close_accounts(&authority.pubkey(), &remainder_to, &run));
+    let m = env.send_measured(&[ix], &[&authority], CU_LIMIT).await;
+    rows.push(Row { case: "run_close: remainder, escrow closed, coordinator freed", m });
+    assert_eq!(env.balance(remainder_to).await, 12_345);
+
     // The table.
     println!("{:<80} {:>8} {:>6}", "case", "CU", "bytes");
     for r in &rows {
@@ -145,16 +173,6 @@ async fn program_costs() {
                 r.m.compute_units
             );
         }
-    }
-    let mut accounts = Vec::new();
-    for (name, key) in [
-        ("Run", run.address),
-        ("RunCollateral", run.collateral),
-        ("Participant", run.participant(&user.pubkey())),
-    ] {
-        let bytes = env.account_data(key).await.expect("account").len();
-        println!("{name:<20} {bytes:>6} bytes, rent {}", rent_exempt(bytes));
-        accounts.push(json!({"name": name, "bytes": bytes, "rent": rent_exempt(bytes)}));
     }
     assert_eq!(accounts[0]["bytes"], psyche_treasurer::Run::SPACE);
     assert_eq!(accounts[2]["bytes"], psyche_treasurer::Participant::SPACE);

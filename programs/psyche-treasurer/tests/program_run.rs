@@ -386,3 +386,92 @@ async fn run_create_copes_with_lamports_sent_to_the_escrow_address_beforehand() 
     let escrow = env.token(run.collateral).await;
     assert_eq!((escrow.mint, escrow.owner, escrow.amount), (run.mint, run.address, 0));
 }
+
+/// Issue 26, finding 2: before, a Treasurer run could never be closed (the creator's
+/// `free_coordinator` is refused, the escrow's tokens cannot leave). Now the main authority
+/// winds it down (the coordinator pauses for good, claims go on) and after
+/// `RUN_CLOSE_GRACE_SECONDS` closes it: the escrow's remainder and the rent of the escrow and
+/// the coordinator's accounts go to the main authority; the `Run` stays.
+#[tokio::test]
+async fn a_run_winds_down_and_closes_after_the_grace_period() {
+    use psyche_treasurer::constants::RUN_CLOSE_GRACE_SECONDS as GRACE;
+    const PER_POINT: u64 = 7;
+    let mut env = Env::new().await;
+    let run = env.new_run("closing", 77, PER_POINT).await;
+    env.start_run(&run, 3000, 0).await;
+    env.mint_to(&run.mint, &run.collateral, 50_000).await;
+    let authority = run.authority.insecure_clone();
+    env.fund(&authority.pubkey()).await;
+    let remainder_to = env.funded_token_account(&run.mint, &authority.pubkey(), 0).await;
+    // A participant with 1,000 points (written directly, set_account).
+    let user = Keypair::new();
+    let user_key = user.pubkey().to_bytes();
+    env.edit_coordinator(&run, |a| {
+        let cs = &mut a.state.clients_state;
+        cs.clients[0].id.signer = user_key;
+        cs.clients[0].id.p2p_identity = user_key;
+        cs.clients[0].earned = 1000;
+        cs.num_clients = 1;
+    })
+    .await;
+    env.participant_create(&run, &user).await.unwrap();
+    let user_tokens = env.funded_token_account(&run.mint, &user.pubkey(), 0).await;
+
+    let close = |to: Pubkey| ix_run_close_with(close_accounts(&authority.pubkey(), &to, &run));
+    // Not winding down yet.
+    assert_err(env.send(close(remainder_to), &[&authority]).await, E::RunNotWindingDown);
+    // Only the main authority winds down.
+    let stranger = Keypair::new();
+    let ix = ix_run_wind_down(&stranger.pubkey(), &run);
+    assert_err(env.send(ix, &[&stranger]).await, E::NotRunAuthority);
+
+    env.send(ix_run_wind_down(&authority.pubkey(), &run), &[&authority]).await.unwrap();
+    let started = env.clock().await.unix_timestamp;
+    assert_eq!(env.run(run.address).await.wind_down_at, started);
+    assert_eq!(env.run_state(&run).await, RunState::Paused);
+    // One-way: no second wind-down, no update, no resume.
+    env.warp(1).await;
+    let r = env.send(ix_run_wind_down(&authority.pubkey(), &run), &[&authority]).await;
+    assert_err(r, E::RunWindingDown);
+    let r = env.run_update(&run, RunUpdateParams { paused: Some(false), ..empty_update() }).await;
+    assert_err(r, E::RunWindingDown);
+
+    // Claims go on during the grace period.
+    let ix = ix_participant_claim(&user.pubkey(), &user_tokens, &run, 400);
+    env.send(ix, &[&user]).await.unwrap();
+    // Too early, one second before the end of the grace period.
+    env.set_time(started + GRACE - 1).await;
+    assert_err(env.send(close(remainder_to), &[&authority]).await, E::RunCloseTooEarly);
+    env.set_time(started + GRACE).await;
+    // The remainder goes to a token account of the main authority, of the run's mint.
+    let elsewhere = env.funded_token_account(&run.mint, &user.pubkey(), 0).await;
+    assert_err(env.send(close(elsewhere), &[&authority]).await, E::RecipientNotRunAuthority);
+    let other_mint = Keypair::new();
+    env.create_mint(&other_mint).await;
+    let wrong_mint = env.funded_token_account(&other_mint.pubkey(), &authority.pubkey(), 0).await;
+    assert_err(env.send(close(wrong_mint), &[&authority]).await, E::WrongCollateralMint);
+    // Signed by someone else.
+    let mut ix = close(remainder_to);
+    ix.accounts[0].pubkey = stranger.pubkey();
+    env.fund(&stranger.pubkey()).await;
+    assert_err(env.send(ix, &[&stranger]).await, E::NotRunAuthority);
+
+    let rent = env.lamports(run.account).await
+        + env.lamports(run.instance).await
+        + env.lamports(run.collateral).await;
+    let before = env.lamports(authority.pubkey()).await;
+    env.send(close(remainder_to), &[&authority]).await.unwrap();
+    assert_eq!(env.balance(remainder_to).await, 50_000 - 400 * PER_POINT);
+    assert_eq!(env.lamports(authority.pubkey()).await, before + rent);
+    assert!(rent > 1_000_000_000, "the coordinator's rent comes back: {rent}");
+    for gone in [run.account, run.instance, run.collateral] {
+        assert!(env.account(gone).await.is_none(), "{gone} still exists");
+    }
+    // The Run stays as the record of what was paid; nothing more can be claimed or closed.
+    let record = env.run(run.address).await;
+    assert_eq!((record.total_claimed_points, record.wind_down_at), (400, started));
+    env.warp(1).await;
+    let ix = ix_participant_claim(&user.pubkey(), &user_tokens, &run, 1);
+    assert!(env.send(ix, &[&user]).await.is_err());
+    assert!(env.send(close(remainder_to), &[&authority]).await.is_err());
+}

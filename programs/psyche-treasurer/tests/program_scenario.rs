@@ -311,9 +311,73 @@ async fn treasurer_scenario() {
     let fields = run_fields(&mut s, &run).await;
     let snapshot_run = s.snapshot("run_after_claims", run.address, fields).await;
 
+    // 7. Winding down (issue 26): the escrow refused as a claim's destination, the wind-down,
+    //    a close before the grace period, and the close after it (20 points' worth left).
+    let ix = ix_participant_claim(&user.pubkey(), &run.collateral, &run, 1);
+    s.step(
+        "a claim paid into the escrow itself",
+        vec![(ix, "participant_claim", json!({"params": {"claim_points": 1}}))],
+        &[&user],
+        Some(E::RunCollateralAsDestination),
+    )
+    .await;
+    let ix = ix_run_wind_down(&authority.pubkey(), &run);
+    s.step(
+        "the owner winds the run down",
+        vec![(ix, "run_wind_down", json!({}))],
+        &[&authority],
+        None,
+    )
+    .await;
+    let remainder_to = seeded_keypair(b"treasurer/authority/remainder");
+    let ixs = s.env.create_token_account_ixs(&remainder_to, &run.mint, &authority.pubkey());
+    s.step(
+        "the owner's token account for the remainder",
+        vec![
+            (
+                ixs[0].clone(),
+                "create_account",
+                create_account_args(TOKEN_ACCOUNT_LEN, &spl_token::ID),
+            ),
+            (
+                ixs[1].clone(),
+                "initialize_account3",
+                json!({"owner": authority.pubkey().to_string()}),
+            ),
+        ],
+        &[&remainder_to],
+        None,
+    )
+    .await;
+    let ix = s.env.mint_to_ix(&run.mint, &run.collateral, 20 * PER_POINT);
+    s.step(
+        "20 points' worth left in the escrow",
+        vec![(ix, "mint_to", json!({"amount": 20 * PER_POINT}))],
+        &[],
+        None,
+    )
+    .await;
+    let close = || {
+        let accounts = close_accounts(&authority.pubkey(), &remainder_to.pubkey(), &run);
+        (ix_run_close_with(accounts), "run_close", json!({}))
+    };
+    s.step(
+        "a close before the grace period",
+        vec![close()],
+        &[&authority],
+        Some(E::RunCloseTooEarly),
+    )
+    .await;
+    let started = s.env.run(run.address).await.wind_down_at;
+    s.env.set_time(started + psyche_treasurer::constants::RUN_CLOSE_GRACE_SECONDS).await;
+    s.step("the owner closes the run", vec![close()], &[&authority], None).await;
+    assert_eq!(s.env.balance(remainder_to.pubkey()).await, 20 * PER_POINT);
+    let fields = run_fields(&mut s, &run).await;
+    let snapshot_closed = s.snapshot("run_closed", run.address, fields).await;
+
     let scenario = json!({
         "name": "treasurer",
-        "description": "the treasurer through the real runtime: a collateral mint, run_create (coordinator account + escrow + coordinator by CPI, the Run PDA as main authority), a refused empty run_update, run_update with metadata, tiny config and model, rates (600, 50), client version and resume; then (not recorded) one epoch of the coordinator with three clients, 200 points each; then client 0's participant_create, payout token account, escrow funding, a 120-point claim, a refused over-claim (ClaimExceedsEarned), a refused claim beyond the escrow (EscrowShort), a top-up, the remaining 80 points, and a refused claim of 1. collateral_per_point 1000, mint decimals 6",
+        "description": "the treasurer through the real runtime: a collateral mint, run_create (coordinator account + escrow + coordinator by CPI, the Run PDA as main authority), a refused empty run_update, run_update with metadata, tiny config and model, rates (600, 50), client version and resume; then (not recorded) one epoch of the coordinator with three clients, 200 points each; then client 0's participant_create, payout token account, escrow funding, a 120-point claim, a refused over-claim (ClaimExceedsEarned), a refused claim beyond the escrow (EscrowShort), a top-up, the remaining 80 points, and a refused claim of 1; then a claim into the escrow itself (RunCollateralAsDestination), run_wind_down, the owner's token account, 20 points' worth minted to the escrow, a refused run_close (RunCloseTooEarly) and, 7 days later, run_close. collateral_per_point 1000, mint decimals 6",
         "programs": {
             "psyche_treasurer": psyche_treasurer::ID.to_string(),
             "psyche_coordinator": psyche_coordinator::ID.to_string(),
@@ -332,7 +396,7 @@ async fn treasurer_scenario() {
         },
         "errors": errors_table(),
         "steps": s.steps,
-        "accounts": [snapshot_run_created, snapshot_participant, snapshot_run],
+        "accounts": [snapshot_run_created, snapshot_participant, snapshot_run, snapshot_closed],
     });
     write_or_compare("treasurer.json", &scenario);
 }
@@ -350,6 +414,7 @@ async fn run_fields(s: &mut Scenario, run: &TRun) -> Value {
         "collateral_per_point": r.collateral_per_point,
         "total_claimed_points": r.total_claimed_points,
         "total_claimed_collateral": r.total_claimed_collateral,
+        "wind_down_at": r.wind_down_at,
     })
 }
 

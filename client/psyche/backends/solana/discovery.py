@@ -18,6 +18,15 @@ What a reader trusts, and why:
 * **how old it is**: ``updated_at`` is the chain's clock when it was written; records older
   than :data:`PEER_RECORD_TTL_S` are ignored (their client is gone or never refreshed). Clients
   rewrite theirs when their addresses change and when it is half that old.
+* **where it makes us dial**: a record could send every client to addresses no peer is at, or to
+  services on each reader's own machine or network (the cloud metadata address, a router). An
+  address is dropped (:func:`target_refusal`) when any ``/ip4``/``/ip6`` part of it, a relay's
+  included, is unspecified, link-local, broadcast, multicast or reserved (the program refuses
+  those too), and, unless the run is **local**, when it is loopback, private (RFC 1918, CGNAT,
+  IPv6 unique-local) or a DNS name. A run is local for this client when every Solana RPC
+  endpoint it uses is on loopback, ``localhost`` or a private address (:func:`rpcs_are_local`):
+  a chain on this machine or LAN (the local SVM, the testnets, the emulated internet) has its
+  peers there too.
 
 Bad records are counted by reason in :attr:`ChainDirectory.rejected` and logged once per
 (wallet, reason); one bad record never hides the others.
@@ -25,6 +34,8 @@ Bad records are counted by reason in :attr:`ChainDirectory.rejected` and logged 
 
 from __future__ import annotations
 
+import ipaddress
+import itertools
 import logging
 import time
 from collections import Counter
@@ -33,18 +44,91 @@ from typing import Protocol
 
 from solders.pubkey import Pubkey
 
+from psyche.backends.solana.peer_record import never_a_peer, unroutable
 from psyche.backends.solana.rpc import MAX_MULTIPLE_ACCOUNTS, SolanaRpc
 from psyche.net.multiaddrs import AddrError, advertised_addrs, is_circuit, peer_addr, record_addr
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
 
-__all__ = ["PEER_RECORD_TTL_S", "ChainDirectory", "PeerRecordLike"]
+__all__ = [
+    "PEER_RECORD_TTL_S",
+    "ChainDirectory",
+    "PeerRecordLike",
+    "rpcs_are_local",
+    "target_refusal",
+]
 
 log = logging.getLogger(__name__)
 
 PEER_RECORD_TTL_S = 24 * 3600
 """A record not rewritten for this long is ignored: a client that is still there rewrites it at
 half this age, so only records of clients gone for a day (or forged clocks) fall out."""
+
+
+_LOCAL_NETS = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "::1/128",
+        "fc00::/7",
+        "fec0::/10",
+    )
+)
+_DNS = frozenset({"dns", "dns4", "dns6", "dnsaddr"})
+
+
+def _is_local_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in _LOCAL_NETS if net.version == ip.version)
+
+
+def target_refusal(addr: str, local: bool) -> str | None:
+    """Why a reader must not dial ``addr`` (any ``/ip4``, ``/ip6`` or DNS part, a relay's
+    included), or None when it may. ``local``: the run is a local one (module docstring)."""
+    parts = addr.split("/")
+    for protocol, value in itertools.pairwise(parts):
+        if protocol in _DNS and not local:
+            return f"{addr!r} names a DNS host (only local runs may)"
+        if protocol not in ("ip4", "ip6"):
+            continue
+        try:
+            ip = ipaddress.ip_address(value)
+        except ValueError:
+            return f"{addr!r}: {value!r} is not an IP address"
+        if never_a_peer(ip):
+            return (
+                f"{addr!r}: no peer can be at {ip} (unspecified, link-local, multicast, reserved)"
+            )
+        if not local and _is_local_ip(ip):
+            return f"{addr!r}: {ip} is loopback or private (only local runs may)"
+    return None
+
+
+def rpcs_are_local(urls: Iterable[str]) -> bool:
+    """Whether a run reached through the RPC endpoints ``urls`` is local: each host is
+    ``localhost`` or a loopback or private IP (at least one endpoint)."""
+    from urllib.parse import urlsplit
+
+    hosts = [urlsplit(u).hostname for u in urls]
+    if not hosts:
+        return False
+    for host in hosts:
+        if host is None:
+            return False
+        if host == "localhost":
+            continue
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        if not _is_local_ip(ip):
+            return False
+    return True
 
 
 class PeerRecordLike(Protocol):
@@ -80,6 +164,7 @@ class ChainDirectory:
         instance: Pubkey,
         record_address: Callable[[Pubkey], Pubkey],
         decode: Callable[[bytes], PeerRecordLike],
+        local: bool,
         bootstrap: dict[bytes, list[str]] | None = None,
         announce: Sequence[str] = (),
         max_addrs: int = 4,
@@ -91,6 +176,8 @@ class ChainDirectory:
         self.instance = instance
         self.record_address = record_address
         self.decode = decode
+        self.local = local
+        """Whether loopback, private and DNS targets are dialed (:func:`target_refusal`)."""
         self.max_addrs = max_addrs
         self.max_addr_len = max_addr_len
         self.ttl_s = ttl_s
@@ -120,6 +207,9 @@ class ChainDirectory:
                 short = record_addr(addr, me)
             except AddrError as e:
                 log.warning("not publishing P2P address %s: %s", addr, e)
+                continue
+            if unroutable(short):
+                log.warning("not publishing P2P address %s: no peer can be reached there", addr)
                 continue
             if len(short.encode()) > self.max_addr_len:
                 log.warning("not publishing P2P address %s: over %d bytes", addr, self.max_addr_len)
@@ -172,9 +262,15 @@ class ChainDirectory:
         out: list[str] = []
         for addr in record.addrs[: self.max_addrs]:
             try:
-                out.append(peer_addr(addr, peer))
+                full = peer_addr(addr, peer)
             except AddrError as e:
                 self._reject(member, "address", str(e))
+                continue
+            refusal = target_refusal(addr, self.local)
+            if refusal is not None:
+                self._reject(member, "target", refusal)
+                continue
+            out.append(full)
         return out
 
     def _reject(self, member: NodeIdentity, reason: str, detail: str) -> list[str]:

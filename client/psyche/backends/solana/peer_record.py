@@ -29,6 +29,7 @@ API:
 
 from __future__ import annotations
 
+import ipaddress
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ __all__ = [
     "PeerRecordError",
     "check_peer_addrs",
     "decode_peer_record",
+    "never_a_peer",
+    "unroutable",
 ]
 
 ACCOUNT = "PeerRecord"
@@ -86,11 +89,45 @@ class PeerRecord:
     """0 to 4 multiaddrs; empty: no address right now."""
 
 
+def never_a_peer(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """The program's target rule (``core/peer_addrs.rs``): no peer is ever at ``ip`` —
+    unspecified (0.0.0.0/8, ::), link-local, multicast, broadcast or reserved (240.0.0.0/4);
+    an IPv4-mapped IPv6 address is judged as IPv4."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv4Address):
+        first = ip.packed[0]
+        return first == 0 or first >= 240 or ip.is_link_local or ip.is_multicast
+    return ip.is_unspecified or ip.is_link_local or ip.is_multicast
+
+
+def unroutable(addr: str) -> bool:
+    """Whether the program refuses ``addr`` for its targets (``PeerAddrUnroutable``): an
+    ``/ip4/`` or ``/ip6/`` value anywhere in it that is not an IP of that family's syntax, or
+    one :func:`never_a_peer` holds for."""
+    parts = iter(addr.split("/"))
+    for protocol in parts:
+        if protocol not in ("ip4", "ip6"):
+            continue
+        value = next(parts, None)
+        # Rust's parser, which the program uses, knows no IPv6 zone ("%eth0").
+        if value is None or "%" in value:
+            return True
+        try:
+            ip = (ipaddress.IPv4Address if protocol == "ip4" else ipaddress.IPv6Address)(value)
+        except ValueError:
+            return True
+        if never_a_peer(ip):
+            return True
+    return False
+
+
 def check_peer_addrs(addrs: Sequence[str]) -> None:
     """Raise :class:`PeerAddrError` unless the program accepts ``addrs``: at most
     :data:`MAX_PEER_ADDRS`; each, in order, 1 to :data:`MAX_PEER_ADDR_LEN` bytes (UTF-8), only
-    printable ASCII without the space (0x21-0x7e), starting with ``/``. The addresses are not
-    parsed as multiaddrs (nor does the program parse them)."""
+    printable ASCII without the space (0x21-0x7e), starting with ``/``, with no IP target
+    :func:`unroutable` refuses. The addresses are otherwise not parsed as multiaddrs (nor does
+    the program parse them)."""
     if isinstance(addrs, str | bytes):
         raise TypeError("addrs is a sequence of multiaddr strings, not one string")
     if len(addrs) > MAX_PEER_ADDRS:
@@ -116,6 +153,12 @@ def check_peer_addrs(addrs: Sequence[str]) -> None:
         if raw[0] != ord("/"):
             raise PeerAddrError(
                 "PeerAddrNoLeadingSlash", f"peer address {i} does not start with '/': {addr!r}"
+            )
+        if unroutable(addr):
+            raise PeerAddrError(
+                "PeerAddrUnroutable",
+                f"peer address {i} names an IP no peer can be at (unspecified, link-local, "
+                f"broadcast, multicast, reserved) or a bad IP: {addr!r}",
             )
 
 

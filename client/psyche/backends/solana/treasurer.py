@@ -12,7 +12,7 @@ its coordinator points in an SPL token, and the commands around it.
   --treasurer-collateral-mint``), each taking a
   :class:`~psyche.backends.solana.session.Session` and returning JSON-able results:
   :func:`create_run_via_treasurer`, :func:`claim_rewards`, :func:`top_up_rewards`,
-  :func:`rewards_json`, :func:`create_test_mint`.
+  :func:`rewards_json`, :func:`create_test_mint`, :func:`wind_down_run`, :func:`close_run`.
 
 Instruction bytes and account order come from the Treasurer's IDL through
 :meth:`~psyche.backends.solana.instructions.ProgramClient.build`; only the meaning of each account
@@ -47,6 +47,7 @@ from psyche.backends.solana.tokens import (
 )
 
 __all__ = [
+    "RUN_CLOSE_GRACE_SECONDS",
     "TREASURER_PARTICIPANT_SEED",
     "TREASURER_RUN_COLLATERAL_SEED",
     "TREASURER_RUN_SEED",
@@ -54,6 +55,7 @@ __all__ = [
     "TreasurerRun",
     "claim_rewards",
     "claimable",
+    "close_run",
     "create_run_via_treasurer",
     "create_test_mint",
     "default_treasurer_index",
@@ -61,17 +63,23 @@ __all__ = [
     "participant_create_ix",
     "participant_pda",
     "rewards_json",
+    "run_close_ix",
     "run_collateral_pda",
     "run_create_ix",
     "run_pda",
     "run_update_ix",
+    "run_wind_down_ix",
     "top_up_rewards",
     "treasurer_run",
+    "wind_down_run",
 ]
 
 TREASURER_RUN_SEED = b"Run"
 TREASURER_RUN_COLLATERAL_SEED = b"RunCollateral"
 TREASURER_PARTICIPANT_SEED = b"Participant"
+RUN_CLOSE_GRACE_SECONDS = 7 * 24 * 3600
+"""Seconds between ``run_wind_down`` and the first allowed ``run_close`` (the program's
+constant, checked against the IDL by the tests)."""
 U64_MAX = 2**64 - 1
 
 
@@ -125,6 +133,8 @@ class TreasurerRun:
     collateral_per_point: int
     total_claimed_points: int
     total_claimed_collateral: int
+    wind_down_at: int = 0
+    """Cluster unix time of ``run_wind_down``; 0 while the run is not winding down."""
 
     @classmethod
     def decode(cls, program: ProgramClient, address: Pubkey, data: bytes) -> TreasurerRun:
@@ -144,6 +154,7 @@ class TreasurerRun:
             collateral_per_point=int(raw["collateral_per_point"]),
             total_claimed_points=int(raw["total_claimed_points"]),
             total_claimed_collateral=int(raw["total_claimed_collateral"]),
+            wind_down_at=int(raw["wind_down_at"]),
         )
 
     def collateral(self, program: Pubkey) -> Pubkey:
@@ -162,6 +173,10 @@ class TreasurerRun:
             "collateral_per_point": self.collateral_per_point,
             "total_claimed_points": self.total_claimed_points,
             "total_claimed_collateral": self.total_claimed_collateral,
+            "wind_down_at": self.wind_down_at or None,
+            "closable_at": self.wind_down_at + RUN_CLOSE_GRACE_SECONDS
+            if self.wind_down_at
+            else None,
         }
 
 
@@ -335,6 +350,41 @@ def participant_claim_ix(
     return program.build("participant_claim", {"params": {"claim_points": points}}, accounts)
 
 
+def run_wind_down_ix(
+    program: ProgramClient, run: TreasurerRun, coordinator_program: Pubkey
+) -> Instruction:
+    """``run_wind_down``, signed by the run's main authority."""
+    accounts = {
+        "authority": run.main_authority,
+        "run": run.address,
+        "coordinator_instance": run.coordinator_instance,
+        "coordinator_account": run.coordinator_account,
+        "coordinator_program": coordinator_program,
+    }
+    return program.build("run_wind_down", {}, accounts)
+
+
+def run_close_ix(
+    program: ProgramClient,
+    run: TreasurerRun,
+    coordinator_program: Pubkey,
+    authority_collateral: Pubkey,
+) -> Instruction:
+    """``run_close``: the escrow's remainder to ``authority_collateral`` (a token account of the
+    main authority), the rent to the main authority, which signs."""
+    accounts = {
+        "authority": run.main_authority,
+        "authority_collateral": authority_collateral,
+        "run": run.address,
+        "run_collateral": run.collateral(program.program_id),
+        "coordinator_instance": run.coordinator_instance,
+        "coordinator_account": run.coordinator_account,
+        "coordinator_program": coordinator_program,
+        "token_program": TOKEN_PROGRAM_ID,
+    }
+    return program.build("run_close", {}, accounts)
+
+
 # --- creating a run -----------------------------------------------------------------------------
 
 
@@ -391,7 +441,7 @@ async def create_run_via_treasurer(
     if name is not None or description is not None:
         created = TreasurerRun(
             run, index, me, join_authority or me, instance_pda(s.coordinator.program_id, run_id),
-            account.pubkey(), collateral_mint, collateral_per_point, 0, 0,
+            account.pubkey(), collateral_mint, collateral_per_point, 0, 0, 0,
         )  # fmt: skip
         meta = metadata_arg(name or "", description or "")
         update = run_update_ix(
@@ -584,6 +634,88 @@ async def top_up_rewards(s: Session, run_id: str, amount: int) -> dict[str, Any]
         "amount": amount,
         "run_collateral": str(escrow),
         "escrow_balance_after": await _balance(s, escrow),
+        "signature": sig,
+    }
+
+
+# --- winding a run down -------------------------------------------------------------------------
+
+
+def _require_main_authority(s: Session, run: TreasurerRun, what: str) -> Pubkey:
+    me = s.wallet.pubkey()
+    if me != run.main_authority:
+        raise BackendError(
+            f"only the run's main authority {run.main_authority} can {what} it, not {me}"
+        )
+    return me
+
+
+async def wind_down_run(s: Session, run_id: str) -> dict[str, Any]:
+    """``run_wind_down``: the coordinator pauses for good (``run_update`` is refused from then
+    on), participants keep claiming, and ``close-run`` is allowed
+    :data:`RUN_CLOSE_GRACE_SECONDS` later."""
+    run = await _require_run(s, run_id)
+    _require_main_authority(s, run, "wind down")
+    if run.wind_down_at:
+        raise BackendError(
+            f"run {run_id!r} has been winding down since unix time {run.wind_down_at}; "
+            f"treasurer-close-run is allowed from {run.wind_down_at + RUN_CLOSE_GRACE_SECONDS}"
+        )
+    ix = run_wind_down_ix(s.treasurer, run, s.coordinator.program_id)
+    sig = await _cpi_sender(s).send([ix], label="treasurer-wind-down")
+    after = await _require_run(s, run_id)
+    return {
+        "run_id": run_id,
+        "treasurer_run": str(run.address),
+        "wind_down_at": after.wind_down_at,
+        "closable_at": after.wind_down_at + RUN_CLOSE_GRACE_SECONDS,
+        "signature": sig,
+    }
+
+
+CLOCK_SYSVAR = Pubkey.from_string("SysvarC1ock11111111111111111111111111111111")
+
+
+async def _cluster_time(s: Session) -> int | None:
+    """The cluster clock's ``unix_timestamp`` (the Clock sysvar: slot, epoch start, epoch,
+    leader schedule epoch, then the i64 at byte 32), None if it cannot be read."""
+    data = await s.read(CLOCK_SYSVAR)
+    if data is None or len(data) < 40:
+        return None
+    return int.from_bytes(data[32:40], "little", signed=True)
+
+
+async def close_run(s: Session, run_id: str) -> dict[str, Any]:
+    """``run_close``: once the grace period has passed, the escrow's remainder goes to the main
+    authority's associated token account (created if missing) and the rent of the escrow and of
+    the coordinator's accounts to the main authority. Points not claimed by then are no longer
+    payable."""
+    run = await _require_run(s, run_id)
+    me = _require_main_authority(s, run, "close")
+    if not run.wind_down_at:
+        raise BackendError(
+            f"run {run_id!r} is not winding down: run treasurer-wind-down first, then wait "
+            f"{RUN_CLOSE_GRACE_SECONDS // 86400} days"
+        )
+    opens = run.wind_down_at + RUN_CLOSE_GRACE_SECONDS
+    now = await _cluster_time(s)
+    if now is not None and now < opens:
+        raise BackendError(
+            f"run {run_id!r} can be closed from unix time {opens} ({opens - now} s from now)"
+        )
+    escrow = run.collateral(s.treasurer.program_id)
+    remainder = await _balance(s, escrow)
+    dest = associated_token_address(me, run.collateral_mint)
+    ixs = [
+        create_associated_account_ix(me, me, run.collateral_mint),
+        run_close_ix(s.treasurer, run, s.coordinator.program_id, dest),
+    ]
+    sig = await _cpi_sender(s).send(ixs, label="treasurer-close-run")
+    return {
+        "run_id": run_id,
+        "treasurer_run": str(run.address),
+        "remainder_paid": remainder,
+        "token_account": str(dest),
         "signature": sig,
     }
 

@@ -2,9 +2,17 @@
 //! clock. The Python client applies the same rules, in the same order, before it sends
 //! (`psyche.backends.solana.peer_record.check_peer_addrs`).
 //!
-//! The program does not parse multiaddrs: it only bounds what a record may hold (count, length)
-//! and keeps out bytes that could confuse a reader (whitespace, control characters, non-ASCII).
-//! A reader still parses every address it takes from a record and drops those it cannot use.
+//! The program does not parse whole multiaddrs: it bounds what a record may hold (count,
+//! length), keeps out bytes that could confuse a reader (whitespace, control characters,
+//! non-ASCII), and refuses IP targets that no peer can be at in any run (`/ip4/…` or `/ip6/…`
+//! anywhere in the address, a relay's included: unspecified, link-local such as the cloud
+//! metadata address 169.254.169.254, broadcast, multicast, reserved, or not an IP at all).
+//! Loopback, private and DNS targets are left to readers, which refuse them unless the run is a
+//! local one (docs/solana.md, "Peer records"): the chain cannot tell a LAN or a test machine
+//! from the internet. A reader still parses every address it takes from a record and drops
+//! those it cannot use.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::constants::{MAX_PEER_ADDRS, MAX_PEER_ADDR_LEN};
 
@@ -19,6 +27,9 @@ pub enum PeerAddrsError {
     NotPrintable,
     /// An address does not start with `/` (a multiaddr's first protocol).
     NoLeadingSlash,
+    /// An `/ip4/` or `/ip6/` value is not an IP, or one no peer can be at (unspecified,
+    /// link-local, broadcast, multicast, reserved).
+    Unroutable,
 }
 
 /// Checks `addrs` in order: the count, then each address (length, bytes, leading `/`). Zero
@@ -43,7 +54,38 @@ fn check_peer_addr(addr: &[u8]) -> Result<(), PeerAddrsError> {
     if addr[0] != b'/' {
         return Err(PeerAddrsError::NoLeadingSlash);
     }
+    // Printable ASCII, so valid UTF-8.
+    let text = core::str::from_utf8(addr).map_err(|_| PeerAddrsError::NotPrintable)?;
+    let mut parts = text.split('/');
+    while let Some(protocol) = parts.next() {
+        let ok = match protocol {
+            "ip4" => parts.next().and_then(|v| v.parse().ok()).is_some_and(ipv4_can_be_a_peer),
+            "ip6" => parts.next().and_then(|v| v.parse().ok()).is_some_and(ipv6_can_be_a_peer),
+            _ => true,
+        };
+        if !ok {
+            return Err(PeerAddrsError::Unroutable);
+        }
+    }
     Ok(())
+}
+
+/// Whether a peer could listen at `ip` in some run: not unspecified ("this network",
+/// 0.0.0.0/8), link-local (169.254.0.0/16), broadcast, multicast (224.0.0.0/4) or reserved
+/// (240.0.0.0/4).
+fn ipv4_can_be_a_peer(ip: Ipv4Addr) -> bool {
+    let first = ip.octets()[0];
+    !(first == 0 || ip.is_link_local() || ip.is_broadcast() || ip.is_multicast() || first >= 240)
+}
+
+/// As `ipv4_can_be_a_peer` for IPv6: not unspecified, link-local (fe80::/10) or multicast;
+/// an IPv4-mapped address (`::ffff:a.b.c.d`) by the IPv4 rules.
+fn ipv6_can_be_a_peer(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return ipv4_can_be_a_peer(v4);
+    }
+    let link_local = (ip.segments()[0] & 0xffc0) == 0xfe80;
+    !(ip.is_unspecified() || link_local || ip.is_multicast())
 }
 
 #[cfg(test)]
@@ -101,6 +143,43 @@ mod tests {
         }
         // A byte error comes before the slash rule.
         assert_eq!(check(&["a b"]), Err(PeerAddrsError::NotPrintable));
+    }
+
+    #[test]
+    fn targets_no_peer_can_be_at() {
+        for bad in [
+            "/ip4/169.254.169.254/tcp/80",
+            "/ip4/255.255.255.255/udp/9",
+            "/ip4/0.0.0.0/tcp/1",
+            "/ip4/0.1.2.3/tcp/1",
+            "/ip4/224.0.0.1/udp/1",
+            "/ip4/240.0.0.1/tcp/1",
+            "/ip4/localhost/tcp/1",
+            "/ip4/1.2.3/tcp/1",
+            "/ip4",
+            "/ip6/::/tcp/1",
+            "/ip6/fe80::1/tcp/1",
+            "/ip6/ff02::1/udp/1",
+            "/ip6/::ffff:169.254.169.254/tcp/1",
+            "/ip6/nope/tcp/1",
+            // A circuit through such a relay.
+            "/ip4/169.254.169.254/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
+        ] {
+            assert_eq!(check(&[bad]), Err(PeerAddrsError::Unroutable), "{bad:?}");
+        }
+        // Loopback, private, DNS and public targets are for readers to judge.
+        for ok in [
+            "/ip4/127.0.0.1/tcp/1",
+            "/ip4/10.77.3.11/udp/4001/quic-v1",
+            "/ip4/192.168.1.2/tcp/1",
+            "/ip4/203.0.113.7/tcp/4001",
+            "/ip6/::1/tcp/1",
+            "/ip6/2001:db8::1/tcp/1",
+            "/dns4/relay.example.com/tcp/4001",
+            "/ip4/203.0.113.7/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
+        ] {
+            assert_eq!(check(&[ok]), Ok(()), "{ok:?}");
+        }
     }
 
     #[test]

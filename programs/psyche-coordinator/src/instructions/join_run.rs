@@ -70,7 +70,7 @@ pub fn join_run_processor(ctx: Context<JoinRun>, params: JoinRunParams) -> Resul
     )?;
     if let Registration::Replaced { index, previous } = registration {
         msg!(
-            "registered clients full: slot {} of stale wallet {} (earned {}, slashed {}) reused",
+            "registered clients full: slot {} of stale wallet {} without points (earned {}, slashed {}) reused",
             index,
             Pubkey::new_from_array(previous.id.signer),
             previous.earned,

@@ -51,7 +51,7 @@ pub enum Registration {
     Rejoined { index: usize },
     /// Appended.
     Added { index: usize },
-    /// The list was full; a stale entry (its previous wallet shown) was replaced.
+    /// The list was full; a stale entry without points (its previous wallet shown) was replaced.
     Replaced { index: usize, previous: RegisteredClient },
 }
 
@@ -87,9 +87,12 @@ impl ClientsState {
     /// At most `max_pending` wallets may be pending at once (the run's `global_batch_size_end`:
     /// a client beyond it could never get a batch). When the list is full, an entry is reused if
     /// its wallet is stale: it joined neither the current epoch nor the next one
-    /// (`active < next_active - 1`) and is not in `epoch`'s clients. The stalest such entry
-    /// (lowest `active`, then lowest index) is replaced, forfeiting its unclaimed points; the
-    /// reference instead refused every new wallet forever once 256 had ever joined.
+    /// (`active < next_active - 1`), is not in `epoch`'s clients, and holds no points
+    /// (`earned <= slashed`). The stalest such entry (lowest `active`, then lowest index) is
+    /// replaced. An entry with points is never reused: the list is the ledger a treasury pays
+    /// from, and this program cannot tell whether they were paid (docs/rewards.md, "Points stay
+    /// in the list"). So a run where 256 wallets hold points takes no new wallet
+    /// (`ClientsFull`); the reference refused every new wallet once 256 had ever joined.
     ///
     /// One P2P key, one wallet (docs/protocol.md, "One P2P key per wallet"): peers attribute
     /// gossip by P2P key, so a key shared by two clients lets one wallet have another's results
@@ -159,7 +162,9 @@ impl ClientsState {
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                c.active < stale_below && !epoch.clients().iter().any(|e| e.id == c.id)
+                c.active < stale_below
+                    && c.earned <= c.slashed
+                    && !epoch.clients().iter().any(|e| e.id == c.id)
             })
             .min_by_key(|(i, c)| (c.active, *i))
             .map(|(i, _)| i)

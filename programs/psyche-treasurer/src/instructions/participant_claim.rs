@@ -15,7 +15,8 @@ use crate::state::{Participant, Run};
 ///
 /// Accounts:
 /// 0. `[signer]` user: the wallet registered in the coordinator (`id.signer`).
-/// 1. `[writable]` user_collateral: any token account of `run.collateral_mint` (where to be paid).
+/// 1. `[writable]` user_collateral: any token account of `run.collateral_mint` but the run's
+///    escrow (`RunCollateralAsDestination`): where to be paid.
 /// 2. `[writable]` run: its claim totals grow.
 /// 3. `[writable]` run_collateral: PDA `["RunCollateral", run]`, pays.
 /// 4. `[writable]` participant: PDA `["Participant", run, user]`.
@@ -74,6 +75,11 @@ pub fn participant_claim_processor(
     ctx: Context<ParticipantClaim>,
     params: ParticipantClaimParams,
 ) -> Result<()> {
+    // Paying the escrow into itself would move nothing yet mark the points paid.
+    require!(
+        ctx.accounts.user_collateral.key() != ctx.accounts.run_collateral.key(),
+        TreasurerError::RunCollateralAsDestination
+    );
     let claim_points = params.claim_points;
     require!(claim_points > 0, TreasurerError::ClaimZero);
 

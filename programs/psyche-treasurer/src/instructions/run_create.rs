@@ -110,6 +110,7 @@ pub fn run_create_processor(ctx: Context<RunCreate>, params: RunCreateParams) ->
     run.collateral_per_point = params.collateral_per_point;
     run.total_claimed_points = 0;
     run.total_claimed_collateral = 0;
+    run.wind_down_at = 0;
 
     create_run_collateral(&ctx)?;
 

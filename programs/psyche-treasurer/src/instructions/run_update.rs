@@ -10,6 +10,9 @@ use crate::state::Run;
 /// `main_authority`: each given field is forwarded to the coordinator's owner instruction, which
 /// applies its own rules (config, model, progress and client version only while halted).
 ///
+/// Refused once the run is winding down (`RunWindingDown`): a resume would let the run earn
+/// points the grace period does not leave time to claim.
+///
 /// CPIs, in this order and only for what is given: `update(metadata, config, model, progress)`,
 /// `update_client_version`, `set_future_epoch_rates`, `set_paused` (last, so a resume checks the
 /// new config and model).
@@ -74,6 +77,7 @@ impl RunUpdateParams {
 
 pub fn run_update_processor(ctx: Context<RunUpdate>, params: RunUpdateParams) -> Result<()> {
     require!(!params.is_empty(), TreasurerError::RunUpdateEmpty);
+    require!(ctx.accounts.run.wind_down_at == 0, TreasurerError::RunWindingDown);
 
     let run = &ctx.accounts.run;
     let index = run.index.to_le_bytes();

@@ -717,6 +717,47 @@ pub fn ix_participant_claim(
     ix_claim_with(claim_accounts(user, to, run), claim_points)
 }
 
+pub fn ix_run_wind_down(authority: &Pubkey, run: &TRun) -> Instruction {
+    Instruction {
+        program_id: psyche_treasurer::ID,
+        accounts: psyche_treasurer::accounts::RunWindDown {
+            authority: *authority,
+            run: run.address,
+            coordinator_instance: run.instance,
+            coordinator_account: run.account,
+            coordinator_program: psyche_coordinator::ID,
+        }
+        .to_account_metas(None),
+        data: psyche_treasurer::instruction::RunWindDown {}.data(),
+    }
+}
+
+/// The accounts of `run_close`, so tests can swap one for a wrong one.
+pub fn close_accounts(
+    authority: &Pubkey,
+    authority_collateral: &Pubkey,
+    run: &TRun,
+) -> psyche_treasurer::accounts::RunClose {
+    psyche_treasurer::accounts::RunClose {
+        authority: *authority,
+        authority_collateral: *authority_collateral,
+        run: run.address,
+        run_collateral: run.collateral,
+        coordinator_instance: run.instance,
+        coordinator_account: run.account,
+        coordinator_program: psyche_coordinator::ID,
+        token_program: spl_token::ID,
+    }
+}
+
+pub fn ix_run_close_with(accounts: psyche_treasurer::accounts::RunClose) -> Instruction {
+    Instruction {
+        program_id: psyche_treasurer::ID,
+        accounts: accounts.to_account_metas(None),
+        data: psyche_treasurer::instruction::RunClose {}.data(),
+    }
+}
+
 pub fn empty_update() -> RunUpdateParams {
     RunUpdateParams {
         metadata: None,

@@ -30,6 +30,8 @@ COMMANDS = [
     "train",
     "treasurer-claim-rewards",
     "treasurer-top-up-rewards",
+    "treasurer-wind-down",
+    "treasurer-close-run",
     "create-test-mint",
     "mining-pool-create",
     "mining-pool-update",

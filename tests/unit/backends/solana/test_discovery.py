@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.discovery import PEER_RECORD_TTL_S, ChainDirectory
+from psyche.backends.solana.discovery import (
+    PEER_RECORD_TTL_S,
+    ChainDirectory,
+    rpcs_are_local,
+    target_refusal,
+)
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
 
@@ -46,6 +51,8 @@ def pda(wallet: Pubkey) -> Pubkey:
 
 
 def directory(**kw: Any) -> ChainDirectory:
+    """A reader in a local run (the addresses below are private) unless ``local=False``."""
+    kw.setdefault("local", True)
     return ChainDirectory(
         program_id=PROGRAM,
         instance=INSTANCE,
@@ -159,3 +166,66 @@ def test_announced_addresses_come_first() -> None:
     d = directory(announce=["/ip4/203.0.113.7/tcp/4001"])
     got = d.record_addrs(["/ip4/192.168.1.2/tcp/4001"], me.p2p_identity)
     assert got == ["/ip4/203.0.113.7/tcp/4001", "/ip4/192.168.1.2/tcp/4001"]
+
+
+# Issue 26, finding 5: records that make every reader dial where no peer can be.
+RELAY = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+NEVER = (
+    "/ip4/169.254.169.254/tcp/80",
+    "/ip4/255.255.255.255/tcp/9",
+    "/ip4/224.0.0.1/tcp/9",
+    "/ip6/fe80::1/tcp/9",
+    "/ip6/::ffff:169.254.169.254/tcp/9",
+    f"/ip4/169.254.169.254/tcp/4001/p2p/{RELAY}/p2p-circuit",
+)
+LOCAL_ONLY = (
+    "/ip4/127.0.0.1/tcp/4001",
+    "/ip4/10.0.0.1/tcp/4001",
+    "/ip4/172.16.5.4/tcp/4001",
+    "/ip4/192.168.1.2/tcp/4001",
+    "/ip4/100.64.0.9/tcp/4001",
+    "/ip6/::1/tcp/4001",
+    "/ip6/fd00::7/tcp/4001",
+    "/dns4/metadata.google.internal/tcp/80",
+    f"/ip4/10.0.0.8/tcp/5/p2p/{RELAY}/p2p-circuit",
+)
+PUBLIC = ("/ip4/203.0.113.7/tcp/4001", "/ip6/2001:db8::1/tcp/4001")
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_targets_no_peer_can_be_at_are_never_dialed(local: bool) -> None:
+    d = directory(local=local)
+    m = member(11)
+    got = d.accept(m, PROGRAM, encode(record(m, NEVER[:4])))
+    assert got == []
+    # Multicast was already dropped as not dialable; the others for their target.
+    assert (d.rejected["target"], d.rejected["address"]) == (3, 1)
+    for addr in NEVER:
+        assert target_refusal(addr, local) is not None, addr
+
+
+def test_loopback_private_and_dns_targets_only_in_a_local_run() -> None:
+    m = member(12)
+    pid = peer_id_for(m.p2p_identity)
+    addrs = (*LOCAL_ONLY[:3], PUBLIC[0])
+    public_run = directory(local=False)
+    assert public_run.accept(m, PROGRAM, encode(record(m, addrs))) == [f"{PUBLIC[0]}/p2p/{pid}"]
+    assert public_run.rejected["target"] == 3
+    local_run = directory(local=True)
+    assert local_run.accept(m, PROGRAM, encode(record(m, addrs))) == [
+        f"{a}/p2p/{pid}" for a in addrs
+    ]
+    for addr in LOCAL_ONLY:
+        assert target_refusal(addr, local=False) is not None, addr
+        assert target_refusal(addr, local=True) is None, addr
+    for addr in PUBLIC:
+        assert target_refusal(addr, local=False) is None, addr
+
+
+def test_a_run_is_local_when_every_rpc_endpoint_is_on_this_machine_or_lan() -> None:
+    assert rpcs_are_local(["http://127.0.0.1:8899"])
+    assert rpcs_are_local(["http://localhost:8899", "http://10.77.3.1:8899"])
+    assert rpcs_are_local(["http://[::1]:8899"])
+    assert not rpcs_are_local(["https://api.mainnet-beta.solana.com"])
+    assert not rpcs_are_local(["http://127.0.0.1:8899", "http://203.0.113.9:8899"])
+    assert not rpcs_are_local([])

@@ -261,6 +261,19 @@ RULES: list[tuple[list[str], str | None]] = [
     (["~/x"], "PeerAddrNoLeadingSlash"),
     (["/ok", "x", "/" + "a" * MAX_PEER_ADDR_LEN], "PeerAddrNoLeadingSlash"),  # the first bad one
     (["/ok", "/" + "a" * MAX_PEER_ADDR_LEN, "x"], "PeerAddrBadLength"),
+    # Issue 26, finding 5: targets no peer can be at (the program's core/peer_addrs.rs cases).
+    (["/ip4/169.254.169.254/tcp/80"], "PeerAddrUnroutable"),
+    ([ADDR, "/ip4/255.255.255.255/udp/9"], "PeerAddrUnroutable"),
+    (["/ip4/0.1.2.3/tcp/1"], "PeerAddrUnroutable"),
+    (["/ip4/240.0.0.1/tcp/1"], "PeerAddrUnroutable"),
+    (["/ip4/1.2.3/tcp/1"], "PeerAddrUnroutable"),
+    (["/ip4"], "PeerAddrUnroutable"),
+    (["/ip6/fe80::1/tcp/1"], "PeerAddrUnroutable"),
+    (["/ip6/2001:db8::1%eth0/tcp/1"], "PeerAddrUnroutable"),
+    (["/ip6/::ffff:169.254.169.254/tcp/1"], "PeerAddrUnroutable"),
+    (["/ip4/169.254.1.1/tcp/1/p2p/x/p2p-circuit"], "PeerAddrUnroutable"),
+    (["/ip4/127.0.0.1/tcp/1", "/ip4/10.0.0.1/tcp/1", "/dns4/a.example/tcp/1"], None),
+    (["/ip6/::1/tcp/1", "/ip6/2001:db8::1/tcp/1"], None),
 ]
 
 
@@ -285,6 +298,7 @@ def test_error_codes_follow_the_existing_ones() -> None:
         "PeerAddrBadLength": 6037,
         "PeerAddrNotPrintable": 6038,
         "PeerAddrNoLeadingSlash": 6039,
+        "PeerAddrUnroutable": 6040,
     }
 
 

@@ -284,6 +284,7 @@ def serve_run(
             "collateral_per_point": rate,
             "total_claimed_points": 0,
             "total_claimed_collateral": 0,
+            "wind_down_at": 0,
         }
         data = treasurer_idl().encode_account("Run", value)
         node.set(run, data, run_owner or treasurer_program())

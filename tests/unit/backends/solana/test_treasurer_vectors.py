@@ -39,10 +39,12 @@ from psyche.backends.solana.treasurer import (
     participant_claim_ix,
     participant_create_ix,
     participant_pda,
+    run_close_ix,
     run_collateral_pda,
     run_create_ix,
     run_pda,
     run_update_ix,
+    run_wind_down_ix,
 )
 from psyche.protocol.run_file import load_run_config
 from psyche.protocol.strict_obj import to_obj
@@ -200,6 +202,14 @@ class Replay:
         points = rec["args"]["params"]["claim_points"]
         return participant_claim_ix(treasurer(), self.run, user, dest, points)
 
+    def run_wind_down(self, rec: dict[str, Any]) -> Instruction:
+        assert self.run is not None
+        return run_wind_down_ix(treasurer(), self.run, coordinator().program_id)
+
+    def run_close(self, rec: dict[str, Any]) -> Instruction:
+        assert self.run is not None
+        return run_close_ix(treasurer(), self.run, coordinator().program_id, _account(rec, 1))
+
 
 def test_program_ids_are_the_idls() -> None:
     programs = scenario()["programs"]
@@ -224,8 +234,10 @@ def test_every_treasurer_instruction_is_built_byte_identical(tmp_path: Path) -> 
         "run_create": 1,
         "run_update": 2,
         "participant_create": 1,
-        "participant_claim": 5,
-        "mint_to": 2,
+        "participant_claim": 6,
+        "mint_to": 3,
+        "run_wind_down": 1,
+        "run_close": 2,
     }, replay.checks
 
 

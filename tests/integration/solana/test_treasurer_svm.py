@@ -437,3 +437,40 @@ def test_pause_client_version_and_resume_through_run_update(flow: Flow) -> None:
     for what, sig in (("pause", pause), ("client version", version[0]), ("resume", resume)):
         (units,) = flow.units(sig)
         print(f"run_update ({what}): {units} compute units")
+
+
+def test_the_owner_winds_the_run_down_and_closes_it(flow: Flow) -> None:
+    """Issue 26, finding 2 (last: it ends the run). Only the run's main authority winds down;
+    the run stops for good; closing waits for the grace period, then the escrow's remainder and
+    the rent of the escrow and of the coordinator's accounts go to the owner."""
+    flow.epoch()
+    created = flow.created()
+    refused = flow.cli(flow.clients[0], "treasurer-wind-down", "--run-id", RUN_ID, ok=False)
+    assert "only the run's main authority" in refused.stderr
+    early = flow.cli(flow.owner, "treasurer-close-run", "--run-id", RUN_ID, ok=False)
+    assert "not winding down" in early.stderr
+    down = flow.json(flow.owner, "treasurer-wind-down", "--run-id", RUN_ID)
+    assert down["closable_at"] == down["wind_down_at"] + treasurer.RUN_CLOSE_GRACE_SECONDS
+    dump = flow.json(None, "json-dump-run", "--run-id", RUN_ID)
+    assert dump["coordinator"]["run_state"] == "Paused"
+    assert dump["treasurer"]["wind_down_at"] == down["wind_down_at"]
+    resume = flow.cli(flow.owner, "set-paused", "--run-id", RUN_ID, "resume", ok=False)
+    assert "RunWindingDown" in resume.stderr
+    too_soon = flow.cli(flow.owner, "treasurer-close-run", "--run-id", RUN_ID, ok=False)
+    assert "can be closed from" in too_soon.stderr
+
+    flow.node.advance_time(treasurer.RUN_CLOSE_GRACE_SECONDS)
+    remainder = flow.escrow()
+    before = flow.balance(flow.owner.pubkey())
+    rent = sum(
+        acc.lamports
+        for key in (created["coordinator_account"], created["coordinator_instance"])
+        if (acc := flow.node.get_account(Pubkey.from_string(key))) is not None
+    )
+    assert rent > 10**9, rent  # the ≈ 1.16 SOL of the coordinator account comes back
+    closed = flow.json(flow.owner, "treasurer-close-run", "--run-id", RUN_ID)
+    assert closed["remainder_paid"] == remainder
+    assert flow.balance(flow.owner.pubkey()) == before + remainder
+    for key in ("coordinator_account", "coordinator_instance", "run_collateral"):
+        assert flow.node.get_account(Pubkey.from_string(created[key])) is None, key
+    assert flow.node.get_account(Pubkey.from_string(created["treasurer_run"])) is not None

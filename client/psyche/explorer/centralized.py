@@ -65,6 +65,7 @@ class CentralizedSource:
         self._http: httpx.AsyncClient | None = None
         self._run: int | None = None
         self._first_seq: int | None = None
+        self._seq: int | None = None
 
     async def close(self) -> None:
         if self._http is not None:
@@ -78,7 +79,10 @@ class CentralizedSource:
             self._http = httpx.AsyncClient(timeout=self.timeout)
         self.calls += 1
         try:
-            resp = await self._http.get(self.url)
+            # ``since``: the states published between two polls come too (a round's phases can
+            # be shorter than the poll interval).
+            params = {} if self._seq is None else {"since": str(self._seq)}
+            resp = await self._http.get(self.url, params=params)
         except httpx.HTTPError as e:
             raise SourceUnavailable(f"{self.url}: {type(e).__name__}: {e}") from None
         if resp.status_code != 200:
@@ -101,6 +105,10 @@ class CentralizedSource:
             connected = set(map(str, body.get("connected", [])))
             pending = [str(p) for p in body.get("pending", [])]
             reports = list(body.get("witnesses", []))
+            earlier = [
+                (int(e["seq"]), from_obj_state(e["coordinator"]))
+                for e in body.get("earlier", [])[:64]
+            ]
         except Exception as e:  # the strict decoder's errors, or a missing key
             raise BadInput(f"{self.url}: undecodable status: {type(e).__name__}: {e}") from None
         host = self.url.split("://", 1)[-1].rsplit("/status", 1)[0]
@@ -133,6 +141,9 @@ class CentralizedSource:
             if isinstance(e, dict) and isinstance(e.get("at"), int | float)
         ]
         obs = observe(coordinator, seq, clients=rows, extra={"events": events})
+        # Earlier states are stored only for their phases and rounds (the latest one's client
+        # rows replace theirs on the run).
+        before = [observe(c, n) for n, c in sorted(earlier, key=lambda e: e[0])]
         found = []
         for r in reports:
             try:
@@ -140,4 +151,6 @@ class CentralizedSource:
             except BadInput as e:
                 log.warning("%s: %s", self.name, e)
         # One transaction: a crash stores the poll whole or not at all.
-        return self.store.record_state(self._run, obs, found)
+        stored = self.store.record_state(self._run, obs, found, earlier=before)
+        self._seq = seq
+        return stored

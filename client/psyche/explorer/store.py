@@ -70,11 +70,19 @@ class Store:
             assert key_row is not None
             return int(key_row[0])
 
-    def record_state(self, run: int, obs: StateObs, found: Iterable[MetricObs] = ()) -> int:
-        """Store ``obs`` unless this run already has its sequence number, and the witness
-        reports ``found`` with it that are new, in one transaction; returns the rows stored."""
+    def record_state(
+        self,
+        run: int,
+        obs: StateObs,
+        found: Iterable[MetricObs] = (),
+        earlier: Iterable[StateObs] = (),
+    ) -> int:
+        """Store the states ``earlier`` (oldest first) and then ``obs``, each unless this run
+        already has its sequence number, and the witness reports ``found`` with them that are
+        new, in one transaction; returns the rows stored."""
         with self.engine.begin() as conn:
-            stored = self._state(conn, run, obs)
+            stored = sum(self._state(conn, run, e) for e in earlier if e.seq < obs.seq)
+            stored += self._state(conn, run, obs)
             return stored + self._metrics(conn, run, found)
 
     def _state(self, conn: Connection, run: int, obs: StateObs) -> int:

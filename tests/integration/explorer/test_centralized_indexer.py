@@ -78,6 +78,36 @@ def test_states_and_witness_reports_are_stored_once(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+def test_states_published_between_polls_are_all_stored(tmp_path: Path) -> None:
+    """A round's phases can be shorter than the poll interval: ``?since=`` brings the states
+    published in between, so the indexer stores every phase in order (a round seen only in
+    RoundTrain and then in the next round would have no witness phase)."""
+    from psyche.coordinator.types import RunState
+
+    async def go() -> None:
+        store = Store(open_engine(str(tmp_path / "db.sqlite")))
+        async with status_server() as (server, endpoint):
+            src = CentralizedSource(store, f"http://127.0.0.1:{endpoint.port}")
+            assert await src.poll() == 1
+            hub = server.hub
+            c = hub.coordinator
+            # Three publications with no await in between: no poll can see the first two.
+            for phase in (RunState.Warmup, RunState.RoundTrain, RunState.RoundWitness):
+                c.run_state = phase
+                c.run_state_start_unix_timestamp += 1
+                assert hub._commit()
+            first = hub.seq - 2
+            await src.poll()
+            await src.close()
+        with store.engine.connect() as conn:
+            seen = conn.execute(select(states.c.seq, states.c.phase).order_by(states.c.seq)).all()
+        phases = {seq: phase for seq, phase in seen}
+        assert [phases.get(first + i) for i in range(3)] == ["Warmup", "RoundTrain", "RoundWitness"]
+        assert len(seen) == len(phases)  # each state once
+
+    asyncio.run(go())
+
+
 def test_endpoint_refuses_what_is_not_a_get_of_status() -> None:
     async def exchange(port: int, request: bytes) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

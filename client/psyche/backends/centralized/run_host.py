@@ -70,6 +70,7 @@ class RunHost:
         on_epoch_end: Callable[[Coordinator], object] | None = None,
         first_seq: int = 0,
         max_events: int = 20,
+        max_history: int = 64,
     ) -> None:
         self._coord = coordinator
         self.withdraw_on_disconnect = withdraw_on_disconnect
@@ -90,6 +91,10 @@ class RunHost:
         self._json = serde.to_json(coordinator)
         self._run_state = coordinator.run_state
         self.first_seq = self.seq = first_seq
+        # The last published states with their sequence numbers, so that a reader polling less
+        # often than states change (the explorer's indexer, ``GET /status?since=N``) sees every
+        # phase of a round instead of one state per poll.
+        self.history: deque[tuple[int, str]] = deque(maxlen=max_history)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -98,6 +103,10 @@ class RunHost:
     def snapshot(self) -> tuple[int, bytes]:
         """The latest published state: its sequence number and serde JSON."""
         return self.seq, self._json.encode()
+
+    def states_between(self, after: int, before: int) -> list[tuple[int, str]]:
+        """The published states with ``after < seq < before`` still held, oldest first."""
+        return [(n, t) for n, t in self.history if after < n < before]
 
     def note(self, text: str, level: int = logging.INFO) -> None:
         """Record ``text`` for the status view and the log."""
@@ -213,4 +222,5 @@ class RunHost:
             return False
         self._json = text
         self.seq += 1
+        self.history.append((self.seq, text))
         return True

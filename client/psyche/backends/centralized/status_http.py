@@ -15,6 +15,11 @@ A reader must never slow the run, so:
   only its own task, never the tick or a client's connection;
 * anything but ``GET /status`` (or ``/status?…``) gets a 404 or 405, and nothing here mutates
   the server.
+
+``GET /status?since=N`` also lists, under ``"earlier"``, the states published after sequence
+number ``N`` and before the one in the answer (at most the server's last 64), oldest first: a
+round's phases can last less than a poll interval, and without them an indexer would see a round
+that never reached its witness phase.
 """
 
 from __future__ import annotations
@@ -98,6 +103,24 @@ def status_body(server: CentralizedServer, reports: WitnessReports | None) -> by
     return text[:-1] + b',"coordinator":' + state + b"}"
 
 
+def with_earlier(server: CentralizedServer, body: bytes, seq: int, since: int) -> bytes:
+    """``body`` (whose state is number ``seq``) with the states published between ``since`` and
+    ``seq`` spliced in as ``"earlier"``: pre-encoded JSON joined, so a poll stays cheap."""
+    parts = [
+        b'{"seq":' + str(n).encode() + b',"coordinator":' + t.encode() + b"}"
+        for n, t in server.hub.states_between(since, seq)
+    ]
+    return body[:-1] + b',"earlier":[' + b",".join(parts) + b"]}"
+
+
+def _since(query: bytes) -> int | None:
+    for pair in query.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if key == b"since" and value.isdigit() and len(value) <= 20:
+            return int(value)
+    return None
+
+
 class StatusEndpoint:
     """``GET /status`` for one :class:`CentralizedServer`; :meth:`start`, then :meth:`close`."""
 
@@ -118,7 +141,7 @@ class StatusEndpoint:
         self.port = 0
         self.served = 0
         self._readers = 0
-        self._cached: tuple[float, bytes] | None = None
+        self._cached: tuple[float, int, bytes] | None = None
         self._listener: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -131,11 +154,13 @@ class StatusEndpoint:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._listener.wait_closed(), 2)
 
-    def body(self) -> bytes:
+    def body(self, since: int | None = None) -> bytes:
         now = time.monotonic()
         if self._cached is None or now - self._cached[0] >= self.min_interval:
-            self._cached = (now, status_body(self.server, self.reports))
-        return self._cached[1]
+            seq = self.server.hub.seq
+            self._cached = (now, seq, status_body(self.server, self.reports))
+        _, seq, body = self._cached
+        return body if since is None else with_earlier(self.server, body, seq, since)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._readers >= self.max_readers:
@@ -169,9 +194,9 @@ class StatusEndpoint:
             if len(data) > MAX_REQUEST:
                 return "431 Request Header Fields Too Large", b'{"error":"request too large"}'
         method, _, rest = data.partition(b" ")
-        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        path, _, query = rest.split(b" ", 1)[0].partition(b"?")
         if path != b"/status":
             return "404 Not Found", b'{"error":"only /status is served"}'
         if method != b"GET":
             return "405 Method Not Allowed", b'{"error":"read-only: GET /status"}'
-        return "200 OK", self.body()
+        return "200 OK", self.body(_since(query))

@@ -234,3 +234,6 @@ def test_treasurer_pays_points_and_a_mining_pool_shares_them(
             assert shown["extracted"] == as_text(withdrawn) and shown["frozen"] == "yes", shown
             assert shown["redeemable"] == as_text(rewards), shown
             assert sorted(shown["claims"].split("|")) == sorted(as_text(c) for c in shares), shown
+            # The Treasurer Run's claimed points: what every client claimed in step 1.
+            claimed = sum(paid.values()) // RATE
+            assert shown["treasurer_claimed"] == as_text(claimed), (shown, paid)

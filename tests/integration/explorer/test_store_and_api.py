@@ -27,7 +27,7 @@ from .pg_server import throwaway_postgres
 WRITER = textwrap.dedent(
     """
     import sys, time
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {root!r}]
     from psyche.explorer.observe import observe
     from psyche.explorer.schema import open_engine
     from psyche.explorer.store import Store
@@ -47,8 +47,8 @@ WRITER = textwrap.dedent(
 
 def test_a_writer_killed_mid_write_loses_nothing_stored(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
-    tests = str(Path(__file__).resolve().parents[1])
-    code = WRITER.format(tests=tests, db=str(db))
+    here = Path(__file__).resolve()
+    code = WRITER.format(tests=str(here.parents[1]), root=str(here.parents[2]), db=str(db))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "client")}
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None

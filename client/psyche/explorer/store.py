@@ -99,19 +99,23 @@ class Store:
                 .values(detail=detail)
             )
             return 0
+        # What a state row and the run's latest-state columns share.
+        common = {
+            "seq": obs.seq,
+            "phase": obs.phase,
+            "phase_since": obs.phase_since,
+            "epoch": obs.epoch,
+            "step": obs.step,
+            "height": obs.height,
+            "clients": len(obs.clients),
+        }
         conn.execute(
             states.insert().values(
                 run=run,
-                seq=obs.seq,
                 observed_at=obs.observed_at,
-                phase=obs.phase,
-                phase_since=obs.phase_since,
-                epoch=obs.epoch,
-                step=obs.step,
-                height=obs.height,
                 witnesses=obs.witnesses,
                 witness_target=obs.witness_target,
-                clients=len(obs.clients),
+                **common,
             )
         )
         conn.execute(
@@ -120,16 +124,10 @@ class Store:
             .values(
                 name=obs.name,
                 last_update=obs.observed_at,
-                seq=obs.seq,
-                phase=obs.phase,
-                phase_since=obs.phase_since,
-                epoch=obs.epoch,
-                step=obs.step,
                 total_steps=obs.total_steps,
-                height=obs.height,
-                clients=len(obs.clients),
                 tokens=obs.tokens,
                 detail=json.dumps(obs.detail()),
+                **common,
             )
         )
         self._rounds(conn, run, obs)

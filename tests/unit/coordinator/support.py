@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.coordinator.state_json import to_obj_state
@@ -91,6 +93,30 @@ def finish_round(sim: Sim) -> None:
         sim.tick()
     assert c.run_state is RS.RoundWitness, c.run_state
     sim.advance(c.config.round_witness_time)
+    sim.tick()
+
+
+def verifying_sim(vp: int = 25, run_id: str = "test") -> Sim:
+    """Four clients in round 0's RoundTrain of a run that samples ``vp`` % of results for
+    verification (three witnesses, so a verdict quorum of two exists)."""
+    cfg = make_config(witness_nodes=3, min_clients=3, init_min_clients=4)
+    cfg.check()
+    sim = Sim(Coordinator(run_id=run_id, config=cfg, model=make_model()))
+    sim.coord.config = dataclasses.replace(cfg, verification_percent=vp)
+    sim.resume()
+    sim.advance(cfg.waiting_for_members_extra_time)
+    sim.tick(pool(4))
+    sim.send_warmup_witnesses()
+    assert sim.coord.run_state is RS.RoundTrain
+    return sim
+
+
+def end_round(sim: Sim) -> None:
+    """Whatever witnesses were sent, let RoundTrain (if still there) and RoundWitness time out."""
+    if sim.coord.run_state is RS.RoundTrain:
+        sim.advance(sim.coord.config.max_round_train_time)
+        sim.tick()
+    sim.advance(sim.coord.config.round_witness_time)
     sim.tick()
 
 

@@ -23,7 +23,7 @@ from psyche.coordinator.verification import (
 )
 from psyche.protocol.identity import NodeIdentity
 
-from .support import RS, make_config, make_sim, pool
+from .support import RS, end_round, pool, verifying_sim
 
 MISMATCH = Verdict(checked=1, mismatch=1)
 MATCH = Verdict(checked=1)
@@ -100,29 +100,10 @@ def test_judge_rules() -> None:
     assert judge(outsider, [ids[0], ids[3]], judged, [4], 3).rejected == []
 
 
-def _verifying_sim(vp: int = 25) -> Sim:
-    sim = make_sim(make_config(witness_nodes=3, min_clients=3, init_min_clients=4))
-    sim.coord.config = dataclasses.replace(sim.coord.config, verification_percent=vp)
-    sim.resume()
-    sim.advance(sim.coord.config.waiting_for_members_extra_time)
-    sim.tick(pool(4))
-    sim.send_warmup_witnesses()
-    assert sim.coord.run_state is RS.RoundTrain
-    return sim
-
-
-def _end_round(sim: Sim) -> None:
-    if sim.coord.run_state is RS.RoundTrain:
-        sim.advance(sim.coord.config.max_round_train_time)
-        sim.tick()
-    sim.advance(sim.coord.config.round_witness_time)
-    sim.tick()
-
-
 def _judging_round(sim: Sim) -> tuple[NodeIdentity, list[int]]:
     """End round 0 honestly; in round 1 return the sampled trainer and the verifiers' indices."""
     sim.send_round_witnesses()
-    _end_round(sim)
+    end_round(sim)
     c = sim.coord
     prev = c.previous_round()
     assert prev is not None
@@ -139,13 +120,13 @@ def _send(sim: Sim, index: int, verdict: Verdict) -> None:
 
 
 def test_rejected_trainer_is_excluded_by_clients_ejected_and_slashed() -> None:
-    sim = _verifying_sim()
+    sim = verifying_sim()
     trainer, verifiers = _judging_round(sim)
     c = sim.coord
     for i in verifiers:
         if c.epoch_state.clients[i].id != trainer:
             _send(sim, i, MISMATCH)
-    _end_round(sim)
+    end_round(sim)
     assert c.run_state is RS.RoundTrain and c.index_of(trainer) is None
     # At the start of this round clients apply round 0 from round 1's witnesses: the same
     # verdicts, read from the coordinator state, leave the trainer's result out.
@@ -158,11 +139,11 @@ def test_rejected_trainer_is_excluded_by_clients_ejected_and_slashed() -> None:
         if c.run_state is RS.Cooldown:
             break
         sim.send_round_witnesses()
-        _end_round(sim)
+        end_round(sim)
     c.config = dataclasses.replace(c.config, epoch_time=1)
     while c.run_state is not RS.Cooldown:
         sim.send_round_witnesses()
-        _end_round(sim)
+        end_round(sim)
     sim.advance(c.config.cooldown_time)
     result = c.tick(None, sim.now, 1)
     points = epoch_points(c, result, 300, 50)
@@ -171,9 +152,9 @@ def test_rejected_trainer_is_excluded_by_clients_ejected_and_slashed() -> None:
 
 
 def test_verdict_refused_without_verification() -> None:
-    sim = _verifying_sim(vp=0)
+    sim = verifying_sim(vp=0)
     sim.send_round_witnesses()
-    _end_round(sim)
+    end_round(sim)
     sel = sim.coord.committee_selection(sim.coord.current_round())
     i = next(j for j in range(4) if sel.get_witness(j).position == 0)
     before = sim.coord.clone()
@@ -187,7 +168,7 @@ def test_verdict_refused_without_verification() -> None:
 
 
 def test_withdrawn_state_is_ejected_not_healthy() -> None:
-    sim = _verifying_sim()
+    sim = verifying_sim()
     trainer, verifiers = _judging_round(sim)
     c = sim.coord
     idx = c.index_of(trainer)
@@ -196,6 +177,6 @@ def test_withdrawn_state_is_ejected_not_healthy() -> None:
     for i in verifiers:
         if c.epoch_state.clients[i].id != trainer:
             _send(sim, i, MISMATCH)
-    _end_round(sim)
+    end_round(sim)
     gone = [x for x in c.epoch_state.exited_clients if x.id == trainer]
     assert gone and gone[0].state is ClientState.Ejected

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from psyche.coordinator import Coordinator, RunState
-from psyche.coordinator.sim import Sim, sim_identity, sim_result_hash
+from psyche.coordinator import RunState
+from psyche.coordinator.sim import Sim, sim_result_hash
 from psyche.coordinator.types import Verdict
 from psyche.daemon.rounds import (
     ReceivedResult,
@@ -19,30 +19,13 @@ from psyche.daemon.rounds import (
 )
 from psyche.protocol.identity import NodeIdentity
 
-from ..coordinator.support import make_config, make_model
+from ..coordinator.support import end_round, verifying_sim
 
 RS = RunState
 
 
-def _sim() -> Sim:
-    cfg = make_config(witness_nodes=3, min_clients=3)
-    cfg.check()
-    sim = Sim(Coordinator(run_id="verify", config=cfg, model=make_model()))
-    sim.coord.config = dataclasses.replace(cfg, verification_percent=25)
-    sim.resume()
-    sim.advance(cfg.waiting_for_members_extra_time)
-    sim.tick([sim_identity(i) for i in range(4)])
-    sim.send_warmup_witnesses()
-    assert sim.coord.run_state is RS.RoundTrain
-    return sim
-
-
 def _end_round(sim: Sim) -> None:
-    if sim.coord.run_state is RS.RoundTrain:
-        sim.advance(sim.coord.config.max_round_train_time)
-        sim.tick()
-    sim.advance(sim.coord.config.round_witness_time)
-    sim.tick()
+    end_round(sim)
     assert sim.coord.run_state is RS.RoundTrain
 
 
@@ -79,7 +62,7 @@ def _round0_then_judge(
 
 
 def test_rejected_result_is_left_out_and_retried() -> None:
-    sim = _sim()
+    sim = verifying_sim(run_id="verify")
     c = sim.coord
     round0, trainer = _round0_then_judge(sim, Verdict(checked=1, mismatch=1))
     prev = c.previous_round()
@@ -95,7 +78,7 @@ def test_rejected_result_is_left_out_and_retried() -> None:
 
 
 def test_matching_verdicts_change_nothing() -> None:
-    sim = _sim()
+    sim = verifying_sim(run_id="verify")
     c = sim.coord
     round0, trainer = _round0_then_judge(sim, Verdict(checked=1, mismatch=0))
     prev = c.previous_round()
@@ -109,7 +92,7 @@ def test_matching_verdicts_change_nothing() -> None:
 def test_result_of_the_round_it_was_caught_in_is_left_out_too() -> None:
     """The trainer is ejected at the end of round 1, the round that judged it; its round 1
     result still reached the witnesses, but the apply of round 1 (at round 3) leaves it out."""
-    sim = _sim()
+    sim = verifying_sim(run_id="verify")
     c = sim.coord
     kept: list[RoundState] = []
     _, trainer = _round0_then_judge(sim, Verdict(checked=1, mismatch=1), kept)

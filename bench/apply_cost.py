@@ -25,23 +25,14 @@ def apply_cost(
 ) -> dict[str, Any]:
     import torch
 
-    from psyche.distro import DistroResult, aggregate, decode, decode_sign, encoded_shape
-    from psyche.distro.compress import chunk_shape, totalk_of
+    # bench/'s own payload maker (this directory is on sys.path for every bench script).
+    from distro_apply_determinism import mean_of_peers
+    from psyche.distro import decode, decode_sign
     from psyche.distro.dct import decode_sign_exact
     from psyche.distro.sign_bound import fast_decode_sign
 
     gen = torch.Generator().manual_seed(0)
-    inputs = []
-    for shape in shapes:
-        xshape = encoded_shape(shape, chunk)
-        grid, totalk = chunk_shape(xshape), totalk_of(xshape)
-        k = min(topk, totalk)
-        results = []
-        for _ in range(peers):
-            idx = torch.rand(*grid, totalk, generator=gen).topk(k, dim=-1).indices
-            val = torch.randint(0, 2, (*grid, k), generator=gen).float() * 2 - 1
-            results.append(DistroResult(idx, val, xshape, totalk))
-        inputs.append(aggregate(results, torch.float32, torch.device("cpu"), distinct=True))
+    inputs = [mean_of_peers(shape, chunk, topk, peers, gen, "cpu") for shape in shapes]
     for x in inputs:  # warm-up (basis caches) and the bit-for-bit check
         if not torch.equal(decode_sign(x), decode_sign_exact(x)):
             raise AssertionError("decode_sign differs from decode_sign_exact")

@@ -86,31 +86,19 @@ def make_app(store: Store, *, poll: float = 1.0) -> Starlette:
 
         return call
 
-    def run_id(request: Request) -> int:
+    def existing_run(request: Request) -> tuple[int, Any]:
+        """The run the path names and its row; 404 for a malformed or unknown id."""
         raw = request.path_params["run"]
-        if not raw.isdigit() or len(raw) > 12:
-            raise BadRequest(404, "no such run")
-        return int(raw)
-
-    def one_run(request: Request) -> Any:
-        found = store.get_run(run_id(request))
+        found = store.get_run(int(raw)) if raw.isdigit() and len(raw) <= 12 else None
         if found is None:
             raise BadRequest(404, "no such run")
-        return found
+        return int(raw), found
 
     def per_run(read: Callable[[int, int], Any]) -> Callable[[Request], Any]:
-        def fn(request: Request) -> Any:
-            run = run_id(request)
-            if store.get_run(run) is None:
-                raise BadRequest(404, "no such run")
-            return read(run, _limit(request))
-
-        return fn
+        return lambda request: read(existing_run(request)[0], _limit(request))
 
     def steps(request: Request) -> Any:
-        run = run_id(request)
-        if store.get_run(run) is None:
-            raise BadRequest(404, "no such run")
+        run, _ = existing_run(request)
         after = _int(request, "after", -1, -1, 2**32)
         return store.steps(run, _limit(request), after)
 
@@ -142,7 +130,7 @@ def make_app(store: Store, *, poll: float = 1.0) -> Starlette:
             "/api/runs",
             endpoint(page, lambda r: store.runs(_limit(r), _int(r, "offset", 0, 0, MAX_OFFSET))),
         ),
-        Route("/api/runs/{run}", endpoint(set(), one_run)),
+        Route("/api/runs/{run}", endpoint(set(), lambda r: existing_run(r)[1])),
         Route("/api/runs/{run}/steps", endpoint({"limit", "after"}, steps)),
         Route("/api/runs/{run}/rounds", endpoint(lim, per_run(store.rounds))),
         Route("/api/runs/{run}/states", endpoint(lim, per_run(store.states))),

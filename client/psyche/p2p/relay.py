@@ -1,7 +1,7 @@
-"""Circuit relay v2 and DCUtR in the host process (trio + libp2p): py-libp2p's protocols,
+"""Circuit relay v2 in the host process (trio + libp2p): py-libp2p's protocols,
 narrowed to the run's members and bounded, and the client side written here.
 
-See docs/p2p-nat.md. Three pieces:
+See docs/p2p-nat.md. Two pieces:
 
 * :class:`MemberRelay` is py-libp2p's :class:`CircuitV2Protocol` with the hop (relay) role on,
   where every decision goes through :class:`psyche.p2p.nat.RelayAdmission`: only members (the
@@ -22,8 +22,8 @@ See docs/p2p-nat.md. Three pieces:
   ``CircuitV2Transport`` is not used: its dial first retries every circuit address it ever
   stored for the destination (with an unbounded TTL) before the relay it was asked to use, and
   with the client role it makes a reservation on every relay it dials through.
-* :class:`CountingDCUtR` is py-libp2p's DCUtR (hole punching over a relayed connection, then a
-  direct connection that new streams prefer), answering members only and counting outcomes.
+
+Hole punching over a relayed connection is :mod:`psyche.p2p.hole_punch`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from libp2p.connection_types import ConnectionType
 from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage, StopMessage
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL
@@ -56,7 +55,7 @@ from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_ms
 from psyche.p2p.nat import CircuitAddr, RelayAdmission, RelayLimits, RelayRefusal
 from psyche.p2p.rejections import Rejection, Rejections
 
-__all__ = ["CountingDCUtR", "MemberRelay", "RelayError", "dial_through", "reserve_on"]
+__all__ = ["MemberRelay", "RelayError", "dial_through", "reserve_on", "reset_stream"]
 
 log = logging.getLogger("psyche.p2p.host")
 
@@ -123,7 +122,7 @@ async def _send_status(stream: INetStream, code: StatusCode, *, stop: bool = Fal
             log.debug("could not send relay status %s: %s", code.name, e)
 
 
-async def _reset(stream: INetStream | None) -> None:
+async def reset_stream(stream: INetStream | None) -> None:
     if stream is None:
         return
     try:
@@ -215,13 +214,13 @@ class MemberRelay(CircuitV2Protocol):
             if any("/p2p-circuit" in str(a) for a in stream.muxed_conn.get_transport_addresses()):
                 # Spec: no reservations or circuits over a relayed connection (no chains).
                 await _send_status(stream, StatusCode.PERMISSION_DENIED)
-                await _reset(stream)
+                await reset_stream(stream)
                 return
             with trio.fail_after(MESSAGE_TIMEOUT):
                 msg = await read_delimited_msg(stream, HopMessage)
         except Exception as e:
             log.debug("bad relay request: %s", e)
-            await _reset(stream)
+            await reset_stream(stream)
             return
         if msg.type == HopMessage.RESERVE:
             await self._handle_reserve(stream, msg)
@@ -233,7 +232,7 @@ class MemberRelay(CircuitV2Protocol):
             await self._handle_connect(stream, msg)
         else:
             await _send_status(stream, StatusCode.UNEXPECTED_MESSAGE)
-            await _reset(stream)
+            await reset_stream(stream)
 
     async def _handle_reserve(self, stream: INetStream, msg: HopMessage) -> None:
         sender_id = stream.muxed_conn.peer_id
@@ -264,7 +263,7 @@ class MemberRelay(CircuitV2Protocol):
             dest_id = ID(msg.peer.id)
         except Exception:
             await _send_status(stream, StatusCode.MALFORMED_MESSAGE)
-            await _reset(stream)
+            await reset_stream(stream)
             return
         dest = dest_id.to_base58()
         refusal = self.admission.circuit(
@@ -274,7 +273,7 @@ class MemberRelay(CircuitV2Protocol):
         )
         if refusal is not None:
             await _send_status(stream, self._refuse(refusal, source, f"circuit to {dest}"))
-            await _reset(stream)
+            await reset_stream(stream)
             return
         victim = self._make_room(source)
         # Counted before the first await, so concurrent requests see this circuit.
@@ -328,8 +327,8 @@ class MemberRelay(CircuitV2Protocol):
     @staticmethod
     async def _reset_circuit(circuit: _Circuit) -> None:
         # Both pumps then fail on their reads and the library's handler returns.
-        await _reset(circuit.hop)
-        await _reset(circuit.dst)
+        await reset_stream(circuit.hop)
+        await reset_stream(circuit.dst)
 
     async def _relay_data(
         self,
@@ -367,8 +366,8 @@ class MemberRelay(CircuitV2Protocol):
                 log.debug("relayed circuit of %s ended: %s", peer_id, e)
         if reset:
             # Cap, deadline or error: end both directions now (the other pump sees a reset).
-            await _reset(src_stream)
-            await _reset(dst_stream)
+            await reset_stream(src_stream)
+            await reset_stream(dst_stream)
         else:
             closed = False
             with trio.move_on_after(MESSAGE_TIMEOUT):
@@ -378,7 +377,7 @@ class MemberRelay(CircuitV2Protocol):
                 except Exception as e:
                     log.debug("passing on the end of a relayed circuit failed: %s", e)
             if not closed:
-                await _reset(dst_stream)
+                await reset_stream(dst_stream)
         # The library files circuits under a peer id; forget the entry only if it is ours.
         entry = self._active_relays.get(peer_id)
         if entry is not None and src_stream in entry:
@@ -393,18 +392,18 @@ class MemberRelay(CircuitV2Protocol):
                 msg = await read_delimited_msg(stream, StopMessage)
             if msg.type != StopMessage.CONNECT:
                 await _send_status(stream, StatusCode.UNEXPECTED_MESSAGE, stop=True)
-                await _reset(stream)
+                await reset_stream(stream)
                 return
             source_id = ID(msg.peer.id)
         except Exception as e:
             log.debug("bad circuit from relay %s: %s", relay_id, e)
-            await _reset(stream)
+            await reset_stream(stream)
             return
         source = source_id.to_base58()
         if not self.is_allowed(source):
             self.rejections.record(Rejection.relay_not_member, source, f"via {relay_id}")
             await _send_status(stream, StatusCode.PERMISSION_DENIED, stop=True)
-            await _reset(stream)
+            await reset_stream(stream)
             return
         await _send_status(stream, StatusCode.OK, stop=True)
         ma = _circuit_ma(relay_id, source_id)
@@ -415,7 +414,7 @@ class MemberRelay(CircuitV2Protocol):
             muxed = await self.host.upgrade_inbound_connection(raw, ma)
         except Exception as e:
             log.info("relayed connection from %s via %s failed: %s", source, relay_id, e)
-            await _reset(stream)
+            await reset_stream(stream)
             return
         if muxed.peer_id != source_id:
             # The relay named a member, Noise proved someone else: keep nothing of it.
@@ -460,7 +459,7 @@ async def reserve_on(host: IHost, relay: PeerInfo) -> int:
             raise RelayError("relay accepted without a reservation expiry")
         expire = int(resp.reservation.expire)
     except BaseException:
-        await _reset(stream)
+        await reset_stream(stream)
         raise
     try:
         await stream.close()
@@ -487,59 +486,7 @@ async def dial_through(host: IHost, circuit: CircuitAddr, relay_addrs: list[Any]
         )
         conn = await host.upgrade_outbound_connection(raw, dest_id)
     except BaseException:
-        await _reset(stream)
+        await reset_stream(stream)
         raise
     _tag_relayed(host, dest_id, conn.muxed_conn, ma)
     return conn
-
-
-# ---- hole punching -------------------------------------------------------------------------
-
-
-class CountingDCUtR(DCUtRProtocol):
-    """py-libp2p's DCUtR, for members only, counting what it achieves.
-
-    ``punches_ok``/``punches_failed`` count hole punches this host took part in (both ends of
-    one attempt count it, each on its own side); ``direct_dials_ok`` counts relayed peers that a
-    plain direct dial reached (DCUtR tries that first, and it succeeds when the peer turned out
-    to be reachable).
-    """
-
-    def __init__(self, host: IHost, is_allowed: Callable[[str], bool]) -> None:
-        super().__init__(host)
-        self.is_allowed = is_allowed
-        self.punches_ok = 0
-        self.punches_failed = 0
-        self.direct_dials_ok = 0
-
-    async def _handle_dcutr_stream(self, stream: INetStream) -> None:
-        # A peer that could open this stream could make us dial any address it lists.
-        if not self.is_allowed(stream.muxed_conn.peer_id.to_base58()):
-            await _reset(stream)
-            return
-        await super()._handle_dcutr_stream(stream)
-
-    async def _try_unilateral_upgrade(self, peer_id: ID) -> bool:
-        ok = await super()._try_unilateral_upgrade(peer_id)
-        if ok:
-            self.direct_dials_ok += 1
-        return ok
-
-    async def _perform_hole_punch(
-        self, peer_id: ID, addrs: list[multiaddr.Multiaddr], as_responder: bool = False
-    ) -> bool:
-        ok = False
-        try:
-            ok = await super()._perform_hole_punch(peer_id, addrs, as_responder)
-        finally:
-            if ok:
-                self.punches_ok += 1
-            else:
-                self.punches_failed += 1
-        log.info(
-            "hole punch with %s (%s): %s",
-            peer_id,
-            "we initiated the DCUtR exchange" if as_responder else "the peer initiated it",
-            "direct connection" if ok else "failed",
-        )
-        return ok

@@ -68,6 +68,7 @@ from psyche.p2p.control import (
     encode_frame,
 )
 from psyche.p2p.fetch import FetchRequest, fetch_blob
+from psyche.p2p.hole_punch import CountingDCUtR
 from psyche.p2p.messages import MAX_ANNOUNCEMENT, gossip_topic
 from psyche.p2p.nat import (
     DEFAULT_RELAY_LIMITS,
@@ -80,7 +81,7 @@ from psyche.p2p.nat import (
 )
 from psyche.p2p.peers import HostCounters, NatReport, PeerTable, peer_stats
 from psyche.p2p.rejections import Rejection, Rejections
-from psyche.p2p.relay import CountingDCUtR, MemberRelay, dial_through, reserve_on
+from psyche.p2p.relay import MemberRelay, dial_through, reserve_on
 
 __all__ = ["ControlChannel", "HostService", "RelayState"]
 

@@ -94,7 +94,7 @@ class RunHost:
         # The last published states with their sequence numbers, so that a reader polling less
         # often than states change (the explorer's indexer, ``GET /status?since=N``) sees every
         # phase of a round instead of one state per poll.
-        self.history: deque[tuple[int, str]] = deque(maxlen=max_history)
+        self.history: deque[tuple[int, bytes]] = deque(maxlen=max_history)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -104,7 +104,7 @@ class RunHost:
         """The latest published state: its sequence number and serde JSON."""
         return self.seq, self._json.encode()
 
-    def states_between(self, after: int, before: int) -> list[tuple[int, str]]:
+    def states_between(self, after: int, before: int) -> list[tuple[int, bytes]]:
         """The published states with ``after < seq < before`` still held, oldest first."""
         return [(n, t) for n, t in self.history if after < n < before]
 
@@ -222,5 +222,5 @@ class RunHost:
             return False
         self._json = text
         self.seq += 1
-        self.history.append((self.seq, text))
+        self.history.append((self.seq, text.encode()))  # encoded once, not per reader
         return True

@@ -107,7 +107,7 @@ def with_earlier(server: CentralizedServer, body: bytes, seq: int, since: int) -
     """``body`` (whose state is number ``seq``) with the states published between ``since`` and
     ``seq`` spliced in as ``"earlier"``: pre-encoded JSON joined, so a poll stays cheap."""
     parts = [
-        b'{"seq":' + str(n).encode() + b',"coordinator":' + t.encode() + b"}"
+        b'{"seq":' + str(n).encode() + b',"coordinator":' + t + b"}"
         for n, t in server.hub.states_between(since, seq)
     ]
     return body[:-1] + b',"earlier":[' + b",".join(parts) + b"]}"

@@ -287,7 +287,7 @@ CASES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
     ("weighted_http_not_url", {DATA: {"WeightedHttp": "weights.json"}},
      f"{DATA}.WeightedHttp", SAME),
     ("weighted_http_valid", {DATA: {"WeightedHttp": "https://h/w.json"}}, None, None),
-    ("preprocessed_unsupported", {DATA: {"Preprocessed": "p"}}, None, f"{DATA}.Preprocessed"),
+    ("preprocessed_valid", {DATA: {"Preprocessed": "p"}}, None, None),
     # --- checkpoint, architecture, sequence length ----------------------------------------------
     ("checkpoint_ephemeral", {f"{LLM}.checkpoint": "Ephemeral"}, f"{LLM}.checkpoint", SAME),
     ("checkpoint_hub_empty", {f"{LLM}.checkpoint": {"Hub": {"repo_id": "", "revision": None}}},

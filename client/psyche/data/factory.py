@@ -11,7 +11,8 @@
 * ``Dummy``: all-zero samples.
 * ``WeightedHttp(url)``: :class:`~psyche.data.weighted.WeightedHttpProvider` (a weighted mix of
   ``Http`` datasets described by the JSON file at ``url``).
-* ``Preprocessed`` is not implemented and raises :class:`DataError`.
+* ``Preprocessed(path)``: :class:`~psyche.data.preprocessed.PreprocessedDataProvider` (the
+  ``inputs`` rows of a local Parquet file or directory of them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from psyche.data.http import GCS_BASE_URL, HttpDataProvider
 from psyche.data.local import LocalDataProvider
 from psyche.data.prepare import DATA_TOML
+from psyche.data.preprocessed import PreprocessedDataProvider
 from psyche.data.provider import DataError, DataProvider, DummyDataProvider
 from psyche.data.tcp_client import TcpDataProvider
 from psyche.data.weighted import WeightedHttpProvider
@@ -31,6 +33,7 @@ from psyche.protocol.locations import (
     DummyData,
     HttpData,
     LocalData,
+    PreprocessedData,
     SeededShuffle,
     ServerData,
     TokenSize,
@@ -70,6 +73,8 @@ def provider_for_location(
         )
     if isinstance(location, WeightedHttpData):
         return WeightedHttpProvider.from_url(location.url, seq_len, gcs_base_url=gcs_base_url)
+    if isinstance(location, PreprocessedData):
+        return PreprocessedDataProvider(location.path, seq_len)
     if isinstance(location, ServerData):
         if secret_key is None:
             raise DataError("a Server data location needs the client's secret key")

@@ -23,6 +23,7 @@ from psyche.protocol.locations import (
     LocalData,
     P2PCheckpoint,
     P2PGcsCheckpoint,
+    PreprocessedData,
     ServerData,
     WeightedHttpData,
 )
@@ -91,9 +92,12 @@ class LLM(Model):
         )
         loc = self.data_location
         rule(
-            isinstance(loc, ServerData | LocalData | HttpData | WeightedHttpData | DummyData),
+            isinstance(
+                loc,
+                ServerData | LocalData | HttpData | WeightedHttpData | PreprocessedData | DummyData,
+            ),
             f"model.LLM.data_location.{loc.TAG} is not supported by this client "
-            "(use Server, Local, Http, WeightedHttp or Dummy)",
+            "(use Server, Local, Http, WeightedHttp, Preprocessed or Dummy)",
         )
         ck = self.checkpoint
         rule(

@@ -72,5 +72,5 @@ def test_bad_data_is_one_clear_error(tmp_path: Path, make: object, message: str)
 
 
 def test_a_dataset_id_is_not_downloaded(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="not a local file or directory.*huggingface-cli download"):
+    with pytest.raises(DataError, match=r"not a local file or directory.*huggingface-cli download"):
         provider_for_location(PreprocessedData("someorg/some-dataset"), L)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,9 @@ from psyche.protocol.committee import WitnessProof
 from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.schedule import lr_for_step, prev_lr_for_step
+
+if TYPE_CHECKING:
+    from psyche.daemon.verifying import Judgement
 
 APPLY_LAG = 2
 """Results of round h are applied at the start of round h + 2, by the consensus of round h + 1's
@@ -63,6 +67,9 @@ class RoundState:
     sent_witness: bool = False
     closed: bool = False
     """This client has seen the round's RoundWitness phase (stragglers noted once)."""
+    judgement: Judgement | None = None
+    """As a verifier of this round: the previous round's sampled results and the gradients
+    recomputed for them, until the witness carries the verdict (``psyche.daemon.verifying``)."""
 
     def batch_of(self, trainer: NodeIdentity) -> BatchId | None:
         for batch, who in self.assignment.items():

@@ -29,6 +29,7 @@ from psyche.daemon.rounds import (
     results_to_apply,
     round_lrs,
 )
+from psyche.daemon.verifying import judge_previous
 from psyche.daemon.witnessing import report_unhealthy, send_witness
 from psyche.distro import Payload, decode_payload
 from psyche.distro.payload import payload_hash
@@ -92,6 +93,8 @@ class TrainingStep:
         self.parts.sharing.clear()  # joiners are served until training resumes
         if self.parts.evals is not None:
             await self.parts.evals.stop()  # an eval pass must not read weights being changed
+        # The weights still are those the previous round trained from: a verifier recomputes now.
+        await judge_previous(self.parts, coord, self.epoch, state, self.kit)
         await self._apply(coord)
         await report_unhealthy(self.parts, coord)
         mine = state.batch_of(self.parts.identity) if state.trains else None

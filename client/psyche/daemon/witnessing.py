@@ -1,7 +1,8 @@
 """Witnessing: attest the previous round's results, note stragglers, report the unhealthy.
 
 An elected witness sends one witness per round: blooms over the previous round's verified
-results (docs/protocol.md, "Witnesses and consensus"), either early from the training step once
+results (docs/protocol.md, "Witnesses and consensus") and, from a verifier, its verdict on the
+previous round's sampled results (:mod:`.verifying`), either early from the training step once
 every awaited member has finished, or when the round's RoundWitness phase begins. The
 :class:`WitnessStep` is that phase: it stops the round's training, sends the witness if it was
 not sent, and marks the members that never finished as stragglers when the round timed out.
@@ -9,6 +10,7 @@ not sent, and marks the members that never finished as stragglers when the round
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -18,6 +20,7 @@ from psyche.coordinator.types import MAX_EVALS, EvalResult
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.parts import ClientParts
 from psyche.daemon.rounds import bloom_seed_for, build_witness
+from psyche.daemon.verifying import verdict_of
 from psyche.daemon.warmup import healthy_index
 
 if TYPE_CHECKING:
@@ -41,6 +44,10 @@ async def send_witness(parts: ClientParts, coord: Coordinator, epoch: EpochView)
     state.sent_witness = True
     seed = bloom_seed_for(parts.identity, rnd, os.urandom(8))
     witness = build_witness(proof, epoch.rounds.get(rnd.height - 1), seed)
+    if state.judgement is not None:
+        judgement, state.judgement = state.judgement, None  # the gradients are freed once sent
+        judged = epoch.rounds.get(rnd.height - 1)
+        witness.verdict = await asyncio.to_thread(verdict_of, judgement, judged)
     await parts.backend.send_witness(witness, witness_metadata(parts, state.step))
 
 

@@ -146,8 +146,9 @@ CASES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
     ("config_total_steps_0", {"config.total_steps": 0}, "config.total_steps", SAME),
     ("config_epoch_time_0", {"config.epoch_time": 0, "config.warmup_time": 0},
      "config.epoch_time", SAME),
-    ("config_verification_percent", {"config.verification_percent": 5},
+    ("config_verification_percent", {"config.verification_percent": 101},
      "config.verification_percent", SAME),
+    ("config_verification_percent_100_is_valid", {"config.verification_percent": 100}, None, None),
     ("config_witness_nodes_0_is_valid", {"config.witness_nodes": 0}, None, None),
     ("config_witness_nodes_1_is_valid", {"config.witness_nodes": 1}, None, None),
     # Counters and clock (tests/unit/protocol/test_config_runnable.py derives these from the

@@ -9,9 +9,9 @@ order, so who gets the larger first intervals rotates from round to round.
 Trade-offs and deliberate limits:
 
 * Tie-breakers and verifiers are not implemented (the reference ``assert``-panics on them).
-  ``assign_data_for_state`` raises ``ValueError`` if the selection yields one; run-config
-  validation requires ``verification_percent == 0`` (and no tie-breakers) so this cannot happen
-  in a valid run.
+  ``assign_data_for_state`` raises ``ValueError`` if the selection yields one; the coordinator
+  never gives the committee selection a verifier share (``verification_percent`` samples results
+  instead) and validation forbids tie-breakers, so this cannot happen in a valid run.
 * When ``batch_size`` is smaller than the number of trainers, the last trainers in the shuffled
   order get no interval and no entry (they then look unhealthy to witnesses: docs/protocol.md,
   "Known flaws of the reference", flaw 7).
@@ -177,7 +177,7 @@ def assign_data_for_state(
         if committee is not Committee.Trainer:
             raise ValueError(
                 f"client {index} ({client.hex()}) was selected as {committee.name}, which is not "
-                "supported: set verification_percent = 0 and no tie-breakers"
+                "supported: build the selection with verification_percent = 0 and no tie-breakers"
             )
         trainers.append(client)
     slots = slot_intervals(len(trainers), data_index, batch_size, retries)

@@ -47,7 +47,7 @@ fn config_check_reports_rules_in_python_order() {
         ),
         (|c| c.cooldown_time = 0, "config.cooldown_time"),
         (|c| c.waiting_for_members_extra_time = 0, "config.waiting_for_members_extra_time"),
-        (|c| c.verification_percent = 1, "config.verification_percent"),
+        (|c| c.verification_percent = 101, "config.verification_percent must be at most 100"),
     ];
     for (edit, want) in cases {
         let mut c = ok;

@@ -51,8 +51,8 @@ def test_shipped_tiny_config_is_valid_with_summary() -> None:
         ("[config]", "[config]\nbogus = 1", "config.bogus: unknown key"),
         (
             "verification_percent = 0",
-            "verification_percent = 10",
-            "verification_percent (10) must be 0",
+            "verification_percent = 101",
+            "verification_percent (101) must be at most 100",
         ),
     ],
 )

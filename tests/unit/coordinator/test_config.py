@@ -86,8 +86,7 @@ CONFIG_RULES = [
     ({"cooldown_time": 0}, "config.cooldown_time must be greater than 0"),
     ({"waiting_for_members_extra_time": 0},
      "config.waiting_for_members_extra_time must be greater than 0"),
-    ({"verification_percent": 5}, "config.verification_percent (5) must be 0: verification is "
-     "not implemented"),
+    ({"verification_percent": 101}, "config.verification_percent (101) must be at most 100"),
 ]  # fmt: skip
 
 
@@ -97,6 +96,8 @@ def cfg(**changes: int) -> CoordinatorConfig:
 
 def test_base_config_is_valid() -> None:
     cfg().check()
+    cfg(verification_percent=25).check()
+    cfg(verification_percent=100).check()
     cfg(witness_nodes=0, min_clients=1, init_min_clients=256).check()
     cfg(witness_nodes=32, min_clients=32, init_min_clients=32).check()
 
@@ -113,7 +114,7 @@ def test_config_rules_checked_in_order() -> None:
     with pytest.raises(ConfigError, match=r"^config.epoch_time must be greater than 0$"):
         cfg(epoch_time=0, total_steps=0, cooldown_time=0).check()
     with pytest.raises(ConfigError, match=r"^config.total_steps"):
-        cfg(total_steps=0, cooldown_time=0, verification_percent=1).check()
+        cfg(total_steps=0, cooldown_time=0, verification_percent=101).check()
 
 
 # --- LLM.check ----------------------------------------------------------------------------------

@@ -104,10 +104,7 @@ impl CoordinatorConfig {
             c.waiting_for_members_extra_time > 0,
             "config.waiting_for_members_extra_time must be greater than 0",
         )?;
-        rule(
-            c.verification_percent == 0,
-            "config.verification_percent must be 0: verification is not implemented",
-        )
+        rule(c.verification_percent <= 100, "config.verification_percent must be at most 100")
     }
 
     /// Python's `CoordinatorConfig.slowest_epoch_steps`: steps of one epoch when Warmup and

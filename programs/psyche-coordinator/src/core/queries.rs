@@ -141,7 +141,9 @@ impl CoordinatorState {
         CommitteeSelection::new(
             u64::from(rnd.tie_breaker_tasks),
             u64::from(self.config.witness_nodes),
-            u64::from(self.config.verification_percent),
+            // `verification_percent` samples results to verify (`core::verification`); every
+            // client still trains, so the committee has no Verifier share (as in Python).
+            0,
             u64::from(rnd.clients_len),
             rnd.random_seed,
         )

@@ -105,10 +105,19 @@ class RoundAuthorizer:
         self._clients: frozenset[bytes] = frozenset()
         self._assigned: dict[bytes, tuple[BatchId, ...]] = {}
 
-    def update(self, epoch_clients: Iterable[bytes], assignments: Mapping[BatchId, bytes]) -> None:
+    def update(
+        self,
+        epoch_clients: Iterable[bytes],
+        assignments: Mapping[BatchId, bytes],
+        grants: Mapping[bytes, Iterable[BatchId]] | None = None,
+    ) -> None:
+        """``grants``: intervals a client may fetch besides its assignments (a verifier's
+        recompute of another trainer's batch)."""
         assigned: dict[bytes, list[BatchId]] = {}
         for batch, key in assignments.items():
             assigned.setdefault(bytes(key), []).append(batch)
+        for key, batches in (grants or {}).items():
+            assigned.setdefault(bytes(key), []).extend(batches)
         self._clients, self._assigned = (
             frozenset(bytes(k) for k in epoch_clients),
             {k: tuple(v) for k, v in assigned.items()},

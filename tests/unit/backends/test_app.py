@@ -17,6 +17,7 @@ from psyche.backends.centralized.app import (
     build,
     data_authorization,
     load_coordinator,
+    verifier_grants,
 )
 from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.server import CentralizedServer
@@ -113,6 +114,47 @@ def test_data_authorization_follows_members_and_rounds() -> None:
     clock.until(RunState.Cooldown)
     _, assigned = data_authorization(hub.coordinator)
     assert {b.start for b in assigned} <= set(range(start, start + 4))
+
+
+def test_verifiers_may_fetch_the_batches_they_recompute() -> None:
+    """The verifiers of round 1 may fetch the round-0 batches sampled for verification, on top
+    of their own assignment; nobody else gets more, and nothing is granted without sampling."""
+    from psyche.data.tcp_server import RoundAuthorizer
+
+    from ..coordinator.support import end_round, verifying_sim
+
+    for vp in (0, 100):
+        sim = verifying_sim(vp=vp, run_id="grants")
+        assert verifier_grants(sim.coord) == {}  # round 0: nothing to judge
+        sim.send_round_witnesses()
+        end_round(sim)
+        c = sim.coord
+        prev = c.previous_round()
+        assert prev is not None
+        grants = verifier_grants(c)
+        if vp == 0:
+            assert grants == {}
+            continue
+        sel = c.committee_selection(c.current_round())
+        verifiers = {
+            x.id.p2p_identity
+            for i, x in enumerate(c.epoch_state.clients)
+            if sel.get_witness(i).witness and sel.get_witness(i).position < 3
+        }
+        assert set(grants) == verifiers and len(verifiers) == 3
+        start = prev.data_index
+        size = c.batch_size_for_round(prev)
+        for batches in grants.values():  # all four results sampled: the whole round-0 batch
+            assert sorted((b.start, b.end) for b in batches)[0][0] == start
+            assert sum(b.size for b in batches) == size
+        keys, assigned = data_authorization(c)
+        auth = RoundAuthorizer()
+        auth.update(keys, assigned, grants)
+        outsider = next(k for k in keys if k not in verifiers)
+        v = next(iter(verifiers))
+        b = next(b for b in grants[v] if assigned.get(b) != v)
+        assert auth(v, b) is None
+        assert auth(outsider, b) is not None or assigned.get(b) == outsider
 
 
 def test_status_view_shows_run_members_and_events() -> None:

@@ -31,6 +31,7 @@ from psyche.backends.centralized.state_store import StateStore, progress_summary
 from psyche.backends.centralized.status import render_status
 from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import ClientState, CoordinatorException, Progress, RunState
+from psyche.coordinator.verification import VERIFIERS_PER_ROUND
 from psyche.data.tcp_server import DataServer, RoundAuthorizer
 from psyche.events import EventLog, state_event
 from psyche.protocol.data_selection import BatchId, assign_data_for_state
@@ -40,7 +41,15 @@ from psyche.protocol.model import LLM
 from psyche.protocol.run_file import load_data_config, load_run_config
 from psyche.protocol.strict_obj import U16, U32, U64, ConfigError, from_obj
 
-__all__ = ["Built", "ServerSettings", "build", "data_authorization", "load_coordinator", "serve"]
+__all__ = [
+    "Built",
+    "ServerSettings",
+    "build",
+    "data_authorization",
+    "load_coordinator",
+    "serve",
+    "verifier_grants",
+]
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +147,37 @@ def data_authorization(c: Coordinator) -> tuple[list[bytes], dict[BatchId, bytes
     return keys, assigned
 
 
+def verifier_grants(c: Coordinator) -> dict[bytes, list[BatchId]]:
+    """The intervals the verifiers of the current round may fetch besides their own: the batches
+    of the previous round's results the current round samples, which they recompute
+    (docs/protocol.md, "Threat model and result verification"). Empty when nothing is sampled."""
+    prev = c.previous_round()
+    if prev is None or c.run_state not in (RunState.RoundTrain, RunState.RoundWitness):
+        return {}
+    cur = c.current_round()
+    try:
+        sampled = c.judged_sample(cur, prev)
+        judged = c.previous_round_clients()
+        if not sampled or len(judged) != prev.clients_len:
+            return {}
+        sel, psel = c.committee_selection(cur), c.committee_selection(prev)
+        batch = c.batch_size_for_round(prev)
+        got = assign_data_for_state(
+            judged, psel, prev.data_index, batch, prev.random_seed, prev.retries
+        )
+    except (ValueError, CoordinatorException) as e:
+        log.debug("no verifier data for round %d: %s", cur.height, e)
+        return {}
+    wanted = {judged[i] for i in sampled if i < len(judged)}
+    batches = [b for b, who in got.items() if who in wanted]
+    out: dict[bytes, list[BatchId]] = {}
+    for i, x in enumerate(c.epoch_state.clients):
+        proof = sel.get_witness(i)
+        if proof.witness and proof.position < VERIFIERS_PER_ROUND:
+            out[x.id.p2p_identity] = batches
+    return out
+
+
 def build(settings: ServerSettings) -> Built:
     """Everything ``run`` starts, configured and validated but not yet listening."""
     coordinator = load_coordinator(settings.state)
@@ -209,7 +249,7 @@ def _data_server(
 
     def follow(state: Coordinator) -> None:
         keys, assigned = data_authorization(state)
-        authorizer.update(keys, assigned)
+        authorizer.update(keys, assigned, verifier_grants(state))
 
     return DataServer(provider, authorizer), port, follow
 

@@ -94,7 +94,11 @@ class HostProcess:
         self._reader_task = asyncio.create_task(self._read_loop(reader), name="p2p-control")
         self.send(init)
         try:
-            return await asyncio.wait_for(asyncio.shield(self._ready), startup_timeout)
+            # Not shielded: a cancelled or timed-out start cancels ``_ready`` itself. Behind a
+            # shield, cancelling dropped the only reader of ``_ready`` while the host, stopped
+            # by the same SIGTERM, then set its NodeStopped there: "Future exception was never
+            # retrieved" after a clean stop (issue 28).
+            return await asyncio.wait_for(self._ready, startup_timeout)
         except BaseException:
             await self.stop()
             raise
@@ -159,10 +163,9 @@ class HostProcess:
         self._fail_pending(NodeStopped("the p2p node was stopped"))
 
     def _fail_pending(self, error: Exception) -> None:
-        # A waiter cancelled in the same loop turn (SIGTERM reaching this process and the host
-        # together) never reads its future's exception, and asyncio would log it as "Future
-        # exception was never retrieved": the error is reported to whoever still waits, and
-        # marked seen for the rest.
+        # Every future here has a waiter that cancels it when it stops waiting, so none should
+        # be left unread; marking the error seen keeps a waiter cancelled in this very loop
+        # turn from being logged as "Future exception was never retrieved" all the same.
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(error)

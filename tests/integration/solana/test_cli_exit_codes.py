@@ -192,3 +192,27 @@ def test_a_joiner_the_coordinator_withdraws_exits_3_without_a_traceback(run: Run
     out = "".join(seen) + _finish(proc, 120)
     assert "client exited with code 3" in out
     assert [line for line in out.splitlines() if " ERROR " in line or "error:" in line]
+
+
+def test_sigterm_to_the_container_stops_a_joiner_cleanly(run: Run) -> None:
+    """After the withdrawal test (it paused the run; everyone may join): ``docker stop`` sends
+    SIGTERM to the entry point alone, which hands it to the client, here right as the client has
+    joined and starts its P2P node (issue 28: "shut down cleanly", then ``ERROR Future exception
+    was never retrieved … NodeStopped``)."""
+    res = run.owner_cli(["set-paused", "--run-id", RUN_ID, "resume"])
+    assert res.returncode == 0, res.stderr
+    proc = run.container(run.joiner(), PSYCHE_MAX_RESTARTS="0")
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 240
+    for line in proc.stdout:
+        seen.append(line)
+        if "joined epoch" in line:
+            break
+        assert time.monotonic() < deadline, "".join(seen)[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    out = "".join(seen) + _finish(proc, 120)
+    assert proc.returncode == 143, out[-3000:]
+    assert "terminated (SIGTERM); shut down cleanly" in out, out[-3000:]
+    assert " ERROR " not in out and "never retrieved" not in out, out[-3000:]
+    assert out.count("starting:") == 1

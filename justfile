@@ -18,7 +18,8 @@ setup-solana-localnet-test-run run_id="test" *args='':
     {{ bin }}/psyche-solana-local-testnet start --run-id {{ trim_start_match(run_id, "run_id=") }} \
         --config-path "${CONFIG_PATH:-config/tiny-solana}" {{ args }}
 
-# RPC defaults to http://127.0.0.1:8899, WALLET_FILE to ~/.config/solana/id.json.
+# RPC defaults to http://127.0.0.1:8899, WALLET_FILE to ~/.config/solana/id.json; the client
+# reads AUTHORIZER (the grantee that named this wallet a delegate) itself.
 
 # One more client joining RUN_ID on localnet
 start-training-localnet-client run_id="test" *args='':

@@ -80,6 +80,14 @@ def solana_testnet() -> None:
     "--downlink-mbps", type=float, default=None, help="With --emulate-internet: downlink rate."
 )
 @click.option(
+    "--joiners",
+    type=click.IntRange(0, 16),
+    default=0,
+    show_default=True,
+    help="Also fund and authorize N wallets (keys/joinerK.json) for clients started by hand "
+    "(`just start-training-localnet-client`); the command for each is printed.",
+)
+@click.option(
     "--treasurer",
     is_flag=True,
     help="Create the run through the Treasurer, paying a test SPL mint per point (the mint and "

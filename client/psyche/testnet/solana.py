@@ -86,6 +86,9 @@ class SolanaTestnetOptions(NetOptions):
     internet: InternetOptions | None = None
     """Run every client in its own network namespace of an emulated internet (some behind NAT,
     shaped links; :mod:`psyche.testnet.internet`); the local SVM listens on its gateway."""
+    joiners: int = 0
+    """Extra wallets (``keys/joinerK.json``), funded and named delegates like the clients', for
+    clients started by hand (``just start-training-localnet-client``); not started here."""
     name: str = "local testnet"
     description: str = "psyche-solana-local-testnet"
     treasurer: bool = False
@@ -149,6 +152,7 @@ class SolanaTestnet(LocalTestnet):
     def funded_wallets(self) -> list[Keypair]:
         names = ["creator", "grantor", "grantee"]
         names += [f"delegate{i}" for i in range(1, self.opts.num_clients + 1)]
+        names += [f"joiner{i}" for i in range(1, self.opts.joiners + 1)]
         return [self.wallet(n) for n in names]
 
     def use_chain(self, rpc: str, ws_rpc: str | None) -> None:
@@ -255,6 +259,7 @@ class SolanaTestnet(LocalTestnet):
             tools,
         )
         delegates = sorted(p.name for p in self.keys.glob("delegate*.json"))
+        delegates += [f"joiner{i}.json" for i in range(1, o.joiners + 1)]
         set_delegates = scripts / "join-authorization-set-delegates.sh"
         self.setup(
             f"join-authorization-set-delegates.sh ({len(delegates)} client wallets)",
@@ -284,6 +289,12 @@ class SolanaTestnet(LocalTestnet):
             }
             (self.out / "treasurer.json").write_text(json.dumps(info, indent=1) + "\n")
         self.setup("set-paused resume", [cli, "set-paused", *endpoints, *run, "resume"], creator)
+        for i in range(1, o.joiners + 1):
+            wallet = (self.keys / f"joiner{i}.json").resolve()
+            self.log_line(
+                f"joiner {i}: RPC={self.rpc_url} WALLET_FILE={wallet} AUTHORIZER={grantee} "
+                f"just start-training-localnet-client run_id={self.run_id}"
+            )
 
     def create_test_mint(
         self, cli: str, endpoints: Sequence[str], creator: Mapping[str, str]

@@ -28,6 +28,7 @@ def run(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[s
         DEV / "state.toml",
         ROOT / "config" / "tiny" / "state.toml",
         ROOT / "config" / "tiny-solana" / "state.toml",
+        ROOT / "config" / "tiny-solana-quick" / "state.toml",
     ],
     ids=lambda p: p.parent.name,
 )

@@ -1,0 +1,117 @@
+"""A malicious trainer is caught by recompute verification, ejected and slashed, while the honest
+clients finish the epoch with identical weights (issue 25). Real processes: a centralized server,
+three honest client daemons and one ``rogue_trainer.py`` daemon that trains honestly but sends its
+result with every sign flipped.
+
+``verification_percent = 100`` samples every result of every round, so the rogue's first judged
+result (round 0, judged by the verifiers of round 1) is its undoing whatever the server's seeds:
+a quorum of the three verifiers (the honest ones among them: the rogue never judges itself)
+recomputes its batch, scores the flipped result far below τ and votes mismatch.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from psyche.backends.centralized.state_store import StateStore
+from psyche.coordinator import ClientState
+from psyche.coordinator.rewards import epoch_points
+from psyche.coordinator.types import TickResult
+from psyche.events import read_events
+from psyche.testnet.base import Proc
+from psyche.testnet.launcher import TestnetOptions, make_testnet
+
+from .conftest import free_port, make_config
+
+pytestmark = pytest.mark.slow
+
+ROGUE = Path(__file__).with_name("rogue_trainer.py")
+
+
+def test_a_sign_flipping_trainer_is_ejected_and_slashed(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    cfg = make_config(
+        tmp_path / "cfg",
+        local_inputs,
+        data_port=free_port(),
+        total_steps=7,
+        init_min_clients=4,
+        min_clients=3,
+        witness_nodes=3,
+        verification_percent=100,
+        max_round_train_time=20,
+        cooldown_time=3,
+    )
+    saved = tmp_path / "saved"
+    opts = TestnetOptions(
+        config_path=cfg,
+        num_clients=4,
+        server_port=free_port(),
+        out_dir=tmp_path / "net",
+        timeout_s=400,
+        server_args=("--save-state-dir", str(saved)),
+    )
+    net = make_testnet(opts, lambda m: None)
+    spawn = net._spawn
+
+    def spawn_rogue(label: str, args: list[str]) -> Proc:
+        if label != "client-4":
+            return spawn(label, args)
+        return net.spawn(label, [sys.executable, str(ROGUE), *args], env=_client_env(net, label))
+
+    net._spawn = spawn_rogue  # type: ignore[method-assign]
+    s = net.run(lambda n: None).to_json()
+    assert s["final_state"] == "Finished", s
+    logs = net.out / "logs"
+    assert "rogue: flip result step=1" in (logs / "client-4.log").read_text(errors="replace")
+
+    # Events and published states name clients by the first 8 bytes of their key, in hex.
+    rogue = read_events(net.client_log("client-4"))[0].client
+    honest = {read_events(net.client_log(f"client-{n}"))[0].client for n in (1, 2, 3)}
+    states = [st for st in net.states() if st.epoch == 0 and st.run_state != "WaitingForMembers"]
+    # Ejected at the end of round 1, the round whose verifiers judged its round-0 result; it
+    # leaves the epoch's clients at once.
+    gone = [st for st in states if st.run_state != "Warmup" and rogue not in st.clients]
+    assert gone, "the rogue trainer was never removed from the epoch"
+    assert gone[0].height <= 2 and gone[0].step <= 3, (gone[0].height, gone[0].step)
+    # No honest client was ever accused: each stays Healthy to the end of the epoch.
+    for who in honest:
+        assert {st.clients.get(who) for st in states} == {"Healthy"}, who
+
+    # Every honest verifier's verdict on the rogue's result was a mismatch, none on the honest.
+    verdicts = "".join((logs / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
+    scores = re.findall(r"verified step \d+ slot \d+ (\w+): (-?[\d.]+) (\w+)", verdicts)
+    assert scores, verdicts[-3000:]
+    for trainer, score, word in scores:
+        if trainer == rogue:
+            assert word == "MISMATCH" and float(score) < 0, (trainer, score)
+        else:
+            assert word == "match", (trainer, score)
+    assert sum(1 for t, _, _ in scores if t == rogue) >= 2  # a quorum of the three verifiers
+
+    # The epoch's end pays the honest clients and slashes the rogue: the state saved at that end.
+    loaded = StateStore(saved, "tiny").load_newest()
+    assert loaded is not None
+    coord = loaded[0]
+    exited = {c.id.hex()[:8]: c.state for c in coord.epoch_state.exited_clients}
+    assert exited.get(rogue) is ClientState.Ejected, exited
+    points = epoch_points(coord, TickResult(epoch_end=True), 900, 50)
+    assert {i.hex()[:8] for i in points.earned} == honest
+    assert {i.hex()[:8]: n for i, n in points.slashed.items()} == {rogue: 50}
+
+    # The honest clients hold identical weights after every apply, through the whole epoch.
+    rounds = s["rounds"]
+    assert all(len(set(r["model_hash"].values())) <= 1 for r in rounds)
+    assert max(len(r["model_hash"]) for r in rounds) >= 3
+
+
+def _client_env(net: object, label: str) -> dict[str, str]:
+    import os
+
+    settings = net.client_settings(label)  # type: ignore[attr-defined]
+    return {**os.environ, **settings, "PSYCHE_ROGUE_ATTACK": "flip"}

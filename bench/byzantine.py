@@ -70,6 +70,18 @@ class RunResult:
     min_honest_score: float = math.inf
     honest_scores: list[float] = field(default_factory=list)
     attacker_scores: list[float] = field(default_factory=list)
+    honest_z: list[float] = field(default_factory=list)
+    attacker_z: list[float] = field(default_factory=list)
+    honest_sign_z: list[float] = field(default_factory=list)
+    attacker_sign_z: list[float] = field(default_factory=list)
+    honest_captured: list[float] = field(default_factory=list)
+    attacker_captured: list[float] = field(default_factory=list)
+    honest_tensor_z: dict[str, list[float]] = field(default_factory=dict)
+    attacker_tensor_z: dict[str, list[float]] = field(default_factory=dict)
+    honest_overlap: list[float] = field(default_factory=list)
+    honest_own_overlap: list[float] = field(default_factory=list)
+    honest_repeats: dict[str, int] = field(default_factory=dict)
+    honest_pairs: int = 0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -94,6 +106,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0,
         help="torch threads of the verifiers (default: --threads)",
     )
+    p.add_argument("--batch", type=int, default=4, help="samples per client and step")
+    p.add_argument(
+        "--measure", choices=("z", "captured"), default="z",
+        help="the verdict: Score.passed (z) or the former captured-mass threshold",
+    )  # fmt: skip
+    p.add_argument("--calibration", action="store_true", help="keep every score in the JSON")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.quick:
@@ -117,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     console = Console(stderr=True)
     cfg = base.BenchConfig(
-        steps=args.steps, clients=args.clients, batch_per_client=4, seq_len=128,
+        steps=args.steps, clients=args.clients, batch_per_client=args.batch, seq_len=128,
         val_samples=64, seed=args.seed, lr_distro=3e-3, lr_adamw=3e-3, lag=2, evals=1,
         timing_warmup=0,
     )  # fmt: skip
@@ -142,14 +160,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{r.false_positives}/{r.honest_votes} ({time.perf_counter() - t:.0f} s)"
             )
             results.append(r)
-    rows = report(results)
+    rows = report(results, args.calibration)
     print(json.dumps(rows, indent=1))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
-def report(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+def report(results: Sequence[RunResult], calibration: bool = False) -> list[dict[str, Any]]:
     """One row per run, the loss as a ratio to the all-honest run of the same aggregation."""
     honest = {r.aggregation: r.final_val for r in results if r.attack == "none"}
     rows = []
@@ -175,8 +193,30 @@ def report(results: Sequence[RunResult]) -> list[dict[str, Any]]:
                 "verification_compute_fraction": round(extra, 4),
                 "honest_scores": _quantiles(r.honest_scores),
                 "attacker_scores": _quantiles(r.attacker_scores),
+                "z": {"honest": _quantiles(r.honest_z), "attacker": _quantiles(r.attacker_z)},
+                "sign_z": {
+                    "honest": _quantiles(r.honest_sign_z),
+                    "attacker": _quantiles(r.attacker_sign_z),
+                },
+                "captured": {
+                    "honest": _quantiles(r.honest_captured),
+                    "attacker": _quantiles(r.attacker_captured),
+                },
+                "tensor_z_honest_min": {n: round(min(v), 3) for n, v in r.honest_tensor_z.items()},
+                "tensor_z_attacker_max": {
+                    n: round(max(v), 3) for n, v in r.attacker_tensor_z.items()
+                },
+                "overlap_honest_pairs": _quantiles(r.honest_overlap),
+                "overlap_honest_own_previous": _quantiles(r.honest_own_overlap),
+                "honest_tensor_repeats": r.honest_repeats,
+                "honest_pairs": r.honest_pairs,
             }
         )
+        if calibration:
+            rows[-1]["all"] = {
+                "honest_z": r.honest_z, "attacker_z": r.attacker_z,
+                "honest_captured": r.honest_captured, "attacker_captured": r.attacker_captured,
+            }  # fmt: skip
     return rows
 
 
@@ -204,7 +244,8 @@ def run(
     from psyche.daemon.rounds import result_fingerprint
     from psyche.data.local import LocalDataProvider
     from psyche.distro import Distro, DistroResult, Payload, decode_payload, encode_payload
-    from psyche.distro.similarity import THRESHOLD, captured_mass
+    from psyche.distro.overlap import near_duplicate, repeated_tensors, signed_overlap
+    from psyche.distro.similarity import THRESHOLD, Score, score
     from psyche.protocol.commitment import sha256
     from psyche.protocol.shuffle import compute_shuffled_index
     from psyche.training import lr_for_step, prev_lr_for_step
@@ -230,6 +271,7 @@ def run(
     applied_now: list[Payload] = []
     pushed: Payload | None = None
     seen: dict[int, set[bytes]] = {}
+    held: dict[int, list[tuple[int, Payload]]] = {}
 
     def flipped(p: Payload) -> Payload:
         res = tuple(DistroResult(r.idx, -r.val, r.xshape, r.totalk) for r in p.results)
@@ -248,8 +290,8 @@ def run(
     step_pre: dict[int, list[torch.Tensor]] = {}
     vparams = [p for _, p in sorted(verifier_model.named_parameters())]
 
-    def score_of(judged: int, trainer: int, payload: Payload) -> tuple[float, float]:
-        """The captured-mass score and the seconds its forward/backward took."""
+    def score_of(judged: int, trainer: int, payload: Payload) -> tuple[Score, float]:
+        """The score and the seconds its forward/backward took."""
         with torch.no_grad():
             for p, w in zip(vparams, step_pre[judged], strict=True):
                 p.copy_(w)
@@ -263,7 +305,7 @@ def run(
         torch.set_num_threads(args.threads)
         grads = [p.grad for p in vparams]
         assert all(g is not None for g in grads)
-        return captured_mass(payload, grads, cfg.chunk), dt  # type: ignore[arg-type]
+        return score(payload, grads, cfg.chunk), dt  # type: ignore[arg-type]
 
     def verify_round(judging: int) -> None:
         """Round `judging` judges the results of `judging − 1` (docs/protocol.md)."""
@@ -282,15 +324,24 @@ def run(
             honest = [v for v in voters if v not in attackers]
             if not honest:
                 continue
-            score, dt = score_of(judged, trainer, by_client[trainer])
+            sc, dt = score_of(judged, trainer, by_client[trainer])
             # Every honest voter recomputes the same gradient: one computation stands for all.
             out.verify_fwd_bwd_s += dt * len(honest)
-            against = len(honest) if score < THRESHOLD else 0
-            (out.attacker_scores if trainer in attackers else out.honest_scores).append(score)
+            passed = sc.passed if args.measure == "z" else sc.captured >= THRESHOLD
+            value = sc.z if args.measure == "z" else sc.captured
+            against = 0 if passed else len(honest)
+            bad = trainer in attackers
+            (out.attacker_scores if bad else out.honest_scores).append(value)
+            (out.attacker_z if bad else out.honest_z).append(sc.z)
+            (out.attacker_sign_z if bad else out.honest_sign_z).append(sc.sign_z)
+            (out.attacker_captured if bad else out.honest_captured).append(sc.captured)
+            per = out.attacker_tensor_z if bad else out.honest_tensor_z
+            for name, tz in zip(names, sc.tensor_z, strict=True):
+                per.setdefault(name, []).append(tz)
             if trainer not in attackers:
                 out.honest_votes += len(honest)
                 out.false_positives += against
-                out.min_honest_score = min(out.min_honest_score, score)
+                out.min_honest_score = min(out.min_honest_score, value)
             if against >= len(verifiers) // 2 + 1 and against >= min(2, len(voters)):
                 rejected.setdefault(judged, set()).add(trainer)
                 # Its result of the judging round is left out too (clients read the verdict
@@ -357,9 +408,22 @@ def run(
                                    wire.trainer_nonce, wire.quantized, tuple(res))  # fmt: skip
             last_sent[i] = wire
             sent.append((i, wire))
+            if lr > 0 and prev_lr > 0:  # near-duplicate calibration over honest pairs
+                for j, other in held.get(step, []) + held.get(step - 1, []):
+                    if i in attackers or j in attackers:
+                        continue
+                    out.honest_pairs += 1
+                    ov = signed_overlap(wire, other)
+                    own = j == i
+                    (out.honest_own_overlap if own else out.honest_overlap).append(ov)
+                    for n in repeated_tensors(wire, other):
+                        out.honest_repeats[names[n]] = out.honest_repeats.get(names[n], 0) + 1
             if vp and lr > 0:  # the copy check runs on every result (results at LR 0 are alike)
                 fp = result_fingerprint(wire)
-                if fp in seen.get(step, set()) | seen.get(step - 1, set()):
+                recent = held.get(step, []) + held.get(step - 1, [])
+                if fp in seen.get(step, set()) | seen.get(step - 1, set()) or any(
+                    near_duplicate(wire, other) for _, other in recent
+                ):
                     # Refused and not attested by every honest witness: left out, and the
                     # health check of the next round ejects the trainer.
                     rejected.setdefault(step, set()).add(i)
@@ -367,12 +431,14 @@ def run(
                         ejected.add(i)
                         out.ejected_at[i] = step + 1
                 seen.setdefault(step, set()).add(fp)
+            held.setdefault(step, []).append((i, wire))
         pending[step] = sent
         if vp and step >= 1 and step - 1 in pending:
             verify_round(step)
         step_tokens[step], step_pre[step] = tokens, pre
         step_tokens.pop(step - 2, None)
         step_pre.pop(step - 2, None)
+        held.pop(step - 2, None)
     for s in sorted(pending):  # drain: the last steps land before the final evaluation
         keep = [(i, p) for i, p in pending[s] if i not in rejected.get(s, ())]
         for i, _ in keep:

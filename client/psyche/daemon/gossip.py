@@ -212,7 +212,7 @@ class GossipRouter:
         # At LR 0 (a cold-start epoch's first round) every residual is empty, so honest results
         # are alike: nothing is checked for copies then.
         zero_lr = round_lrs(coord, state.step, state.height).lr == 0
-        original = None if zero_lr else copied_from(fingerprint, recent)
+        original = None if zero_lr else copied_from(fingerprint, recent, decoded, kit.spec)
         if original is not None:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
             # docs/protocol.md, "Threat model and result verification".

@@ -23,6 +23,7 @@ from psyche.coordinator.consensus import (
     trainer_healthy,
 )
 from psyche.distro import Payload, PayloadError, PayloadSpec, decode_payload
+from psyche.distro.overlap import near_duplicate
 from psyche.distro.payload import payload_hash
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import sha256v
@@ -181,13 +182,28 @@ def result_fingerprint(payload: Payload) -> bytes:
     return h.digest()
 
 
-def copied_from(fingerprint: bytes, rounds: Iterable[RoundState]) -> ReceivedResult | None:
+def copied_from(
+    fingerprint: bytes,
+    rounds: Iterable[RoundState],
+    payload: Payload | None = None,
+    spec: PayloadSpec | None = None,
+) -> ReceivedResult | None:
     """A verified result in ``rounds`` (this round and the previous one) whose content
     ``fingerprint`` repeats: an honest trainer subtracts what it sent from its residual, so no two
-    honest results (nor one trainer's two rounds) carry the same content."""
+    honest results (nor one trainer's two rounds) carry the same content. Given the decoded
+    ``payload`` and the run's ``spec``, also one that ``payload`` nearly duplicates
+    (``psyche.distro.overlap.near_duplicate``: a copy with a few coefficients changed)."""
+    rounds = list(rounds)
     for state in rounds:
         for other in state.results.values():
             if other.fingerprint == fingerprint:
+                return other
+    if payload is None or spec is None:
+        return None
+    for state in rounds:
+        for other in state.results.values():
+            held = decode_verified(other, state.step, spec) if other.fingerprint else None
+            if held is not None and near_duplicate(payload, held):
                 return other
     return None
 

@@ -16,7 +16,9 @@ less than the margin between ``THRESHOLD`` and the honest scores.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +30,9 @@ THRESHOLD = 0.05
 """A result scoring below this fails verification. Calibrated on the tiny model (issue 25):
 honest results ≥ 0.068 (whole batch ≥ 0.086) over 2 × 108 verifications at 1 and 2 torch threads,
 random payloads ≤ 0.033, every direction-changing attack ≤ 0.021."""
+
+Z_THRESHOLD = 3.0
+"""A result whose ``Score.z`` is below this fails verification (calibration: TODO)."""
 
 
 @torch.no_grad()
@@ -55,3 +60,62 @@ def captured_mass(payload: Payload, grads: Sequence[torch.Tensor], chunk: int) -
 
 def passes(score: float) -> bool:
     return score >= THRESHOLD
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """The agreement of one payload with a recomputed gradient (see the module docstring)."""
+
+    z: float
+    """Whole payload: Σ σ·G over the chosen coefficients / √(Σ G²) over the same coefficients,
+    in standard deviations of the random-sign null."""
+    sign_z: float
+    """Whole payload: (agreeing − disagreeing signs) / √(coefficients with G ≠ 0)."""
+    captured: float
+    """The captured-mass score of :func:`captured_mass`."""
+    tensor_z: tuple[float, ...]
+    """``z`` of each tensor, in the payload's order."""
+    tensor_n: tuple[int, ...]
+    """Chosen coefficients of each tensor where the gradient is not zero."""
+
+    @property
+    def passed(self) -> bool:
+        return self.z >= Z_THRESHOLD
+
+
+@torch.no_grad()
+def score(payload: Payload, grads: Sequence[torch.Tensor], chunk: int) -> Score:
+    """Score ``payload`` against ``grads`` (as :func:`captured_mass`); ``score(...).passed`` is
+    the verdict a verifier sends."""
+    if len(grads) != len(payload.results):
+        raise ValueError(f"{len(grads)} gradients for a payload of {len(payload.results)} tensors")
+    s_all = v_all = agree = n_all = captured = mass = 0.0
+    tensor_z: list[float] = []
+    tensor_n: list[int] = []
+    for result, grad in zip(payload.results, grads, strict=True):
+        coeffs = encode(grad.detach().float(), chunk)
+        if tuple(coeffs.shape) != tuple(result.xshape):
+            raise ValueError(
+                f"gradient encodes to {tuple(coeffs.shape)}, payload has {result.xshape}"
+            )
+        tiles = coeffs.reshape(*chunk_shape(result.xshape), totalk_of(result.xshape))
+        picked = torch.gather(tiles, -1, result.idx.to(tiles.device)).double()
+        signs = torch.sign(result.val.double()).to(tiles.device)
+        s = float((signs * picked).sum())
+        v = float((picked * picked).sum())
+        n = int((picked != 0).sum())
+        s_all += s
+        v_all += v
+        n_all += n
+        agree += float((signs * torch.sign(picked)).sum())
+        captured += s
+        mass += float(torch.topk(tiles.abs(), result.k, dim=-1).values.sum())
+        tensor_z.append(s / math.sqrt(v) if v > 0 else 0.0)
+        tensor_n.append(n)
+    return Score(
+        z=s_all / math.sqrt(v_all) if v_all > 0 else 0.0,
+        sign_z=agree / math.sqrt(n_all) if n_all > 0 else 0.0,
+        captured=captured / mass if mass > 0 else 0.0,
+        tensor_z=tuple(tensor_z),
+        tensor_n=tuple(tensor_n),
+    )

@@ -5,12 +5,14 @@ garbage-data payloads fail (docs/protocol.md, "Threat model and result verificat
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import pytest
 import torch
 
 from psyche.distro import Distro, DistroConfig, DistroResult, Payload
-from psyche.distro.similarity import THRESHOLD, captured_mass, passes
+from psyche.distro.similarity import THRESHOLD, Score, captured_mass, passes, score
 from psyche.training import init_model, llama_config
 
 from ..training.helpers import TINY
@@ -23,6 +25,7 @@ CFG = DistroConfig(
     clip_grad_norm=1.0,
 )
 STEPS = 8
+T = TypeVar("T")
 LR = 3e-3
 
 
@@ -61,12 +64,22 @@ def random_like(p: Payload, g: torch.Generator) -> Payload:
 
 
 @pytest.fixture(scope="module")
+def judged() -> dict[str, list[Score]]:
+    """Every payload of ``scores`` judged with :func:`score` (the verdict's measure)."""
+    return _run(score)
+
+
+@pytest.fixture(scope="module")
 def scores() -> dict[str, list[float]]:
+    return _run(captured_mass)
+
+
+def _run(measure: Callable[[Payload, Sequence[torch.Tensor], int], T]) -> dict[str, list[T]]:
     torch.manual_seed(0)
     model = init_model(llama_config(TINY), seed=0)
     distro = Distro(model.named_parameters(), CFG)
     gen = torch.Generator().manual_seed(1)
-    out: dict[str, list[float]] = {"honest": [], "flipped": [], "random": [], "garbage": []}
+    out: dict[str, list[T]] = {"honest": [], "flipped": [], "random": [], "garbage": []}
     prev: Payload | None = None
     for step in range(STEPS):
         tokens = structured_batch(step)
@@ -79,15 +92,15 @@ def scores() -> dict[str, list[float]]:
         grads = gradients(verifier, tokens)
         if step == 0:
             continue
-        out["honest"].append(captured_mass(payload, grads, CFG.compression_chunk))
-        out["flipped"].append(captured_mass(flipped(payload), grads, CFG.compression_chunk))
-        out["random"].append(captured_mass(random_like(payload, gen), grads, 64))
+        out["honest"].append(measure(payload, grads, CFG.compression_chunk))
+        out["flipped"].append(measure(flipped(payload), grads, CFG.compression_chunk))
+        out["random"].append(measure(random_like(payload, gen), grads, 64))
         cheat = copy.deepcopy(verifier)
         junk = torch.randint(3, 259, tokens.shape, generator=gen)
         cheat_distro = Distro(cheat.named_parameters(), CFG)
         cheat(input_ids=junk, labels=junk, use_cache=False).loss.backward()
         fake = cheat_distro.generate(LR, LR, None, step=step)
-        out["garbage"].append(captured_mass(fake, grads, CFG.compression_chunk))
+        out["garbage"].append(measure(fake, grads, CFG.compression_chunk))
     return out
 
 
@@ -113,3 +126,28 @@ def test_score_is_scale_free_and_checks_shapes() -> None:
     assert one > THRESHOLD
     with pytest.raises(ValueError, match="gradients"):
         captured_mass(payload, grads[:-1], 64)
+
+
+def test_score_passes_honest_and_fails_attacks(judged: dict[str, list[Score]]) -> None:
+    assert all(s.passed for s in judged["honest"]), [s.z for s in judged["honest"]]
+    for attack in ("flipped", "random", "garbage"):
+        assert not any(s.passed for s in judged[attack]), (attack, [s.z for s in judged[attack]])
+
+
+def test_random_signs_have_the_standard_null() -> None:
+    """With signs independent of the gradient, ``z`` has mean 0 and standard deviation 1 (so
+    ``Z_THRESHOLD`` is in standard deviations: P(z ≥ t) ≤ exp(−t²/2), Hoeffding)."""
+    model = init_model(llama_config(TINY), seed=0)
+    distro = Distro(model.named_parameters(), CFG)
+    grads = gradients(model, structured_batch(0))
+    for p, g in zip(sorted(model.named_parameters()), grads, strict=True):
+        p[1].grad = g.clone()
+    honest = distro.generate(LR, LR, None)
+    gen = torch.Generator().manual_seed(5)
+    zs = torch.tensor([score(random_like(honest, gen), grads, 64).z for _ in range(100)])
+    assert abs(float(zs.mean())) < 0.3 and 0.7 < float(zs.std()) < 1.3, zs
+    assert float(zs.max()) < 4.0
+    one = score(honest, grads, 64)
+    assert one.passed and one.z > 10
+    assert score(honest, [g * 1e-3 for g in grads], 64).z == pytest.approx(one.z, rel=1e-5)
+    assert len(one.tensor_z) == len(grads) and all(n > 0 for n in one.tensor_n)

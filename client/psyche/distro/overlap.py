@@ -1,0 +1,79 @@
+"""Near-duplicate payloads: how much of one result another result repeats.
+
+See docs/protocol.md, "Threat model and result verification" (copy checks). A free rider that
+copies a peer's result and changes a few coefficients escapes the exact fingerprint; the
+**signed overlap** catches it: the share of a payload's chosen coefficients — (tile, index, sign)
+triples — that the other payload chose too, with the same sign,
+
+    |A ∩ B| / |A|      (A, B: sets of (tensor, tile, index, sign); |A| = |B| = Σ tiles·k)
+
+Templar's measure (arXiv 2505.21684) is the same overlap without the signs. Honest results of
+the same round share few coefficients (their batches differ; honest pairs stay below
+``NEAR_DUPLICATE`` with margin, calibration in docs/protocol.md), a copy shares all of them less
+what was perturbed, and a perturbed copy that changes more than half its coefficients is no
+longer a copy of much. ``repeated_tensors`` is the per-tensor form for the steady push on one
+weight matrix: a large tensor whose coefficients repeat exactly between two results.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from psyche.distro.payload import Payload
+
+NEAR_DUPLICATE = 0.5
+"""Two results whose signed overlap is at least this are copies of each other."""
+
+REPEAT_MIN_TILES = 4
+"""A tensor is checked for an exact repeat only from this many tiles on: with fewer (norm
+weights, one tile of a small matrix) honest results repeat their few coefficients by chance."""
+
+
+def _keys(idx: torch.Tensor, val: torch.Tensor, totalk: int) -> torch.Tensor:
+    """One int64 per chosen coefficient: tile number, index and sign together."""
+    flat_idx = idx.reshape(-1, idx.shape[-1]).long()
+    tile = torch.arange(flat_idx.shape[0], dtype=torch.int64).unsqueeze(-1)
+    positive = (val.reshape(flat_idx.shape) > 0).long()
+    return ((tile * totalk + flat_idx) * 2 + positive).reshape(-1)
+
+
+def tensor_overlaps(a: Payload, b: Payload) -> tuple[float, ...]:
+    """Per tensor, the share of ``a``'s chosen coefficients that ``b`` chose with the same sign
+    (0 for a tensor whose shapes differ between the two)."""
+    out = []
+    for ra, rb in zip(a.results, b.results, strict=True):
+        if ra.idx.shape != rb.idx.shape or ra.totalk != rb.totalk:
+            out.append(0.0)
+            continue
+        ka = _keys(ra.idx, ra.val, ra.totalk)
+        kb = _keys(rb.idx, rb.val, rb.totalk)
+        out.append(float(torch.isin(ka, kb).sum()) / max(1, ka.numel()))
+    return tuple(out)
+
+
+def signed_overlap(a: Payload, b: Payload) -> float:
+    """The share of all of ``a``'s chosen coefficients that ``b`` chose with the same sign."""
+    sizes = [r.idx.numel() for r in a.results]
+    total = sum(sizes)
+    if total == 0 or len(a.results) != len(b.results):
+        return 0.0
+    shared = sum(o * n for o, n in zip(tensor_overlaps(a, b), sizes, strict=True))
+    return shared / total
+
+
+def repeated_tensors(a: Payload, b: Payload) -> list[int]:
+    """Tensors of at least ``REPEAT_MIN_TILES`` tiles whose chosen coefficients and signs are
+    all in both results (in any order)."""
+    out = []
+    for n, (ra, overlap) in enumerate(zip(a.results, tensor_overlaps(a, b), strict=True)):
+        if ra.idx.numel() // max(1, ra.k) >= REPEAT_MIN_TILES and overlap == 1.0:
+            out.append(n)
+    return out
+
+
+def near_duplicate(a: Payload, b: Payload) -> bool:
+    """Whether ``a`` is refused as a copy of ``b``: its signed overlap reaches
+    ``NEAR_DUPLICATE``, or one of its large tensors repeats ``b``'s exactly."""
+    if len(a.results) != len(b.results):
+        return False
+    return signed_overlap(a, b) >= NEAR_DUPLICATE or bool(repeated_tensors(a, b))

@@ -86,6 +86,9 @@ BASE: dict[str, Any] = {
 
 LLM = "model.LLM"
 DISTRO = f"{LLM}.optimizer.Distro"
+SPARSELOCO = f"{LLM}.optimizer.SparseLoCo"
+# What validate-config says of a valid SparseLoCo config (None: this client trains with it).
+SPARSELOCO_FULL: str | None = SPARSELOCO
 COSINE = f"{LLM}.lr_schedule.Cosine"
 DATA = f"{LLM}.data_location"
 
@@ -118,6 +121,23 @@ def wsd(**kw: Any) -> dict[str, Any]:
 def adamw(**kw: Any) -> dict[str, Any]:
     base = {"betas": [0.9, 0.95], "weight_decay": 0.1, "eps": 1e-8, "clip_grad_norm": 1.0}
     return {"AdamW": {**base, **kw}}
+
+
+def sparseloco(**kw: Any) -> dict[str, Any]:
+    base = {
+        "betas": [0.9, 0.95],
+        "weight_decay": 0.1,
+        "eps": 1e-8,
+        "clip_grad_norm": 1.0,
+        "inner_steps": 4,
+        "outer_lr": 0.7,
+        "outer_momentum": 0.0,
+        "topk_chunk": 64,
+        "topk": 2,
+        "value_bits": 2,
+        "error_decay": 0.95,
+    }
+    return {"SparseLoCo": {**base, **kw}}
 
 
 def http(location: Any) -> dict[str, Any]:
@@ -219,6 +239,57 @@ CASES: list[tuple[str, dict[str, Any], str | None, str | None]] = [
     ("adamw_eps_0", {f"{LLM}.optimizer": adamw(eps=0.0)}, f"{LLM}.optimizer.AdamW.eps", SAME),
     ("adamw_clip_nan", {f"{LLM}.optimizer": adamw(clip_grad_norm=NAN)},
      f"{LLM}.optimizer.AdamW.clip_grad_norm", SAME),
+    # --- SparseLoCo (issue 30) ------------------------------------------------------------------
+    ("sparseloco_valid", {f"{LLM}.optimizer": sparseloco()}, None, SPARSELOCO_FULL),
+    ("sparseloco_edges_valid",
+     {f"{LLM}.optimizer": sparseloco(inner_steps=64, outer_momentum=0.99, topk=64, value_bits=1,
+                                      error_decay=1.0, clip_grad_norm=None, weight_decay=0.0)},
+     None, SPARSELOCO_FULL),
+    ("sparseloco_one_step_one_value_valid",
+     {f"{LLM}.optimizer": sparseloco(inner_steps=1, topk_chunk=1, topk=1)}, None,
+     SPARSELOCO_FULL),
+    ("sparseloco_beta_1", {f"{LLM}.optimizer": sparseloco(betas=[1.0, 0.95])},
+     f"{SPARSELOCO}.betas[0]", SAME),
+    ("sparseloco_weight_decay_negative", {f"{LLM}.optimizer": sparseloco(weight_decay=-0.1)},
+     f"{SPARSELOCO}.weight_decay", SAME),
+    ("sparseloco_eps_0", {f"{LLM}.optimizer": sparseloco(eps=0.0)}, f"{SPARSELOCO}.eps", SAME),
+    ("sparseloco_clip_0", {f"{LLM}.optimizer": sparseloco(clip_grad_norm=0.0)},
+     f"{SPARSELOCO}.clip_grad_norm", SAME),
+    ("sparseloco_inner_steps_0", {f"{LLM}.optimizer": sparseloco(inner_steps=0)},
+     f"{SPARSELOCO}.inner_steps", SAME),
+    ("sparseloco_inner_steps_65", {f"{LLM}.optimizer": sparseloco(inner_steps=65)},
+     f"{SPARSELOCO}.inner_steps", SAME),
+    ("sparseloco_outer_lr_0", {f"{LLM}.optimizer": sparseloco(outer_lr=0.0)},
+     f"{SPARSELOCO}.outer_lr", SAME),
+    ("sparseloco_outer_lr_inf", {f"{LLM}.optimizer": sparseloco(outer_lr=INF)},
+     f"{SPARSELOCO}.outer_lr", SAME),
+    ("sparseloco_outer_lr_overflows_f32", {f"{LLM}.optimizer": sparseloco(outer_lr=1e39)},
+     f"{SPARSELOCO}.outer_lr", SAME),
+    ("sparseloco_outer_momentum_1", {f"{LLM}.optimizer": sparseloco(outer_momentum=1.0)},
+     f"{SPARSELOCO}.outer_momentum", SAME),
+    ("sparseloco_outer_momentum_negative",
+     {f"{LLM}.optimizer": sparseloco(outer_momentum=-0.5)}, f"{SPARSELOCO}.outer_momentum", SAME),
+    ("sparseloco_topk_chunk_0", {f"{LLM}.optimizer": sparseloco(topk_chunk=0, topk=0)},
+     f"{SPARSELOCO}.topk_chunk", SAME),
+    ("sparseloco_topk_0", {f"{LLM}.optimizer": sparseloco(topk=0)}, f"{SPARSELOCO}.topk", SAME),
+    ("sparseloco_topk_above_chunk", {f"{LLM}.optimizer": sparseloco(topk=65)},
+     f"{SPARSELOCO}.topk", SAME),
+    ("sparseloco_value_bits_0", {f"{LLM}.optimizer": sparseloco(value_bits=0)},
+     f"{SPARSELOCO}.value_bits", SAME),
+    ("sparseloco_value_bits_3", {f"{LLM}.optimizer": sparseloco(value_bits=3)},
+     f"{SPARSELOCO}.value_bits", SAME),
+    ("sparseloco_error_decay_0", {f"{LLM}.optimizer": sparseloco(error_decay=0.0)},
+     f"{SPARSELOCO}.error_decay", SAME),
+    ("sparseloco_error_decay_above_1", {f"{LLM}.optimizer": sparseloco(error_decay=1.01)},
+     f"{SPARSELOCO}.error_decay", SAME),
+    ("sparseloco_error_decay_nan", {f"{LLM}.optimizer": sparseloco(error_decay=NAN)},
+     f"{SPARSELOCO}.error_decay", SAME),
+    ("sparseloco_error_decay_underflows_f32_to_0",
+     {f"{LLM}.optimizer": sparseloco(error_decay=1e-50)}, f"{SPARSELOCO}.error_decay", SAME),
+    # Several bad values: the first in the program's order (inner_steps before value_bits).
+    ("sparseloco_first_broken_rule",
+     {f"{LLM}.optimizer": sparseloco(inner_steps=0, value_bits=3)},
+     f"{SPARSELOCO}.inner_steps", SAME),
     # --- learning rates -------------------------------------------------------------------------
     ("cosine_base_lr_negative", {f"{COSINE}.base_lr": -1.0}, f"{COSINE}.base_lr", SAME),
     ("cosine_base_lr_nan", {f"{COSINE}.base_lr": NAN}, f"{COSINE}.base_lr", SAME),

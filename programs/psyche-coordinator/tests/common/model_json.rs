@@ -273,6 +273,25 @@ fn optimizer_to_json(o: &OptimizerDefinition) -> Value {
             "compression_decay": f32_json(compression_decay),
             "compression_topk": compression_topk, "compression_chunk": compression_chunk,
             "quantize_1bit": quantize_1bit}}),
+        OptimizerDefinition::SparseLoCo {
+            betas,
+            weight_decay,
+            eps,
+            clip_grad_norm,
+            inner_steps,
+            outer_lr,
+            outer_momentum,
+            topk_chunk,
+            topk,
+            value_bits,
+            error_decay,
+        } => json!({"SparseLoCo": {
+            "betas": [f32_json(betas[0]), f32_json(betas[1])],
+            "weight_decay": f32_json(weight_decay), "eps": f32_json(eps),
+            "clip_grad_norm": opt_f32_json(clip_grad_norm), "inner_steps": inner_steps,
+            "outer_lr": f32_json(outer_lr), "outer_momentum": f32_json(outer_momentum),
+            "topk_chunk": topk_chunk, "topk": topk, "value_bits": value_bits,
+            "error_decay": f32_json(error_decay)}}),
     }
 }
 
@@ -307,6 +326,36 @@ fn optimizer_from_json(v: &Value) -> R<OptimizerDefinition> {
                 compression_topk: uint(&t["compression_topk"])?,
                 compression_chunk: uint(&t["compression_chunk"])?,
                 quantize_1bit: t["quantize_1bit"].as_bool().ok_or("quantize_1bit is a bool")?,
+            }
+        }
+        "SparseLoCo" => {
+            let keys = [
+                "betas",
+                "weight_decay",
+                "eps",
+                "clip_grad_norm",
+                "inner_steps",
+                "outer_lr",
+                "outer_momentum",
+                "topk_chunk",
+                "topk",
+                "value_bits",
+                "error_decay",
+            ];
+            let t = table(payload(tag, p)?, &keys)?;
+            let betas = t["betas"].as_array().filter(|b| b.len() == 2).ok_or("two betas")?;
+            OptimizerDefinition::SparseLoCo {
+                betas: [f32_of(&betas[0])?, f32_of(&betas[1])?],
+                weight_decay: f32_of(&t["weight_decay"])?,
+                eps: f32_of(&t["eps"])?,
+                clip_grad_norm: opt_f32(&t["clip_grad_norm"])?,
+                inner_steps: uint(&t["inner_steps"])?,
+                outer_lr: f32_of(&t["outer_lr"])?,
+                outer_momentum: f32_of(&t["outer_momentum"])?,
+                topk_chunk: uint(&t["topk_chunk"])?,
+                topk: uint(&t["topk"])?,
+                value_bits: uint(&t["value_bits"])?,
+                error_decay: f32_of(&t["error_decay"])?,
             }
         }
         _ => return Err(format!("unknown optimizer {v}")),

@@ -130,3 +130,48 @@ async fn update_refuses_models_every_client_would_fail_to_load() {
         assert_eq!(env.coordinator(&run).await.state.coordinator.model.load(), Some(model));
     }
 }
+
+fn sparseloco(inner_steps: u8, topk: u16, value_bits: u8) -> Model {
+    let mut model = tiny_model();
+    model.llm_mut().optimizer = OptimizerDefinition::SparseLoCo {
+        betas: [0.9, 0.95],
+        weight_decay: 0.1,
+        eps: 1e-8,
+        clip_grad_norm: Some(1.0),
+        inner_steps,
+        outer_lr: 0.7,
+        outer_momentum: 0.0,
+        topk_chunk: 64,
+        topk,
+        value_bits,
+        error_decay: 0.95,
+    };
+    model
+}
+
+/// Issue 30: the deployed program stores a SparseLoCo model (borsh tag 3 in the model blob) and
+/// refuses one that breaks its rules, storing nothing.
+#[tokio::test]
+async fn update_stores_a_sparseloco_model_and_refuses_a_bad_one() {
+    let mut env = Env::new().await;
+    let run = env.create_run("sparseloco").await;
+    for bad in
+        [sparseloco(0, 2, 2), sparseloco(65, 2, 2), sparseloco(4, 65, 2), sparseloco(4, 2, 3)]
+    {
+        let ix =
+            ix_update(&run, &run.authority.pubkey(), None, Some(tiny_config()), Some(bad), None);
+        assert_err(env.send(ix, &[&run.authority]).await, E::ModelSanityCheckFailed);
+    }
+    assert_eq!(env.coordinator(&run).await.state.coordinator.model.load(), None);
+    let good = sparseloco(64, 64, 1);
+    let ix = ix_update(
+        &run,
+        &run.authority.pubkey(),
+        None,
+        Some(tiny_config()),
+        Some(good.clone()),
+        None,
+    );
+    env.send(ix, &[&run.authority]).await.expect("a valid SparseLoCo model is stored");
+    assert_eq!(env.coordinator(&run).await.state.coordinator.model.load(), Some(good));
+}

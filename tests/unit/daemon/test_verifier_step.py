@@ -5,13 +5,14 @@ it builds from the results it holds, and the time budget that leaves slots unche
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 
 import torch
 
 from psyche.coordinator import Coordinator
 from psyche.coordinator.sim import Sim
-from psyche.coordinator.types import Verdict
+from psyche.coordinator.types import CoordinatorException, Verdict
 from psyche.daemon.rounds import ReceivedResult, RoundState, result_fingerprint, round_state_for
 from psyche.daemon.verifying import (
     TOKEN_SHARE,
@@ -110,6 +111,14 @@ def test_verifiers_judge_every_sampled_result_but_their_own() -> None:
             assert s.batch == round0.batch_of(s.trainer) and s.grads is None
     for i in set(range(4)) - set(verifiers):
         assert slots_to_judge(c, i, round0, _spec()) is None
+    # The coordinator accepts the witness of each verifier judging exactly those slots.
+    for i in verifiers:
+        j = slots_to_judge(c, i, round0, _spec())
+        assert j is not None
+        bits = sum(1 << s.slot for s in j.slots)
+        w = dataclasses.replace(sim.round_witness(i), verdict=Verdict(bits, bits & 0b1))
+        assert not isinstance(sim.witness(c.epoch_state.clients[i].id, w), CoordinatorException)
+    assert len(c.current_round().witnesses) == 3
 
 
 def test_nothing_to_judge_without_verification_or_a_previous_round() -> None:

@@ -5,7 +5,7 @@ mod harness;
 
 use harness::*;
 use psyche_coordinator::constants::MAX_HEALTH_CHECKS_PER_INSTRUCTION;
-use psyche_coordinator::core::model::{Checkpoint, GcsRepo};
+use psyche_coordinator::core::model::{Checkpoint, GcsRepo, OptimizerDefinition};
 use psyche_coordinator::core::{
     Bloom, Committee, CommitteeProof, EvalResult, FixedString280, FixedString64, HealthCheck,
     NodeIdentity, Progress, RunMetadata, WitnessMetadata, WitnessProofArg, MAX_EVALS,
@@ -88,6 +88,23 @@ fn largest_warmup_witness_and_health_check_transactions_fit_a_packet() {
     assert!(size <= PACKET_DATA_SIZE, "health check transaction is {size} bytes");
 }
 
+/// The longest optimizer encoding (SparseLoCo, 39 bytes of fields; issue 30).
+fn largest_optimizer() -> OptimizerDefinition {
+    OptimizerDefinition::SparseLoCo {
+        betas: [0.9, 0.95],
+        weight_decay: 0.1,
+        eps: 1e-8,
+        clip_grad_norm: Some(1.0),
+        inner_steps: 64,
+        outer_lr: 0.7,
+        outer_momentum: 0.9,
+        topk_chunk: 64,
+        topk: 2,
+        value_bits: 2,
+        error_decay: 0.95,
+    }
+}
+
 /// The owner can set config, model and progress in one `update`, and metadata in another
 /// (all four together do not fit: `psyche-solana-client update-config` sends two).
 #[test]
@@ -101,11 +118,12 @@ fn largest_update_transactions_fit_a_packet() {
         &authority.pubkey(),
         None,
         Some(config),
-        Some(largest_model(adamw())),
+        Some(largest_model(largest_optimizer())),
         Some(progress),
     );
     let size = tx_size(&authority, ix);
     assert!(size <= PACKET_DATA_SIZE, "config+model+progress update is {size} bytes");
+    println!("largest update (SparseLoCo model): {size} of {PACKET_DATA_SIZE} bytes");
 
     let metadata = RunMetadata {
         name: FixedString64::new(&"n".repeat(64)).unwrap(),

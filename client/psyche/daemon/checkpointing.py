@@ -157,6 +157,8 @@ class Checkpointer:
             except GcsError as e:
                 log.warning("checkpoint upload to GCS failed: %s", e)
                 return
+            # As for the Hub: the repository, and what names this step in it (its prefix).
+            self.events.write(UploadEvent(step=step, repo=f"gs://{gcs.bucket}", revision=where))
             log.info("uploaded step %d to gs://%s/%s", step, gcs.bucket, where)
             report = GcsCheckpoint(GcsRepo(bucket=gcs.bucket, prefix=where))
         elif self.uploader is not None:

@@ -127,11 +127,14 @@ class SimulatedRun:
         on_kit: Callable[[int, ModelKit], ModelKit] | None = None,
         stall_after_s: float | None = None,
         daemon_options: Callable[[int], DaemonOptions | None] | None = None,
+        model_checkpoint: Checkpoint | None = None,
     ) -> None:
         assert isinstance(run.model, LLM)
         llm = dataclasses.replace(
             run.model,
-            checkpoint=HubCheckpoint(HubRepo(repo_id=MODEL_REPO)),
+            # The run's checkpoint: by default the Hub stand-in that loads ``model_dir``; a test
+            # may name a real one (a Gcs bucket on an emulator) the clients load and upload to.
+            checkpoint=model_checkpoint or HubCheckpoint(HubRepo(repo_id=MODEL_REPO)),
             data_location=LocalData(path=str(data_dir)),
         )
         coord = Coordinator(

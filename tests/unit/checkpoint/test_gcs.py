@@ -6,11 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,41 +22,9 @@ from psyche.events import EventLog
 from psyche.protocol.locations import Checkpoint, GcsCheckpoint, GcsRepo, P2PGcsCheckpoint
 from psyche.training.errors import ModelLoadError
 
-BUCKET = "psyche-ckpt"
+from .gcs_emulator import BUCKET, emulator
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    port = _free_port()
-    exe = Path(sys.executable).parent / "gcp-storage-emulator"
-    proc = subprocess.Popen(
-        [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory",
-         "--default-bucket", BUCKET, "-q"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert proc.poll() is None, "the emulator exited"
-                assert time.monotonic() < deadline, "the emulator did not listen"
-                time.sleep(0.1)
-        host = f"http://127.0.0.1:{port}"
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
-        monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-        yield host
-    finally:
-        proc.terminate()
-        proc.wait(10)
+__all__ = ["emulator"]  # the fixture, used by name
 
 
 def _checkpoint(root: Path, seed: int) -> Path:

@@ -1,0 +1,199 @@
+"""One client's SparseLoCo round (issue 30; docs/distro.md, "SparseLoCo: how the client runs it").
+
+The run config's ``[model.LLM.optimizer.SparseLoCo]`` turned into what a client does with a
+round, on top of the math in :mod:`psyche.distro.sparseloco`:
+
+- :meth:`SparseLoCoTrainer.train_round`: the round's assigned batch is split into ``H`` equal
+  inner batches (``torch.tensor_split``: the first ones one sample larger when ``H`` does not
+  divide it; fewer than ``H`` samples give one inner step per sample); each is one AdamW step at
+  the round's learning rate (the run's lr_schedule). The pseudo-gradient is encoded with the
+  error feedback (``encode_round``) and the weights go back to the round's start, bit for bit:
+  between rounds every honest client holds the same weights, and only the outer step moves them.
+- :meth:`SparseLoCoTrainer.apply_round`: the consensus payloads of a round, in client-index
+  order, decoded strictly and applied by ``outer_apply`` with ``outer_lr`` (bit-identical on
+  every client and CPU kernel set).
+
+State: the inner AdamW moments and the error-feedback buffers are this client's own (a joiner and
+a cold start begin them at zero, :meth:`reset_private`); the outer momentum, when the run has one,
+is run-global and is what :meth:`state_dict` gives a checkpoint or a peer fetching the model.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from psyche.distro.payload import PayloadError
+from psyche.distro.sparseloco import (
+    SparseLoCoSettings,
+    SparseLoCoState,
+    decode_payload,
+    encode_round,
+    max_payload_bytes,
+    outer_apply,
+)
+from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training.errors import NonFiniteGradient, TrainingCancelled
+
+__all__ = ["SparseLoCoRoundOutput", "SparseLoCoTrainer", "sparseloco_settings"]
+
+
+def sparseloco_settings(optimizer: SparseLoCoOptimizer) -> SparseLoCoSettings:
+    """The run config's SparseLoCo fields that the payload and the outer step depend on."""
+    return SparseLoCoSettings(
+        topk_chunk=optimizer.topk_chunk,
+        topk=optimizer.topk,
+        value_bits=optimizer.value_bits,
+        error_decay=optimizer.error_decay,
+        outer_momentum=optimizer.outer_momentum,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SparseLoCoRoundOutput:
+    payload: bytes
+    """The canonical wire bytes (always ``max_payload_bytes`` long)."""
+    loss: float
+    """Mean loss over the inner steps (each inner step's mean token cross-entropy)."""
+    inner_steps: int
+    tokens: int
+    seconds: float
+
+
+class SparseLoCoTrainer:
+    """SparseLoCo over ``model``'s trainable parameters, in canonical order (ascending name)."""
+
+    def __init__(
+        self, model: torch.nn.Module, optimizer: SparseLoCoOptimizer, *, micro_batch_size: int
+    ) -> None:
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be ≥ 1, got {micro_batch_size}")
+        self.model = model
+        self.config = optimizer
+        self.settings = sparseloco_settings(optimizer)
+        named = sorted((n, p) for n, p in model.named_parameters() if p.requires_grad)
+        self.params = [p for _, p in named]
+        self.shapes = [tuple(p.shape) for p in self.params]
+        self.state = SparseLoCoState(self.shapes, self.settings)
+        self.micro_batch_size = micro_batch_size
+        self.payload_bytes = max_payload_bytes(self.shapes, self.settings)
+        """Every payload's exact size, known before the run (the download bound)."""
+        self.nonce = 0
+        self._inner = self._new_inner()
+
+    def _new_inner(self) -> torch.optim.AdamW:
+        c = self.config
+        # foreach=False: one kernel path on every machine; the inner steps are private, but a
+        # client's own results should not depend on which fused path torch picks.
+        return torch.optim.AdamW(
+            self.params,
+            lr=0.0,
+            betas=c.betas,
+            eps=c.eps,
+            weight_decay=c.weight_decay,
+            foreach=False,
+        )
+
+    def reset_private(self) -> None:
+        """Zero this client's own state: a joiner, a cold start, a client that missed rounds."""
+        self.state.reset_error()
+        self._inner = self._new_inner()
+
+    def _inner_step(self, batch: torch.Tensor, lr: float, cancel: threading.Event | None) -> float:
+        self.model.zero_grad(set_to_none=True)
+        chunks = batch.split(self.micro_batch_size)
+        total = 0.0
+        for chunk in chunks:
+            if cancel is not None and cancel.is_set():
+                raise TrainingCancelled("training was cancelled between micro-batches")
+            out = self.model(input_ids=chunk, labels=chunk, use_cache=False)
+            loss = out.loss / len(chunks)
+            loss.backward()
+            total += float(loss.detach())
+        clip = self.config.clip_grad_norm
+        if clip is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self.params, clip, error_if_nonfinite=False)
+            if not bool(torch.isfinite(norm)):
+                raise FloatingPointError("the inner gradient is not finite")
+        for group in self._inner.param_groups:
+            group["lr"] = lr
+        self._inner.step()
+        return total
+
+    def train_round(
+        self,
+        batch: torch.Tensor,
+        *,
+        step: int,
+        lr: float,
+        cancel: threading.Event | None = None,
+    ) -> SparseLoCoRoundOutput:
+        """H inner steps over ``batch`` ([samples, seq] token ids), then this round's payload.
+        The weights are restored to the round's start whatever happens (cancel, non-finite)."""
+        if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < 2:
+            raise ValueError(f"batch must be [samples ≥ 1, seq ≥ 2], got {tuple(batch.shape)}")
+        started = time.perf_counter()
+        device = self.params[0].device
+        batch = batch.to(device, torch.int64)
+        parts = [p for p in torch.tensor_split(batch, self.config.inner_steps) if p.shape[0] > 0]
+        start = [p.detach().to("cpu", copy=True) for p in self.params]
+        self.model.train()
+        losses = []
+        try:
+            for part in parts:
+                losses.append(self._inner_step(part, lr, cancel))
+            if cancel is not None and cancel.is_set():
+                raise TrainingCancelled("training was cancelled before the payload was built")
+            end = [p.detach().to("cpu", copy=True) for p in self.params]
+            nonce = self.nonce
+            self.nonce += 1
+            payload = encode_round(self.state, start, end, step=step, nonce=nonce)
+        except (FloatingPointError, PayloadError) as e:
+            # encode_round refuses a non-finite pseudo-gradient part-way through its tensors:
+            # the buffers it touched are no longer meaningful.
+            self.state.reset_error()
+            raise NonFiniteGradient(f"step {step}: {e}; the round was dropped") from e
+        finally:
+            self._restore(start)
+        return SparseLoCoRoundOutput(
+            payload=payload,
+            loss=sum(losses) / len(losses),
+            inner_steps=len(parts),
+            tokens=batch.numel(),
+            seconds=time.perf_counter() - started,
+        )
+
+    @torch.no_grad()
+    def _restore(self, start: Sequence[torch.Tensor]) -> None:
+        for p, s in zip(self.params, start, strict=True):
+            p.copy_(s)
+        self.model.zero_grad(set_to_none=True)
+
+    def decode(self, data: bytes) -> object:
+        """Strict decoding of a peer's payload (``PayloadError`` on anything malformed)."""
+        return decode_payload(data, self.shapes, self.settings)
+
+    @torch.no_grad()
+    def apply_round(self, payloads: Sequence[bytes]) -> None:
+        """The outer step of a round's consensus payloads (client-index order). None: only the
+        outer momentum, if any, moves the weights, as on every other client."""
+        decoded = [decode_payload(d, self.shapes, self.settings) for d in payloads]
+        on_cpu = all(p.device.type == "cpu" for p in self.params)
+        targets = self.params if on_cpu else [p.detach().to("cpu", copy=True) for p in self.params]
+        outer_apply(targets, decoded, self.state, self.settings, self.config.outer_lr)
+        if not on_cpu:
+            for p, t in zip(self.params, targets, strict=True):
+                p.copy_(t)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The run-global optimizer state a checkpoint and a P2P model fetch carry."""
+        return self.state.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a checkpoint's or a peer's global state; this client's own state restarts."""
+        self.state.load_state_dict(state)
+        self.reset_private()

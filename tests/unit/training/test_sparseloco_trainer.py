@@ -1,0 +1,99 @@
+"""SparseLoCoTrainer (issue 30): a round trains H inner steps and leaves the weights exactly at
+the round's start; payloads have the advertised size and are decoded strictly; a cancelled round
+changes nothing; the outer apply is identical for two clients given the same payloads; the
+run-global state round-trips and a loaded client starts its own state afresh."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from transformers import LlamaForCausalLM
+
+from psyche.distro.payload import PayloadError
+from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training import init_model, llama_config, model_hash
+from psyche.training.errors import TrainingCancelled
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
+
+from .helpers import TINY, batch_of
+
+
+def config(**kw: object) -> SparseLoCoOptimizer:
+    base: dict[str, object] = dict(
+        betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8, clip_grad_norm=1.0, inner_steps=3,
+        outer_lr=0.7, outer_momentum=0.5, topk_chunk=64, topk=2, value_bits=2, error_decay=0.95,
+    )  # fmt: skip
+    return SparseLoCoOptimizer(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_round_restores_the_start_weights_and_sizes_the_payload(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    t = SparseLoCoTrainer(tiny_model, config(), micro_batch_size=2)
+    before = model_hash(tiny_model)
+    out = t.train_round(batch_of(1, samples=7), step=1, lr=4e-3)
+    assert model_hash(tiny_model) == before
+    assert out.inner_steps == 3  # 7 samples in 3 inner batches of 3, 2, 2
+    assert len(out.payload) == t.payload_bytes
+    decoded = t.decode(out.payload)
+    assert decoded is not None
+    # Fewer samples than inner steps: one step per sample.
+    assert t.train_round(batch_of(2, samples=2), step=2, lr=4e-3).inner_steps == 2
+
+
+def test_malformed_payloads_are_refused(tiny_model: LlamaForCausalLM) -> None:
+    t = SparseLoCoTrainer(tiny_model, config(), micro_batch_size=2)
+    data = t.train_round(batch_of(1), step=1, lr=4e-3).payload
+    with pytest.raises(PayloadError):
+        t.decode(data[:-1])
+    with pytest.raises(PayloadError):
+        t.decode(b"XYZ" + data[3:])
+    before = model_hash(tiny_model)
+    with pytest.raises(PayloadError):
+        t.apply_round([data, data + b"\0"])
+    assert model_hash(tiny_model) == before  # nothing applied when one payload is bad
+
+
+def test_cancel_changes_nothing(tiny_model: LlamaForCausalLM) -> None:
+    t = SparseLoCoTrainer(tiny_model, config(), micro_batch_size=2)
+    cancel = threading.Event()
+    cancel.set()
+    before = model_hash(tiny_model)
+    with pytest.raises(TrainingCancelled):
+        t.train_round(batch_of(1), step=1, lr=4e-3, cancel=cancel)
+    assert model_hash(tiny_model) == before
+    assert all(not bool(e.any()) for e in t.state.error)
+
+
+def test_two_clients_apply_to_the_same_weights_and_a_joiner_gets_the_global_state() -> None:
+    a, b = (init_model(llama_config(TINY), seed=0) for _ in range(2))
+    ta = SparseLoCoTrainer(a, config(), micro_batch_size=2)
+    tb = SparseLoCoTrainer(b, config(), micro_batch_size=2)
+    for step in (1, 2):
+        pa = ta.train_round(batch_of(10 + step), step=step, lr=4e-3).payload
+        pb = tb.train_round(batch_of(20 + step), step=step, lr=4e-3).payload
+        ta.apply_round([pa, pb])
+        tb.apply_round([pa, pb])
+        assert model_hash(a) == model_hash(b)
+    # A joiner: the weights and the global state (outer momentum) from a peer, its own state zero.
+    c = init_model(llama_config(TINY), seed=0)
+    c.load_state_dict(a.state_dict())
+    tc = SparseLoCoTrainer(c, config(), micro_batch_size=2)
+    tc.load_state_dict(ta.state_dict())
+    assert all(not bool(e.any()) for e in tc.state.error)
+    pa = ta.train_round(batch_of(31), step=3, lr=4e-3).payload
+    pb = tb.train_round(batch_of(32), step=3, lr=4e-3).payload
+    for t in (ta, tb, tc):
+        t.apply_round([pa, pb])
+    assert model_hash(a) == model_hash(b) == model_hash(c)
+    with pytest.raises(ValueError):
+        tc.load_state_dict({})  # the momentum is required when the run has one
+
+
+def test_no_momentum_no_global_state(tiny_model: LlamaForCausalLM) -> None:
+    t = SparseLoCoTrainer(tiny_model, config(outer_momentum=0.0), micro_batch_size=2)
+    assert t.state_dict() == {}
+    before = model_hash(tiny_model)
+    t.apply_round([])
+    assert model_hash(tiny_model) == before

@@ -25,6 +25,7 @@ from psyche.coordinator import Coordinator, RunState
 from psyche.daemon import sharing
 from psyche.daemon.parts import ModelKit
 from psyche.daemon.warmup import WARMUP_GRACE_S
+from psyche.data.provider import DataError
 from psyche.events import ApplyEvent, ModelLoadedEvent, TrainEvent, read_events
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import RunConfig, load_run_config
@@ -153,6 +154,35 @@ def test_an_internal_error_drops_one_client_for_the_epoch_and_it_rejoins_the_nex
     assert set(hashes[last]) == {0, 1, 2}, "client 1 trains again in the second epoch"
     assert len(set(hashes[last].values())) == 1
     assert all(len(set(h.values())) == 1 for h in hashes.values())
+
+
+def test_data_a_client_cannot_load_is_one_line_and_it_tries_again_next_epoch(
+    tiny_corpus: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run's data or model that one client cannot load (a Local or Preprocessed path missing
+    on that machine, a bucket it cannot read) is the user's to fix: one error line naming it,
+    not an "internal error" traceback (issue 28's walk); the client sits the epoch out."""
+    failed = threading.Event()
+
+    def no_data_once(index: int, kit: ModelKit) -> ModelKit:
+        if index == 1 and not failed.is_set():
+            failed.set()
+            raise DataError("runs/x/data: no .parquet files in the directory")
+        return kit
+
+    rc = _config(epoch_time=12, total_steps=14, min_clients=2)
+    sim = _sim(tiny_corpus, tmp_path, rc, on_kit=no_data_once)
+    with caplog.at_level(logging.WARNING, logger="psyche.daemon"):
+        summary = _run(sim, max_epochs=2)
+    assert failed.is_set() and summary.epochs_completed == 2
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == [
+        "cannot load this run's model or data: runs/x/data: no .parquet files in the directory; "
+        "sitting this epoch out"
+    ]
+    assert errors[0].exc_info is None
+    hashes = _hashes_by_step(tmp_path, 3)
+    assert set(hashes[max(hashes)]) == {0, 1, 2}, "client 1 trains in the second epoch"
 
 
 def test_a_download_that_misses_the_apply_deadline_drops_the_client_and_the_run_goes_on(

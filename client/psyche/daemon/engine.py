@@ -41,9 +41,11 @@ from psyche.daemon.rounds import round_state_for
 from psyche.daemon.training import MissingConsensusResult, TrainingStep
 from psyche.daemon.warmup import WarmupStep, healthy_index
 from psyche.daemon.witnessing import WitnessStep
+from psyche.data.provider import DataError
 from psyche.events import FinishedEvent, RejectionsEvent
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import merge_counts
+from psyche.training.errors import ModelLoadError
 
 __all__ = ["RoundEngine", "Step"]
 
@@ -116,6 +118,11 @@ class RoundEngine:
                         "the next warmup tries again",
                         e,
                     )
+                    self.drop_out()
+                except (ModelLoadError, DataError) as e:
+                    # The run's model or data cannot be had here (a path, a bucket, a format):
+                    # the user's to fix, so one line saying what, not an internal traceback.
+                    log.error("cannot load this run's model or data: %s; sitting this epoch out", e)
                     self.drop_out()
                 except Exception:
                     log.exception("internal error; dropping out of this epoch")

@@ -4,8 +4,14 @@ binary (rust-just in .venv)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +91,45 @@ def test_local_testnet_recipe_reaches_the_launcher() -> None:
     res = run(JUST, "local-testnet", "--help")
     assert res.returncode == 0, res.stderr
     assert "--config-path" in res.stdout and "--num-clients" in res.stdout
+
+
+def test_a_signal_to_just_stops_the_client_it_started(tmp_path: Path) -> None:
+    """`kill` of a `just start-training-localnet-client` (a supervisor, a script) must stop the
+    client: the recipe `exec`s it, where the shell between them used to die alone and leave the
+    client running. Here the client is retrying an RPC endpoint that does not answer."""
+    from solders.keypair import Keypair
+
+    wallet = tmp_path / "id.json"
+    wallet.write_text(json.dumps(list(bytes(Keypair()))))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        rpc = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody answers there
+    env = {**os.environ, "RPC": rpc, "WALLET_FILE": str(wallet), "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [str(JUST), "start-training-localnet-client", "run_id=x", "--logs", "console"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "retrying in" in line:
+                break
+        proc.send_signal(signal.SIGTERM)  # to just alone, as `kill PID` does
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 143, "".join(seen) + out
+        deadline = time.monotonic() + 10
+        while (left := _group(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"still running after just stopped: {left}"
+        assert "Traceback" not in "".join(seen) + out
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _group(pgid: int) -> list[str]:
+    res = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True)
+    return res.stdout.split()

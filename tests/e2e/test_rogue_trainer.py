@@ -39,7 +39,7 @@ def test_a_sign_flipping_trainer_is_ejected_and_slashed(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),
-        total_steps=7,
+        total_steps=5,
         init_min_clients=4,
         min_clients=3,
         witness_nodes=3,
@@ -53,7 +53,7 @@ def test_a_sign_flipping_trainer_is_ejected_and_slashed(
         num_clients=4,
         server_port=free_port(),
         out_dir=tmp_path / "net",
-        timeout_s=400,
+        timeout_s=600,
         server_args=("--save-state-dir", str(saved)),
     )
     net = make_testnet(opts, lambda m: None)

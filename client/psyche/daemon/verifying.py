@@ -184,6 +184,8 @@ def recompute(
             grads: tuple[torch.Tensor, ...] | None = None
             try:
                 tokens = s.sub.of(data.get_samples(s.batch))
+                if time.monotonic() >= deadline:  # a slow data fetch spent the budget
+                    raise TrainingCancelled("out of time after fetching the samples")
                 with torch.random.fork_rng(devices=devices):
                     model.zero_grad(set_to_none=True)
                     trainer.accumulate_gradients(tokens, cancel)

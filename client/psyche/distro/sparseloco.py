@@ -215,16 +215,22 @@ def outer_apply(
         raise ValueError(f"expected {len(state.shapes)} parameters, got {len(params)}")
     k = len(payloads)
     for i, (p, groups, shape) in enumerate(zip(params, state.groups, state.shapes, strict=True)):
-        if tuple(p.shape) != shape:
-            raise ValueError(f"parameter {i} has shape {tuple(p.shape)}, expected {shape}")
+        if tuple(p.shape) != shape or not p.is_contiguous():
+            raise ValueError(f"parameter {i}: need a contiguous tensor of shape {shape}")
         acc = torch.zeros(_numel(shape), dtype=torch.float64)
         for payload in payloads:  # client-index order: the sum is the same on every client
             idx, vals = payload.tensors[i].flat(groups)
             acc[idx] = acc[idx] + vals.to(torch.float64)  # distinct indices: one add each
+        flat = p.data.view(-1)
+        if state.momentum is None:
+            # Only entries with a non-zero sum move (θ − 0·α is θ exactly), so the step is taken
+            # on those alone: the same bits as the dense formula at a fraction of its cost.
+            nz = acc.nonzero().squeeze(1)
+            step = (acc[nz] / k) * outer_lr
+            flat[nz] = (flat[nz].to(torch.float64) - step).to(p.dtype)
+            continue
         update = acc / k if k else acc
-        if state.momentum is not None:
-            v = state.momentum[i].to(torch.float64) * settings.outer_momentum + update
-            state.momentum[i] = v.to(torch.float32)
-            update = state.momentum[i].to(torch.float64)
-        new = p.detach().reshape(-1).to(torch.float64) - update * outer_lr
-        p.data.copy_(new.to(p.dtype).view(shape))
+        v = state.momentum[i].to(torch.float64) * settings.outer_momentum + update
+        state.momentum[i] = v.to(torch.float32)
+        new = flat.to(torch.float64) - state.momentum[i].to(torch.float64) * outer_lr
+        flat.copy_(new.to(p.dtype))

@@ -112,6 +112,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the verdict: Score.passed (z) or the former captured-mass threshold",
     )  # fmt: skip
     p.add_argument("--calibration", action="store_true", help="keep every score in the JSON")
+    p.add_argument(
+        "--score-only", action="store_true",
+        help="judge and record scores but never reject or eject (score distributions of attacks)",
+    )  # fmt: skip
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.quick:
@@ -290,17 +294,25 @@ def run(
     step_pre: dict[int, list[torch.Tensor]] = {}
     vparams = [p for _, p in sorted(verifier_model.named_parameters())]
 
-    def score_of(judged: int, trainer: int, payload: Payload) -> tuple[Score, float]:
-        """The score and the seconds its forward/backward took."""
+    def score_of(judged: int, trainer: int, payload: Payload, verifier: int) -> tuple[Score, float]:
+        """One verifier's score and the seconds its forward/backward took: it recomputes its own
+        seed-chosen `--verify-samples` consecutive samples of the batch (wrapping), as the
+        daemon's verifiers do, on `--verify-threads` threads if its index is even, else on the
+        trainers' `--threads` (so both thread counts judge every run's results)."""
         with torch.no_grad():
             for p, w in zip(vparams, step_pre[judged], strict=True):
                 p.copy_(w)
         verifier_model.zero_grad(set_to_none=True)
         # The verifier may run other kernels than the trainer: another thread count.
-        torch.set_num_threads(args.verify_threads or args.threads)
-        t = time.perf_counter()
+        threads = (args.verify_threads or args.threads) if verifier % 2 == 0 else args.threads
+        torch.set_num_threads(threads)
         toks = step_tokens[judged][trainer]
-        base.forward_backward(verifier_model, toks[: args.verify_samples or len(toks)], 1.0)
+        m = args.verify_samples or len(toks)
+        pick = sha256(b"sub-%d-%d-%d" % (judged, trainer, verifier))
+        first = int.from_bytes(pick[:8], "little") % len(toks)
+        toks = torch.cat([toks, toks])[first : first + m] if m < len(toks) else toks
+        t = time.perf_counter()
+        base.forward_backward(verifier_model, toks, 1.0)
         dt = time.perf_counter() - t
         torch.set_num_threads(args.threads)
         grads = [p.grad for p in vparams]
@@ -324,25 +336,30 @@ def run(
             honest = [v for v in voters if v not in attackers]
             if not honest:
                 continue
-            sc, dt = score_of(judged, trainer, by_client[trainer])
-            # Every honest voter recomputes the same gradient: one computation stands for all.
-            out.verify_fwd_bwd_s += dt * len(honest)
-            passed = sc.passed if args.measure == "z" else sc.captured >= THRESHOLD
-            value = sc.z if args.measure == "z" else sc.captured
-            against = 0 if passed else len(honest)
+            against = 0
             bad = trainer in attackers
-            (out.attacker_scores if bad else out.honest_scores).append(value)
-            (out.attacker_z if bad else out.honest_z).append(sc.z)
-            (out.attacker_sign_z if bad else out.honest_sign_z).append(sc.sign_z)
-            (out.attacker_captured if bad else out.honest_captured).append(sc.captured)
-            per = out.attacker_tensor_z if bad else out.honest_tensor_z
-            for name, tz in zip(names, sc.tensor_z, strict=True):
-                per.setdefault(name, []).append(tz)
-            if trainer not in attackers:
-                out.honest_votes += len(honest)
-                out.false_positives += against
-                out.min_honest_score = min(out.min_honest_score, value)
-            if against >= len(verifiers) // 2 + 1 and against >= min(2, len(voters)):
+            for v in honest:  # each honest verifier recomputes and votes on its own
+                sc, dt = score_of(judged, trainer, by_client[trainer], v)
+                out.verify_fwd_bwd_s += dt
+                passed = sc.passed if args.measure == "z" else sc.captured >= THRESHOLD
+                value = sc.z if args.measure == "z" else sc.captured
+                against += 0 if passed else 1
+                (out.attacker_scores if bad else out.honest_scores).append(value)
+                (out.attacker_z if bad else out.honest_z).append(sc.z)
+                (out.attacker_sign_z if bad else out.honest_sign_z).append(sc.sign_z)
+                (out.attacker_captured if bad else out.honest_captured).append(sc.captured)
+                per = out.attacker_tensor_z if bad else out.honest_tensor_z
+                for name, tz in zip(names, sc.tensor_z, strict=True):
+                    per.setdefault(name, []).append(tz)
+                if not bad:
+                    out.honest_votes += 1
+                    out.false_positives += 0 if passed else 1
+                    out.min_honest_score = min(out.min_honest_score, value)
+            if (
+                not args.score_only
+                and against >= len(verifiers) // 2 + 1
+                and against >= min(2, len(voters))
+            ):
                 rejected.setdefault(judged, set()).add(trainer)
                 # Its result of the judging round is left out too (clients read the verdict
                 # stored a round earlier), and it sends nothing from now on.
@@ -418,7 +435,7 @@ def run(
                     (out.honest_own_overlap if own else out.honest_overlap).append(ov)
                     for n in repeated_tensors(wire, other):
                         out.honest_repeats[names[n]] = out.honest_repeats.get(names[n], 0) + 1
-            if vp and lr > 0:  # the copy check runs on every result (results at LR 0 are alike)
+            if vp and lr > 0 and not args.score_only:  # the copy check (results at LR 0 are alike)
                 fp = result_fingerprint(wire)
                 recent = held.get(step, []) + held.get(step - 1, [])
                 if fp in seen.get(step, set()) | seen.get(step - 1, set()) or any(

@@ -7,12 +7,16 @@ triples — that the other payload chose too, with the same sign,
 
     |A ∩ B| / |A|      (A, B: sets of (tensor, tile, index, sign); |A| = |B| = Σ tiles·k)
 
-Templar's measure (arXiv 2505.21684) is the same overlap without the signs. Honest results of
-the same round share few coefficients (their batches differ; honest pairs stay below
-``NEAR_DUPLICATE`` with margin, calibration in docs/protocol.md), a copy shares all of them less
-what was perturbed, and a perturbed copy that changes more than half its coefficients is no
-longer a copy of much. ``repeated_tensors`` is the per-tensor form for the steady push on one
-weight matrix: a large tensor whose coefficients repeat exactly between two results.
+Templar's measure (arXiv 2505.21684) is the same overlap without the signs. Measured on the
+tiny model (bench/byzantine.py; docs/protocol.md): honest results of different trainers share
+at most ~0.1 of their coefficients once training has moved, a trainer's result and its own
+previous one ~0.04, but in the first round trained from one shared initial model honest results
+share up to 0.64 (every batch's gradient points the same way then). ``NEAR_DUPLICATE`` sits
+above that: a copy is caught unless more than a quarter of its coefficients were changed, and
+a copy changed that much is a worse update that the recompute verification then judges.
+``repeated_tensors`` is the per-tensor form against the steady push on one weight matrix: a
+tensor of at least ``REPEAT_MIN_TILES`` tiles whose coefficients and signs all repeat another
+result's, which no honest pair did over the calibration.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 
 from psyche.distro.payload import Payload
 
-NEAR_DUPLICATE = 0.5
+NEAR_DUPLICATE = 0.75
 """Two results whose signed overlap is at least this are copies of each other."""
 
 REPEAT_MIN_TILES = 4

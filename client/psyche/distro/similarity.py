@@ -58,8 +58,12 @@ def captured_mass(payload: Payload, grads: Sequence[torch.Tensor], chunk: int) -
     return captured / mass if mass > 0 else 0.0
 
 
-def passes(score: float) -> bool:
-    return score >= THRESHOLD
+def passes(judged: float | Score) -> bool:
+    """The verdict: a :class:`Score` passes by its ``z``; a bare float is a captured-mass score
+    (the former measure, kept for callers that still compute it) held against ``THRESHOLD``."""
+    if isinstance(judged, Score):
+        return judged.passed
+    return judged >= THRESHOLD
 
 
 @dataclass(frozen=True, slots=True)

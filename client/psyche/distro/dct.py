@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import torch
@@ -45,6 +46,7 @@ __all__ = [
     "decode",
     "decode_sign",
     "decode_sign_exact",
+    "decode_sign_many",
     "encode",
     "encoded_shape",
 ]
@@ -282,12 +284,21 @@ def decode_sign(encoded: torch.Tensor) -> torch.Tensor:
     docs/distro.md "Fast path"); only elements whose float value is within that bound are
     evaluated exactly. Same shape, dtype, device and zero rule as `decode_sign_exact`.
     """
-    _check_encoded(encoded, "decode_sign")
-    if encoded.dtype == torch.float64:
-        return decode_sign_exact(encoded)
-    from psyche.distro.sign_bound import fast_decode_sign  # sign_bound imports this module
+    return decode_sign_many([encoded])[0]
 
-    return fast_decode_sign(encoded)
+
+def decode_sign_many(
+    encoded: Sequence[torch.Tensor], overwrite: bool = False
+) -> list[torch.Tensor]:
+    """`[decode_sign(x) for x in encoded]`, with the few undecided elements of all tensors
+    recomputed exactly together (what `Distro.apply` runs on a model's tensors): the fast path's
+    fixed costs are paid once per call instead of once per tensor. With `overwrite`, float32
+    inputs may be overwritten by (and returned as views of) their signs."""
+    for x in encoded:
+        _check_encoded(x, "decode_sign")
+    from psyche.distro.sign_bound import fast_decode_sign_many  # sign_bound imports this module
+
+    return fast_decode_sign_many(encoded, overwrite=overwrite)
 
 
 def _check_encoded(encoded: torch.Tensor, name: str) -> None:

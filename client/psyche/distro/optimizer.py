@@ -47,12 +47,15 @@ import torch
 
 from psyche.distro.compress import DistroResult, aggregate, compress, sign_values
 from psyche.distro.config import DistroConfig
-from psyche.distro.dct import decode, decode_sign, encode
+from psyche.distro.dct import decode, decode_sign_many, encode
 from psyche.distro.payload import PAYLOAD_VERSION, Payload, PayloadError, PayloadSpec, TensorSpec
 
 __all__ = ["STATE_FORMAT", "Distro", "clip_grad_norm_", "wire_dtype"]
 
 STATE_FORMAT = 1
+_APPLY_WINDOW = 1 << 24
+"""Parameters whose aggregates `apply` decodes per call (64 MiB of float32): enough tensors to
+pay the fast sign's fixed costs once, without holding a second copy of a large model."""
 """Version of the `state_dict` layout: `{"format": 1, "residual": {name: tensor}}`."""
 
 
@@ -247,7 +250,7 @@ class Distro:
         `generate` returned it), in the consensus order every client uses. All are checked against
         this model before any weight changes; a mismatch raises `PayloadError`. No payloads means
         no update. The result is the same bits on every device and thread count: the mean is
-        summed peer by peer in payload order and the sign comes from `decode_sign` (sign 0, no
+        summed peer by peer in payload order and the sign comes from `decode_sign_many` (sign 0, no
         update, where the exact sum is 0).
         """
         if self._backup is not None:
@@ -256,6 +259,8 @@ class Distro:
             self._check_results(payload, f"payload {n}")
         if not payloads:
             return
+        window: list[tuple[torch.Tensor, torch.Tensor]] = []
+        size = 0
         for n, p in enumerate(self._params):
             results = [payload.results[n] for payload in payloads]
             if self.config.quantize_1bit:
@@ -264,11 +269,17 @@ class Distro:
                     DistroResult(r.idx, sign_values(r.val, torch.float32), r.xshape, r.totalk)
                     for r in results
                 ]
-            dense = aggregate(results, torch.float32, p.device, distinct=True)
-            update = decode_sign(dense).reshape(p.shape)
-            # `update` is −1, 0 or 1, so `lr·update` is exact and a fused multiply-add (the CPU's
-            # vector kernels) rounds `p − lr·update` exactly like a separate multiply and add.
-            p.sub_(update.to(p.dtype), alpha=lr)
+            window.append((p, aggregate(results, torch.float32, p.device, distinct=True)))
+            size += p.numel()
+            if size >= _APPLY_WINDOW or n == len(self._params) - 1:
+                # Several tensors per call: the fast sign's exact recomputation is paid once.
+                updates = decode_sign_many([dense for _, dense in window], overwrite=True)
+                for (param, _), update in zip(window, updates, strict=True):
+                    # `update` is −1, 0 or 1, so `lr·update` is exact and a fused multiply-add
+                    # (the CPU's vector kernels) rounds `p − lr·update` like a separate multiply
+                    # and add.
+                    param.sub_(update.reshape(param.shape).to(param.dtype), alpha=lr)
+                window, size = [], 0
 
     def _check_results(self, payload: Payload, what: str) -> None:
         if payload.quantized != self.config.quantize_1bit:

@@ -18,10 +18,13 @@ evaluation runs in float64 with float64's unit roundoff instead.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
+from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from psyche.distro.dct import (
@@ -29,7 +32,6 @@ from psyche.distro.dct import (
     _int_basis,
     _normalise,
     _pow2,
-    _to_grid,
     basis_scale,
     coefficient_bits,
     decode_sign_exact,
@@ -37,13 +39,15 @@ from psyche.distro.dct import (
 
 __all__ = [
     "fast_decode_sign",
+    "fast_decode_sign_many",
+    "l1_bound_coefficients",
     "row_bound_constant",
     "tile_bound_constant",
     "tile_bound_constant_l1",
 ]
 
-_COLUMNS_PER_BATCH = 1 << 14
-"""Flagged columns recomputed exactly per batch: bounds the gathered tiles' memory."""
+_FINITE_L1 = {torch.float32: 2.0**100, torch.float64: 2.0**1000}
+"""Above this float `‖X‖₁` a tile's partial sums might overflow: the tensor takes the exact path."""
 _SAFETY = 1.0 + 2.0**-20
 """Covers the float64 rounding of the bound's own evaluation (a few dozen operations of 2^-53)."""
 
@@ -139,24 +143,32 @@ def _round_up_to(bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(low.to(torch.float64) < bound, low.nextafter(low.new_tensor(math.inf)), low)
 
 
+def _scalar_up(value: float, dtype: torch.dtype) -> float:
+    """`value` rounded up to the nearest number of `dtype` (a Python float holding it)."""
+    return float(_round_up_to(torch.tensor(value, dtype=torch.float64), dtype))
+
+
+@functools.lru_cache(maxsize=128)
+def l1_bound_coefficients(h: int, w: int, dtype: torch.dtype) -> tuple[float, float]:
+    """`(c₁, c₀)`, numbers of `dtype`, such that `fl(fl(s₁·c₁) + c₀)` bounds `|Z̃ − Z|` for a tile
+    whose float sum of `|x|` is `s₁`, whatever the two roundings (docs/distro.md, "Evaluating the
+    bound"): `c₁ ≥ K₁'·(1+4u)`, `c₀ ≥ (K₁'·nτ + A + 2τ)·(1+4u)` with `K₁' = K₁/(1 − γ_n)`."""
+    u, tiny = (2.0**-53, 2.0**-1022) if dtype == torch.float64 else (2.0**-24, 2.0**-126)
+    n = h * w
+    _, a = tile_bound_constant(h, w, u, tiny)
+    k1 = tile_bound_constant_l1(h, w, u) / (1 - _gamma(n, u)) * (1 + 2.0**-40)
+    grow = (1 + 4 * u) * (1 + 2.0**-40)  # the two roundings, and these few float64 operations
+    return _scalar_up(k1 * grow, dtype), _scalar_up((k1 * n * tiny + a + 2 * tiny) * grow, dtype)
+
+
 def _bound(
-    x: torch.Tensor,
-    dims: tuple[int, ...],
-    k: float,
-    a: float,
-    u: float,
-    tiny: float,
-    k1: float | None = None,
+    x: torch.Tensor, dims: tuple[int, ...], k: float, a: float, u: float, tiny: float
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-slice bound `K·‖x‖ + A` in `x`'s dtype, rounded up, and the all-zero slices (None if
+    """Per-slice bound `K·‖x‖₂ + A` in `x`'s dtype, rounded up, and the all-zero slices (None if
     there are none). Their float value is exactly ±0 like the exact one, so their bound is −1."""
     n = math.prod(x.shape[d] for d in dims)
     sq = (x * x).sum(dim=dims, keepdim=True)
-    worst = _norm_upper(sq, n, u, tiny) * k
-    if k1 is not None:  # ‖X‖₁ from a float sum of n exact |x|: ≤ (s + n·tiny) / (1 − γ_n)
-        l1 = x.abs().sum(dim=dims, keepdim=True).to(torch.float64)
-        worst = torch.minimum(worst, (l1 + n * tiny) / (1 - _gamma(n, u)) * (1 + 2.0**-40) * k1)
-    bound = _round_up_to(worst + a, x.dtype)
+    bound = _round_up_to(_norm_upper(sq, n, u, tiny) * k + a, x.dtype)
     zero = sq == 0  # a zero sum of squares may be underflow: only then look at the values
     if zero.any():
         zero &= x.abs().amax(dim=dims, keepdim=True) == 0
@@ -165,70 +177,165 @@ def _bound(
     return bound, None
 
 
-def _signs(approx: torch.Tensor, zero: torch.Tensor | None) -> torch.Tensor:
-    """`sign(approx)`, with +0 (not −0) in all-zero slices as the exact path gives."""
-    out = torch.sign(approx)
-    return out if zero is None else out.masked_fill_(zero, 0.0)
-
-
 def fast_decode_sign(encoded: torch.Tensor, parts: dict[str, float] | None = None) -> torch.Tensor:
-    """`decode_sign_exact(encoded)` bit for bit (−0 never occurs; both give +0).
+    """`decode_sign_exact(encoded)` bit for bit (−0 never occurs; both give +0)."""
+    return fast_decode_sign_many([encoded], parts)[0]
 
-    `parts`, when given, accumulates the seconds of the float matmuls (`float`), the bound and
-    comparison (`bound`) and the exact recomputation (`exact`), and the count of recomputed
-    elements (`undecided`) and of all elements (`elements`); on CUDA the seconds are only
-    meaningful after a synchronisation, so benches time the CPU.
+
+def fast_decode_sign_many(
+    encoded: Sequence[torch.Tensor],
+    parts: dict[str, float] | None = None,
+    overwrite: bool = False,
+) -> list[torch.Tensor]:
+    """`[decode_sign_exact(x) for x in encoded]` bit for bit, with one exact recomputation for all.
+
+    Tiled tensors are evaluated one by one (float matmuls, bound, sign written straight into the
+    output layout); their few undecided elements are collected and recomputed exactly together,
+    per tile shape, so a model pays the exact path's fixed costs once instead of per tensor.
+    1-D tensors of the same chunk are evaluated as one. `parts`, when given, accumulates the
+    seconds of the float matmuls (`float`), the bound and comparison (`bound`) and the exact
+    recomputation (`exact`), and the counts of recomputed (`undecided`) and all (`elements`)
+    elements; on CUDA the seconds are only meaningful after a synchronisation. With `overwrite`,
+    a contiguous float32 tiled tensor's signs are written over its own storage (the result is a
+    view of it): the apply's aggregates are dead after it, and memory already touched costs no
+    page faults, which a model's worth of fresh outputs does.
     """
     clock = _Clock(parts)
-    device = encoded.device
-    if device.type not in ("cpu", "cuda"):
-        return decode_sign_exact(encoded)
-    dtype, u, tiny = _precision(device)
+    outs: list[torch.Tensor | None] = [None] * len(encoded)
+    pending: dict[tuple[int, int, torch.device], list[_Pending]] = {}
+    rows: dict[tuple[int, torch.device, torch.dtype], list[int]] = {}
+    for n, x in enumerate(encoded):
+        if x.device.type not in ("cpu", "cuda") or x.dtype == torch.float64:
+            outs[n] = decode_sign_exact(x)
+        elif x.ndim == 2:
+            rows.setdefault((x.shape[-1], x.device, x.dtype), []).append(n)
+        else:
+            out, todo = _tiles_fast(x, clock, overwrite)
+            outs[n] = out
+            if todo is not None:
+                pending.setdefault((todo.tiles.shape[1], todo.tiles.shape[2], x.device), [])
+                pending[todo.tiles.shape[1], todo.tiles.shape[2], x.device].append(todo)
+    for members in rows.values():
+        joined = _rows_fast(torch.cat([encoded[n] for n in members]), clock)
+        sizes = [encoded[n].numel() for n in members]
+        for n, out in zip(members, joined.split(sizes), strict=True):
+            outs[n] = out
+    for todos in pending.values():
+        _fill_exact(todos)
+    clock.lap("exact")
+    return [out.to(dtype=x.dtype) for out, x in zip(outs, encoded, strict=True)]  # type: ignore[union-attr]
+
+
+@dataclasses.dataclass
+class _Pending:
+    """A tensor's undecided elements: their tiles (float32, as the exact path reads them), their
+    row and column in the tile, and where their sign goes in the tensor's flat output."""
+
+    out: torch.Tensor
+    tiles: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    where: torch.Tensor
+
+
+def _rows_fast(encoded: torch.Tensor, clock: _Clock) -> torch.Tensor:
+    """The 1-D case: chunks of `c` as rows, one bound per row (2-norm form)."""
+    dtype, u, tiny = _precision(encoded.device)
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
     fast = x.to(dtype)
-    if x.ndim == 2:
-        c = x.shape[-1]
-        k, a = row_bound_constant(c, u, tiny)
-        basis = _int_basis(c, _normalise(device)).to(dtype) * 2.0 ** -basis_scale(c)
-        approx = fast @ basis.T
-        clock.lap("float")
-        bound, zero = _bound(fast, (-1,), k, a, u, tiny)
-        undecided = ~(approx.abs() > bound)
-        out = _signs(approx, zero)
-        clock.lap("bound")
-        clock.count(undecided)
-        if undecided.any():
-            rows, cols = undecided.nonzero(as_tuple=True)
-            uniq, inv = torch.unique(rows, return_inverse=True)
-            ints, _ = _exact_rows_times_basis(x[uniq], c)
-            out[rows, cols] = torch.sign(ints[inv, cols]).to(out.dtype) + 0.0  # −0 → +0
-        clock.lap("exact")
-        return out.reshape(-1).to(dtype=encoded.dtype)
-    *lead, ny, nx, h, w = x.shape
-    tiles_x = x.reshape(-1, h, w)
-    tiles = fast.reshape(-1, h, w)
-    k, a = tile_bound_constant(h, w, u, tiny)
-    dev = _normalise(device)
-    q_h = _int_basis(h, dev).to(dtype) * 2.0 ** -basis_scale(h)
-    q_w = _int_basis(w, dev).to(dtype) * 2.0 ** -basis_scale(w)
-    # The first axis summed first, as the bound (and the exact path) has it.
-    approx = q_h @ (tiles @ q_w.T)
+    c = x.shape[-1]
+    k, a = row_bound_constant(c, u, tiny)
+    approx = fast @ _grid_basis(c, dtype, _normalise(x.device)).T
     clock.lap("float")
-    k1 = tile_bound_constant_l1(h, w, u)
-    bound, zero = _bound(tiles, (-2, -1), k, a, u, tiny, k1)
+    bound, zero = _bound(fast, (-1,), k, a, u, tiny)
     undecided = ~(approx.abs() > bound)  # not `<=`: NaN and ∞ (overflow) are undecided too
-    out = _signs(approx, zero)
+    out = torch.sign(approx)
+    if zero is not None:
+        out.masked_fill_(zero, 0.0)
     clock.lap("bound")
     clock.count(undecided)
     if undecided.any():
-        _fill_exact(out, tiles_x, undecided)
-    clock.lap("exact")
-    return (
-        out.reshape(*lead, ny, nx, h, w)
-        .transpose(-3, -2)
-        .reshape(*lead, ny * h, nx * w)
-        .to(dtype=encoded.dtype)
-    )
+        rows, cols = undecided.nonzero(as_tuple=True)
+        uniq, inv = torch.unique(rows, return_inverse=True)
+        ints, _ = _exact_rows_times_basis(x[uniq], c)
+        out[rows, cols] = torch.sign(ints[inv, cols]).to(out.dtype) + 0.0  # −0 → +0
+        clock.lap("exact")
+    return out.reshape(-1)
+
+
+def _tiles_fast(
+    encoded: torch.Tensor, clock: _Clock, overwrite: bool
+) -> tuple[torch.Tensor, _Pending | None]:
+    """Signs of a tiled tensor in `decode`'s layout, and its undecided elements (None if none).
+
+    One pass per step: the two matmuls, `‖X‖₁` per tile, the sign written into the output
+    layout, `|Z̃|` in place and its comparison with the bound. A tensor whose `‖X‖₁` is not finite
+    (∞ or NaN coefficients, or a sum that overflows) takes the exact path whole.
+    """
+    dtype, _, _ = _precision(encoded.device)
+    x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
+    *lead, ny, nx, h, w = x.shape
+    tiles = x.to(dtype).reshape(-1, h, w)
+    dev = _normalise(x.device)
+    first = tiles @ _grid_basis(w, dtype, dev).T  # one GEMM over all rows of all tiles
+    # `bmm` on the basis expanded with stride 0: `matmul` would copy it once per tile.
+    approx = torch.bmm(_grid_basis(h, dtype, dev).expand(first.shape[0], h, h), first)
+    l1 = torch.linalg.vector_norm(tiles, 1, dim=(-2, -1), keepdim=True)
+    clock.lap("float")
+    low, high = (float(v) for v in torch.aminmax(l1))
+    if not high < _FINITE_L1[dtype]:  # also NaN
+        clock.lap("bound")
+        return decode_sign_exact(encoded).to(dtype), None
+    zero = (l1.view(-1) == 0).nonzero().squeeze(1) if low == 0 else None
+    c1, c0 = l1_bound_coefficients(h, w, dtype)
+    bound = l1.mul_(c1).add_(c0)
+    if zero is not None:
+        _exclude_zero_tiles(bound, x.reshape(-1, h, w), zero)
+    # |Q̂| ≤ 1 keeps every partial sum below (1+γ)²·‖X‖₁ < 2^101: no ∞ or NaN reaches `<=`.
+    undecided = approx.abs() <= bound
+    flat = _flat_nonzero(undecided)
+    clock.lap("bound")
+    clock.add(int(flat.numel()), undecided.numel())
+    todo = None
+    if flat.numel():
+        t, rest = flat // (h * w), flat % (h * w)
+        i, j = rest // w, rest % w
+        tx, ty, lt = t % nx, (t // nx) % ny, t // (nx * ny)
+        where = ((lt * ny + ty) * h + i) * (nx * w) + tx * w + j
+        todo = _Pending(x, x.reshape(-1, h, w).index_select(0, t), i, j, where)
+    if overwrite and x is encoded and dtype == x.dtype and x.is_contiguous():
+        out = x.view(*lead, ny * h, nx * w)  # the tiles are no longer read: pending ones are copied
+    else:
+        out = torch.empty(*lead, ny * h, nx * w, dtype=dtype, device=x.device)
+    layout = out.view(-1, ny, h, nx, w).permute(0, 1, 3, 2, 4)
+    torch.sign(approx.view(-1, ny, nx, h, w), out=layout)
+    clock.lap("bound")
+    if todo is not None:
+        todo.out = out
+    return out, todo
+
+
+def _exclude_zero_tiles(bound: torch.Tensor, tiles: torch.Tensor, candidates: torch.Tensor) -> None:
+    """Set the bound of all-zero tiles to −1: their float value is ±0 and their exact value 0, so
+    `sign` (+0 for ±0) is already right. `candidates` (float `‖X‖₁ = 0`) are checked on their
+    bits, as flush-to-zero may read a subnormal as 0."""
+    bits = tiles.index_select(0, candidates).view(torch.int32) & 0x7FFFFFFF
+    zero = candidates[(bits == 0).flatten(1).all(dim=1)]
+    bound.view(-1)[zero] = -1.0
+
+
+def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """Flat indices of `mask`'s non-zero (true) elements, by their bits (NaN counts, ±0 does not;
+    NumPy's scan on the CPU: torch's is far slower)."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.reshape(-1).nonzero().squeeze(1)
+
+
+@functools.lru_cache(maxsize=128)
+def _grid_basis(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`Q̂ = Q·2^−e`, the grid basis, in `dtype` (exact: integers below 2^22 times a power of 2)."""
+    return _int_basis(size, device).to(dtype) * 2.0 ** -basis_scale(size)
 
 
 class _Clock:
@@ -236,39 +343,54 @@ class _Clock:
 
     def __init__(self, parts: dict[str, float] | None) -> None:
         self.parts = parts
-        self.last = time.perf_counter()
+        self.last = time.process_time()
 
     def lap(self, name: str) -> None:
         if self.parts is not None:
-            now = time.perf_counter()
+            now = time.process_time()
             self.parts[name] = self.parts.get(name, 0.0) + now - self.last
             self.last = now
 
     def count(self, undecided: torch.Tensor) -> None:
         if self.parts is not None:
-            self.parts["undecided"] = self.parts.get("undecided", 0) + int(undecided.sum())
-            self.parts["elements"] = self.parts.get("elements", 0) + undecided.numel()
+            self.add(int(undecided.sum()), undecided.numel())
+
+    def add(self, undecided: int, elements: int) -> None:
+        if self.parts is not None:
+            self.parts["undecided"] = self.parts.get("undecided", 0) + undecided
+            self.parts["elements"] = self.parts.get("elements", 0) + elements
 
 
-def _fill_exact(out: torch.Tensor, tiles: torch.Tensor, undecided: torch.Tensor) -> None:
-    """Overwrite `out`'s undecided elements with the exact grid sign, one tile column at a time.
+def _fill_exact(todos: list[_Pending]) -> None:
+    """Write the exact grid sign of every pending element of tensors sharing one tile shape.
 
-    Element `(t, i, j)` of the exact sum needs column `j` of tile `t` after the first axis:
-    `h` exact dot products over the tile's rows (the same grids as `decode_sign_exact`, whose
-    rows depend on nothing else), then that column's grid and its sum along the first axis.
+    Element `(i, j)` of a tile's exact sum needs column `j` of the tile after the first axis:
+    `h` exact dot products over the tile's rows (the same grids as `decode_sign_exact`: each row
+    scaled by the power of two of its peak and rounded), then that column's grid and its sum
+    along the first axis. The apply's tiles are sparse, so the rows are gridded and summed from
+    their non-zero coefficients only; zeros contribute exact zeros to the exact path's sums.
     """
-    _, h, w = tiles.shape
-    t, i, j = undecided.nonzero(as_tuple=True)
-    uniq, inv = torch.unique(t * w + j, return_inverse=True)
-    q_w = _int_basis(w, _normalise(tiles.device))
-    shift = basis_scale(w)
-    columns = []
-    for start in range(0, uniq.numel(), _COLUMNS_PER_BATCH):
-        key = uniq[start : start + _COLUMNS_PER_BATCH]
-        ints, exp = _to_grid(tiles[key // w], coefficient_bits(w))  # [C, h, w], exp [C, h, 1]
-        first = torch.bmm(ints, q_w[key % w].unsqueeze(-1))  # integers ≤ 2^52: exact
-        values = first.mul_(_pow2(exp - shift)).squeeze(-1)  # [C, h], a column per row
-        second, _ = _exact_rows_times_basis(values, h)
-        columns.append(torch.sign(second))
-    exact = torch.cat(columns)
-    out[t, i, j] = exact[inv, i].to(out.dtype) + 0.0
+    tiles = torch.cat([todo.tiles for todo in todos])
+    row = torch.cat([todo.row for todo in todos])
+    col = torch.cat([todo.col for todo in todos])
+    count, h, w = tiles.shape
+    dev = _normalise(tiles.device)
+    flat = _flat_nonzero(tiles != 0)
+    values = tiles.view(-1)[flat]
+    line = flat // w  # tile · h + row: the exact path's first-axis rows
+    peak = values.new_zeros(count * h).scatter_reduce_(0, line, values.abs(), "amax")
+    _, peak_exp = torch.frexp(peak)  # as `_to_grid`: 0 for an all-zero row
+    shift = coefficient_bits(w) - peak_exp.to(torch.int64)
+    ints = (values * _pow2(shift[line])).round_()
+    # Integer products ≤ 2^52 and integer partial sums ≤ 2^52: exact in any order.
+    products = ints * _int_basis(w, dev)[col[line // h], flat % w]
+    first = torch.zeros(count * h, dtype=torch.float64, device=tiles.device)
+    first.index_add_(0, line, products)
+    first.mul_(_pow2(-shift - basis_scale(w)))
+    second, _ = _exact_rows_times_basis(first.view(count, h), h)
+    exact = torch.sign(second.gather(1, row.unsqueeze(1)).squeeze(1)) + 0.0  # −0 → +0
+    start = 0
+    for todo in todos:
+        n = todo.where.numel()
+        todo.out.view(-1)[todo.where] = exact[start : start + n].to(todo.out.dtype)
+        start += n

@@ -33,7 +33,7 @@ def main() -> None:
     sign_of: Callable[[torch.Tensor], torch.Tensor] = decode_sign
     if "--matmul" in sys.argv:
         sign_of = matmul_sign
-        optimizer.decode_sign = matmul_sign
+        optimizer.decode_sign_many = lambda xs, overwrite=False: [matmul_sign(x) for x in xs]  # type: ignore[assignment]
     data = torch.load(src, weights_only=True)
     params = {name: torch.nn.Parameter(t.clone()) for name, t in data["params"].items()}
     config = DistroConfig(

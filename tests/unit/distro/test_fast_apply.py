@@ -16,8 +16,15 @@ from hypothesis import strategies as st
 
 from psyche.distro import DistroResult, aggregate, decode_sign, encoded_shape
 from psyche.distro.compress import chunk_shape, totalk_of
-from psyche.distro.dct import _exact_rows_times_basis, _int_basis, basis_scale, decode_sign_exact
+from psyche.distro.dct import (
+    _exact_rows_times_basis,
+    _int_basis,
+    basis_scale,
+    decode_sign_exact,
+    decode_sign_many,
+)
 from psyche.distro.sign_bound import (
+    l1_bound_coefficients,
     row_bound_constant,
     tile_bound_constant,
     tile_bound_constant_l1,
@@ -151,6 +158,70 @@ def test_fuzzed_chunks_give_the_exact_bits(
 ) -> None:
     x = fuzz_tensor(seed, (rows, c), kind, density)
     assert same_bits(decode_sign(x), decode_sign_exact(x))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seeds=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=5),
+    kind=_VALUES,
+    density=st.sampled_from([0.002, 0.02, 0.3]),
+    overwrite=st.booleans(),
+)
+def test_fuzzed_models_give_the_exact_bits_in_one_call(
+    seeds: list[int], kind: str, density: float, overwrite: bool
+) -> None:
+    """`decode_sign_many` (what apply calls): mixed tile shapes and chunks in one call, the exact
+    recomputation shared between them, inputs overwritten or not."""
+    shapes = [(2, 3, 64, 64), (4, 64), (1, 2, 44, 64), (3, 3, 12, 29), (7, 64), (2, 2, 1, 1)]
+    xs = [fuzz_tensor(seed, shapes[seed % len(shapes)], kind, density) for seed in seeds]
+    expected = [decode_sign_exact(x) for x in xs]
+    outs = decode_sign_many([x.clone() for x in xs] if overwrite else xs, overwrite=overwrite)
+    assert all(same_bits(out, want) for out, want in zip(outs, expected, strict=True))
+
+
+def test_overwrite_writes_the_signs_over_the_aggregate() -> None:
+    x = random_encoded((2, 3, 64, 64), seed=5, density=0.01)
+    want = decode_sign_exact(x)
+    kept = x.clone()
+    (out,) = decode_sign_many([x], overwrite=True)
+    assert same_bits(out, want) and out.data_ptr() == x.data_ptr()
+    (fresh,) = decode_sign_many([kept])
+    assert same_bits(fresh, want) and torch.equal(kept, random_encoded((2, 3, 64, 64), 5, 0.01))
+
+
+def test_apply_gives_the_same_weights_in_one_window_or_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Distro.apply` decodes several tensors per call; the window size changes no bit."""
+    from psyche.distro import Distro, DistroConfig, decode_payload, encode_payload
+    from psyche.distro import optimizer as optimizer_module
+
+    def run() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Linear(128, 64))
+        distro = Distro(
+            model.named_parameters(),
+            DistroConfig(
+                compression_decay=0.9, compression_topk=8, compression_chunk=64, quantize_1bit=True
+            ),
+        )
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+        data = encode_payload(distro.generate(0.1, 0.0, None))
+        distro.apply([decode_payload(data, distro.payload_spec)], 0.05)
+        return [p.detach().clone() for p in model.parameters()]
+
+    whole = run()
+    monkeypatch.setattr(optimizer_module, "_APPLY_WINDOW", 1)
+    assert all(torch.equal(a, b) for a, b in zip(whole, run(), strict=True))
+
+
+def test_l1_coefficients_cover_the_bound_and_its_two_roundings() -> None:
+    for h, w in [(64, 64), (44, 64), (1, 1), (12, 29)]:
+        c1, c0 = l1_bound_coefficients(h, w, torch.float32)
+        k1 = tile_bound_constant_l1(h, w, U32)
+        _, a = tile_bound_constant(h, w, U32, TINY32)
+        assert c1 >= k1 * (1 + 4 * U32) and c0 >= a and float(torch.tensor(c0)) == c0
 
 
 # --- the bound itself, against float evaluations in other orders ----------------------------------

@@ -58,6 +58,13 @@ from psyche.cli.solana_options import (
     show_default=True,
     help="Base units of the collateral mint paid per point (fixed at creation).",
 )
+@click.option(
+    "--local-run/--public-run",
+    default=None,
+    help="Whether the run's peer records may name loopback, private and DNS targets (a run on "
+    "one machine or LAN; fixed at creation). Default: local when every RPC endpoint is on "
+    "localhost, loopback or a private address.",
+)
 def create_run_cmd(
     session: Any,
     run_id: str,
@@ -68,6 +75,7 @@ def create_run_cmd(
     treasurer_collateral_mint: str | None,
     treasurer_index: int | None,
     treasurer_collateral_per_point: int,
+    local_run: bool | None,
 ):
     """Create RUN_ID's coordinator account and initialize it (the run stays Uninitialized),
     with its NAME and DESCRIPTION stored in the same transaction. With
@@ -92,6 +100,7 @@ def create_run_cmd(
                 to_pubkey(join_authority),
                 name=name,
                 description=description,
+                local_run=local_run,
             ),
         )
     else:
@@ -105,6 +114,7 @@ def create_run_cmd(
             collateral_per_point=treasurer_collateral_per_point,
             name=name,
             description=description,
+            local_run=local_run,
         )
     echo_result(run_async(session, coro))
 

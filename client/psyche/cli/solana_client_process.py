@@ -18,7 +18,7 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.backend import SolanaBackend
-from psyche.backends.solana.discovery import ChainDirectory, rpcs_are_local
+from psyche.backends.solana.discovery import ChainDirectory
 from psyche.backends.solana.instructions import peer_record_pda
 from psyche.backends.solana.peer_record import MAX_PEER_ADDR_LEN, MAX_PEER_ADDRS, decode_peer_record
 from psyche.backends.solana.peers import parse_bootstrap_peers
@@ -119,7 +119,7 @@ async def train_on_solana(
         instance=ixs.run.instance,
         record_address=lambda wallet: peer_record_pda(program_id, ixs.run.instance, wallet),
         decode=functools.partial(decode_peer_record, session.coordinator.idl),
-        local=rpcs_are_local(session.endpoints.rpc_urls),
+        local=bool(inst["local_run"]),
         bootstrap=parse_bootstrap_peers(bootstrap_peers),
         announce=(p2p_announce_addrs or "").replace(",", " ").split(),
         max_addrs=MAX_PEER_ADDRS,

@@ -237,7 +237,9 @@ class SolanaTestnet(LocalTestnet):
         }
         run = ["--run-id", self.run_id]
         create_run = [cli, "create-run", *endpoints, *run, "--name", o.name]
-        create_run += ["--description", o.description]
+        # Every client is on this machine (or the emulated LAN): say so, so peer records may
+        # name loopback and private addresses (issue 26, finding 5).
+        create_run += ["--description", o.description, "--local-run"]
         mint = None
         if o.treasurer:
             mint = self.create_test_mint(cli, endpoints, creator)

@@ -94,7 +94,7 @@ pub enum CoordinatorProgramError {
     #[msg("a peer address must start with '/' (a multiaddr)")]
     PeerAddrNoLeadingSlash,
     // Issue 26, appended for the same reason.
-    #[msg("a peer address names an IP no peer can be at (unspecified, link-local, broadcast, multicast, reserved) or an /ip4 or /ip6 value that is not an IP")]
+    #[msg("a peer address names a target no peer of this run can be at: an IP that is unspecified, link-local, broadcast, multicast or reserved, an /ip4 or /ip6 value that is not an IP, or, unless the run is local, a loopback, private or DNS target")]
     PeerAddrUnroutable,
     #[msg("an epoch rate may be at most MAX_EPOCH_RATE points (2^40): more could overflow the points ledger and stop every epoch end")]
     EpochRateTooLarge,

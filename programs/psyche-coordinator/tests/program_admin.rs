@@ -59,6 +59,7 @@ async fn init_coordinator_validates_run_id_version_size_and_reuse() {
                 join_authority: main,
                 run_id: run_id.to_string(),
                 client_version: "test".into(),
+                local_run: false,
             },
         );
         assert_eq!(
@@ -79,6 +80,7 @@ async fn init_coordinator_validates_run_id_version_size_and_reuse() {
             join_authority: main,
             run_id: "long-version".into(),
             client_version: "v".repeat(97),
+            local_run: false,
         },
     );
     assert_eq!(
@@ -117,6 +119,7 @@ async fn init_coordinator_validates_run_id_version_size_and_reuse() {
             join_authority: main,
             run_id: "other".into(),
             client_version: "test".into(),
+            local_run: false,
         },
     );
     assert_eq!(custom_code(env.send(ix, &[]).await), anchor_code(AnchorError::ConstraintZero));

@@ -78,6 +78,6 @@ fn program_side_types_have_no_implicit_padding() {
 
 #[test]
 fn coordinator_instance_space_fits_the_longest_run_id() {
-    // discriminator, bump, three keys, borsh string of up to 32 bytes
-    assert_eq!(CoordinatorInstance::SPACE, 8 + 1 + 3 * 32 + 4 + 32);
+    // discriminator, bump, three keys, borsh string of up to 32 bytes, local_run
+    assert_eq!(CoordinatorInstance::SPACE, 8 + 1 + 3 * 32 + 4 + 32 + 1);
 }

@@ -27,9 +27,11 @@ async fn wallet(env: &mut Env) -> Keypair {
     w
 }
 
-/// `n` addresses of exactly `MAX_PEER_ADDR_LEN` bytes.
+/// `n` addresses of exactly `MAX_PEER_ADDR_LEN` bytes (public targets: valid in any run).
 fn longest_addrs(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("/dns/{i}{}", "x".repeat(usize::from(MAX_PEER_ADDR_LEN) - 6))).collect()
+    (0..n)
+        .map(|i| format!("/ip4/203.0.113.{i}/{}", "x".repeat(usize::from(MAX_PEER_ADDR_LEN) - 17)))
+        .collect()
 }
 
 fn strs(v: &[String]) -> Vec<&str> {
@@ -150,6 +152,54 @@ async fn invalid_addresses_are_refused_and_change_nothing() {
     let longest = longest_addrs(usize::from(MAX_PEER_ADDRS));
     set(&mut env, run.instance, &w, &strs(&longest)).await.unwrap();
     set(&mut env, run.instance, &w, &["/", "/!~"]).await.unwrap();
+}
+
+/// Issue 26, finding 5: loopback, private, CGNAT, unique-local and DNS targets (a relay's
+/// included) only in a run its creator made local at `init_coordinator`; link-local and the
+/// other targets no peer can be at in neither.
+#[tokio::test]
+async fn local_targets_only_in_a_local_run() {
+    let mut env = Env::new().await;
+    let public = env.create_run("peer-public").await;
+    let local = env.create_run_with("peer-local", true).await;
+    assert!(!env.instance(&public).await.unwrap().local_run);
+    assert!(env.instance(&local).await.unwrap().local_run);
+    let w = wallet(&mut env).await;
+    let relay = "/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit";
+    let loopback_relay = format!("/ip4/127.0.0.1{relay}");
+    let dns_relay = format!("/dns4/relay.example.com{relay}");
+    let local_only = [
+        "/ip4/127.0.0.1/tcp/4001",
+        "/ip4/10.1.2.3/udp/4001/quic-v1",
+        "/ip4/172.16.5.4/tcp/1",
+        "/ip4/192.168.1.20/tcp/1",
+        "/ip4/100.64.0.1/tcp/1",
+        "/ip6/::1/tcp/1",
+        "/ip6/fd00::7/tcp/1",
+        "/ip6/::ffff:192.168.0.1/tcp/1",
+        "/dns/peer.example.com/tcp/1",
+        "/dns4/peer.example.com/tcp/1",
+        "/dns6/peer.example.com/tcp/1",
+        "/dnsaddr/peers.example.com",
+        loopback_relay.as_str(),
+        dns_relay.as_str(),
+    ];
+    let public_pda = PeerRecord::find_pda(&public.instance, &w.pubkey()).0;
+    let local_pda = PeerRecord::find_pda(&local.instance, &w.pubkey()).0;
+    for addr in local_only {
+        assert_err(set(&mut env, public.instance, &w, &[ADDR, addr]).await, E::PeerAddrUnroutable);
+        assert!(env.peer_record(public_pda).await.is_none(), "{addr}");
+        set(&mut env, local.instance, &w, &[ADDR, addr]).await.unwrap();
+        assert_eq!(env.peer_record(local_pda).await.unwrap().addrs, [ADDR, addr]);
+    }
+    // Never, even in a local run.
+    for addr in ["/ip4/169.254.169.254/tcp/80", "/ip4/255.255.255.255/udp/9", "/ip6/ff02::1/udp/1"]
+    {
+        assert_err(set(&mut env, local.instance, &w, &[addr]).await, E::PeerAddrUnroutable);
+    }
+    // Public targets in both.
+    set(&mut env, public.instance, &w, &[ADDR, ADDR_2]).await.unwrap();
+    set(&mut env, local.instance, &w, &[ADDR, ADDR_2]).await.unwrap();
 }
 
 #[tokio::test]

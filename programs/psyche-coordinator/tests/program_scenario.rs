@@ -360,6 +360,7 @@ async fn whole_epoch_through_transactions() {
         "join_authority": s.run.join_authority.pubkey().to_string(),
         "run_id": "scenario",
         "client_version": "test",
+        "local_run": false,
     }});
     s.step(
         "create run",
@@ -644,7 +645,7 @@ async fn whole_epoch_through_transactions() {
             &["/ip4/198.51.100.1 /tcp/4001"],
             Some(E::PeerAddrNotPrintable),
         ),
-        ("client 0 overwrites its P2P addresses", &["/dns/a.example/tcp/1"], None),
+        ("client 0 overwrites its P2P addresses", &["/ip4/198.51.100.2/tcp/1"], None),
     ];
     for (label, addrs, expect) in steps {
         let ix = ix_set_peer_addrs(s.run.instance, &wallet.pubkey(), addrs);

@@ -93,6 +93,7 @@ async fn run_create_refuses_a_foreign_coordinator_account() {
         client_version: "test".into(),
         join_authority: second.join_authority.pubkey(),
         collateral_per_point: 10,
+        local_run: false,
     };
     let payer = env.payer().pubkey();
     let ix = ix_run_create(&payer, &second, params.clone());

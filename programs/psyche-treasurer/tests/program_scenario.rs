@@ -172,6 +172,7 @@ async fn treasurer_scenario() {
         "client_version": "test",
         "join_authority": run.join_authority.pubkey().to_string(),
         "collateral_per_point": PER_POINT,
+        "local_run": false,
     }});
     let account = run.account_keypair();
     s.step(

@@ -59,7 +59,7 @@ def test_the_clients_table_shows_each_clients_peer_record(tmp_path: Path) -> Non
     account, run = Keypair().pubkey(), instance_pda(PROGRAM, RUN)
     zero = bytes(32)
     inst = {"bump": 255, "main_authority": zero, "join_authority": zero,
-            "coordinator_account": bytes(account), "run_id": RUN}  # fmt: skip
+            "coordinator_account": bytes(account), "run_id": RUN, "local_run": False}  # fmt: skip
     records = {
         0: (PROGRAM, _record(idl, run, clients[0], [DIRECT])),
         1: (PROGRAM, _record(idl, run, clients[1], [RELAYED])),

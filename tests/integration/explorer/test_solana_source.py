@@ -43,7 +43,8 @@ def test_accounts_and_transactions_are_indexed_once_and_bad_input_refused(tmp_pa
     account = Keypair().pubkey()
     zero = bytes(32)
     inst = {"bump": 255, "main_authority": zero, "join_authority": zero,
-            "coordinator_account": bytes(account), "run_id": "explorer-run"}  # fmt: skip
+            "coordinator_account": bytes(account), "run_id": "explorer-run",
+            "local_run": False}  # fmt: skip
     c = make_coordinator("explorer-run")
 
     def snap(nonce: int, version: int = 2) -> bytes:

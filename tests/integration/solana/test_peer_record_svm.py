@@ -81,7 +81,9 @@ def _sender(node: LocalSvmThread, program: ProgramClient, payer: Keypair) -> TxS
     )
 
 
-def _create_run(node: LocalSvmThread, program: ProgramClient, run_id: str) -> RunInstructions:
+def _create_run(
+    node: LocalSvmThread, program: ProgramClient, run_id: str, local_run: bool = False
+) -> RunInstructions:
     authority, account = _funded(node), Keypair()
     layout = CoordinatorLayout(program.idl)
     ixs = RunInstructions(
@@ -100,7 +102,7 @@ def _create_run(node: LocalSvmThread, program: ProgramClient, run_id: str) -> Ru
             )
         )
         me = authority.pubkey()
-        init = ixs.init_coordinator(me, me, me, run_id, "test")
+        init = ixs.init_coordinator(me, me, me, run_id, "test", local_run)
         await _sender(node, program, authority).send([create, init], [account], label="create")
         await rpc.close()
 
@@ -163,7 +165,10 @@ def test_publish_read_overwrite_close(local_svm: LocalSvmThread) -> None:
 
         # Overwrite later with the largest content: stamps move, size and deposit do not.
         node.advance_time(3)
-        longest = [f"/dns/{i}" + "x" * (MAX_PEER_ADDR_LEN - 6) for i in range(MAX_PEER_ADDRS)]
+        # Public targets: the run is not a local one.
+        longest = [
+            f"/ip4/203.0.113.{i}/" + "x" * (MAX_PEER_ADDR_LEN - 17) for i in range(MAX_PEER_ADDRS)
+        ]
         mid = await _balance(rpc, alice.pubkey())
         sig = await send.send([ixs.set_peer_addrs(alice.pubkey(), longest)], label="overwrite")
         tx = node.transaction(sig)
@@ -253,13 +258,26 @@ RULE_CASES: list[list[str]] = [
     ["ip4/1.2.3.4/tcp/1"],
     ["/ok", "x", "/" + "a" * MAX_PEER_ADDR_LEN],
     ["/ok", "/" + "a" * MAX_PEER_ADDR_LEN, "x"],
+    ["/ip4/169.254.169.254/tcp/80"],
+    ["/ip4/10.0.0.1/tcp/1/p2p/x/p2p-circuit"],
+    ["/ip4/127.0.0.1/tcp/1"],
+    ["/dns4/a.example/tcp/1"],
 ]
+# Accepted in a local run only (issue 26, finding 5).
+LOCAL_ONLY = {
+    "/ip4/10.0.0.1/tcp/1/p2p/x/p2p-circuit",
+    "/ip4/127.0.0.1/tcp/1",
+    "/dns4/a.example/tcp/1",
+}
 
 
-def test_check_peer_addrs_refuses_what_the_program_refuses(local_svm: LocalSvmThread) -> None:
+@pytest.mark.parametrize("local_run", [False, True])
+def test_check_peer_addrs_refuses_what_the_program_refuses(
+    local_svm: LocalSvmThread, local_run: bool
+) -> None:
     node = local_svm
     program = _program()
-    ixs = _create_run(node, program, "peer-svm-rules")
+    ixs = _create_run(node, program, f"peer-svm-rules-{local_run}", local_run)
     w = _funded(node)
     pda = peer_record_pda(program.program_id, ixs.run.instance, w.pubkey())
 
@@ -267,13 +285,18 @@ def test_check_peer_addrs_refuses_what_the_program_refuses(local_svm: LocalSvmTh
         rpc = SolanaRpc(node.url)
         send = _sender(node, program, w)
         for addrs in RULE_CASES:
+            if local_run and set(addrs) <= LOCAL_ONLY:
+                continue
             with pytest.raises(PeerAddrError) as ours:
-                check_peer_addrs(addrs)
+                check_peer_addrs(addrs, local=local_run)
             theirs = await _rejected(send, ixs.set_peer_addrs(w.pubkey(), addrs), w)
             assert theirs.name == ours.value.error, (addrs, theirs)
             assert await _read(rpc, program, pda) is None
-        for addrs in ([], ["/"], ["/!~"], [ADDR] * MAX_PEER_ADDRS, ["/" + "a" * 127]):
-            check_peer_addrs(addrs)
+        accepted: list[list[str]] = [[], ["/"], ["/!~"], [ADDR] * MAX_PEER_ADDRS, ["/" + "a" * 127]]
+        if local_run:
+            accepted += [[a] for a in sorted(LOCAL_ONLY)]
+        for addrs in accepted:
+            check_peer_addrs(addrs, local=local_run)
             await send.send([ixs.set_peer_addrs(w.pubkey(), addrs)], label="accepted")
             assert (await _read(rpc, program, pda)).addrs == tuple(addrs)  # type: ignore[union-attr]
         await rpc.close()

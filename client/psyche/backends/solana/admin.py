@@ -44,6 +44,7 @@ __all__ = [
     "close_run",
     "create_coordinator_account_ix",
     "create_run",
+    "default_local_run",
     "dump_run",
     "metadata_arg",
     "run_json",
@@ -90,6 +91,14 @@ async def create_coordinator_account_ix(s: Session, account: Keypair) -> Instruc
     )
 
 
+def default_local_run(s: Session) -> bool:
+    """A new run's ``local_run`` flag when its creator does not choose: local when every RPC
+    endpoint of the session is on this machine or LAN (the chain's clients are there too)."""
+    from psyche.backends.solana.discovery import rpcs_are_local
+
+    return rpcs_are_local(s.endpoints.rpc_urls)
+
+
 async def create_run(
     s: Session,
     run_id: str,
@@ -98,10 +107,13 @@ async def create_run(
     *,
     name: str | None = None,
     description: str | None = None,
+    local_run: bool | None = None,
 ) -> dict[str, Any]:
     """Create the zero-copy account (system ``create_account``) and ``init_coordinator`` it in
     the same transaction; the wallet pays and becomes the main authority. A name or description
-    is stored by an ``update`` in that transaction too, so the run never exists without it."""
+    is stored by an ``update`` in that transaction too, so the run never exists without it.
+    ``local_run`` (None: :func:`default_local_run`) is fixed for the run's life."""
+    local = default_local_run(s) if local_run is None else local_run
     me = s.wallet.pubkey()
     account = Keypair()
     size = s.layout.size
@@ -111,7 +123,7 @@ async def create_run(
     run = RunAccounts(instance_pda(s.coordinator.program_id, run_id), account.pubkey())
     ixs = RunInstructions(s.coordinator, run)
     create = await create_coordinator_account_ix(s, account)
-    init = ixs.init_coordinator(me, me, join_authority or me, run_id, client_version)
+    init = ixs.init_coordinator(me, me, join_authority or me, run_id, client_version, local)
     sent = [create, init]
     if metadata is not None:
         update = {"metadata": metadata, "config": None, "model": None, "progress": None}
@@ -122,6 +134,7 @@ async def create_run(
         "coordinator_instance": str(run.instance),
         "coordinator_account": str(run.account),
         "account_size": size,
+        "local_run": local,
         "signature": sig,
     }
 

@@ -21,12 +21,14 @@ What a reader trusts, and why:
 * **where it makes us dial**: a record could send every client to addresses no peer is at, or to
   services on each reader's own machine or network (the cloud metadata address, a router). An
   address is dropped (:func:`target_refusal`) when any ``/ip4``/``/ip6`` part of it, a relay's
-  included, is unspecified, link-local, broadcast, multicast or reserved (the program refuses
-  those too), and, unless the run is **local**, when it is loopback, private (RFC 1918, CGNAT,
-  IPv6 unique-local) or a DNS name. A run is local for this client when every Solana RPC
-  endpoint it uses is on loopback, ``localhost`` or a private address (:func:`rpcs_are_local`):
-  a chain on this machine or LAN (the local SVM, the testnets, the emulated internet) has its
-  peers there too.
+  included, is unspecified, link-local, broadcast, multicast or reserved, and, unless the run is
+  **local**, when it is loopback, private (RFC 1918, CGNAT, IPv6 unique-local) or a DNS name.
+  A run is local when its creator said so at creation: the coordinator instance's
+  ``local_run`` flag, which the program applies to every ``set_peer_addrs`` by the same rules
+  (so a reader only meets such targets in records written before the rules, or in a local
+  run). ``create-run`` sets the flag by default when every Solana RPC endpoint it uses is on
+  loopback, ``localhost`` or a private address (:func:`rpcs_are_local`): a chain on this
+  machine or LAN (the local SVM, the testnets, the emulated internet) has its peers there too.
 
 Bad records are counted by reason in :attr:`ChainDirectory.rejected` and logged once per
 (wallet, reason); one bad record never hides the others.
@@ -44,7 +46,12 @@ from typing import Protocol
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.peer_record import never_a_peer, unroutable
+from psyche.backends.solana.peer_record import (
+    DNS_PROTOCOLS,
+    is_local_ip,
+    never_a_peer,
+    unroutable,
+)
 from psyche.backends.solana.rpc import MAX_MULTIPLE_ACCOUNTS, SolanaRpc
 from psyche.net.multiaddrs import AddrError, advertised_addrs, is_circuit, peer_addr, record_addr
 from psyche.p2p.peer_id import peer_id_for
@@ -65,34 +72,13 @@ PEER_RECORD_TTL_S = 24 * 3600
 half this age, so only records of clients gone for a day (or forged clocks) fall out."""
 
 
-_LOCAL_NETS = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "127.0.0.0/8",
-        "10.0.0.0/8",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "100.64.0.0/10",
-        "::1/128",
-        "fc00::/7",
-        "fec0::/10",
-    )
-)
-_DNS = frozenset({"dns", "dns4", "dns6", "dnsaddr"})
-
-
-def _is_local_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in net for net in _LOCAL_NETS if net.version == ip.version)
-
-
 def target_refusal(addr: str, local: bool) -> str | None:
     """Why a reader must not dial ``addr`` (any ``/ip4``, ``/ip6`` or DNS part, a relay's
-    included), or None when it may. ``local``: the run is a local one (module docstring)."""
+    included), or None when it may. ``local``: the run's ``local_run`` flag (module
+    docstring)."""
     parts = addr.split("/")
     for protocol, value in itertools.pairwise(parts):
-        if protocol in _DNS and not local:
+        if protocol in DNS_PROTOCOLS and not local:
             return f"{addr!r} names a DNS host (only local runs may)"
         if protocol not in ("ip4", "ip6"):
             continue
@@ -104,14 +90,15 @@ def target_refusal(addr: str, local: bool) -> str | None:
             return (
                 f"{addr!r}: no peer can be at {ip} (unspecified, link-local, multicast, reserved)"
             )
-        if not local and _is_local_ip(ip):
+        if not local and is_local_ip(ip):
             return f"{addr!r}: {ip} is loopback or private (only local runs may)"
     return None
 
 
 def rpcs_are_local(urls: Iterable[str]) -> bool:
-    """Whether a run reached through the RPC endpoints ``urls`` is local: each host is
-    ``localhost`` or a loopback or private IP (at least one endpoint)."""
+    """Whether a chain reached through the RPC endpoints ``urls`` is on this machine or LAN:
+    each host is ``localhost`` or a loopback or private IP (at least one endpoint).
+    ``create-run``'s default for the run's ``local_run`` flag."""
     from urllib.parse import urlsplit
 
     hosts = [urlsplit(u).hostname for u in urls]
@@ -126,7 +113,7 @@ def rpcs_are_local(urls: Iterable[str]) -> bool:
             ip = ipaddress.ip_address(host)
         except ValueError:
             return False
-        if not _is_local_ip(ip):
+        if not is_local_ip(ip):
             return False
     return True
 
@@ -177,7 +164,8 @@ class ChainDirectory:
         self.record_address = record_address
         self.decode = decode
         self.local = local
-        """Whether loopback, private and DNS targets are dialed (:func:`target_refusal`)."""
+        """The run's ``local_run`` flag: whether loopback, private and DNS targets are
+        published and dialed (:func:`target_refusal`)."""
         self.max_addrs = max_addrs
         self.max_addr_len = max_addr_len
         self.ttl_s = ttl_s
@@ -208,8 +196,8 @@ class ChainDirectory:
             except AddrError as e:
                 log.warning("not publishing P2P address %s: %s", addr, e)
                 continue
-            if unroutable(short):
-                log.warning("not publishing P2P address %s: no peer can be reached there", addr)
+            if unroutable(short, local=self.local):
+                log.warning("not publishing P2P address %s: no peer of this run can reach it", addr)
                 continue
             if len(short.encode()) > self.max_addr_len:
                 log.warning("not publishing P2P address %s: over %d bytes", addr, self.max_addr_len)

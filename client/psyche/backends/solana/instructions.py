@@ -234,12 +234,14 @@ class RunInstructions:
         join_authority: Pubkey,
         run_id: str,
         client_version: str,
+        local_run: bool = False,
     ) -> Instruction:
         args = {
             "main_authority": main_authority,
             "join_authority": join_authority,
             "run_id": run_id,
             "client_version": client_version,
+            "local_run": local_run,
         }
         return self.p.build("init_coordinator", args, self._accounts(payer=payer))
 

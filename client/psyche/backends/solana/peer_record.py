@@ -19,9 +19,9 @@ API:
   with fewer addresses leaves the old ones there). The caller should still read only accounts
   the coordinator program owns at the PDA it derived, and may compare ``signer`` and
   ``coordinator_instance`` with what it asked for.
-* ``check_peer_addrs(addrs)``: the program's rules, in its order (``core/peer_addrs.rs``), so a
-  client fails before sending; raises :class:`PeerAddrError` naming the error the program would
-  return.
+* ``check_peer_addrs(addrs, local=...)``: the program's rules, in its order
+  (``core/peer_addrs.rs``), for a run whose ``local_run`` flag is ``local``, so a client fails
+  before sending; raises :class:`PeerAddrError` naming the error the program would return.
 * :data:`MAX_PEER_ADDRS`, :data:`MAX_PEER_ADDR_LEN`: the program's limits (``constants.rs``),
   defined here once for the Python side; the tests check them against the IDL's constants and
   the vectors the program wrote.
@@ -47,6 +47,7 @@ __all__ = [
     "PeerRecordError",
     "check_peer_addrs",
     "decode_peer_record",
+    "is_local_ip",
     "never_a_peer",
     "unroutable",
 ]
@@ -90,9 +91,9 @@ class PeerRecord:
 
 
 def never_a_peer(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """The program's target rule (``core/peer_addrs.rs``): no peer is ever at ``ip`` —
-    unspecified (0.0.0.0/8, ::), link-local, multicast, broadcast or reserved (240.0.0.0/4);
-    an IPv4-mapped IPv6 address is judged as IPv4."""
+    """The program's target rule for every run (``core/peer_addrs.rs``): no peer is ever at
+    ``ip`` — unspecified (0.0.0.0/8, ::), link-local, multicast, broadcast or reserved
+    (240.0.0.0/4); an IPv4-mapped IPv6 address is judged as IPv4."""
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     if isinstance(ip, ipaddress.IPv4Address):
@@ -101,12 +102,42 @@ def never_a_peer(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return ip.is_unspecified or ip.is_link_local or ip.is_multicast
 
 
-def unroutable(addr: str) -> bool:
-    """Whether the program refuses ``addr`` for its targets (``PeerAddrUnroutable``): an
-    ``/ip4/`` or ``/ip6/`` value anywhere in it that is not an IP of that family's syntax, or
-    one :func:`never_a_peer` holds for."""
+LOCAL_NETS = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "::1/128",
+        "fc00::/7",
+        "fec0::/10",
+    )
+)
+"""Loopback, private (RFC 1918), CGNAT, IPv6 unique-local and site-local: targets on a
+reader's own machine or network, only for local runs (``core/peer_addrs.rs``)."""
+
+DNS_PROTOCOLS = frozenset({"dns", "dns4", "dns6", "dnsaddr"})
+
+
+def is_local_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``ip`` is in :data:`LOCAL_NETS` (an IPv4-mapped IPv6 address judged as IPv4)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in LOCAL_NETS if net.version == ip.version)
+
+
+def unroutable(addr: str, *, local: bool) -> bool:
+    """Whether the program refuses ``addr`` for its targets (``PeerAddrUnroutable``) in a run
+    whose ``local_run`` is ``local``: an ``/ip4/`` or ``/ip6/`` value anywhere in it that is not
+    an IP of that family's syntax or one :func:`never_a_peer` holds for, or, unless ``local``,
+    a loopback or private IP (:func:`is_local_ip`) or a DNS protocol."""
     parts = iter(addr.split("/"))
     for protocol in parts:
+        # As the program: a DNS protocol's value is not skipped, only an IP's.
+        if protocol in DNS_PROTOCOLS and not local:
+            return True
         if protocol not in ("ip4", "ip6"):
             continue
         value = next(parts, None)
@@ -117,17 +148,17 @@ def unroutable(addr: str) -> bool:
             ip = (ipaddress.IPv4Address if protocol == "ip4" else ipaddress.IPv6Address)(value)
         except ValueError:
             return True
-        if never_a_peer(ip):
+        if never_a_peer(ip) or (not local and is_local_ip(ip)):
             return True
     return False
 
 
-def check_peer_addrs(addrs: Sequence[str]) -> None:
-    """Raise :class:`PeerAddrError` unless the program accepts ``addrs``: at most
-    :data:`MAX_PEER_ADDRS`; each, in order, 1 to :data:`MAX_PEER_ADDR_LEN` bytes (UTF-8), only
-    printable ASCII without the space (0x21-0x7e), starting with ``/``, with no IP target
-    :func:`unroutable` refuses. The addresses are otherwise not parsed as multiaddrs (nor does
-    the program parse them)."""
+def check_peer_addrs(addrs: Sequence[str], *, local: bool) -> None:
+    """Raise :class:`PeerAddrError` unless the program accepts ``addrs`` in a run whose
+    ``local_run`` is ``local``: at most :data:`MAX_PEER_ADDRS`; each, in order, 1 to
+    :data:`MAX_PEER_ADDR_LEN` bytes (UTF-8), only printable ASCII without the space
+    (0x21-0x7e), starting with ``/``, with no target :func:`unroutable` refuses. The addresses
+    are otherwise not parsed as multiaddrs (nor does the program parse them)."""
     if isinstance(addrs, str | bytes):
         raise TypeError("addrs is a sequence of multiaddr strings, not one string")
     if len(addrs) > MAX_PEER_ADDRS:
@@ -154,11 +185,12 @@ def check_peer_addrs(addrs: Sequence[str]) -> None:
             raise PeerAddrError(
                 "PeerAddrNoLeadingSlash", f"peer address {i} does not start with '/': {addr!r}"
             )
-        if unroutable(addr):
+        if unroutable(addr, local=local):
+            scope = "" if local else "; loopback, private and DNS targets only in a local run"
             raise PeerAddrError(
                 "PeerAddrUnroutable",
                 f"peer address {i} names an IP no peer can be at (unspecified, link-local, "
-                f"broadcast, multicast, reserved) or a bad IP: {addr!r}",
+                f"broadcast, multicast, reserved) or a bad IP{scope}: {addr!r}",
             )
 
 
@@ -176,7 +208,9 @@ def decode_peer_record(idl: IdlCodec, data: bytes | bytearray | memoryview) -> P
         raise PeerRecordError(f"not a readable peer record: {e}") from None
     try:
         addrs = tuple(raw["addrs"])
-        check_peer_addrs(addrs)
+        # The loosest rule the program applies (a local run's); readers judge the targets by
+        # their run's flag afterwards.
+        check_peer_addrs(addrs, local=True)
         return PeerRecord(
             coordinator_instance=Pubkey.from_bytes(raw["coordinator_instance"]),
             signer=Pubkey.from_bytes(raw["signer"]),

@@ -296,6 +296,7 @@ def run_create_ix(
     collateral_per_point: int,
     collateral_mint: Pubkey,
     coordinator_account: Pubkey,
+    local_run: bool = False,
 ) -> Instruction:
     """``run_create``: the ``Run`` of ``index``, its escrow and (by CPI) the coordinator run
     ``run_id`` in ``coordinator_account`` (created just before, owned by the coordinator)."""
@@ -306,6 +307,7 @@ def run_create_ix(
         "client_version": client_version,
         "join_authority": join_authority,
         "collateral_per_point": collateral_per_point,
+        "local_run": local_run,
     }
     accounts = {
         "payer": payer,
@@ -399,11 +401,19 @@ async def create_run_via_treasurer(
     collateral_per_point: int = 1,
     name: str | None = None,
     description: str | None = None,
+    local_run: bool | None = None,
 ) -> dict[str, Any]:
     """Create the zero-copy coordinator account (system ``create_account``) and ``run_create``
     in one transaction: the Treasurer's ``Run`` becomes the coordinator's main authority and the
-    wallet the Run's. A name or description goes in the same transaction (``run_update``)."""
-    from psyche.backends.solana.admin import create_coordinator_account_ix, metadata_arg
+    wallet the Run's. A name or description goes in the same transaction (``run_update``).
+    ``local_run`` as in :func:`~psyche.backends.solana.admin.create_run`."""
+    from psyche.backends.solana.admin import (
+        create_coordinator_account_ix,
+        default_local_run,
+        metadata_arg,
+    )
+
+    local = default_local_run(s) if local_run is None else local_run
 
     if collateral_per_point <= 0:
         raise BackendError("collateral per point must be at least 1 base unit")
@@ -436,6 +446,7 @@ async def create_run_via_treasurer(
         collateral_per_point=collateral_per_point,
         collateral_mint=collateral_mint,
         coordinator_account=account.pubkey(),
+        local_run=local,
     )
     ixs = [create, init]
     if name is not None or description is not None:
@@ -460,6 +471,7 @@ async def create_run_via_treasurer(
         "collateral_decimals": mint.decimals,
         "collateral_per_point": collateral_per_point,
         "run_collateral": str(run_collateral_pda(program, run)),
+        "local_run": local,
         "signature": sig,
     }
 

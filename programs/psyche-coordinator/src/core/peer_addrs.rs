@@ -4,13 +4,18 @@
 //!
 //! The program does not parse whole multiaddrs: it bounds what a record may hold (count,
 //! length), keeps out bytes that could confuse a reader (whitespace, control characters,
-//! non-ASCII), and refuses IP targets that no peer can be at in any run (`/ip4/…` or `/ip6/…`
-//! anywhere in the address, a relay's included: unspecified, link-local such as the cloud
-//! metadata address 169.254.169.254, broadcast, multicast, reserved, or not an IP at all).
-//! Loopback, private and DNS targets are left to readers, which refuse them unless the run is a
-//! local one (docs/solana.md, "Peer records"): the chain cannot tell a LAN or a test machine
-//! from the internet. A reader still parses every address it takes from a record and drops
-//! those it cannot use.
+//! non-ASCII), and refuses targets every reader would be sent to in vain or to its own harm
+//! (`/ip4/…`, `/ip6/…` and `/dns…/…` anywhere in the address, a relay's included):
+//! - in every run, an IP no peer can be at: unspecified, link-local such as the cloud metadata
+//!   address 169.254.169.254, broadcast, multicast, reserved, or not an IP at all;
+//! - unless the run is local (`CoordinatorInstance::local_run`, fixed by its creator), also
+//!   loopback, private (RFC 1918, CGNAT 100.64.0.0/10, IPv6 unique-local fc00::/7 and the old
+//!   site-local fec0::/10) and DNS names: in a public run they would make every reader dial
+//!   its own machine or network. A local run (one machine, a LAN, the testnets) has its peers
+//!   exactly there.
+//!
+//! Readers apply the same rules with the same flag, and still parse every address they take
+//! from a record and drop those they cannot use.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -28,23 +33,25 @@ pub enum PeerAddrsError {
     /// An address does not start with `/` (a multiaddr's first protocol).
     NoLeadingSlash,
     /// An `/ip4/` or `/ip6/` value is not an IP, or one no peer can be at (unspecified,
-    /// link-local, broadcast, multicast, reserved).
+    /// link-local, broadcast, multicast, reserved), or the run is not local and the address
+    /// names a loopback, private or DNS target.
     Unroutable,
 }
 
-/// Checks `addrs` in order: the count, then each address (length, bytes, leading `/`). Zero
-/// addresses are valid ("no address right now").
-pub fn check_peer_addrs<S: AsRef<str>>(addrs: &[S]) -> Result<(), PeerAddrsError> {
+/// Checks `addrs` in order: the count, then each address (length, bytes, leading `/`,
+/// targets). Zero addresses are valid ("no address right now"). `local_run`: the run's
+/// `CoordinatorInstance::local_run`.
+pub fn check_peer_addrs<S: AsRef<str>>(addrs: &[S], local_run: bool) -> Result<(), PeerAddrsError> {
     if addrs.len() > usize::from(MAX_PEER_ADDRS) {
         return Err(PeerAddrsError::TooMany);
     }
     for addr in addrs {
-        check_peer_addr(addr.as_ref().as_bytes())?;
+        check_peer_addr(addr.as_ref().as_bytes(), local_run)?;
     }
     Ok(())
 }
 
-fn check_peer_addr(addr: &[u8]) -> Result<(), PeerAddrsError> {
+fn check_peer_addr(addr: &[u8], local_run: bool) -> Result<(), PeerAddrsError> {
     if addr.is_empty() || addr.len() > usize::from(MAX_PEER_ADDR_LEN) {
         return Err(PeerAddrsError::BadLength);
     }
@@ -59,8 +66,15 @@ fn check_peer_addr(addr: &[u8]) -> Result<(), PeerAddrsError> {
     let mut parts = text.split('/');
     while let Some(protocol) = parts.next() {
         let ok = match protocol {
-            "ip4" => parts.next().and_then(|v| v.parse().ok()).is_some_and(ipv4_can_be_a_peer),
-            "ip6" => parts.next().and_then(|v| v.parse().ok()).is_some_and(ipv6_can_be_a_peer),
+            "ip4" => parts
+                .next()
+                .and_then(|v| v.parse().ok())
+                .is_some_and(|ip| ipv4_can_be_a_peer(ip) && (local_run || !ipv4_is_local(ip))),
+            "ip6" => parts
+                .next()
+                .and_then(|v| v.parse().ok())
+                .is_some_and(|ip| ipv6_can_be_a_peer(ip) && (local_run || !ipv6_is_local(ip))),
+            "dns" | "dns4" | "dns6" | "dnsaddr" => local_run,
             _ => true,
         };
         if !ok {
@@ -88,12 +102,34 @@ fn ipv6_can_be_a_peer(ip: Ipv6Addr) -> bool {
     !(ip.is_unspecified() || link_local || ip.is_multicast())
 }
 
+/// Loopback (127.0.0.0/8), private (10/8, 172.16/12, 192.168/16) or CGNAT (100.64.0.0/10):
+/// a target on the reader's own machine or network.
+fn ipv4_is_local(ip: Ipv4Addr) -> bool {
+    let [a, b, ..] = ip.octets();
+    ip.is_loopback() || ip.is_private() || (a == 100 && (b & 0xc0) == 64)
+}
+
+/// As `ipv4_is_local` for IPv6: loopback (::1), unique-local (fc00::/7), site-local
+/// (fec0::/10); an IPv4-mapped address by the IPv4 rules.
+fn ipv6_is_local(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return ipv4_is_local(v4);
+    }
+    let first = ip.segments()[0];
+    ip.is_loopback() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfec0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The rules in a public run (the default).
     fn check(addrs: &[&str]) -> Result<(), PeerAddrsError> {
-        check_peer_addrs(addrs)
+        check_peer_addrs(addrs, false)
+    }
+
+    fn check_local(addrs: &[&str]) -> Result<(), PeerAddrsError> {
+        check_peer_addrs(addrs, true)
     }
 
     #[test]
@@ -105,6 +141,7 @@ mod tests {
             assert_eq!(check(&vec![addr; n]), Ok(()), "{n} addresses");
         }
         assert_eq!(check(&["/"]), Ok(()));
+        assert_eq!(check_local(&["/"]), Ok(()));
     }
 
     #[test]
@@ -165,21 +202,65 @@ mod tests {
             // A circuit through such a relay.
             "/ip4/169.254.169.254/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
         ] {
+            // Refused in every run, local ones included.
             assert_eq!(check(&[bad]), Err(PeerAddrsError::Unroutable), "{bad:?}");
+            assert_eq!(check_local(&[bad]), Err(PeerAddrsError::Unroutable), "{bad:?}");
         }
-        // Loopback, private, DNS and public targets are for readers to judge.
-        for ok in [
+    }
+
+    /// Loopback, private, CGNAT, unique-local and DNS targets, directly or as a relay: refused
+    /// in a public run, accepted in a local one (issue 26, finding 5).
+    #[test]
+    fn local_targets_only_in_a_local_run() {
+        for local in [
             "/ip4/127.0.0.1/tcp/1",
+            "/ip4/127.8.9.10/tcp/1",
             "/ip4/10.77.3.11/udp/4001/quic-v1",
+            "/ip4/172.16.0.1/tcp/1",
+            "/ip4/172.31.255.254/tcp/1",
             "/ip4/192.168.1.2/tcp/1",
-            "/ip4/203.0.113.7/tcp/4001",
+            "/ip4/100.64.0.1/tcp/1",
+            "/ip4/100.127.255.254/tcp/1",
             "/ip6/::1/tcp/1",
-            "/ip6/2001:db8::1/tcp/1",
+            "/ip6/fc00::1/tcp/1",
+            "/ip6/fd12:3456::1/tcp/1",
+            "/ip6/fec0::1/tcp/1",
+            "/ip6/::ffff:10.0.0.1/tcp/1",
+            "/ip6/::ffff:127.0.0.1/tcp/1",
+            "/dns/relay.example.com/tcp/4001",
             "/dns4/relay.example.com/tcp/4001",
+            "/dns6/relay.example.com/tcp/4001",
+            "/dnsaddr/bootstrap.example.com",
+            "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
+            "/dns4/relay.example.com/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
+        ] {
+            assert_eq!(check(&[local]), Err(PeerAddrsError::Unroutable), "{local:?}");
+            assert_eq!(check_local(&[local]), Ok(()), "{local:?}");
+        }
+        // Public targets, just outside each local range, are fine in both.
+        for public in [
+            "/ip4/203.0.113.7/tcp/4001",
+            "/ip4/11.0.0.1/tcp/1",
+            "/ip4/172.32.0.1/tcp/1",
+            "/ip4/172.15.255.255/tcp/1",
+            "/ip4/192.169.0.1/tcp/1",
+            "/ip4/100.63.255.255/tcp/1",
+            "/ip4/100.128.0.1/tcp/1",
+            "/ip4/126.255.255.255/tcp/1",
+            "/ip4/128.0.0.1/tcp/1",
+            "/ip6/2001:db8::1/tcp/1",
+            "/ip6/fe00::1/tcp/1",
+            "/ip6/::ffff:203.0.113.7/tcp/1",
             "/ip4/203.0.113.7/tcp/4001/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN/p2p-circuit",
         ] {
-            assert_eq!(check(&[ok]), Ok(()), "{ok:?}");
+            assert_eq!(check(&[public]), Ok(()), "{public:?}");
+            assert_eq!(check_local(&[public]), Ok(()), "{public:?}");
         }
+        // One local address among public ones refuses the whole list in a public run.
+        assert_eq!(
+            check(&["/ip4/203.0.113.7/tcp/1", "/ip4/192.168.0.1/tcp/1"]),
+            Err(PeerAddrsError::Unroutable)
+        );
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub struct InitCoordinatorParams {
     pub run_id: String,
     /// ≤ 96 bytes; clients refuse to train unless their version equals it (or it is "test").
     pub client_version: String,
+    /// A local run (one machine or LAN): peer records may name loopback, private and DNS
+    /// targets. Fixed for the run's life (`CoordinatorInstance::local_run`).
+    pub local_run: bool,
 }
 
 fn init_run_id_seed(run_id: &str) -> Result<&[u8]> {
@@ -87,5 +90,6 @@ pub fn init_coordinator_processor(
     instance.join_authority = params.join_authority;
     instance.coordinator_account = ctx.accounts.coordinator_account.key();
     instance.run_id = params.run_id;
+    instance.local_run = params.local_run;
     Ok(())
 }

@@ -64,7 +64,7 @@ pub fn set_peer_addrs_processor(
     ctx: Context<SetPeerAddrs>,
     params: SetPeerAddrsParams,
 ) -> Result<()> {
-    check_peer_addrs(&params.addrs)?;
+    check_peer_addrs(&params.addrs, ctx.accounts.coordinator_instance.local_run)?;
     let clock = Clock::get()?;
     let record = &mut ctx.accounts.peer_record;
     record.coordinator_instance = ctx.accounts.coordinator_instance.key();

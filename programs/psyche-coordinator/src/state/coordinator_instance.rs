@@ -22,11 +22,15 @@ pub struct CoordinatorInstance {
     pub coordinator_account: Pubkey,
     /// 1–32 bytes; also the PDA seed and `state.coordinator.run_id`.
     pub run_id: String,
+    /// Set by the creator at `init_coordinator`, never changed: the run's clients are on one
+    /// machine or LAN, so peer records may name loopback, private and DNS targets
+    /// (`core::check_peer_addrs`; readers follow the same flag).
+    pub local_run: bool,
 }
 
 impl CoordinatorInstance {
     /// Account size (discriminator included) with room for the longest run id.
-    pub const SPACE: usize = 8 + 1 + 32 + 32 + 32 + 4 + RUN_ID_MAX_LEN;
+    pub const SPACE: usize = 8 + 1 + 32 + 32 + 32 + 4 + RUN_ID_MAX_LEN + 1;
 
     pub fn find_pda(run_id: &str) -> (Pubkey, u8) {
         Pubkey::find_program_address(

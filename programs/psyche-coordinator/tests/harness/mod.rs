@@ -457,7 +457,7 @@ impl Env {
 
     // --- runs --------------------------------------------------------------------------------
 
-    /// The two instructions that create a run: allocate the zero-copy account, then
+    /// The two instructions that create a (public) run: allocate the zero-copy account, then
     /// `init_coordinator` (one transaction, signed by the payer and the new account).
     pub fn create_run_ixs(
         &self,
@@ -465,6 +465,18 @@ impl Env {
         account: &Keypair,
         main: &Pubkey,
         join: &Pubkey,
+    ) -> Vec<Instruction> {
+        self.create_run_ixs_with(run_id, account, main, join, false)
+    }
+
+    /// `create_run_ixs` for a local run (`local_run`) or a public one.
+    pub fn create_run_ixs_with(
+        &self,
+        run_id: &str,
+        account: &Keypair,
+        main: &Pubkey,
+        join: &Pubkey,
+        local_run: bool,
     ) -> Vec<Instruction> {
         let payer = self.payer().pubkey();
         let (instance, _) = CoordinatorInstance::find_pda(run_id);
@@ -486,18 +498,29 @@ impl Env {
                     join_authority: *join,
                     run_id: run_id.to_string(),
                     client_version: "test".to_string(),
+                    local_run,
                 },
             ),
         ]
     }
 
+    /// A public run (peer records may not name loopback, private or DNS targets).
     pub async fn create_run(&mut self, run_id: &str) -> Run {
+        self.create_run_with(run_id, false).await
+    }
+
+    pub async fn create_run_with(&mut self, run_id: &str, local_run: bool) -> Run {
         // Keys derived from the run id: reproducible, distinct per run.
         let authority = seeded_keypair(format!("{run_id}/authority").as_bytes());
         let join_authority = seeded_keypair(format!("{run_id}/join_authority").as_bytes());
         let account = seeded_keypair(format!("{run_id}/account").as_bytes());
-        let ixs =
-            self.create_run_ixs(run_id, &account, &authority.pubkey(), &join_authority.pubkey());
+        let ixs = self.create_run_ixs_with(
+            run_id,
+            &account,
+            &authority.pubkey(),
+            &join_authority.pubkey(),
+            local_run,
+        );
         self.send_many(&ixs, &[&account]).await.expect("create run");
         Run {
             run_id: run_id.to_string(),

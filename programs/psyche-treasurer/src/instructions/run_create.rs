@@ -94,6 +94,9 @@ pub struct RunCreateParams {
     /// Token base units paid per point (> 0; fixed for the run's life, so every point of the
     /// ledger is worth the same).
     pub collateral_per_point: u64,
+    /// A local run: its peer records may name loopback, private and DNS targets (handed to
+    /// the coordinator, `InitCoordinatorParams::local_run`).
+    pub local_run: bool,
 }
 
 pub fn run_create_processor(ctx: Context<RunCreate>, params: RunCreateParams) -> Result<()> {
@@ -130,6 +133,7 @@ pub fn run_create_processor(ctx: Context<RunCreate>, params: RunCreateParams) ->
             join_authority: params.join_authority,
             run_id: params.run_id,
             client_version: params.client_version,
+            local_run: params.local_run,
         },
     )
 }

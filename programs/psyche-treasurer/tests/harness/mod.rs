@@ -484,6 +484,7 @@ impl Env {
                     client_version: "test".to_string(),
                     join_authority: run.join_authority.pubkey(),
                     collateral_per_point,
+                    local_run: false,
                 },
             ),
         ]

@@ -119,6 +119,7 @@ def serve_unconfigured_run(node: Node, wallet: Keypair, run_id: str) -> None:
         "join_authority": bytes(wallet.pubkey()),
         "coordinator_account": bytes(account),
         "run_id": run_id,
+        "local_run": True,
     }
     program = Pubkey.from_string(idl.address)
     node.call(

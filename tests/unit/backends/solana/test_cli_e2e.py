@@ -112,6 +112,7 @@ def serve_run(node: Node, wallet: Keypair, run_id: str = "r1") -> tuple[Pubkey, 
         "join_authority": bytes(wallet.pubkey()),
         "coordinator_account": bytes(account),
         "run_id": run_id,
+        "local_run": True,
     }
     node.call(node.double.set_account(instance, idl.encode_account("CoordinatorInstance", inst)))
     _, coord = vector_states(1)[0]
@@ -133,6 +134,18 @@ def test_create_run_creates_the_account_and_inits_in_one_transaction(node: Node)
     keys = {str(k) for k, _, _ in m2}
     assert out["coordinator_account"] in keys and out["coordinator_instance"] in keys
     assert tx.message.account_keys[0] == wallet.pubkey()
+    # The RPC double is on loopback: a local run unless the creator says otherwise.
+    assert params["local_run"] is True and out["local_run"] is True
+
+
+@pytest.mark.parametrize(("flag", "local"), [("--public-run", False), ("--local-run", True)])
+def test_create_run_local_or_public_as_the_creator_says(node: Node, flag: str, local: bool) -> None:
+    """Issue 26, finding 5: the run's local_run flag (peer records may name loopback, private
+    and DNS targets) is the creator's explicit choice, stored at init_coordinator."""
+    out = json.loads(invoke(node, Keypair(), "create-run", "--run-id", "r1", flag))
+    (tx,) = node.double.transactions
+    (_, _, args, _) = decoded(tx)[1]
+    assert args["params"]["local_run"] is local and out["local_run"] is local
 
 
 def test_admin_commands_send_the_right_instructions(node: Node) -> None:

@@ -15,6 +15,7 @@ from psyche.backends.solana.discovery import (
     rpcs_are_local,
     target_refusal,
 )
+from psyche.backends.solana.peer_record import check_peer_addrs
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
 
@@ -229,3 +230,19 @@ def test_a_run_is_local_when_every_rpc_endpoint_is_on_this_machine_or_lan() -> N
     assert not rpcs_are_local(["https://api.mainnet-beta.solana.com"])
     assert not rpcs_are_local(["http://127.0.0.1:8899", "http://203.0.113.9:8899"])
     assert not rpcs_are_local([])
+
+
+def test_a_public_run_publishes_only_what_its_program_accepts() -> None:
+    """In a public run (``local_run`` false) the client leaves loopback, private and DNS
+    addresses out of its record: the program would refuse the whole ``set_peer_addrs``."""
+    me = member(13)
+    pid = peer_id_for(me.p2p_identity)
+    listen = [*(f"{a}/p2p/{pid}" for a in LOCAL_ONLY), *PUBLIC]
+    public_run = directory(local=False, max_addrs=8, announce=["/dns4/me.example/tcp/1"])
+    got = public_run.record_addrs(listen, me.p2p_identity)
+    assert got == list(PUBLIC)
+    check_peer_addrs(got, local=False)
+    local_run = directory(local=True, max_addrs=16)
+    got = local_run.record_addrs(listen, me.p2p_identity)
+    assert set(got) == {*LOCAL_ONLY, *PUBLIC}
+    check_peer_addrs(got[:4], local=True)

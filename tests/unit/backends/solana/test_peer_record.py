@@ -74,7 +74,8 @@ def _encode(**fields: Any) -> bytes:
 
 
 def _longest(n: int) -> list[str]:
-    return [f"/dns/{i}" + "x" * (MAX_PEER_ADDR_LEN - 6) for i in range(n)]
+    # Public targets: valid in any run (as program_peer_record.rs's longest_addrs).
+    return [f"/ip4/203.0.113.{i}/" + "x" * (MAX_PEER_ADDR_LEN - 17) for i in range(n)]
 
 
 # --- limits, one place ------------------------------------------------------------------------
@@ -220,7 +221,7 @@ def test_random_corruption_is_a_peer_record_error_or_a_valid_record() -> None:
         except PeerRecordError:
             outcomes["error"] += 1
         else:
-            check_peer_addrs(rec.addrs)
+            check_peer_addrs(rec.addrs, local=True)
             assert 0 <= rec.bump <= 255
             outcomes["record"] += 1
     assert outcomes["record"] and outcomes["error"], outcomes
@@ -272,22 +273,56 @@ RULES: list[tuple[list[str], str | None]] = [
     (["/ip6/2001:db8::1%eth0/tcp/1"], "PeerAddrUnroutable"),
     (["/ip6/::ffff:169.254.169.254/tcp/1"], "PeerAddrUnroutable"),
     (["/ip4/169.254.1.1/tcp/1/p2p/x/p2p-circuit"], "PeerAddrUnroutable"),
-    (["/ip4/127.0.0.1/tcp/1", "/ip4/10.0.0.1/tcp/1", "/dns4/a.example/tcp/1"], None),
-    (["/ip6/::1/tcp/1", "/ip6/2001:db8::1/tcp/1"], None),
+    (["/ip6/2001:db8::1/tcp/1", "/ip4/203.0.113.7/tcp/4001/p2p/x/p2p-circuit"], None),
+    (["/ip4/172.32.0.1/tcp/1", "/ip4/100.128.0.1/tcp/1", "/ip6/fe00::1/tcp/1"], None),
+    # A DNS protocol's value is not skipped: the IP after it is still judged.
+    (["/dns4/ip4/169.254.169.254/tcp/1"], "PeerAddrUnroutable"),
+]
+
+# Loopback, private, CGNAT, unique-local and DNS targets (a relay's included): refused in a public
+# run, accepted in a local one (CoordinatorInstance.local_run; program_peer_record.rs's
+# local_targets_only_in_a_local_run sends the same kinds).
+LOCAL_ONLY: list[list[str]] = [
+    ["/ip4/127.0.0.1/tcp/1"],
+    ["/ip4/10.0.0.1/tcp/1"],
+    ["/ip4/172.16.5.4/tcp/1"],
+    ["/ip4/192.168.1.20/tcp/1"],
+    ["/ip4/100.64.0.1/tcp/1"],
+    ["/ip6/::1/tcp/1"],
+    ["/ip6/fd00::7/tcp/1"],
+    ["/ip6/fec0::1/tcp/1"],
+    ["/ip6/::ffff:192.168.0.1/tcp/1"],
+    ["/dns/a.example/tcp/1"],
+    ["/dns4/a.example/tcp/1"],
+    ["/dns6/a.example/tcp/1"],
+    ["/dnsaddr/a.example"],
+    [ADDR, "/ip4/127.0.0.1/tcp/4001/p2p/x/p2p-circuit"],
+    [ADDR, "/dns4/relay.example/tcp/4001/p2p/x/p2p-circuit"],
 ]
 
 
+@pytest.mark.parametrize("local", [False, True])
 @pytest.mark.parametrize(("addrs", "error"), RULES)
-def test_check_peer_addrs_mirrors_the_program(addrs: list[str], error: str | None) -> None:
+def test_check_peer_addrs_mirrors_the_program(
+    addrs: list[str], error: str | None, local: bool
+) -> None:
     if error is None:
-        check_peer_addrs(addrs)
-        check_peer_addrs(tuple(addrs))
+        check_peer_addrs(addrs, local=local)
+        check_peer_addrs(tuple(addrs), local=local)
         return
     with pytest.raises(PeerAddrError) as e:
-        check_peer_addrs(addrs)
+        check_peer_addrs(addrs, local=local)
     assert e.value.error == error
     assert isinstance(e.value, ValueError)
     assert error in idl().errors.values(), "the name must be one of the program's errors"
+
+
+@pytest.mark.parametrize("addrs", LOCAL_ONLY)
+def test_local_targets_only_in_a_local_run(addrs: list[str]) -> None:
+    check_peer_addrs(addrs, local=True)
+    with pytest.raises(PeerAddrError, match="only in a local run") as e:
+        check_peer_addrs(addrs, local=False)
+    assert e.value.error == "PeerAddrUnroutable"
 
 
 def test_error_codes_follow_the_existing_ones() -> None:
@@ -304,15 +339,15 @@ def test_error_codes_follow_the_existing_ones() -> None:
 
 def test_check_peer_addrs_messages_and_types() -> None:
     with pytest.raises(PeerAddrError, match=r"5 peer addresses, at most 4"):
-        check_peer_addrs(["/a"] * 5)
+        check_peer_addrs(["/a"] * 5, local=False)
     with pytest.raises(PeerAddrError, match=r"peer address 1 does not start with '/'"):
-        check_peer_addrs(["/a", "b"])
+        check_peer_addrs(["/a", "b"], local=False)
     with pytest.raises(PeerAddrError, match=r"byte 0x20"):
-        check_peer_addrs(["/a b"])
+        check_peer_addrs(["/a b"], local=False)
     with pytest.raises(TypeError):
-        check_peer_addrs(ADDR)
+        check_peer_addrs(ADDR, local=False)
     with pytest.raises(TypeError):
-        check_peer_addrs([b"/ip4"])  # type: ignore[list-item]
+        check_peer_addrs([b"/ip4"], local=False)  # type: ignore[list-item]
 
 
 # --- instructions ------------------------------------------------------------------------------

@@ -273,6 +273,7 @@ def _create_run(ctx: Context, recs: list[dict[str, Any]]) -> list[Instruction]:
         ctx.join_authority,
         p["run_id"],
         p["client_version"],
+        p["local_run"],
     )
     ctx.checks["init_coordinator via RunInstructions.init_coordinator"] += 1
     ctx.checks["create_account via solders system_program.create_account"] += 1
@@ -744,11 +745,12 @@ def test_refused_peer_addresses_are_refused_by_check_peer_addrs_too() -> None:
         if rec["name"] != "set_peer_addrs":
             continue
         addrs = rec["args"]["params"]["addrs"]
+        # The scenario's run is a public one (local_run false).
         if step["result"] == "ok":
-            check_peer_addrs(addrs)
+            check_peer_addrs(addrs, local=False)
         else:
             with pytest.raises(PeerAddrError) as e:
-                check_peer_addrs(addrs)
+                check_peer_addrs(addrs, local=False)
             assert e.value.error == step["result"]["error"]
         n += 1
     assert n == 3

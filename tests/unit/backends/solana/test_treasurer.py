@@ -265,6 +265,7 @@ def serve_run(
         "join_authority": bytes(wallet.pubkey()),
         "coordinator_account": bytes(account),
         "run_id": run_id,
+        "local_run": False,
     }
     node.set(instance, cidl.encode_account("CoordinatorInstance", inst))
     _, coord = vector_states(1)[0]
@@ -544,6 +545,8 @@ def test_create_run_through_the_treasurer_in_one_transaction(node: Node) -> None
     assert init[2]["params"] == {
         "index": 42, "run_id": "t1", "client_version": "v3",
         "join_authority": bytes(joiner.pubkey()), "collateral_per_point": 5,
+        # The RPC test double is on loopback: create-run's default makes the run local.
+        "local_run": True,
     }  # fmt: skip
     me = wallet.pubkey()
     account = Pubkey.from_string(out["coordinator_account"])

@@ -145,6 +145,7 @@ class Replay:
             collateral_per_point=p["collateral_per_point"],
             collateral_mint=mint,
             coordinator_account=coordinator_account,
+            local_run=p["local_run"],
         )
         program = treasurer().program_id
         self.run = TreasurerRun(

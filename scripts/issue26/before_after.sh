@@ -31,7 +31,7 @@ tree() { # tree NAME COMMIT -> path of a fresh worktree
 
 report() { # report FINDING LABEL LOG RC
     local first
-    first=$(grep -m1 -E "panicked at|assert|Error|FAILED|failed" "$3" | cut -c1-160)
+    first=$(grep -v '^\[' "$3" | grep -m1 -E "panicked at|assert|Error|error|FAILED|failed" | cut -c1-160)
     if [ "$4" = 0 ]; then echo "finding $1 $2: PASS"; else echo "finding $1 $2: FAIL ($first)"; fi
 }
 
@@ -65,7 +65,7 @@ CASES
 pyproof() { # pyproof FINDING LABEL TREE TEST_FILE: TEST_FILE of the AFTER tree against TREE's client
     local t=$3
     mkdir -p "$t/$(dirname "$4")" "$t/target"
-    cp "$aft/$4" "$t/$4"
+    [ "$t" = "$aft" ] || cp "$aft/$4" "$t/$4"
     [ -e "$t/target/deploy" ] || ln -s "$root/target/deploy" "$t/target/deploy"
     (cd "$t" && PYTHONPATH="$t/client" "$py" -m pytest -q -x -p no:cacheprovider "$4") >"$tmp/log" 2>&1
     report "$1" "$2" "$tmp/log" $?
@@ -78,7 +78,7 @@ onchain=$(git -C "$root" log --format=%H -1 --grep="local_run" "$after" -- progr
 if [ -n "$onchain" ]; then
     rust "before ($(git -C "$root" rev-parse --short "$onchain^"))" "$(tree before-local-run "$onchain^")"
 fi
-rust "after ($(git -C "$root" rev-parse --short "$after"))" "$aft"
+rust "after ($(git -C "$aft" rev-parse --short HEAD))" "$aft"
 # Finding 3: relay shares (364141f); finding 6: the local SVM front (306aac1).
 pyproof 3 "before (364141f^)" "$(tree before-364141f 364141f^)" tests/integration/p2p/test_relay_shares.py
 pyproof 3 "after" "$aft" tests/integration/p2p/test_relay_shares.py

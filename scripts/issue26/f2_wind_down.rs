@@ -3,7 +3,6 @@
 /// compiles where it did not exist: there the program answers InstructionFallbackNotFound.
 #[tokio::test]
 async fn f2_a_treasurer_run_can_be_wound_down() {
-    use anchor_lang::solana_program::hash::hash;
     use anchor_lang::solana_program::instruction::{AccountMeta, Instruction};
     let mut env = Env::new().await;
     let run = env.new_run("p26-close", 78, 7).await;
@@ -20,7 +19,8 @@ async fn f2_a_treasurer_run_can_be_wound_down() {
             AccountMeta::new(run.account, false),
             AccountMeta::new_readonly(psyche_coordinator::ID, false),
         ],
-        data: hash(b"global:run_wind_down").to_bytes()[..8].to_vec(),
+        // Anchor's discriminator: sha256("global:run_wind_down")[..8].
+        data: vec![142, 123, 188, 33, 93, 38, 169, 248],
     };
     let r = env.send(ix, &[&authority]).await;
     assert!(r.is_ok(), "no way to wind the run down: {r:?}");

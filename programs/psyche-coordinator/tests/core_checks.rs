@@ -173,7 +173,7 @@ fn malformed_input_is_rejected_without_panicking() {
     assert_eq!(s.checkpoint(&id, u64::MAX, &long, 1), Err(CoordinatorError::InvalidCommitteeProof));
     assert_eq!(s.withdraw(u64::MAX), Err(CoordinatorError::InvalidWithdraw));
     let w = Witness {
-        proof: WitnessProof { position: u64::MAX, index: u64::MAX, witness: 1, _pad: [0; 7] },
+        proof: WitnessProof::new(u64::MAX, u64::MAX, true, Verdict::default()),
         participant_bloom: Bloom::empty(0),
         broadcast_bloom: Bloom::empty(0),
     };

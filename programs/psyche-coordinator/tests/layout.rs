@@ -17,7 +17,7 @@ fn sizes() {
     assert_eq!(size_of::<Client>(), 72);
     assert_eq!(size_of::<Bloom>(), 392);
     assert_eq!(size_of::<WitnessProof>(), 24);
-    // The verdict fills what was the proof's padding: a stored witness kept its size (v3).
+    // The verdict fills what was the proof's padding: a stored witness kept its size.
     assert_eq!(offset_of!(WitnessProof, verdict), 18);
     assert_eq!(size_of::<Witness>(), 808);
     assert_eq!(size_of::<BatchIdPod>(), 16);

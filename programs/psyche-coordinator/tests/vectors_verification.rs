@@ -1,7 +1,8 @@
 //! Replays `tests/vectors/verification/rules/rules.json` (written by
 //! `tests/vectors/gen_coordinator.py`) with `core::verification`: the sampling, verdict
-//! validation and quorum rules of result verification, on plain values. The scenario files next
-//! to it need the witness's `verdict` field, which the program does not have yet.
+//! validation and quorum rules of result verification, on plain values; and the scenario files
+//! next to it (`verify_*.json`: witnesses carrying verdicts, their validation and consequences)
+//! through the whole Rust state machine, like the coordinator vectors.
 
 mod common;
 
@@ -79,5 +80,22 @@ fn quorum_decisions() {
         let want: Vec<bool> =
             c["accused"].as_array().unwrap().iter().map(|b| b.as_bool().unwrap()).collect();
         assert_eq!(accused, want, "{c}");
+    }
+}
+
+#[test]
+fn verification_scenarios_replay() {
+    let dir = common::vectors_dir("verification");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 4, "expected the verify_*.json scenarios, found {}", paths.len());
+    for p in &paths {
+        let doc = common::read_json(p);
+        common::replay::replay(&doc)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.file_name().unwrap().to_string_lossy()));
     }
 }

@@ -184,18 +184,7 @@ class CoordinatorLayout:
         if r["num_retries"] > len(r["retries"]):
             raise AccountLayoutError(f"num_retries {r['num_retries']} out of range")
         return {
-            "witnesses": [
-                {
-                    "proof": {
-                        "position": w["proof"]["position"],
-                        "index": w["proof"]["index"],
-                        "witness": _flag(w["proof"]["witness"]),
-                    },
-                    "participant_bloom": _bloom_hex(w["participant_bloom"]),
-                    "broadcast_bloom": _bloom_hex(w["broadcast_bloom"]),
-                }
-                for w in r["witnesses"][: r["num_witnesses"]]
-            ],
+            "witnesses": [_witness_obj(w) for w in r["witnesses"][: r["num_witnesses"]]],
             "data_index": r["data_index"],
             "random_seed": r["random_seed"],
             "height": r["height"],
@@ -266,7 +255,9 @@ class CoordinatorLayout:
                         "position": w.proof.position,
                         "index": w.proof.index,
                         "witness": int(w.proof.witness),
-                        "_pad": bytes(7),
+                        "_pad": bytes(1),
+                        "verdict": {"checked": w.verdict.checked, "mismatch": w.verdict.mismatch},
+                        "_pad2": bytes(2),
                     },
                     "participant_bloom": _bloom_dict(w.participant_bloom),
                     "broadcast_bloom": _bloom_dict(w.broadcast_bloom),
@@ -320,6 +311,24 @@ def _client_obj(x: dict[str, Any]) -> dict[str, Any]:
         "exited_height": x["exited_height"],
         "exited_index": x["exited_index"],
     }
+
+
+def _witness_obj(w: dict[str, Any]) -> dict[str, Any]:
+    proof = w["proof"]
+    obj = {
+        "proof": {
+            "position": proof["position"],
+            "index": proof["index"],
+            "witness": _flag(proof["witness"]),
+        },
+        "participant_bloom": _bloom_hex(w["participant_bloom"]),
+        "broadcast_bloom": _bloom_hex(w["broadcast_bloom"]),
+    }
+    # The serde form writes a verdict only when it is not empty.
+    verdict = proof["verdict"]
+    if verdict["checked"] or verdict["mismatch"]:
+        obj["verdict"] = {"checked": verdict["checked"], "mismatch": verdict["mismatch"]}
+    return obj
 
 
 def _bloom_hex(b: dict[str, Any]) -> str:

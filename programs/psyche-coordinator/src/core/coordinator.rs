@@ -291,6 +291,7 @@ impl CoordinatorState {
         self.progress.step = self.progress.step.saturating_add(1);
         let rnd = self.current_round();
         let (height, n_w) = (rnd.height, rnd.witnesses().len());
+        self.act_on_verdicts();
         self.queue_leaving_work();
         self.move_clients_to_exited(height);
         if n_w == 0 {

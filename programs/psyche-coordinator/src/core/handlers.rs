@@ -92,6 +92,7 @@ impl CoordinatorState {
         {
             return Err(E::InvalidWitness);
         }
+        self.check_verdict(from, witness)?;
         self.check_duplicate(from)?;
         self.current_round_mut().push_witness(witness);
         if self.current_round().witnesses().len() >= self.witness_count()

@@ -212,7 +212,27 @@ impl Client {
     }
 }
 
+/// A verifier's verdict on the previous round's sampled results (`core::verification`): bit `p`
+/// of `checked` says it recomputed slot `p`'s result, of `mismatch` that the result failed.
+/// Both 0 for every other witness.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable, AnchorSerialize, AnchorDeserialize,
+)]
+#[repr(C)]
+pub struct Verdict {
+    pub checked: u16,
+    pub mismatch: u16,
+}
+
+impl Verdict {
+    pub fn is_empty(&self) -> bool {
+        self.checked == 0 && self.mismatch == 0
+    }
+}
+
 /// A witness's claim to be elected: its position in the witness shuffle and its client index.
+/// The stored witness's `verdict` sits here, in what was this struct's padding (zero, an empty
+/// verdict, in older accounts), so the account layout kept its size and version.
 #[zero_copy]
 #[derive(Debug, PartialEq)]
 pub struct WitnessProof {
@@ -220,7 +240,15 @@ pub struct WitnessProof {
     pub index: u64,
     /// 0/1: whether `position` falls in the witness range.
     pub witness: u8,
-    pub _pad: [u8; 7],
+    pub _pad: [u8; 1],
+    pub verdict: Verdict,
+    pub _pad2: [u8; 2],
+}
+
+impl WitnessProof {
+    pub fn new(position: u64, index: u64, witness: bool, verdict: Verdict) -> Self {
+        Self { position, index, witness: u8::from(witness), _pad: [0], verdict, _pad2: [0; 2] }
+    }
 }
 
 /// A witness as stored in a round.
@@ -431,12 +459,12 @@ pub struct WitnessArg {
 impl WitnessArg {
     pub fn to_stored(&self) -> Witness {
         Witness {
-            proof: WitnessProof {
-                position: self.proof.position,
-                index: self.proof.index,
-                witness: u8::from(self.proof.witness),
-                _pad: [0; 7],
-            },
+            proof: WitnessProof::new(
+                self.proof.position,
+                self.proof.index,
+                self.proof.witness,
+                Verdict::default(),
+            ),
             participant_bloom: self.participant_bloom,
             broadcast_bloom: self.broadcast_bloom,
         }

@@ -1,11 +1,14 @@
-//! Result verification's pure rules (`client/psyche/coordinator/verification.py`;
-//! docs/protocol.md, "Threat model and result verification"): which results a round samples,
-//! who may carry a verdict and what a quorum of verdicts decides. Plain values only: the
-//! witness's `verdict` field and the state machine's use of these rules are not mirrored yet, so
-//! `verification_percent` stays 0 on chain (the config check).
+//! Result verification (`client/psyche/coordinator/verification.py`; docs/protocol.md, "Threat
+//! model and result verification"): which results a round samples, who may carry a verdict and
+//! what a quorum of verdicts decides — the pure rules on plain values, replayed from
+//! `tests/vectors/verification/rules/rules.json` — and the state machine's use of them: a
+//! witness's `verdict` is checked when it arrives (`check_verdict`) and acted on at the
+//! RoundWitness end (`act_on_verdicts`), replayed from `tests/vectors/verification/verify_*.json`.
 
+use super::error::CoordinatorError;
 use super::hash::{sha256, sha256v};
 use super::shuffle::compute_shuffled_index;
+use super::types::{ClientState, CoordinatorState, NodeIdentity, Round, Witness};
 
 pub const VERIFY_SALT: &[u8] = b"verify";
 /// At most this many results are sampled per round: a verdict is two u16 bitmasks.
@@ -125,6 +128,122 @@ pub fn judge(votes: &[VerdictVote], n_sampled: u64, n_verifiers: u64) -> (u16, V
         }
     }
     (rejected, accused)
+}
+
+impl CoordinatorState {
+    /// How many of `judged`'s results are sampled by `judging` (the round after it, whose seed
+    /// draws them); none when `judged` did not train.
+    pub fn judged_count(&self, judged: &Round) -> u64 {
+        if !self.round_trained(judged) {
+            return 0;
+        }
+        sampled_count(u64::from(judged.clients_len), self.config.verification_percent)
+    }
+
+    /// The index in `judged`'s client list that `judging` samples in `slot`.
+    fn judged_index(&self, judging: &Round, judged: &Round, slot: u64) -> Option<usize> {
+        let n = u64::from(judged.clients_len);
+        let vp = self.config.verification_percent;
+        sampled_trainer(slot, n, judging.random_seed, vp).and_then(|i| usize::try_from(i).ok())
+    }
+
+    /// `InvalidWitness` unless `witness.verdict` may come from `from` in the current round: a
+    /// verdict only from a verifier, on the previous round's sampled results, never on its own.
+    pub(crate) fn check_verdict(
+        &self,
+        from: &NodeIdentity,
+        witness: &Witness,
+    ) -> Result<(), CoordinatorError> {
+        let verdict = witness.proof.verdict;
+        if verdict.is_empty() {
+            return Ok(());
+        }
+        let (mut n_sampled, mut own) = (0, 0u16);
+        if let Some(prev) = self.previous_round() {
+            n_sampled = self.judged_count(prev);
+            let judged = self.round_clients(prev);
+            // Only the slots it judges can be its own result that matters: that keeps the
+            // shuffles computed here to the verdict's bits.
+            for slot in (0..n_sampled).filter(|p| verdict.checked >> p & 1 != 0) {
+                let index = self.judged_index(self.current_round(), prev, slot);
+                if index.and_then(|i| judged.get(i)) == Some(from) {
+                    own |= 1 << slot;
+                }
+            }
+        }
+        let verifier = witness.proof.witness != 0 && witness.proof.position < VERIFIERS_PER_ROUND;
+        match verdict_error(verdict.checked, verdict.mismatch, verifier, n_sampled, own) {
+            None => Ok(()),
+            Some(_) => Err(CoordinatorError::InvalidWitness),
+        }
+    }
+
+    /// At the end of the current round, before clients move out: eject the trainers whose
+    /// previous-round result a quorum of verifiers rejected (their interval is queued again:
+    /// clients leave the result out of the apply) and the verifiers a quorum contradicted.
+    pub(crate) fn act_on_verdicts(&mut self) {
+        let Some(prev) = self.previous_round() else {
+            return;
+        };
+        let n_sampled = self.judged_count(prev);
+        if n_sampled == 0 {
+            return;
+        }
+        let judging = self.current_round();
+        let votes: Vec<VerdictVote> = judging
+            .witnesses()
+            .iter()
+            .map(|w| VerdictVote {
+                position: w.proof.position,
+                checked: w.proof.verdict.checked,
+                mismatch: w.proof.verdict.mismatch,
+            })
+            .collect();
+        let n_verifiers =
+            verifier_count(self.config.witness_count(usize::from(judging.clients_len)) as u64);
+        let (rejected, accused) = judge(&votes, n_sampled, n_verifiers);
+        if rejected == 0 && !accused.contains(&true) {
+            return;
+        }
+        let judged = self.round_clients(prev);
+        let rejected_ids: Vec<NodeIdentity> = (0..n_sampled)
+            .filter(|slot| rejected >> slot & 1 != 0)
+            .filter_map(|slot| self.judged_index(judging, prev, slot).and_then(|i| judged.get(i)))
+            .copied()
+            .collect();
+        let judging_clients = self.round_clients(judging);
+        let mut accusers: Vec<NodeIdentity> = Vec::new();
+        for (w, _) in judging.witnesses().iter().zip(&accused).filter(|(_, a)| **a) {
+            let id = usize::try_from(w.proof.index).ok().and_then(|i| judging_clients.get(i));
+            if let Some(id) = id.filter(|id| !accusers.contains(id)) {
+                accusers.push(*id);
+            }
+        }
+        let slots = self.round_slots(prev);
+        for id in &rejected_ids {
+            if let Some(i) = self.eject(id) {
+                if let Some(batch) = slots.as_ref().and_then(|s| s.interval(i)) {
+                    self.epoch_state.push_lost(batch);
+                }
+            }
+        }
+        for id in &accusers {
+            self.eject(id);
+        }
+    }
+
+    /// Ejects `who` if it is still an epoch client that has not been ejected (a client that
+    /// withdrew is ejected too, so leaving does not escape the slashing); its index if so.
+    fn eject(&mut self, who: &NodeIdentity) -> Option<usize> {
+        let i = self.index_of(who)?;
+        let client = &mut self.epoch_state.clients_mut()[i];
+        let state = client.client_state();
+        if !matches!(state, Some(ClientState::Healthy | ClientState::Withdrawn)) {
+            return None;
+        }
+        client.state = ClientState::Ejected as u8;
+        Some(i)
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use anchor_lang::prelude::*;
 
 use crate::constants::COORDINATOR_INSTANCE_SEEDS_PREFIX;
-use crate::core::{Bloom, Witness, WitnessProof, WitnessProofArg};
+use crate::core::{Bloom, Verdict, Witness, WitnessProof, WitnessProofArg};
 use crate::error::CoordinatorProgramError;
 use crate::state::{CoordinatorAccount, CoordinatorInstance};
 
@@ -72,14 +72,10 @@ pub fn stored_witness(
     proof: &WitnessProofArg,
     participant: &Bloom,
     broadcast: &Bloom,
+    verdict: Verdict,
 ) -> Box<Witness> {
     let mut witness: Box<Witness> = bytemuck::zeroed_box();
-    witness.proof = WitnessProof {
-        position: proof.position,
-        index: proof.index,
-        witness: u8::from(proof.witness),
-        _pad: [0; 7],
-    };
+    witness.proof = WitnessProof::new(proof.position, proof.index, proof.witness, verdict);
     witness.participant_bloom = *participant;
     witness.broadcast_bloom = *broadcast;
     witness

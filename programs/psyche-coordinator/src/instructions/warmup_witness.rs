@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 
-use crate::core::{Bloom, WitnessProofArg};
+use crate::core::{Bloom, Verdict, WitnessProofArg};
 use crate::instructions::{stored_witness, PermissionlessCoordinatorAccounts};
 use crate::state::{random_seed, unix_now};
 
@@ -20,7 +20,7 @@ pub fn warmup_witness_processor(
     account.check_version()?;
     let state = &mut account.state;
     let from = state.registered_id(&ctx.accounts.user.key())?;
-    let witness = stored_witness(&proof, &participant_bloom, &broadcast_bloom);
+    let witness = stored_witness(&proof, &participant_bloom, &broadcast_bloom, Verdict::default());
     state.coordinator.warmup_witness(&from, &witness, now, random_seed(&clock))?;
     state.tick(&clock)?;
     account.bump_nonce()

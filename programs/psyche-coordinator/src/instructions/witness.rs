@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 
-use crate::core::{Bloom, WitnessMetadata, WitnessProofArg};
+use crate::core::{Bloom, Verdict, WitnessMetadata, WitnessProofArg};
 use crate::error::CoordinatorProgramError;
 use crate::instructions::{stored_witness, PermissionlessCoordinatorAccounts};
 use crate::state::unix_now;
@@ -25,7 +25,7 @@ pub fn witness_processor(
     account.check_version()?;
     let state = &mut account.state;
     let from = state.registered_id(&ctx.accounts.user.key())?;
-    let witness = stored_witness(&proof, &participant_bloom, &broadcast_bloom);
+    let witness = stored_witness(&proof, &participant_bloom, &broadcast_bloom, Verdict::default());
     state.coordinator.witness(&from, &witness, now)?;
     state.tick(&clock)?;
     account.bump_nonce()

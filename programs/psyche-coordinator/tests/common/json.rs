@@ -140,23 +140,42 @@ pub fn bloom_from_json(v: &Value) -> R<Bloom> {
 }
 
 pub fn witness_to_json(w: &Witness) -> Value {
-    json!({
+    let mut obj = json!({
         "proof": {"position": w.proof.position, "index": w.proof.index, "witness": w.proof.witness != 0},
         "participant_bloom": hex_encode(&w.participant_bloom.to_bytes()),
         "broadcast_bloom": hex_encode(&w.broadcast_bloom.to_bytes()),
-    })
+    });
+    // Written only when present, as Python writes it.
+    let v = w.proof.verdict;
+    if !v.is_empty() {
+        obj["verdict"] = json!({"checked": v.checked, "mismatch": v.mismatch});
+    }
+    obj
 }
 
 pub fn witness_from_json(v: &Value) -> R<Witness> {
-    let t = table(v, &["proof", "participant_bloom", "broadcast_bloom"])?;
+    let has_verdict = v.get("verdict").is_some();
+    let keys: &[&str] = if has_verdict {
+        &["proof", "participant_bloom", "broadcast_bloom", "verdict"]
+    } else {
+        &["proof", "participant_bloom", "broadcast_bloom"]
+    };
+    let t = table(v, keys)?;
     let p = table(&t["proof"], &["position", "index", "witness"])?;
+    let verdict = if has_verdict {
+        let d = table(&t["verdict"], &["checked", "mismatch"])?;
+        let u16_of = |x: &Value| u16::try_from(u64_of(x)?).map_err(|e| e.to_string());
+        Verdict { checked: u16_of(&d["checked"])?, mismatch: u16_of(&d["mismatch"])? }
+    } else {
+        Verdict::default()
+    };
     Ok(Witness {
-        proof: WitnessProof {
-            position: u64_of(&p["position"])?,
-            index: u64_of(&p["index"])?,
-            witness: u8::from(boolean(&p["witness"])?),
-            _pad: [0; 7],
-        },
+        proof: WitnessProof::new(
+            u64_of(&p["position"])?,
+            u64_of(&p["index"])?,
+            boolean(&p["witness"])?,
+            verdict,
+        ),
         participant_bloom: bloom_from_json(&t["participant_bloom"])?,
         broadcast_bloom: bloom_from_json(&t["broadcast_bloom"])?,
     })

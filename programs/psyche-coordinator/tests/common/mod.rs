@@ -4,6 +4,7 @@
 
 pub mod json;
 pub mod model_json;
+pub mod replay;
 
 use std::path::PathBuf;
 

@@ -120,7 +120,9 @@ def test_a_signal_to_just_stops_the_client_it_started(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)  # to just alone, as `kill PID` does
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 143, "".join(seen) + out
-        deadline = time.monotonic() + 10
+        # A clean stop (the p2p child, the event log) takes well under a second idle but tens of
+        # seconds at a load of 30 on 2 cores: the test is about whether it ends, not how fast.
+        deadline = time.monotonic() + 60
         while (left := _group(proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not left, f"still running after just stopped: {left}"

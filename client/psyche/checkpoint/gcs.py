@@ -20,6 +20,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -132,9 +133,18 @@ def download_checkpoint(bucket: str, prefix: str | None, dest: str | os.PathLike
             if "/" in name or name in ("", ".", ".."):
                 raise GcsError(f"gs://{bucket}/{where}/{MANIFEST}: bad file name {name!r}")
             target = out / name
-            b.blob(f"{where}/{name}").download_to_filename(str(target))
-            if _md5_b64(target) != md5:
-                raise GcsError(f"gs://{bucket}/{where}/{name}: MD5 does not match the manifest")
+            if target.is_file() and _md5_b64(target) == md5:
+                continue  # already in the cache, verified
+            # Clients on one machine share the cache: each downloads into its own file and
+            # renames it into place only once verified, so none reads another's half-written one.
+            part = out / f".{name}.{os.getpid()}.{threading.get_ident()}.part"
+            try:
+                b.blob(f"{where}/{name}").download_to_filename(str(part))
+                if _md5_b64(part) != md5:
+                    raise GcsError(f"gs://{bucket}/{where}/{name}: MD5 does not match the manifest")
+                os.replace(part, target)
+            finally:
+                part.unlink(missing_ok=True)
     except exceptions.GoogleAPICallError as e:
         raise GcsError(f"gs://{bucket}: {e}") from None
     except (ValueError, KeyError, TypeError) as e:

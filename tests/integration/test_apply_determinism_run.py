@@ -36,7 +36,11 @@ def run_pair(
     tmp_path: Path,
     reap: list[subprocess.Popen[bytes]],
     second: tuple[int, dict[str, str], str],
+    client: Path = CLIENT,
+    rounds: int = ROUNDS,
 ) -> list[dict]:
+    """Run ``client`` (a pair-client script) as two processes, the first on one CPU thread and the
+    second as ``second`` = (threads, extra env, device) says; returns each one's JSON report."""
     model = tmp_path / "model"
     write_model_dir(model, preset=SMALL, seed=0)
     shared = tmp_path / "shared"
@@ -44,8 +48,8 @@ def run_pair(
     procs = []
     for index, (threads, env, device) in enumerate([(1, {}, "cpu"), second]):
         cmd = [
-            sys.executable, str(CLIENT), "--index", str(index), "--clients", "2",
-            "--dir", str(shared), "--model", str(model), "--rounds", str(ROUNDS),
+            sys.executable, str(client), "--index", str(index), "--clients", "2",
+            "--dir", str(shared), "--model", str(model), "--rounds", str(rounds),
             "--threads", str(threads), "--device", device,
         ]  # fmt: skip
         environ = {**os.environ, "OMP_NUM_THREADS": str(threads), **env}

@@ -10,20 +10,16 @@ is exercised as well.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from psyche.training import Preset, write_model_dir
+from . import test_apply_determinism_run as determinism_run
 
 CLIENT = Path(__file__).with_name("sparseloco_pair_client.py")
 ROUNDS = 8
-SMALL = Preset(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, max_seq_len=32)
 
 pytestmark = pytest.mark.slow
 
@@ -31,25 +27,7 @@ pytestmark = pytest.mark.slow
 def run_pair(
     tmp_path: Path, reap: list[subprocess.Popen[bytes]], second: tuple[int, dict[str, str], str]
 ) -> list[dict]:
-    model = tmp_path / "model"
-    write_model_dir(model, preset=SMALL, seed=0)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    procs = []
-    for index, (threads, env, device) in enumerate([(1, {}, "cpu"), second]):
-        cmd = [
-            sys.executable, str(CLIENT), "--index", str(index), "--clients", "2",
-            "--dir", str(shared), "--model", str(model), "--rounds", str(ROUNDS),
-            "--threads", str(threads), "--device", device,
-        ]  # fmt: skip
-        environ = {**os.environ, "OMP_NUM_THREADS": str(threads), **env}
-        proc = subprocess.Popen(cmd, env=environ, stderr=subprocess.PIPE)
-        reap.append(proc)
-        procs.append(proc)
-    for proc in procs:
-        _, err = proc.communicate(timeout=150)
-        assert proc.returncode == 0, err.decode()[-3000:]
-    return [json.loads((shared / f"client{i}.json").read_text()) for i in range(2)]
+    return determinism_run.run_pair(tmp_path, reap, second, client=CLIENT, rounds=ROUNDS)
 
 
 def check_identical(clients: list[dict]) -> None:

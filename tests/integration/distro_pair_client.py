@@ -33,10 +33,10 @@ SAMPLES = 4
 WAIT_S = 120.0
 
 
-def tokens_for(round_: int, index: int) -> torch.Tensor:
+def tokens_for(round_: int, index: int, samples: int = SAMPLES) -> torch.Tensor:
     """The batch of client `index` in `round_`, from Python's RNG so it is the same everywhere."""
     rng = random.Random(round_ * 1000 + index)
-    ids = [[rng.randrange(3, 259) for _ in range(SEQ)] for _ in range(SAMPLES)]
+    ids = [[rng.randrange(3, 259) for _ in range(SEQ)] for _ in range(samples)]
     return torch.tensor(ids, dtype=torch.int64)
 
 
@@ -49,16 +49,21 @@ def wait_for(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def main() -> None:
+def pair_arguments(default_rounds: int) -> argparse.Namespace:
+    """The command line every pair client takes (see the module docstring)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", type=int, required=True)
     ap.add_argument("--clients", type=int, default=2)
     ap.add_argument("--dir", type=Path, required=True)
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=default_rounds)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = pair_arguments(default_rounds=20)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     # fp32 on every device: the comparison is about how apply computes, not about dtypes.

@@ -14,54 +14,26 @@ Writes `D/client{I}.json`: `{"hashes": [...], "threads": T, "capability": ..., "
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import random
-import time
-from pathlib import Path
 
 import torch
+from distro_pair_client import pair_arguments, tokens_for, wait_for  # this script's folder
 
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import load_model, model_hash
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
 LR = 4e-3
-SEQ = 32
 SAMPLES = 8
-WAIT_S = 120.0
 OPTIMIZER = SparseLoCoOptimizer(
     betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8, clip_grad_norm=1.0, inner_steps=4,
     outer_lr=0.7, outer_momentum=0.5, topk_chunk=64, topk=2, value_bits=2, error_decay=0.95,
 )  # fmt: skip
 
 
-def tokens_for(round_: int, index: int) -> torch.Tensor:
-    rng = random.Random(round_ * 1000 + index)
-    ids = [[rng.randrange(3, 259) for _ in range(SEQ)] for _ in range(SAMPLES)]
-    return torch.tensor(ids, dtype=torch.int64)
-
-
-def wait_for(path: Path) -> bytes:
-    deadline = time.monotonic() + WAIT_S
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no payload at {path}")
-        time.sleep(0.005)
-    return path.read_bytes()
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--index", type=int, required=True)
-    ap.add_argument("--clients", type=int, default=2)
-    ap.add_argument("--dir", type=Path, required=True)
-    ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
-    args = ap.parse_args()
+    args = pair_arguments(default_rounds=10)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     model, _ = load_model(args.model, device=device, dtype=torch.float32)
@@ -73,7 +45,7 @@ def main() -> None:
             payloads = [wait_for(args.dir / f"r{r - 2}_c{i}.bin") for i in range(args.clients)]
             trainer.apply_round(payloads)
         hashes.append(model_hash(model))
-        out = trainer.train_round(tokens_for(r, args.index), step=r + 1, lr=LR)
+        out = trainer.train_round(tokens_for(r, args.index, SAMPLES), step=r + 1, lr=LR)
         sizes.add(len(out.payload))
         tmp = args.dir / f".r{r}_c{args.index}.tmp"
         tmp.write_bytes(out.payload)

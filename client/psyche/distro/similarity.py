@@ -17,14 +17,14 @@ less than the margin between ``THRESHOLD`` and the honest scores.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from psyche.distro.compress import chunk_shape, totalk_of
 from psyche.distro.dct import encode
-from psyche.distro.payload import Payload
+from psyche.distro.payload import DistroResult, Payload
 
 THRESHOLD = 0.05
 """A result scoring below this fails verification. Calibrated on the tiny model (issue 25):
@@ -44,10 +44,22 @@ def captured_mass(payload: Payload, grads: Sequence[torch.Tensor], chunk: int) -
     """The captured-mass score of ``payload`` against ``grads`` (one gradient per parameter, in
     the payload's parameter order, i.e. ascending parameter name); ``chunk`` is the run's
     ``compression_chunk``. 0 when the gradient is zero everywhere."""
-    if len(grads) != len(payload.results):
-        raise ValueError(f"{len(grads)} gradients for a payload of {len(payload.results)} tensors")
     captured = 0.0
     mass = 0.0
+    for result, tiles, picked in _chosen(payload, grads, chunk):
+        signs = torch.sign(result.val.float()).to(tiles.device)
+        captured += float((signs * picked).sum())
+        mass += float(torch.topk(tiles.abs(), result.k, dim=-1).values.sum())
+    return captured / mass if mass > 0 else 0.0
+
+
+def _chosen(
+    payload: Payload, grads: Sequence[torch.Tensor], chunk: int
+) -> Iterator[tuple[DistroResult, torch.Tensor, torch.Tensor]]:
+    """Per tensor: its payload result, the gradient's DCT tiles, and the tiles' coefficients at
+    the payload's chosen indices (float32)."""
+    if len(grads) != len(payload.results):
+        raise ValueError(f"{len(grads)} gradients for a payload of {len(payload.results)} tensors")
     for result, grad in zip(payload.results, grads, strict=True):
         coeffs = encode(grad.detach().float(), chunk)
         if tuple(coeffs.shape) != tuple(result.xshape):
@@ -55,11 +67,7 @@ def captured_mass(payload: Payload, grads: Sequence[torch.Tensor], chunk: int) -
                 f"gradient encodes to {tuple(coeffs.shape)}, payload has {result.xshape}"
             )
         tiles = coeffs.reshape(*chunk_shape(result.xshape), totalk_of(result.xshape))
-        picked = torch.gather(tiles, -1, result.idx.to(tiles.device))
-        signs = torch.sign(result.val.float()).to(tiles.device)
-        captured += float((signs * picked).sum())
-        mass += float(torch.topk(tiles.abs(), result.k, dim=-1).values.sum())
-    return captured / mass if mass > 0 else 0.0
+        yield result, tiles, torch.gather(tiles, -1, result.idx.to(tiles.device))
 
 
 def passes(judged: float | Score) -> bool:
@@ -95,19 +103,11 @@ class Score:
 def score(payload: Payload, grads: Sequence[torch.Tensor], chunk: int) -> Score:
     """Score ``payload`` against ``grads`` (as :func:`captured_mass`); ``score(...).passed`` is
     the verdict a verifier sends."""
-    if len(grads) != len(payload.results):
-        raise ValueError(f"{len(grads)} gradients for a payload of {len(payload.results)} tensors")
     s_all = v_all = agree = n_all = captured = mass = 0.0
     tensor_z: list[float] = []
     tensor_n: list[int] = []
-    for result, grad in zip(payload.results, grads, strict=True):
-        coeffs = encode(grad.detach().float(), chunk)
-        if tuple(coeffs.shape) != tuple(result.xshape):
-            raise ValueError(
-                f"gradient encodes to {tuple(coeffs.shape)}, payload has {result.xshape}"
-            )
-        tiles = coeffs.reshape(*chunk_shape(result.xshape), totalk_of(result.xshape))
-        picked = torch.gather(tiles, -1, result.idx.to(tiles.device)).double()
+    for result, tiles, chosen in _chosen(payload, grads, chunk):
+        picked = chosen.double()
         signs = torch.sign(result.val.double()).to(tiles.device)
         s = float((signs * picked).sum())
         v = float((picked * picked).sum())

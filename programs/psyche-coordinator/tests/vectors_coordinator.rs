@@ -9,13 +9,7 @@ use serde_json::Value;
 
 #[test]
 fn coordinator_vectors_replay() {
-    let dir = common::vectors_dir("coordinator");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
+    let paths = common::vector_files("coordinator");
     assert!(paths.len() >= 55, "expected the 55 scenarios, found {}", paths.len());
     let mut failures = Vec::new();
     let mut steps = 0;

@@ -85,13 +85,7 @@ fn quorum_decisions() {
 
 #[test]
 fn verification_scenarios_replay() {
-    let dir = common::vectors_dir("verification");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
+    let paths = common::vector_files("verification");
     assert!(paths.len() >= 4, "expected the verify_*.json scenarios, found {}", paths.len());
     for p in &paths {
         let doc = common::read_json(p);

@@ -390,6 +390,19 @@ def run_close_ix(
 # --- creating a run -----------------------------------------------------------------------------
 
 
+async def _new_run_addresses(s: Session, run_id: str, index: int, run: Pubkey) -> Pubkey:
+    """The run's coordinator instance, once neither it nor the Treasurer's Run exists yet."""
+    instance = instance_pda(s.coordinator.program_id, run_id)
+    if await s.read(instance) is not None:
+        raise BackendError(f"run {run_id!r} exists already (coordinator instance {instance})")
+    if await s.read(run) is not None:
+        raise BackendError(
+            f"the Treasurer's Run of index {index} ({run}) exists already: "
+            "choose another --treasurer-index"
+        )
+    return instance
+
+
 async def create_run_via_treasurer(
     s: Session,
     run_id: str,
@@ -423,14 +436,7 @@ async def create_run_via_treasurer(
     me = s.wallet.pubkey()
     program = s.treasurer.program_id
     run = run_pda(program, index)
-    instance = instance_pda(s.coordinator.program_id, run_id)
-    if await s.read(instance) is not None:
-        raise BackendError(f"run {run_id!r} exists already (coordinator instance {instance})")
-    if await s.read(run) is not None:
-        raise BackendError(
-            f"the Treasurer's Run of index {index} ({run}) exists already: "
-            "choose another --treasurer-index"
-        )
+    instance = await _new_run_addresses(s, run_id, index, run)
     account = Keypair()
     size = s.layout.size
     create = await create_coordinator_account_ix(s, account)
@@ -451,7 +457,7 @@ async def create_run_via_treasurer(
     ixs = [create, init]
     if name is not None or description is not None:
         created = TreasurerRun(
-            run, index, me, join_authority or me, instance_pda(s.coordinator.program_id, run_id),
+            run, index, me, join_authority or me, instance,
             account.pubkey(), collateral_mint, collateral_per_point, 0, 0, 0,
         )  # fmt: skip
         meta = metadata_arg(name or "", description or "")
@@ -462,7 +468,7 @@ async def create_run_via_treasurer(
     sig = await _cpi_sender(s).send(ixs, [account], label="create-run (treasurer)")
     return {
         "run_id": run_id,
-        "coordinator_instance": str(instance_pda(s.coordinator.program_id, run_id)),
+        "coordinator_instance": str(instance),
         "coordinator_account": str(account.pubkey()),
         "account_size": size,
         "treasurer_run": str(run),

@@ -7,7 +7,8 @@ result in its place, chosen by ``PSYCHE_ROGUE_ATTACK``:
 - ``replay``: its previous round's result bytes again (the first round's is honest).
 
 It lives in the tests, not in the product: the daemon has no switch for misbehaving. Run it as
-``python rogue_trainer.py <the client's usual arguments>``; it prints one ``rogue:`` line per
+``python rogue_trainer.py <the client's usual arguments>`` (``psyche``'s, or with
+``PSYCHE_ROGUE_CLI=solana`` ``psyche-solana-client``'s); it prints one ``rogue:`` line per
 result it forged, which the tests read from the client's log.
 """
 
@@ -69,6 +70,11 @@ if __name__ == "__main__":
     if os.environ.get("PSYCHE_ROGUE_ATTACK", "flip") not in ATTACKS:
         sys.exit(f"PSYCHE_ROGUE_ATTACK must be one of {', '.join(ATTACKS)}")
     Trainer.train_step = _rogue_train_step  # type: ignore[method-assign]
-    from psyche.cli.main import cli
+    if os.environ.get("PSYCHE_ROGUE_CLI") == "solana":
+        from psyche.cli.solana import solana
 
-    cli(sys.argv[1:], prog_name="psyche")
+        solana(sys.argv[1:], prog_name="psyche-solana-client")
+    else:
+        from psyche.cli.main import cli
+
+        cli(sys.argv[1:], prog_name="psyche")

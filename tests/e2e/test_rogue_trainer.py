@@ -7,6 +7,11 @@ result with every sign flipped.
 result (round 0, judged by the verifiers of round 1) is its undoing whatever the server's seeds:
 a quorum of the three verifiers (the honest ones among them: the rogue never judges itself)
 recomputes its batch, scores the flipped result far below τ and votes mismatch.
+
+The Solana case runs the same rogue among 4 ``psyche-solana-client`` processes against the SBF
+program in the local SVM: the verdicts travel in the ``witness`` instruction and the program
+ejects the rogue (its slashing at the epoch end is proven on the SBF build by
+``programs/psyche-coordinator/tests/program_verdict.rs``).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from psyche.coordinator.types import TickResult
 from psyche.events import read_events
 from psyche.testnet.base import Proc
 from psyche.testnet.launcher import TestnetOptions, make_testnet
+from psyche.testnet.solana import SolanaTestnetOptions, make_solana_testnet
 
 from .conftest import free_port, make_config
+from .test_solana_local_testnet import solana_config
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +115,67 @@ def test_a_sign_flipping_trainer_is_ejected_and_slashed(
     rounds = s["rounds"]
     assert all(len(set(r["model_hash"].values())) <= 1 for r in rounds)
     assert max(len(r["model_hash"]) for r in rounds) >= 3
+
+
+def test_a_sign_flipping_trainer_is_ejected_on_solana(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    cfg = solana_config(
+        tmp_path / "cfg",
+        local_inputs,
+        total_steps=5,
+        init_min_clients=4,
+        min_clients=3,
+        witness_nodes=3,
+        verification_percent=100,
+        cooldown_time=3,
+    )
+    opts = SolanaTestnetOptions(
+        config_path=cfg, num_clients=4, out_dir=tmp_path / "net", timeout_s=600
+    )
+    net = make_solana_testnet(opts, lambda m: None)
+    client_process = net.client_process
+
+    def rogue_process(slot: int, label: str) -> Proc:
+        if slot != 4:
+            return client_process(slot, label)
+        from psyche.testnet.envfile import read_env_file
+        from psyche.testnet.processes import container_env
+
+        env = container_env(read_env_file(net.write_client_env(slot, label)))
+        env.update({"PSYCHE_ROGUE_ATTACK": "flip", "PSYCHE_ROGUE_CLI": "solana"})
+        return net.spawn(label, [sys.executable, str(ROGUE), "train"], env=env)
+
+    net.client_process = rogue_process  # type: ignore[method-assign]
+    s = net.run(lambda n: None).to_json()
+    assert s["final_state"] == "Finished", s
+    logs = net.out / "logs"
+    assert "rogue: flip result step=1" in (logs / "client-4.log").read_text(errors="replace")
+
+    rogue = read_events(net.client_log("client-4"))[0].client
+    honest = {read_events(net.client_log(f"client-{n}"))[0].client for n in (1, 2, 3)}
+    states = [st for st in net.states() if st.epoch == 0 and st.run_state != "WaitingForMembers"]
+    names = {k[:8]: v for st in states for k, v in st.clients.items()}
+    assert rogue in names and honest <= set(names), (rogue, honest, names)
+    gone = [st for st in states if st.run_state != "Warmup" and rogue not in _short(st.clients)]
+    assert gone, "the program never removed the rogue trainer from the epoch"
+    assert gone[0].height <= 2 and gone[0].step <= 3, (gone[0].height, gone[0].step)
+    for who in honest:
+        assert {_short(st.clients).get(who) for st in states} == {"Healthy"}, who
+
+    verdicts = "".join((logs / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
+    scores = re.findall(r"verified step \d+ slot \d+ (\w+): (-?[\d.]+) (\w+)", verdicts)
+    assert sum(1 for t, _, w in scores if t == rogue and w == "MISMATCH") >= 2, scores
+    assert all(w == "match" for t, _, w in scores if t != rogue), scores
+
+    rounds = s["rounds"]
+    assert all(len(set(r["model_hash"].values())) <= 1 for r in rounds)
+    assert max(len(r["model_hash"]) for r in rounds) >= 3
+
+
+def _short(clients: dict[str, str]) -> dict[str, str]:
+    """A state's clients by the first 8 hex digits of their key, as events name them."""
+    return {k[:8]: v for k, v in clients.items()}
 
 
 def _client_env(net: object, label: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from psyche.backends.solana.instructions import (
     default_idl_dir,
     instance_pda,
 )
-from psyche.coordinator.types import MAX_EVALS, EvalResult, Witness, WitnessMetadata
+from psyche.coordinator.types import MAX_EVALS, EvalResult, Verdict, Witness, WitnessMetadata
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
@@ -47,7 +47,8 @@ def programs() -> tuple[ProgramClient, ProgramClient]:
 
 def largest_witness() -> tuple[Witness, WitnessMetadata]:
     full = Bloom(2**64 - 1, [2**64 - 1] * Bloom.WORDS)
-    w = Witness(WitnessProof(position=2**64 - 1, index=2**64 - 1, witness=True), full, full)
+    proof = WitnessProof(position=2**64 - 1, index=2**64 - 1, witness=True)
+    w = Witness(proof, full, full, Verdict(checked=0xFFFF, mismatch=0xFFFF))
     m = WitnessMetadata(
         step=2**32 - 1,
         tokens_per_sec=1e9,
@@ -79,9 +80,9 @@ def test_witness_instruction_data_is_the_compact_layout(
     user = Pubkey.new_unique()
     run = RunAccounts(Pubkey.new_unique(), Pubkey.new_unique())
     ix = RunInstructions(coordinator, run).witness(user, *largest_witness())
-    # discriminator · proof (u64, u64, bool) · two blooms (seed + 48 words) · metadata (step,
-    # four f32, a u32 length and (u8, f32) per eval)
-    assert len(ix.data) == 8 + 17 + 2 * 392 + 20 + 4 + MAX_EVALS * 5
+    # discriminator · proof (u64, u64, bool) · two blooms (seed + 48 words) · verdict (two u16) ·
+    # metadata (step, four f32, a u32 length and (u8, f32) per eval)
+    assert len(ix.data) == 8 + 17 + 2 * 392 + 4 + 20 + 4 + MAX_EVALS * 5
     # The wallet is the only signer, so the transaction carries one signature.
     assert [a.pubkey for a in ix.accounts if a.is_signer] == [user]
     assert {a.pubkey for a in ix.accounts} >= {user, run.instance, run.account}

@@ -25,7 +25,8 @@ pub use state::*;
 // Anchor generates instruction structs named after the instructions (`instruction::Checkpoint`,
 // `instruction::HealthCheck`), which would shadow the argument types.
 use crate::core::{
-    Bloom, CoordinatorConfig, Model, Progress, RunMetadata, WitnessMetadata, WitnessProofArg,
+    Bloom, CoordinatorConfig, Model, Progress, RunMetadata, Verdict, WitnessMetadata,
+    WitnessProofArg,
 };
 
 declare_id!("9jg3qZJhRk3LRFtgFPCKAm9ZnGcYqG2cLPny5681vyff");
@@ -99,9 +100,10 @@ pub mod psyche_coordinator {
         proof: WitnessProofArg,
         participant_bloom: Box<Bloom>,
         broadcast_bloom: Box<Bloom>,
+        verdict: Verdict,
         metadata: WitnessMetadata,
     ) -> Result<()> {
-        witness_processor(ctx, proof, participant_bloom, broadcast_bloom, metadata)
+        witness_processor(ctx, proof, participant_bloom, broadcast_bloom, verdict, metadata)
     }
 
     /// Client: model loaded during Warmup.

@@ -19,9 +19,10 @@ use std::collections::BTreeMap;
 use harness::*;
 use psyche_coordinator::constants::{MAX_PEER_ADDRS, MAX_PEER_ADDR_LEN};
 use psyche_coordinator::core::model::{Checkpoint, HubRepo};
+use psyche_coordinator::core::verification::{sampled_count, sampled_trainer, VERIFIERS_PER_ROUND};
 use psyche_coordinator::core::{
-    Bloom, ClientState, CoordinatorConfig, HealthCheck, Progress, RunState, MAX_CLIENTS,
-    MAX_WITNESSES,
+    Bloom, ClientState, CoordinatorConfig, CoordinatorState, HealthCheck, Progress, RunState,
+    Verdict, WitnessProofArg, MAX_CLIENTS, MAX_WITNESSES,
 };
 use psyche_coordinator::{CoordinatorAccount, PeerRecord};
 use solana_sdk::signature::Signer;
@@ -67,7 +68,8 @@ fn big_config(n: usize) -> CoordinatorConfig {
         witness_nodes: MAX_WITNESSES.min(n) as u16,
         global_batch_size_start: n as u16,
         global_batch_size_end: n as u16,
-        verification_percent: 0,
+        // Every result sampled (at most 16): the verifiers' verdicts at their costliest.
+        verification_percent: 100,
         waiting_for_members_extra_time: 1,
     }
 }
@@ -185,8 +187,18 @@ async fn drive(n: usize, costs: &mut Costs) {
     // Rounds 0 and 1: every elected witness reports all but the last EJECTED clients, so the
     // health check of round 2 can eject them.
     let silent: Vec<&Client> = clients[n - EJECTED..].iter().collect();
-    for _ in 0..2 {
-        witness_all(&mut env, &run, &clients, &silent, costs, lim("witness")).await;
+    for round in 0..2 {
+        if round == 0 {
+            witness_all(&mut env, &run, &clients, &silent, costs, lim("witness")).await;
+        } else {
+            // Round 1 judges round 0: each verifier checks all 16 sampled slots but its own.
+            let ixs = env.witness_ixs_with(&run, &clients, &silent, full_verdict).await;
+            for (ix, i) in ixs {
+                let m = env.send_measured(ix, &[&clients[i].wallet], lim("witness")).await;
+                let case = "witness: full witness set, verdicts on 16 slots";
+                costs.record(case, "witness", &m, PERMISSIONLESS_ACCOUNTS, n);
+            }
+        }
         env.warp(1).await;
         let m = env.send_measured(ix_tick(&run, &payer.pubkey()), &[], lim("tick")).await;
         costs.record("tick: RoundWitness → next round", "tick", &m, PERMISSIONLESS_ACCOUNTS, n);
@@ -280,6 +292,28 @@ async fn drive(n: usize, costs: &mut Costs) {
     let ix = ix_close_peer_record(&publisher.pubkey(), record);
     let m = env.send_measured(ix, &[&publisher], lim("close_peer_record")).await;
     costs.record("close_peer_record", "close_peer_record", &m, CLOSE_PEER_RECORD_ACCOUNTS, n);
+}
+
+/// A verifier's verdict that checks every sampled slot of the previous round but its own, if
+/// sampled (each
+/// checked slot costs the program a shuffle to rule out the sender's own result); empty for the
+/// other witnesses.
+fn full_verdict(state: &CoordinatorState, proof: &WitnessProofArg) -> Verdict {
+    if proof.position >= VERIFIERS_PER_ROUND {
+        return Verdict::default();
+    }
+    let prev = state.previous_round().expect("a judged round");
+    let n = u64::from(prev.clients_len);
+    let seed = state.current_round().random_seed;
+    let vp = state.config.verification_percent;
+    let mut checked = 0u16;
+    for slot in 0..sampled_count(n, vp) {
+        if sampled_trainer(slot, n, seed, vp) != Some(proof.index) {
+            checked |= 1 << slot;
+        }
+    }
+    assert!(checked.count_ones() >= 15, "16 sampled slots, at most one the verifier's own");
+    Verdict { checked, mismatch: 0 }
 }
 
 /// Every elected witness among `clients` witnesses the round, all epoch clients but `unseen` in

@@ -21,7 +21,8 @@ use psyche_coordinator::constants::{MAX_PEER_ADDRS, MAX_PEER_ADDR_LEN};
 use psyche_coordinator::core::hash::sha256;
 use psyche_coordinator::core::model::{Checkpoint, HubRepo};
 use psyche_coordinator::core::{
-    Bloom, Committee, CoordinatorState, HealthCheck, RunState, WitnessMetadata, WitnessProofArg,
+    Bloom, Committee, CoordinatorState, HealthCheck, RunState, Verdict, WitnessMetadata,
+    WitnessProofArg,
 };
 use psyche_coordinator::error::CoordinatorProgramError as E;
 use psyche_coordinator::{CoordinatorAccount, CoordinatorInstanceState, PeerRecord};
@@ -270,6 +271,8 @@ fn metadata_json(m: &WitnessMetadata) -> Value {
     })
 }
 
+/// The recorded args of a `witness` (with `m`: its verdict, always empty in this scenario, and
+/// metadata) or a `warmup_witness` (without).
 fn witness_args(
     p: &WitnessProofArg,
     participant: &Bloom,
@@ -282,6 +285,8 @@ fn witness_args(
         "broadcast_bloom": hex_encode(&broadcast.to_bytes()),
     });
     if let Some(m) = m {
+        let v = Verdict::default();
+        args["verdict"] = json!({"checked": v.checked, "mismatch": v.mismatch});
         args["metadata"] = metadata_json(m);
     }
     args

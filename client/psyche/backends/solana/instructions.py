@@ -172,7 +172,9 @@ class RunInstructions:
         return self._client("tick", user, {})
 
     def witness(self, user: Pubkey, witness: Witness, metadata: WitnessMetadata) -> Instruction:
-        args = {**witness_value(witness), "metadata": metadata_value(metadata)}
+        # The verdict rides only on round witnesses: warmup has no results to verify.
+        verdict = {"checked": witness.verdict.checked, "mismatch": witness.verdict.mismatch}
+        args = {**witness_value(witness), "verdict": verdict, "metadata": metadata_value(metadata)}
         return self._client("witness", user, args)
 
     def warmup_witness(self, user: Pubkey, witness: Witness) -> Instruction:

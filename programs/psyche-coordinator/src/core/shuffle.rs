@@ -13,8 +13,24 @@ pub fn compute_shuffled_index(index: u64, n: u64, seed: &[u8; 32]) -> Option<u64
     if index >= n {
         return None;
     }
+    Some(swap_or_not(index, n, seed, 0..SHUFFLE_ROUNDS))
+}
+
+/// The inverse of `compute_shuffled_index`: the `index` whose position is `position`. Each
+/// swap-or-not round is an involution (from `flip` the round finds the same pivot, the same
+/// `pos` and the same bit, and swaps back), so the rounds in reverse order undo the shuffle. The
+/// program uses it to find which sampled slot holds a given client with one shuffle instead of
+/// one per slot.
+pub fn compute_unshuffled_index(position: u64, n: u64, seed: &[u8; 32]) -> Option<u64> {
+    if position >= n {
+        return None;
+    }
+    Some(swap_or_not(position, n, seed, (0..SHUFFLE_ROUNDS).rev()))
+}
+
+fn swap_or_not(index: u64, n: u64, seed: &[u8; 32], rounds: impl Iterator<Item = u8>) -> u64 {
     let mut index = index;
-    for r in 0..SHUFFLE_ROUNDS {
+    for r in rounds {
         let round = [r];
         let pivot_hash = sha256v(&[seed, &round]);
         let mut le = [0u8; 8];
@@ -31,7 +47,61 @@ pub fn compute_shuffled_index(index: u64, n: u64, seed: &[u8; 32]) -> Option<u64
             index = flip;
         }
     }
-    Some(index)
+    index
+}
+
+/// One swap-or-not permutation evaluated at many indices: each round's two hashes (the pivot, and
+/// the bit block of positions below 256, the only block while a round has at most 256 clients)
+/// are computed once instead of once per index, so `k` indices cost about one shuffle's hashes,
+/// not `k` (16 verdict slots at ~30k CU per shuffle on SBF would not fit a tick's budget).
+pub struct SwapOrNot {
+    n: u64,
+    seed: [u8; 32],
+    pivots: Vec<u64>,
+    low_block: Vec<[u8; 32]>,
+}
+
+impl SwapOrNot {
+    pub fn new(n: u64, seed: &[u8; 32]) -> Self {
+        let rounds = || 0..SHUFFLE_ROUNDS;
+        let pivots = rounds()
+            .map(|r| {
+                let h = sha256v(&[seed, &[r]]);
+                let mut le = [0u8; 8];
+                le.copy_from_slice(&h[..8]);
+                if n == 0 {
+                    0
+                } else {
+                    u64::from_le_bytes(le) % n
+                }
+            })
+            .collect();
+        let low_block = rounds().map(|r| sha256v(&[seed, &[r], &0u32.to_le_bytes()])).collect();
+        Self { n, seed: *seed, pivots, low_block }
+    }
+
+    /// `compute_shuffled_index(index, n, seed)`, bit for bit.
+    pub fn shuffled(&self, index: u64) -> Option<u64> {
+        let n = self.n;
+        if index >= n {
+            return None;
+        }
+        let mut index = index;
+        for (r, &pivot) in (0..SHUFFLE_ROUNDS).zip(&self.pivots) {
+            let flip = if pivot >= index { pivot - index } else { n - (index - pivot) };
+            let pos = index.max(flip);
+            let block = ((pos / 256) & 0xffff_ffff) as u32;
+            let byte = if block == 0 {
+                self.low_block[usize::from(r)][((pos % 256) / 8) as usize]
+            } else {
+                sha256v(&[&self.seed, &[r], &block.to_le_bytes()])[((pos % 256) / 8) as usize]
+            };
+            if (byte >> (pos % 8)) & 1 == 1 {
+                index = flip;
+            }
+        }
+        Some(index)
+    }
 }
 
 /// 64-bit LCG; `next()` advances and returns the new state (arithmetic modulo 2^64).
@@ -63,5 +133,29 @@ pub fn deterministic_shuffle<T>(items: &mut [T], seed: u64) {
     for i in (1..items.len()).rev() {
         let j = (rng.next() % (i as u64 + 1)) as usize;
         items.swap(i, j);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unshuffling_undoes_the_shuffle() {
+        for (n, s) in [(1u64, 1u8), (2, 2), (7, 3), (256, 4), (1000, 5)] {
+            let seed = [s; 32];
+            let mut seen = vec![false; n as usize];
+            for i in 0..n {
+                let p = compute_shuffled_index(i, n, &seed).unwrap();
+                assert_eq!(compute_unshuffled_index(p, n, &seed), Some(i), "n {n}, index {i}");
+                seen[p as usize] = true;
+            }
+            assert!(seen.iter().all(|&b| b), "a permutation of 0..{n}");
+            assert_eq!(compute_unshuffled_index(n, n, &seed), None);
+            let batch = SwapOrNot::new(n, &seed);
+            for i in 0..=n {
+                assert_eq!(batch.shuffled(i), compute_shuffled_index(i, n, &seed), "n {n} {i}");
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@
 
 use super::error::CoordinatorError;
 use super::hash::{sha256, sha256v};
-use super::shuffle::compute_shuffled_index;
+use super::shuffle::{compute_shuffled_index, compute_unshuffled_index, SwapOrNot};
 use super::types::{ClientState, CoordinatorState, NodeIdentity, Round, Witness};
 
 pub const VERIFY_SALT: &[u8] = b"verify";
@@ -140,13 +140,6 @@ impl CoordinatorState {
         sampled_count(u64::from(judged.clients_len), self.config.verification_percent)
     }
 
-    /// The index in `judged`'s client list that `judging` samples in `slot`.
-    fn judged_index(&self, judging: &Round, judged: &Round, slot: u64) -> Option<usize> {
-        let n = u64::from(judged.clients_len);
-        let vp = self.config.verification_percent;
-        sampled_trainer(slot, n, judging.random_seed, vp).and_then(|i| usize::try_from(i).ok())
-    }
-
     /// `InvalidWitness` unless `witness.verdict` may come from `from` in the current round: a
     /// verdict only from a verifier, on the previous round's sampled results, never on its own.
     pub(crate) fn check_verdict(
@@ -162,13 +155,15 @@ impl CoordinatorState {
         if let Some(prev) = self.previous_round() {
             n_sampled = self.judged_count(prev);
             let judged = self.round_clients(prev);
-            // Only the slots it judges can be its own result that matters: that keeps the
-            // shuffles computed here to the verdict's bits.
-            for slot in (0..n_sampled).filter(|p| verdict.checked >> p & 1 != 0) {
-                let index = self.judged_index(self.current_round(), prev, slot);
-                if index.and_then(|i| judged.get(i)) == Some(from) {
-                    own |= 1 << slot;
-                }
+            // The slot sampling the sender's own result, if any: one inverse shuffle of its
+            // index, where checking each verdict bit forward cost a shuffle per bit (16 of
+            // them, ~30k CU each on SBF, overran the witness budget).
+            let n = u64::from(prev.clients_len);
+            let seed = verify_seed(self.current_round().random_seed);
+            let mine = (0..judged.len()).find(|&i| judged.get(i) == Some(from));
+            let slot = mine.and_then(|i| compute_unshuffled_index(i as u64, n, &seed));
+            if let Some(slot) = slot.filter(|&s| s < n_sampled) {
+                own = 1 << slot;
             }
         }
         let verifier = witness.proof.witness != 0 && witness.proof.position < VERIFIERS_PER_ROUND;
@@ -206,9 +201,11 @@ impl CoordinatorState {
             return;
         }
         let judged = self.round_clients(prev);
+        let order = SwapOrNot::new(u64::from(prev.clients_len), &verify_seed(judging.random_seed));
         let rejected_ids: Vec<NodeIdentity> = (0..n_sampled)
             .filter(|slot| rejected >> slot & 1 != 0)
-            .filter_map(|slot| self.judged_index(judging, prev, slot).and_then(|i| judged.get(i)))
+            .filter_map(|slot| order.shuffled(slot))
+            .filter_map(|i| usize::try_from(i).ok().and_then(|i| judged.get(i)))
             .copied()
             .collect();
         let judging_clients = self.round_clients(judging);

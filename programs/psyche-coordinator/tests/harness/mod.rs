@@ -13,7 +13,7 @@ use psyche_coordinator::constants::JOIN_RUN_AUTHORIZATION_SCOPE;
 use psyche_coordinator::core::model::{Checkpoint, Model, OptimizerDefinition};
 use psyche_coordinator::core::{
     Bloom, CoordinatorConfig, CoordinatorState, HealthCheck, NodeIdentity, Progress, RunMetadata,
-    RunState, WitnessMetadata, WitnessProofArg,
+    RunState, Verdict, WitnessMetadata, WitnessProofArg,
 };
 use psyche_coordinator::error::CoordinatorProgramError;
 use psyche_coordinator::{
@@ -534,8 +534,13 @@ impl Env {
     /// A run with the tiny config and model, resumed (WaitingForMembers), and a permissionless
     /// join authorization.
     pub async fn started_run(&mut self, run_id: &str) -> Run {
+        self.started_run_with(run_id, tiny_config()).await
+    }
+
+    /// `started_run` with another coordinator config (the tiny model).
+    pub async fn started_run_with(&mut self, run_id: &str, config: CoordinatorConfig) -> Run {
         let run = self.create_run(run_id).await;
-        self.configure(&run, tiny_config(), tiny_model()).await;
+        self.configure(&run, config, tiny_model()).await;
         self.send(ix_set_paused(&run, false), &[&run.authority]).await.expect("resume");
         self.permissionless_authorization(&run).await;
         run
@@ -794,12 +799,27 @@ pub fn ix_witness(
     broadcast_bloom: Bloom,
     metadata: WitnessMetadata,
 ) -> Instruction {
+    let (p, b) = (participant_bloom, broadcast_bloom);
+    ix_witness_with_verdict(run, user, proof, p, b, Verdict::default(), metadata)
+}
+
+/// A witness that also carries a verification verdict (only a sampled round's verifiers may).
+pub fn ix_witness_with_verdict(
+    run: &Run,
+    user: &Pubkey,
+    proof: WitnessProofArg,
+    participant_bloom: Bloom,
+    broadcast_bloom: Bloom,
+    verdict: Verdict,
+    metadata: WitnessMetadata,
+) -> Instruction {
     ix(
         permissionless_accounts(run, user),
         psyche_coordinator::instruction::Witness {
             proof,
             participant_bloom: Box::new(participant_bloom),
             broadcast_bloom: Box::new(broadcast_bloom),
+            verdict,
             metadata,
         },
     )
@@ -988,6 +1008,17 @@ impl Env {
         clients: &[Client],
         unseen: &[&Client],
     ) -> Vec<(Instruction, usize)> {
+        self.witness_ixs_with(run, clients, unseen, |_, _| Verdict::default()).await
+    }
+
+    /// `witness_ixs` with each witness's verdict given by `verdict(state, proof)`.
+    pub async fn witness_ixs_with(
+        &mut self,
+        run: &Run,
+        clients: &[Client],
+        unseen: &[&Client],
+        verdict: impl Fn(&CoordinatorState, &WitnessProofArg) -> Verdict,
+    ) -> Vec<(Instruction, usize)> {
         let account = self.coordinator(run).await;
         let coordinator = &account.state.coordinator;
         let mut participants = Bloom::empty(7);
@@ -1000,12 +1031,13 @@ impl Env {
         for (i, c) in clients.iter().enumerate() {
             let Some(index) = coordinator.index_of(&c.id()) else { continue };
             let Some(proof) = witness_proof(coordinator, index as u64) else { continue };
-            let ix = ix_witness(
+            let ix = ix_witness_with_verdict(
                 run,
                 &c.wallet.pubkey(),
                 proof,
                 participants,
                 Bloom::empty(8),
+                verdict(coordinator, &proof),
                 empty_metadata(),
             );
             out.push((ix, i));

@@ -12,7 +12,9 @@ use anchor_lang::{AccountDeserialize, Discriminator, InstructionData, ToAccountM
 use anchor_spl::token::spl_token;
 use psyche_authorizer::Authorization;
 use psyche_coordinator::constants::JOIN_RUN_AUTHORIZATION_SCOPE;
-use psyche_coordinator::core::{Bloom, NodeIdentity, RunState, WitnessMetadata, WitnessProofArg};
+use psyche_coordinator::core::{
+    Bloom, NodeIdentity, RunState, Verdict, WitnessMetadata, WitnessProofArg,
+};
 use psyche_coordinator::{CoordinatorAccount, CoordinatorInstance};
 use psyche_treasurer::{
     Participant, ParticipantClaimParams, Run, RunCreateParams, RunUpdateParams,
@@ -858,6 +860,7 @@ pub fn ix_witness(
             proof,
             participant_bloom: Box::new(participants),
             broadcast_bloom: Box::new(Bloom::empty(8)),
+            verdict: Verdict::default(),
             metadata: WitnessMetadata {
                 step: 0,
                 tokens_per_sec: 0.0,

@@ -60,6 +60,7 @@ from psyche.backends.solana.session import Endpoints, Session
 from psyche.backends.solana.snapshot import AccountLayoutError, RunSnapshot
 from psyche.coordinator import CoordinatorErrorCode, EvalResult, Witness, WitnessMetadata
 from psyche.coordinator.state_json import identity_obj, to_obj_state
+from psyche.coordinator.types import Verdict
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.identity import NodeIdentity
@@ -133,6 +134,7 @@ def _witness(args: dict[str, Any]) -> Witness:
         proof=WitnessProof(position=p["position"], index=p["index"], witness=p["witness"]),
         participant_bloom=Bloom.from_bytes(bytes.fromhex(args["participant_bloom"])),
         broadcast_bloom=Bloom.from_bytes(bytes.fromhex(args["broadcast_bloom"])),
+        verdict=Verdict(**args.get("verdict", {"checked": 0, "mismatch": 0})),
     )
 
 

@@ -51,37 +51,21 @@ async fn a_quorum_of_mismatch_verdicts_ejects_the_trainer_and_the_epoch_end_slas
     let target = target.expect("one client is not a witness");
     let target_index = coordinator.index_of(&cs[target].id()).unwrap() as u64;
     let bit = 1u16 << slot_of(target_index).expect("every result is sampled");
-    let participants = {
-        let mut b = Bloom::empty(7);
-        for c in &cs {
-            b.add(&psyche_coordinator::core::hash::sha256(&c.id().signer));
-        }
-        b
-    };
-    let send = |i: usize, proof: WitnessProofArg, verdict: Verdict| {
-        let ix = ix_witness_with_verdict(
-            &run,
-            &cs[i].wallet.pubkey(),
-            proof,
-            participants,
-            Bloom::empty(8),
-            verdict,
-            empty_metadata(),
-        );
-        (ix, i)
-    };
-
-    // Refused: a mismatch on a slot it did not check, and a verdict on its own result.
+    // Refused: a mismatch on a slot it did not check, and a verdict on its own result (the
+    // blooms do not matter to the refusal).
     let (w, proof) = witnesses[0];
-    let (ix, i) = send(w, proof, Verdict { checked: 0, mismatch: bit });
-    assert_err(env.send(ix, &[&cs[i].wallet]).await, E::InvalidWitness);
     let own = 1u16 << slot_of(proof.index).unwrap();
-    let (ix, i) = send(w, proof, Verdict { checked: own, mismatch: 0 });
-    assert_err(env.send(ix, &[&cs[i].wallet]).await, E::InvalidWitness);
+    for verdict in [Verdict { checked: 0, mismatch: bit }, Verdict { checked: own, mismatch: 0 }] {
+        let user = cs[w].wallet.pubkey();
+        let (b0, b1) = (Bloom::empty(0), Bloom::empty(0));
+        let ix = ix_witness_with_verdict(&run, &user, proof, b0, b1, verdict, empty_metadata());
+        assert_err(env.send(ix, &[&cs[w].wallet]).await, E::InvalidWitness);
+    }
 
     // Every verifier recomputed the target's result and found it does not match.
-    for &(w, proof) in &witnesses {
-        let (ix, i) = send(w, proof, Verdict { checked: bit, mismatch: bit });
+    let mismatch =
+        |_: &CoordinatorState, _: &WitnessProofArg| Verdict { checked: bit, mismatch: bit };
+    for (ix, i) in env.witness_ixs_with(&run, &cs, &[], mismatch).await {
         env.send(ix, &[&cs[i].wallet]).await.unwrap();
     }
     let account = env.coordinator(&run).await;

@@ -68,8 +68,11 @@ SHARED_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
     "generation_config.json",
+    "optimizer_state.safetensors",
 )
-"""Files besides ``config.json`` that travel with the model (as the reference keeps them)."""
+"""Files besides ``config.json`` that travel with the model (as the reference keeps them), and
+the optimizer's run-global state where the run's optimizer has one (SparseLoCo's outer
+momentum; ``psyche.training.sparseloco_trainer.OPTIMIZER_STATE_FILE``)."""
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -22,7 +22,7 @@ from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.protocol.locations import ServerData
 from psyche.protocol.model import LLM
-from psyche.protocol.optimizers import DistroOptimizer
+from psyche.protocol.optimizers import DistroOptimizer, SparseLoCoOptimizer
 from psyche.protocol.run_file import load_data_config, load_run_config
 from psyche.protocol.strict_obj import ConfigError, to_obj
 
@@ -115,6 +115,12 @@ def validate_config(state_path: str, data_path: str | None, run_id: str | None) 
             "optimizer",
             f"DisTrO chunk {opt.compression_chunk}, top-k {opt.compression_topk}, "
             f"1-bit {opt.quantize_1bit}",
+        )
+    elif isinstance(opt, SparseLoCoOptimizer):
+        t.add_row(
+            "optimizer",
+            f"SparseLoCo H {opt.inner_steps}, top-k {opt.topk}/{opt.topk_chunk}, "
+            f"{opt.value_bits}-bit, outer lr {opt.outer_lr:g} momentum {opt.outer_momentum:g}",
         )
     if data is not None:
         t.add_row(

@@ -40,7 +40,8 @@ class CooldownStep:
         if i is None:
             return
         model = self.kit.trainer.model
-        await self.parts.sharing.snapshot(model, self.kit.files, coord.progress.step)
+        files = self.kit.shared_files()
+        await self.parts.sharing.snapshot(model, files, coord.progress.step)
         if self.parts.evals is not None:
             self.parts.evals.start(self.kit, coord.progress.step)
         checkpointer = self.parts.checkpointer
@@ -55,7 +56,7 @@ class CooldownStep:
             epoch=coord.progress.epoch,
             index=i if elected else None,
             tensors=tensors,
-            files=self.kit.files,
+            files=files,
             model_hash=digest,
             gcs=gcs_repo(coord.llm.checkpoint),
         )
@@ -73,4 +74,4 @@ async def missed_cooldown(
     epoch.cooldown_done = True
     if last is not None:
         await last.wait()
-    await parts.sharing.snapshot(kit.trainer.model, kit.files, coord.progress.step)
+    await parts.sharing.snapshot(kit.trainer.model, kit.shared_files(), coord.progress.step)

@@ -32,7 +32,6 @@ from psyche.daemon.rounds import (
     RoundState,
     copied_from,
     decode_verified,
-    result_fingerprint,
     round_lrs,
 )
 from psyche.events import DownloadEvent
@@ -175,7 +174,7 @@ class GossipRouter:
         me = self.parts.identity
         others = [peer_id_for(c.id.p2p_identity) for c in coord.epoch_state.clients if c.id != me]
         peers = [peer, *[p for p in others if p != peer]]
-        size = min(ann.blob_size, kit.spec.max_bytes)
+        size = min(ann.blob_size, kit.format.max_bytes)
         try:
             async with self.parts.downloads:
                 got = await self.parts.transport.fetch_detailed(
@@ -202,17 +201,17 @@ class GossipRouter:
             )
         )
         full = ReceivedResult(res.trainer, res.batch, res.data_hash, data)
-        decoded = decode_verified(full, state.step, kit.spec)
+        decoded = decode_verified(full, state.step, kit.format)
         if decoded is None:
             detail = f"batch {res.batch} of step {state.step}"
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return
-        fingerprint = result_fingerprint(decoded)
+        fingerprint = kit.format.fingerprint(decoded)
         recent = [s for s in view.rounds.values() if state.height - 1 <= s.height <= state.height]
         # At LR 0 (a cold-start epoch's first round) every residual is empty, so honest results
         # are alike: nothing is checked for copies then.
         zero_lr = round_lrs(coord, state.step, state.height).lr == 0
-        original = None if zero_lr else copied_from(fingerprint, recent, decoded, kit.spec)
+        original = None if zero_lr else copied_from(fingerprint, recent, decoded, kit.format)
         if original is not None:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
             # docs/protocol.md, "Threat model and result verification".

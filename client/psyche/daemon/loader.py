@@ -13,9 +13,10 @@ from psyche.daemon.checkpointing import gcs_checkpoint_dir, gcs_repo
 from psyche.daemon.parts import ModelKit, ModelLoader
 from psyche.data.factory import provider_for_location
 from psyche.distro import Distro
+from psyche.distro.result_format import DistroFormat, ResultFormat
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.locations import Checkpoint, P2PCheckpoint, P2PGcsCheckpoint
-from psyche.protocol.optimizers import DistroOptimizer
+from psyche.protocol.optimizers import DistroOptimizer, SparseLoCoOptimizer
 from psyche.training.device import default_dtype, pick_device
 from psyche.training.errors import ModelLoadError
 from psyche.training.hashing import model_hash
@@ -26,7 +27,8 @@ from psyche.training.parallel import (
     check_tp_compatible,
     device_for_rank,
 )
-from psyche.training.trainer import distro_config
+from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
+from psyche.training.trainer import Trainer, distro_config
 
 __all__ = ["model_loader"]
 
@@ -44,9 +46,9 @@ def model_loader(
     grad_accum_fp32: bool = False,
 ) -> ModelLoader:
     """The loader a client process uses: the model from the checkpoint the coordinator names
-    (or as fetched from peers), DisTrO from the run's optimizer config, and the run's data
-    provider (authenticated with ``key`` where the provider asks for it). ``resolve`` finds the
-    checkpoint's files (the Hub cache, or a local directory).
+    (or as fetched from peers), DisTrO or SparseLoCo after the run's optimizer config, and the
+    run's data provider (authenticated with ``key`` where the provider asks for it).
+    ``resolve`` finds the checkpoint's files (the Hub cache, or a local directory).
 
     With ``data_parallelism`` or ``tensor_parallelism`` above 1 the trainer is a
     :class:`~psyche.training.parallel.ParallelTrainer` over that many devices (worker processes
@@ -60,8 +62,16 @@ def model_loader(
 
     def load(coord: Coordinator, received: ReceivedModel | None) -> ModelKit:
         llm = coord.llm
-        if not isinstance(llm.optimizer, DistroOptimizer):
-            raise ModelLoadError("multi-client runs need the Distro optimizer")
+        if not isinstance(llm.optimizer, DistroOptimizer | SparseLoCoOptimizer):
+            raise ModelLoadError(
+                f"multi-client runs need the Distro or SparseLoCo optimizer, not "
+                f"{type(llm.optimizer).TAG}"
+            )
+        if isinstance(llm.optimizer, SparseLoCoOptimizer) and layout.is_parallel:
+            raise ModelLoadError(
+                "the SparseLoCo optimizer trains on one device per client; run without "
+                "--data-parallelism/--tensor-parallelism"
+            )
         if received is not None:
             # Built in the tensors' own dtype: the joiner must hold the servers' exact bits.
             config = received.manifest.config_json
@@ -88,16 +98,24 @@ def model_loader(
             check_tp_compatible(model.config, layout.tp)
         except ValueError as e:
             raise ModelLoadError(f"this run's model cannot be tensor-parallel here: {e}") from e
-        distro = Distro(model.named_parameters(), distro_config(llm.optimizer))
-        trainer = build_trainer(
-            model,
-            distro,
-            micro_batch_size=micro_batch_size,
-            device=dev,
-            data_parallelism=layout.dp,
-            tensor_parallelism=layout.tp,
-            grad_accum_fp32=grad_accum_fp32,
-        )
+        trainer: Trainer | SparseLoCoTrainer
+        fmt: ResultFormat
+        if isinstance(llm.optimizer, SparseLoCoOptimizer):
+            trainer = SparseLoCoTrainer(model, llm.optimizer, micro_batch_size=micro_batch_size)
+            _load_optimizer_state(trainer, files)
+            fmt = trainer.format
+        else:
+            distro = Distro(model.named_parameters(), distro_config(llm.optimizer))
+            trainer = build_trainer(
+                model,
+                distro,
+                micro_batch_size=micro_batch_size,
+                device=dev,
+                data_parallelism=layout.dp,
+                tensor_parallelism=layout.tp,
+                grad_accum_fp32=grad_accum_fp32,
+            )
+            fmt = DistroFormat(distro.payload_spec)
         data = provider_for_location(llm.data_location, llm.max_seq_len, secret_key=key)
         log.info(
             "model loaded on %s (data parallelism %d, tensor parallelism %d); "
@@ -107,8 +125,20 @@ def model_loader(
             layout.tp,
             type(llm.data_location).TAG,
         )
-        return ModelKit(
-            trainer=trainer, spec=distro.payload_spec, data=data, files=files, source=source
-        )
+        return ModelKit(trainer=trainer, format=fmt, data=data, files=files, source=source)
 
     return load
+
+
+def _load_optimizer_state(trainer: SparseLoCoTrainer, files: dict[str, bytes]) -> None:
+    """The run-global optimizer state that came with the model (a checkpoint's or a peer's);
+    without it the outer momentum starts at zero, as at the run's first step."""
+    data = files.pop(OPTIMIZER_STATE_FILE, None)
+    if data is None:
+        if trainer.state_dict():
+            log.info("no %s came with the model: outer momentum from zero", OPTIMIZER_STATE_FILE)
+        return
+    try:
+        trainer.load_state_file(data)
+    except ValueError as e:
+        raise ModelLoadError(f"the model's optimizer state does not fit this run: {e}") from e

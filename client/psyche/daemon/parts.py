@@ -23,11 +23,12 @@ from psyche.daemon.epoch import EpochView
 from psyche.daemon.evaluating import EvalOptions, Evaluating
 from psyche.daemon.sharing import ModelSharing, SharingOptions
 from psyche.data.provider import DataProvider
-from psyche.distro import PayloadSpec
+from psyche.distro.result_format import ResultFormat
 from psyche.events import EventLog
 from psyche.p2p.rejections import Rejections
 from psyche.p2p.transport import Transport
 from psyche.protocol.identity import NodeIdentity, SecretKey
+from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
 from psyche.training.trainer import Trainer
 
 __all__ = [
@@ -57,13 +58,25 @@ class ModelKit:
     """What this client trains with: built once per process (at its first warmup), kept across
     epochs, and dropped when the client drops out (its weights may then miss applies)."""
 
-    trainer: Trainer
-    spec: PayloadSpec
+    trainer: Trainer | SparseLoCoTrainer
+    """DisTrO's (the default) or SparseLoCo's, after the run config's optimizer."""
+    format: ResultFormat
+    """The run's result wire format: download bound, strict decoder, copy-check fingerprint."""
     data: DataProvider
     files: dict[str, bytes] = field(default_factory=dict)
     """``config.json`` and tokenizer files exactly as the model came (served and checkpointed
     with it, so every copy of a run's model has byte-identical files)."""
     source: str = "checkpoint"
+
+    def shared_files(self) -> dict[str, bytes]:
+        """:attr:`files` plus the optimizer's run-global state as it is now (SparseLoCo's outer
+        momentum), for a checkpoint or the model served to joiners."""
+        out = {k: v for k, v in self.files.items() if k != OPTIMIZER_STATE_FILE}
+        if isinstance(self.trainer, SparseLoCoTrainer):
+            state = self.trainer.state_file()
+            if state is not None:
+                out[OPTIMIZER_STATE_FILE] = state
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,12 +9,9 @@ consensus. No I/O here; payload bytes arrive already downloaded.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from psyche.coordinator import Coordinator, Round, Witness
 from psyche.coordinator.consensus import (
@@ -22,9 +19,9 @@ from psyche.coordinator.consensus import (
     select_consensus_commitment,
     trainer_healthy,
 )
-from psyche.distro import Payload, PayloadError, PayloadSpec, decode_payload
-from psyche.distro.overlap import near_duplicate
+from psyche.distro import Payload, PayloadError
 from psyche.distro.payload import payload_hash
+from psyche.distro.result_format import ResultFormat, distro_fingerprint
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import sha256v
 from psyche.protocol.committee import WitnessProof
@@ -50,7 +47,7 @@ class ReceivedResult:
     data_hash: bytes
     payload: bytes | None = None
     fingerprint: bytes | None = None
-    """``result_fingerprint`` of the decoded payload, once downloaded and verified."""
+    """The format's fingerprint of the decoded payload, once downloaded and verified."""
 
 
 @dataclass
@@ -151,59 +148,56 @@ def assignment_for(
     )
 
 
-def verify_result(result: ReceivedResult, step: int, spec: PayloadSpec) -> bool:
-    """The downloaded bytes match the signed commitment and decode under the run's layout."""
-    return decode_verified(result, step, spec) is not None
+def verify_result(result: ReceivedResult, step: int, fmt: ResultFormat) -> bool:
+    """The downloaded bytes match the signed commitment and decode under the run's format."""
+    return decode_verified(result, step, fmt) is not None
 
 
-def decode_verified(result: ReceivedResult, step: int, spec: PayloadSpec) -> Payload | None:
-    """The decoded payload if the downloaded bytes match the signed commitment and decode under
-    the run's layout, else None."""
+def decode_verified(result: ReceivedResult, step: int, fmt: ResultFormat) -> Any | None:
+    """The decoded result if the downloaded bytes match the signed commitment and decode under
+    the run's format (a DisTrO :class:`Payload` or a SparseLoCo payload), else None."""
     if result.payload is None:
         return None
     digest = payload_hash(step, result.batch.start, result.batch.end, result.payload)
     if digest != result.data_hash:
         return None
     try:
-        return decode_payload(result.payload, spec)
+        return fmt.decode(result.payload)
     except PayloadError:
         return None
 
 
 def result_fingerprint(payload: Payload) -> bytes:
-    """SHA-256 of what a result says — every tensor's indices and value signs — without its
-    header (step, interval, nonce), so a copied or replayed result has the fingerprint of its
+    """SHA-256 of what a DisTrO result says — every tensor's indices and value signs — without
+    its header (step, interval, nonce), so a copied or replayed result has the fingerprint of its
     original whatever it claims to be (docs/protocol.md, "Threat model and result
-    verification")."""
-    h = hashlib.sha256()
-    for r in payload.results:
-        h.update(r.idx.to(torch.int64).contiguous().numpy().tobytes())
-        h.update(torch.signbit(r.val.float()).contiguous().numpy().tobytes())
-    return h.digest()
+    verification"). Other formats: :meth:`ResultFormat.fingerprint`."""
+    return distro_fingerprint(payload)
 
 
 def copied_from(
     fingerprint: bytes,
     rounds: Iterable[RoundState],
-    payload: Payload | None = None,
-    spec: PayloadSpec | None = None,
+    payload: Any | None = None,
+    fmt: ResultFormat | None = None,
 ) -> ReceivedResult | None:
     """A verified result in ``rounds`` (this round and the previous one) whose content
     ``fingerprint`` repeats: an honest trainer subtracts what it sent from its residual, so no two
     honest results (nor one trainer's two rounds) carry the same content. Given the decoded
-    ``payload`` and the run's ``spec``, also one that ``payload`` nearly duplicates
-    (``psyche.distro.overlap.near_duplicate``: a copy with a few coefficients changed)."""
+    ``payload`` and the run's format ``fmt``, also one that ``payload`` nearly duplicates
+    (for DisTrO ``psyche.distro.overlap.near_duplicate``: a copy with a few coefficients
+    changed)."""
     rounds = list(rounds)
     for state in rounds:
         for other in state.results.values():
             if other.fingerprint == fingerprint:
                 return other
-    if payload is None or spec is None:
+    if payload is None or fmt is None:
         return None
     for state in rounds:
         for other in state.results.values():
-            held = decode_verified(other, state.step, spec) if other.fingerprint else None
-            if held is not None and near_duplicate(payload, held):
+            held = decode_verified(other, state.step, fmt) if other.fingerprint else None
+            if held is not None and fmt.near_duplicate(payload, held):
                 return other
     return None
 

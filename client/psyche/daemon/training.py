@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from psyche.coordinator import ClientState, Coordinator
 from psyche.daemon.epoch import EpochView
@@ -25,13 +26,12 @@ from psyche.daemon.rounds import (
     ReceivedResult,
     RoundState,
     consensus_results_missing,
-    result_fingerprint,
     results_to_apply,
     round_lrs,
 )
 from psyche.daemon.verifying import judge_previous
 from psyche.daemon.witnessing import report_unhealthy, send_witness
-from psyche.distro import Payload, decode_payload
+from psyche.distro import Payload
 from psyche.distro.payload import payload_hash
 from psyche.events import ApplyEvent, OptimStatsEvent, TrainEvent
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment, sign_announcement
@@ -39,6 +39,7 @@ from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
 from psyche.training.errors import TrainingCancelled
 from psyche.training.hashing import model_hash
+from psyche.training.trainer import Trainer
 
 __all__ = ["MissingConsensusResult", "TrainingStep"]
 
@@ -132,7 +133,7 @@ class TrainingStep:
         state, epoch, kit = self.state, self.epoch, self.kit
         applied = epoch.rounds.get(state.height - APPLY_LAG)
         prev = coord.previous_round()
-        payloads: list[Payload] = []
+        payloads: list[Any] = []
         if prev is not None and state.height >= APPLY_LAG:
             missing = consensus_results_missing(applied, prev.witnesses, coord)
             if missing:
@@ -161,9 +162,7 @@ class TrainingStep:
                     f"witnesses agree on, were not downloaded within "
                     f"{self.parts.apply_deadline_s:g} s"
                 )
-            payloads = [
-                decode_payload(r.payload, kit.spec) for r in received if r.payload is not None
-            ]
+            payloads = [kit.format.decode(r.payload) for r in received if r.payload is not None]
             if payloads:
                 lr = round_lrs(coord, state.step, state.height).lr
                 await asyncio.to_thread(kit.trainer.apply_step, payloads, lr=lr)
@@ -211,7 +210,7 @@ class TrainingStep:
         blob = parts.transport.serve(out.payload)
         commitment = make_commitment(parts.key, digest)
         # Its fingerprint lets this client refuse a peer's copy of it (docs/protocol.md).
-        fingerprint = result_fingerprint(decode_payload(out.payload, kit.spec))
+        fingerprint = kit.format.fingerprint(kit.format.decode(out.payload))
         state.results[batch] = ReceivedResult(
             parts.identity, batch, digest, out.payload, fingerprint
         )
@@ -248,6 +247,8 @@ class TrainingStep:
         from psyche.metrics import optim_stats
 
         trainer = self.kit.trainer
+        if not isinstance(trainer, Trainer):
+            return  # the statistics describe DisTrO's state
         try:
             stats = await asyncio.to_thread(optim_stats, trainer.model, trainer.distro)
         except Exception as e:  # statistics must never cost a round

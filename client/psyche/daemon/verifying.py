@@ -40,7 +40,8 @@ from psyche.daemon.parts import ClientParts, ModelKit
 from psyche.daemon.rounds import RoundState, decode_verified, round_lrs
 from psyche.daemon.warmup import healthy_index
 from psyche.data.provider import DataProvider
-from psyche.distro import Payload, PayloadSpec
+from psyche.distro import Payload
+from psyche.distro.result_format import ResultFormat
 from psyche.distro.similarity import captured_mass, passes
 from psyche.protocol.commitment import sha256v
 from psyche.protocol.data_selection import BatchId
@@ -120,12 +121,12 @@ class Judgement:
 
     judged_height: int
     slots: tuple[SlotGradient, ...]
-    spec: PayloadSpec
+    fmt: ResultFormat
     chunk: int
 
 
 def slots_to_judge(
-    coord: Coordinator, me: int, judged: RoundState | None, spec: PayloadSpec
+    coord: Coordinator, me: int, judged: RoundState | None, fmt: ResultFormat
 ) -> Judgement | None:
     """The slots this client (at index ``me`` of the current round) judges as a verifier of the
     current round, with their sub-batches; None when it judges nothing (not a verifier,
@@ -158,7 +159,7 @@ def slots_to_judge(
         slots.append(SlotGradient(slot, trainers[index], batch, sub))
     if not slots:
         return None
-    return Judgement(prev.height, tuple(slots), spec, optimizer.compression_chunk)
+    return Judgement(prev.height, tuple(slots), fmt, optimizer.compression_chunk)
 
 
 def recompute(
@@ -204,7 +205,7 @@ def recompute(
             )
     finally:
         timer.cancel()
-    return Judgement(judgement.judged_height, tuple(out), judgement.spec, judgement.chunk)
+    return Judgement(judgement.judged_height, tuple(out), judgement.fmt, judgement.chunk)
 
 
 async def judge_previous(
@@ -214,9 +215,9 @@ async def judge_previous(
     the previous round's sampled results into ``state.judgement``. Nothing at all when
     ``verification_percent`` is 0 or this client is not a verifier."""
     me = healthy_index(parts, coord)
-    if me is None:
-        return
-    judgement = slots_to_judge(coord, me, epoch.rounds.get(state.height - 1), kit.spec)
+    if me is None or not isinstance(kit.trainer, Trainer):
+        return  # recomputing a result is defined for DisTrO's one-gradient step
+    judgement = slots_to_judge(coord, me, epoch.rounds.get(state.height - 1), kit.format)
     if judgement is None:
         return
     budget = TIME_SHARE * coord.config.max_round_train_time
@@ -242,7 +243,7 @@ def verdict_of(judgement: Judgement, judged: RoundState | None) -> Verdict:
         res = judged.results.get(s.batch)
         if s.grads is None or res is None or res.trainer != s.trainer or res.fingerprint is None:
             continue
-        payload = decode_verified(res, judged.step, judgement.spec)
+        payload = decode_verified(res, judged.step, judgement.fmt)
         if payload is None:
             continue
         score = _score(payload, s.grads, judgement.chunk)

@@ -28,7 +28,7 @@ from psyche.protocol.locations import (
     WeightedHttpData,
 )
 from psyche.protocol.lr_schedules import LearningRateSchedule
-from psyche.protocol.optimizers import DistroOptimizer, OptimizerDefinition
+from psyche.protocol.optimizers import DistroOptimizer, OptimizerDefinition, SparseLoCoOptimizer
 from psyche.protocol.strict_obj import U32, Tagged
 
 
@@ -81,9 +81,9 @@ class LLM(Model):
         learns a new variant needs no program upgrade."""
         opt = self.optimizer
         rule(
-            isinstance(opt, DistroOptimizer),
+            isinstance(opt, DistroOptimizer | SparseLoCoOptimizer),
             f"model.LLM.optimizer.{opt.TAG} is not supported by this client: multi-client runs "
-            "need Distro",
+            "need Distro or SparseLoCo",
         )
         rule(
             self.architecture is not LLMArchitecture.Torchtitan,

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from psyche.distro.payload import PayloadError
+from psyche.distro.payload import Payload, PayloadError
+from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco import (
+    SparseLoCoPayload,
     SparseLoCoSettings,
     SparseLoCoState,
     decode_payload,
@@ -37,9 +39,19 @@ from psyche.distro.sparseloco import (
     outer_apply,
 )
 from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
+from psyche.training.trainer import TrainOutput, evaluate_loss
 
-__all__ = ["SparseLoCoRoundOutput", "SparseLoCoTrainer", "sparseloco_settings"]
+__all__ = [
+    "OPTIMIZER_STATE_FILE",
+    "SparseLoCoRoundOutput",
+    "SparseLoCoTrainer",
+    "sparseloco_settings",
+]
+
+OPTIMIZER_STATE_FILE = "optimizer_state.safetensors"
+"""The run-global optimizer state beside a checkpoint's weights, and in a P2P model fetch."""
 
 
 def sparseloco_settings(optimizer: SparseLoCoOptimizer) -> SparseLoCoSettings:
@@ -68,10 +80,16 @@ class SparseLoCoTrainer:
     """SparseLoCo over ``model``'s trainable parameters, in canonical order (ascending name)."""
 
     def __init__(
-        self, model: torch.nn.Module, optimizer: SparseLoCoOptimizer, *, micro_batch_size: int
+        self,
+        model: torch.nn.Module,
+        optimizer: SparseLoCoOptimizer,
+        *,
+        micro_batch_size: int,
+        seed: int = DEFAULT_SEED,
     ) -> None:
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be ≥ 1, got {micro_batch_size}")
+        enable_determinism(seed)
         self.model = model
         self.config = optimizer
         self.settings = sparseloco_settings(optimizer)
@@ -82,6 +100,8 @@ class SparseLoCoTrainer:
         self.micro_batch_size = micro_batch_size
         self.payload_bytes = max_payload_bytes(self.shapes, self.settings)
         """Every payload's exact size, known before the run (the download bound)."""
+        self.format = SparseLoCoFormat.of(self.shapes, self.settings)
+        self.device = self.params[0].device
         self.nonce = 0
         self._inner = self._new_inner()
 
@@ -181,7 +201,10 @@ class SparseLoCoTrainer:
     def apply_round(self, payloads: Sequence[bytes]) -> None:
         """The outer step of a round's consensus payloads (client-index order). None: only the
         outer momentum, if any, moves the weights, as on every other client."""
-        decoded = [decode_payload(d, self.shapes, self.settings) for d in payloads]
+        self._apply_decoded([decode_payload(d, self.shapes, self.settings) for d in payloads])
+
+    @torch.no_grad()
+    def _apply_decoded(self, decoded: Sequence[SparseLoCoPayload]) -> None:
         on_cpu = all(p.device.type == "cpu" for p in self.params)
         targets = self.params if on_cpu else [p.detach().to("cpu", copy=True) for p in self.params]
         outer_apply(targets, decoded, self.state, self.settings, self.config.outer_lr)
@@ -197,3 +220,63 @@ class SparseLoCoTrainer:
         """Load a checkpoint's or a peer's global state; this client's own state restarts."""
         self.state.load_state_dict(state)
         self.reset_private()
+
+    # --- the round engine's trainer interface (what ``psyche.daemon`` calls) ------------------
+
+    def train_step(
+        self,
+        batch: torch.Tensor,
+        *,
+        step: int,
+        lr: float,
+        prev_lr: float,
+        prev_self_results: Payload | None,
+        zero_optim: bool,
+        cancel: threading.Event | None = None,
+        batch_id: tuple[int, int] = (0, 0),
+    ) -> TrainOutput:
+        """:meth:`train_round` under the DisTrO trainer's signature. ``zero_optim`` (round 0 of
+        a cold-start epoch) restarts this client's own state; SparseLoCo has no lookahead, so
+        ``prev_lr``/``prev_self_results`` are unused and there is no self-result."""
+        del prev_lr, prev_self_results, batch_id
+        if zero_optim:
+            self.reset_private()
+        out = self.train_round(batch, step=step, lr=lr, cancel=cancel)
+        return TrainOutput(
+            payload=out.payload,
+            self_result=None,
+            loss=out.loss,
+            tokens=out.tokens,
+            seconds=out.seconds,
+        )
+
+    def sit_out(self, *, lr: float) -> None:
+        """No batch this round: nothing changes (the weights move only by the outer step)."""
+
+    def apply_step(self, payloads: Sequence[SparseLoCoPayload], *, lr: float) -> None:
+        """The outer step of a round's consensus (decoded, client-index order); the round's LR
+        drives only the inner steps."""
+        del lr
+        self._apply_decoded(payloads)
+
+    def evaluate(self, batches: Iterable[torch.Tensor]) -> float:
+        """Mean token cross-entropy over ``batches``, weighted by predicted tokens."""
+        return evaluate_loss(self.model, batches, self.micro_batch_size, self.device)
+
+    def state_file(self) -> bytes | None:
+        """:meth:`state_dict` as safetensors bytes; None when the run has no global state."""
+        from safetensors.torch import save
+
+        state = self.state_dict()
+        return save(state) if state else None
+
+    def load_state_file(self, data: bytes) -> None:
+        """Load :meth:`state_file`'s bytes (``ValueError`` on anything else)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load
+
+        try:
+            state = load(data)
+        except (SafetensorError, ValueError) as e:
+            raise ValueError(f"{OPTIMIZER_STATE_FILE} is not a safetensors file: {e}") from None
+        self.load_state_dict(state)

@@ -35,7 +35,7 @@ from psyche.protocol.optimizers import DistroOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
 
-__all__ = ["StepOptimizer", "TrainOutput", "Trainer", "distro_config"]
+__all__ = ["StepOptimizer", "TrainOutput", "Trainer", "distro_config", "evaluate_loss"]
 
 
 class StepOptimizer(Protocol):
@@ -84,8 +84,9 @@ class TrainOutput:
 
     payload: bytes
     """The canonical wire bytes to commit to and publish (1-bit when the run quantizes)."""
-    self_result: Payload
-    """The unquantized payload; pass it as `prev_self_results` to this client's next step."""
+    self_result: Payload | None
+    """The unquantized payload; pass it as `prev_self_results` to this client's next step
+    (None from an optimizer without a lookahead: SparseLoCo)."""
     loss: float
     """Mean token cross-entropy over the batch (before the lookahead is undone)."""
     tokens: int
@@ -125,11 +126,7 @@ class Trainer:
         """
 
     def _check_batch(self, batch: torch.Tensor) -> torch.Tensor:
-        if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < 2:
-            raise ValueError(f"batch must be [samples ≥ 1, seq ≥ 2], got {tuple(batch.shape)}")
-        if batch.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"batch must hold integer token ids, got {batch.dtype}")
-        return batch.to(self.device, torch.int64)
+        return check_batch(batch, self.device)
 
     def _loss(self, input_ids: torch.Tensor) -> torch.Tensor:
         # The model shifts labels by one and averages over the predicted tokens.
@@ -237,20 +234,40 @@ class Trainer:
         """Apply the consensus payloads of an earlier round (`Distro.apply`); none: no change."""
         self.distro.apply(payloads, lr)
 
-    @torch.no_grad()
     def evaluate(self, batches: Iterable[torch.Tensor]) -> float:
         """Mean token cross-entropy over `batches`, weighted by predicted tokens; no gradients."""
-        was_training = self.model.training
-        self.model.eval()
-        total, count = 0.0, 0
-        try:
-            for batch in batches:
-                for chunk in self._check_batch(batch).split(self.micro_batch_size):
-                    n = chunk.shape[0] * (chunk.shape[1] - 1)
-                    total += float(self._loss(chunk)) * n
-                    count += n
-        finally:
-            self.model.train(was_training)
-        if count == 0:
-            raise ValueError("evaluate needs at least one non-empty batch")
-        return total / count
+        return evaluate_loss(self.model, batches, self.micro_batch_size, self.device)
+
+
+def check_batch(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`batch` as int64 token ids on `device`; ValueError unless it is [samples ≥ 1, seq ≥ 2]."""
+    if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < 2:
+        raise ValueError(f"batch must be [samples ≥ 1, seq ≥ 2], got {tuple(batch.shape)}")
+    if batch.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"batch must hold integer token ids, got {batch.dtype}")
+    return batch.to(device, torch.int64)
+
+
+@torch.no_grad()
+def evaluate_loss(
+    model: torch.nn.Module,
+    batches: Iterable[torch.Tensor],
+    micro_batch_size: int,
+    device: torch.device,
+) -> float:
+    """Mean token cross-entropy of `model` over `batches`, weighted by predicted tokens."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for batch in batches:
+            for chunk in check_batch(batch, device).split(micro_batch_size):
+                n = chunk.shape[0] * (chunk.shape[1] - 1)
+                loss = model(input_ids=chunk, labels=chunk, use_cache=False).loss
+                total += float(loss) * n
+                count += n
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("evaluate needs at least one non-empty batch")
+    return total / count

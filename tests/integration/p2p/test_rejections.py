@@ -49,6 +49,7 @@ from psyche.distro import (
     encode_payload,
     payload_hash,
 )
+from psyche.distro.result_format import DistroFormat
 from psyche.events import EventLog, RejectionsEvent, read_events
 from psyche.p2p.messages import (
     Finished,
@@ -192,7 +193,7 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
             daemon.held.epoch = EpochView(
                 coord.progress.epoch, rounds={state.height: state, later.height: later}
             )
-            daemon.held.kit = ModelKit(trainer=None, spec=SPEC, data=None)  # type: ignore[arg-type]
+            daemon.held.kit = ModelKit(trainer=None, format=DistroFormat(SPEC), data=None)  # type: ignore[arg-type]
             gossip = asyncio.create_task(daemon.gossip.run())
 
             # Oversized gossip, from a raw host (a P2PNode refuses to send it).

@@ -36,6 +36,7 @@ from psyche.daemon.rounds import (
     round_state_for,
 )
 from psyche.distro import DistroConfig, PayloadSpec
+from psyche.distro.result_format import DistroFormat
 from psyche.events import EventLog
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment
 from psyche.p2p.rejections import Rejection
@@ -109,7 +110,7 @@ def _router(tmp_path: Path) -> Iterator[tuple[GossipRouter, EpochView, RoundStat
         events=EventLog(tmp_path / "events.jsonl", ME.public_key().hex()),
     )
     epoch = EpochView(coord.progress.epoch, rounds={state.height: state})
-    kit = ModelKit(trainer=None, spec=SPEC, data=None)  # type: ignore[arg-type]
+    kit = ModelKit(trainer=None, format=DistroFormat(SPEC), data=None)  # type: ignore[arg-type]
     router = GossipRouter(parts, Holdings(coord=coord, epoch=epoch, kit=kit))
     yield router, epoch, state, coord
 

@@ -11,6 +11,7 @@ from psyche.coordinator.sim import sim_identity
 from psyche.daemon.rounds import ReceivedResult, RoundState, copied_from, result_fingerprint
 from psyche.distro import Distro, DistroConfig, DistroResult, Payload, encode_payload
 from psyche.distro.payload import payload_hash
+from psyche.distro.result_format import DistroFormat
 from psyche.protocol.data_selection import BatchId
 from psyche.training import init_model, llama_config
 
@@ -40,7 +41,7 @@ def test_near_duplicates_are_refused_and_honest_results_are_not() -> None:
             state.results[b] = ReceivedResult(sim_identity(i), b, digest, data, fp)
         sent.append(p)
     honest = sent[1]
-    assert copied_from(result_fingerprint(honest), [state], honest, spec) is None
+    assert copied_from(result_fingerprint(honest), [state], honest, DistroFormat(spec)) is None
     # A copy of the held result with one sign flipped in every tensor: another fingerprint.
     res = []
     for r in sent[0].results:
@@ -51,5 +52,5 @@ def test_near_duplicates_are_refused_and_honest_results_are_not() -> None:
     fp = result_fingerprint(near)
     assert fp != result_fingerprint(sent[0])
     assert copied_from(fp, [state]) is None  # the exact check alone misses it
-    found = copied_from(fp, [state], near, spec)
+    found = copied_from(fp, [state], near, DistroFormat(spec))
     assert found is not None and found.trainer == sim_identity(0)

@@ -24,6 +24,7 @@ from psyche.daemon.gossip import GossipRouter
 from psyche.daemon.parts import Holdings, ModelKit, client_parts
 from psyche.daemon.rounds import RoundState, round_state_for
 from psyche.distro import DistroConfig, PayloadSpec
+from psyche.distro.result_format import DistroFormat
 from psyche.events import EventLog
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment
 from psyche.protocol.commitment import make_commitment
@@ -95,7 +96,7 @@ def test_the_owner_of_a_twice_listed_key_keeps_its_results(tmp_path: Path) -> No
             events=EventLog(tmp_path / "events.jsonl", RECEIVER.public_key().hex()),
         )
         epoch = EpochView(coord.progress.epoch, rounds={state.height: state})
-        kit = ModelKit(trainer=None, spec=SPEC, data=None)  # type: ignore[arg-type]
+        kit = ModelKit(trainer=None, format=DistroFormat(SPEC), data=None)  # type: ignore[arg-type]
         router = GossipRouter(parts, Holdings(coord=coord, epoch=epoch, kit=kit))
         sender = OWNER.public_key()
         try:

@@ -25,6 +25,7 @@ from psyche.daemon.verifying import (
 )
 from psyche.distro import DistroResult, Payload, PayloadSpec, decode_payload, encode_payload
 from psyche.distro.payload import payload_hash
+from psyche.distro.result_format import DistroFormat
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
 from psyche.training import init_model, llama_config
@@ -102,7 +103,7 @@ def test_verifiers_judge_every_sampled_result_but_their_own() -> None:
     verifiers = _verifiers(c)
     assert len(verifiers) == 3
     for i in verifiers:
-        j = slots_to_judge(c, i, round0, _spec())
+        j = slots_to_judge(c, i, round0, DistroFormat(_spec()))
         assert j is not None and j.judged_height == 0 and j.chunk == CHUNK
         me = c.epoch_state.clients[i].id
         want = [(p, trainers[x]) for p, x in enumerate(sampled) if trainers[x] != me]
@@ -110,10 +111,10 @@ def test_verifiers_judge_every_sampled_result_but_their_own() -> None:
         for s in j.slots:
             assert s.batch == round0.batch_of(s.trainer) and s.grads is None
     for i in set(range(4)) - set(verifiers):
-        assert slots_to_judge(c, i, round0, _spec()) is None
+        assert slots_to_judge(c, i, round0, DistroFormat(_spec())) is None
     # The coordinator accepts the witness of each verifier judging exactly those slots.
     for i in verifiers:
-        j = slots_to_judge(c, i, round0, _spec())
+        j = slots_to_judge(c, i, round0, DistroFormat(_spec()))
         assert j is not None
         bits = sum(1 << s.slot for s in j.slots)
         w = dataclasses.replace(sim.round_witness(i), verdict=Verdict(bits, bits & 0b1))
@@ -124,10 +125,10 @@ def test_verifiers_judge_every_sampled_result_but_their_own() -> None:
 def test_nothing_to_judge_without_verification_or_a_previous_round() -> None:
     sim, round0 = _round1(0)
     for i in range(4):
-        assert slots_to_judge(sim.coord, i, round0, _spec()) is None
+        assert slots_to_judge(sim.coord, i, round0, DistroFormat(_spec())) is None
     sim = verifying_sim(vp=100, run_id="verifier-step")
     for i in range(4):  # round 0: nothing was trained before it
-        assert slots_to_judge(sim.coord, i, None, _spec()) is None
+        assert slots_to_judge(sim.coord, i, None, DistroFormat(_spec())) is None
 
 
 # --- recompute and verdict with real torch ---
@@ -182,7 +183,7 @@ def _judgement(sent: Sequence[tuple[NodeIdentity, BatchId, bytes]], spec: Payloa
         SlotGradient(p, who, batch, sub_batch(batch.size, seed, p, 0))
         for p, (who, batch, _) in enumerate(sent)
     )
-    return Judgement(0, slots, spec, CHUNK)
+    return Judgement(0, slots, DistroFormat(spec), CHUNK)
 
 
 def _round0(sent: Sequence[tuple[NodeIdentity, BatchId, bytes]]) -> RoundState:

@@ -1,0 +1,117 @@
+"""What the round engine needs to know about a run's result format, whichever optimizer made it.
+
+A client downloads, checks and applies its peers' results without caring whether they are DisTrO
+payloads or SparseLoCo ones; it needs only: the exact size bound to download against, a strict
+decoder, the content fingerprint the copy check compares (what a result says, without its header,
+so a replayed or relabelled copy has its original's fingerprint), and the near-duplicate test.
+:class:`DistroFormat` and :class:`SparseLoCoFormat` are the two answers (docs/distro.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from psyche.distro.overlap import near_duplicate
+from psyche.distro.payload import Payload, PayloadSpec, decode_payload
+from psyche.distro.sparseloco_payload import SparseLoCoPayload, SparseLoCoSettings
+from psyche.distro.sparseloco_payload import decode_payload as decode_sparseloco
+from psyche.distro.sparseloco_payload import max_payload_bytes as sparseloco_bytes
+
+__all__ = [
+    "DistroFormat",
+    "ResultFormat",
+    "SparseLoCoFormat",
+    "distro_fingerprint",
+]
+
+
+class ResultFormat(Protocol):
+    """A run's result wire format, as the round engine uses it."""
+
+    @property
+    def max_bytes(self) -> int:
+        """No valid result is longer: the download bound, known before the run."""
+        ...
+
+    def decode(self, data: bytes) -> Any:
+        """The decoded result; ``PayloadError`` on anything but a canonical one."""
+        ...
+
+    def fingerprint(self, decoded: Any) -> bytes:
+        """SHA-256 of what the result says, its header (step, interval, nonce) left out."""
+        ...
+
+    def near_duplicate(self, a: Any, b: Any) -> bool:
+        """Whether ``a`` is refused as a copy of ``b`` with a few entries changed."""
+        ...
+
+
+def distro_fingerprint(payload: Payload) -> bytes:
+    """Every tensor's indices and value signs (docs/protocol.md, "Threat model and result
+    verification")."""
+    h = hashlib.sha256()
+    for r in payload.results:
+        h.update(r.idx.to(torch.int64).contiguous().numpy().tobytes())
+        h.update(torch.signbit(r.val.float()).contiguous().numpy().tobytes())
+    return h.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class DistroFormat:
+    """DisTrO payloads (``psyche.distro.payload``) of the layout ``spec``."""
+
+    spec: PayloadSpec
+
+    @property
+    def max_bytes(self) -> int:
+        return self.spec.max_bytes
+
+    def decode(self, data: bytes) -> Payload:
+        return decode_payload(data, self.spec)
+
+    def fingerprint(self, decoded: Payload) -> bytes:
+        return distro_fingerprint(decoded)
+
+    def near_duplicate(self, a: Payload, b: Payload) -> bool:
+        return near_duplicate(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class SparseLoCoFormat:
+    """SparseLoCo payloads (``psyche.distro.sparseloco_payload``) for parameters of ``shapes``
+    (canonical order). Every valid payload has exactly ``max_bytes`` bytes."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    settings: SparseLoCoSettings
+
+    @classmethod
+    def of(cls, shapes: Sequence[Sequence[int]], settings: SparseLoCoSettings) -> SparseLoCoFormat:
+        return cls(tuple(tuple(int(d) for d in s) for s in shapes), settings)
+
+    @property
+    def max_bytes(self) -> int:
+        return sparseloco_bytes(self.shapes, self.settings)
+
+    def decode(self, data: bytes) -> SparseLoCoPayload:
+        return decode_sparseloco(data, self.shapes, self.settings)
+
+    def fingerprint(self, decoded: SparseLoCoPayload) -> bytes:
+        # Indices, signs and which level each entry uses, but not the scales: as for DisTrO,
+        # a copy whose values were nudged keeps its original's fingerprint, and two honest
+        # results never share every tensor's support and signs.
+        h = hashlib.sha256()
+        for t in decoded.tensors:
+            for part in (t.indices, t.signs, t.mags):
+                for arr in part:
+                    h.update(arr.astype("<i8", copy=False).tobytes())
+        return h.digest()
+
+    def near_duplicate(self, a: SparseLoCoPayload, b: SparseLoCoPayload) -> bool:
+        # The near-duplicate measure is defined on DisTrO's DCT coefficients; for SparseLoCo
+        # only exact copies (equal fingerprints) are refused (docs/distro.md, "SparseLoCo").
+        return False

@@ -32,10 +32,14 @@ def local_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "model", base / "data"
 
 
-def make_config(out: Path, inputs: tuple[Path, Path], *, data_port: int, **config: int) -> Path:
-    """config/tiny with ``[config]`` overrides, the shared inputs and its own data port."""
+def make_config(
+    out: Path, inputs: tuple[Path, Path], *, data_port: int, base: Path = TINY, **config: int
+) -> Path:
+    """config/tiny (or ``base``, a config of the same model and data server, e.g.
+    config/tiny-sparseloco) with ``[config]`` overrides, the shared inputs and its own data
+    port."""
     model, data = inputs
-    text = (TINY / "state.toml").read_text()
+    text = (base / "state.toml").read_text()
     head, sep, tail = text.partition("[model.LLM]")
     for key, value in config.items():
         head, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", head)

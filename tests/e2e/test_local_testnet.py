@@ -29,7 +29,7 @@ from psyche.events import (
 )
 from psyche.testnet.launcher import Testnet, TestnetOptions, epochs_completed, make_testnet
 
-from .conftest import free_port, make_config
+from .conftest import ROOT, TINY, free_port, make_config
 from .explorer_browser import BrowserWatch, check_rounds_timeline, check_run_watched
 
 pytestmark = pytest.mark.slow
@@ -197,13 +197,18 @@ def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(
         assert b in r["trained"], (step, b, r["trained"])
 
 
+@pytest.mark.parametrize("optimizer", ["distro", "sparseloco"])
 def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weights(
-    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list, optimizer: str
 ) -> None:
+    """With SparseLoCo (config/tiny-sparseloco, outer momentum on) the joiner also needs the
+    run's optimizer state: the momentum comes with the model from the peers, or its first
+    apply would move its weights unlike theirs."""
     cfg = make_config(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),
+        base=TINY if optimizer == "distro" else ROOT / "config" / "tiny-sparseloco",
         total_steps=300,
         epoch_time=40,
         warmup_time=15,
@@ -252,6 +257,12 @@ def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weig
     first = min(later, key=lambda r: r["step"])
     assert loaded[0].model_hash in first["model_hash"].values()
     assert hashes_agree(s["rounds"])
+    if optimizer == "sparseloco":
+        # Applies with the momentum took place after it joined (the weights moved) ...
+        assert len({r["model_hash"]["client-4"] for r in later}) > 2, later
+        # ... and the state also rides with every saved checkpoint.
+        saved = list(opts.checkpoint_dir.glob("*/optimizer_state.safetensors"))
+        assert saved, list(opts.checkpoint_dir.iterdir())
 
 
 def test_random_kills_over_three_epochs_rejoin_by_p2p_with_identical_weights(

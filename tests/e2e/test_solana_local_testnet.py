@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from psyche.events import TrainEvent, read_events
+
 from .conftest import ROOT, free_port
 from .explorer_browser import BrowserWatch, check_run_watched
 
@@ -44,10 +46,13 @@ def _sbf_build() -> None:
         pytest.fail(f"no SBF build of {', '.join(missing)}: run scripts/build-sbf.sh")
 
 
-def solana_config(out: Path, inputs: tuple[Path, Path], **config: int) -> Path:
-    """config/tiny-solana with ``[config]`` overrides, reading the shared model and token files."""
+def solana_config(
+    out: Path, inputs: tuple[Path, Path], base: Path = SOLANA_CONFIG, **config: int
+) -> Path:
+    """config/tiny-solana (or ``base``, a config of the same model and Local data) with
+    ``[config]`` overrides, reading the shared model and token files."""
     model, data = inputs
-    text = (SOLANA_CONFIG / "state.toml").read_text()
+    text = (base / "state.toml").read_text()
     head, sep, tail = text.partition("[model.LLM]")
     for key, value in config.items():
         head, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", head)
@@ -148,3 +153,31 @@ def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
         "AuthorizationGrantorUpdate": 1,
         "AuthorizationGranteeUpdate": 1,
     }, calls
+
+
+def test_three_solana_clients_train_an_epoch_with_sparseloco(
+    tmp_path: Path, local_inputs: tuple[Path, Path]
+) -> None:
+    """config/tiny-solana-sparseloco: the program stores and checks the SparseLoCo optimizer,
+    and the clients train with it (H inner AdamW steps, one payload per round, the outer step)
+    with identical weights after every apply and a falling loss."""
+    base = ROOT / "config" / "tiny-solana-sparseloco"
+    cfg = solana_config(tmp_path / "cfg", local_inputs, base=base, total_steps=6)
+    summary = tmp_path / "summary.json"
+    rc, text = run_solana_testnet(cfg, tmp_path / "net", summary)
+    assert rc == 0, text[-4000:]
+    s = json.loads(summary.read_text())
+    rounds = s["rounds"]
+    trained = [r for r in rounds if r["loss"]]
+    assert s["epochs_completed"] >= 1 and len(trained) >= 4, rounds
+    assert all(len(r["model_hash"]) == 3 for r in trained), trained
+    assert all(len(set(r["model_hash"].values())) == 1 for r in rounds), rounds
+    first, last = trained[0]["loss"], trained[-1]["loss"]
+    assert sum(last.values()) < 0.9 * sum(first.values()), (first, last)
+    sizes = {
+        e.payload_bytes
+        for f in (tmp_path / "net" / "events").glob("client-*.jsonl")
+        for e in read_events(f)
+        if isinstance(e, TrainEvent)
+    }
+    assert len(sizes) == 1, sizes  # every SparseLoCo payload has its one exact size

@@ -97,3 +97,43 @@ def test_no_momentum_no_global_state(tiny_model: LlamaForCausalLM) -> None:
     before = model_hash(tiny_model)
     t.apply_round([])
     assert model_hash(tiny_model) == before
+
+
+def test_the_round_engine_interface_trains_applies_and_sits_out(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    """What the daemon calls: ``train_step`` (DisTrO's signature; no self-result), ``sit_out``
+    (nothing moves), ``apply_step`` on decoded payloads (the outer step) and ``evaluate``."""
+    t = SparseLoCoTrainer(tiny_model, config(), micro_batch_size=2)
+    before = model_hash(tiny_model)
+    out = t.train_step(
+        batch_of(2, samples=6), step=1, lr=4e-3, prev_lr=0.0, prev_self_results=None,
+        zero_optim=True, batch_id=(0, 5),
+    )  # fmt: skip
+    assert out.self_result is None and len(out.payload) == t.format.max_bytes
+    t.sit_out(lr=4e-3)
+    assert model_hash(tiny_model) == before
+    loss_before = t.evaluate([batch_of(9)])
+    t.apply_step([t.format.decode(out.payload)], lr=4e-3)
+    assert model_hash(tiny_model) != before
+    assert t.evaluate([batch_of(9)]) != loss_before
+
+
+def test_the_state_file_round_trips_and_garbage_is_refused() -> None:
+    a = SparseLoCoTrainer(init_model(llama_config(TINY), seed=3), config(), micro_batch_size=2)
+    b = SparseLoCoTrainer(init_model(llama_config(TINY), seed=3), config(), micro_batch_size=2)
+    out = a.train_round(batch_of(4, samples=3), step=1, lr=4e-3)
+    a.apply_round([out.payload])  # the momentum is no longer zero
+    data = a.state_file()
+    assert data is not None
+    b.load_state_file(data)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(bool((sa[k] == sb[k]).all()) for k in sa)
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        b.load_state_file(b"not a safetensors file")
+    plain = SparseLoCoTrainer(
+        init_model(llama_config(TINY), seed=3), config(outer_momentum=0.0), micro_batch_size=2
+    )
+    assert plain.state_file() is None  # no global state to carry
+    with pytest.raises(ValueError, match="expected"):
+        plain.load_state_file(data)  # another run's state: keys that this run has not

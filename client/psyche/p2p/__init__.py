@@ -10,16 +10,14 @@ Daemon side (asyncio; imports neither trio nor libp2p):
   ``process``   spawning the host process and the request/reply plumbing to it
   ``control``   the framed control protocol both processes speak
   ``messages``  the signed announcement schema (``sign_announcement``/``open_announcement``)
-  ``identity``  peer ids from the client's ed25519 key; ``show_identity``
+  ``peer_id``   peer ids from the client's ed25519 key; ``show_identity``
   ``errors``    the :class:`P2PError` family
   ``rejections`` counting refused peer input by kind, one warning per peer (host side too)
   ``nat``       relay limits and admission, circuit addresses, the reachability verdict (pure;
                 used by the host, docs/p2p-nat.md)
 
-Host process (trio + libp2p): ``host`` (entry point and libp2p settings), ``service`` (gossip,
-dialing, relay reservations, stats), ``relay`` (circuit relay v2 and DCUtR, members only),
-``blobs`` (blob protocol and server), ``fetch`` (downloads), ``peers`` (peer measurements and
-download order, pure).
+Host process (trio + libp2p): the :mod:`psyche.p2p.host` package, which nothing here imports;
+its docstring lists its modules.
 """
 
 from psyche.p2p.errors import (

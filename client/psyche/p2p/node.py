@@ -319,7 +319,8 @@ class P2PNode(Transport):
 
     def serve(self, blob: bytes, *, handoff: bool = True) -> bytes:
         """Serve ``blob`` to allowed peers; returns its id, ``sha256(blob)``. ``handoff=False``
-        for blobs fetchers ask of this peer by name (see :class:`~psyche.p2p.blobs.BlobServer`)."""
+        for blobs fetchers ask of this peer by name (see
+        :class:`~psyche.p2p.host.blobs.BlobServer`)."""
         blob_hash = hashlib.sha256(blob).digest()
         path = blob_path(self.blob_dir, blob_hash)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -11,22 +11,18 @@ length ``0x24``) over the protobuf ``PublicKey{Type: Ed25519 (1), Data: key}``, 
 ``00 24 08 01 12 20 ‖ key`` (36 bytes fit under libp2p's 42-byte inlining limit, so no SHA-256
 is involved). That is computed here without libp2p so the asyncio parent never imports it
 (importing libp2p takes seconds and pulls in trio); a unit test checks it against libp2p's own
-``ID.from_pubkey``. Only the host child process calls :func:`libp2p_key_pair`.
+``ID.from_pubkey``. The host child process builds its libp2p key pair from the same seed
+(:func:`psyche.p2p.host.main.libp2p_key_pair`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from psyche.protocol.identity import KEY_LEN, SecretKey, secret_key_from_env_or_file
-
-if TYPE_CHECKING:
-    from libp2p.crypto.keys import KeyPair
+from psyche.protocol.identity import KEY_LEN, secret_key_from_env_or_file
 
 __all__ = [
     "ENV_SECRET_KEY",
-    "libp2p_key_pair",
     "peer_id_for",
     "public_key_for",
     "show_identity",
@@ -81,13 +77,6 @@ def public_key_for(peer_id: str) -> bytes:
     if len(raw) != len(_PEER_ID_PREFIX) + KEY_LEN or not raw.startswith(_PEER_ID_PREFIX):
         raise ValueError(f"{peer_id!r} is not an inlined ed25519 peer id")
     return raw[len(_PEER_ID_PREFIX) :]
-
-
-def libp2p_key_pair(secret: SecretKey) -> KeyPair:
-    """The libp2p key pair for ``secret`` (host process only: imports libp2p)."""
-    from libp2p.crypto.ed25519 import create_new_key_pair
-
-    return create_new_key_pair(secret.to_bytes())
 
 
 def show_identity(path: str | None, env: Mapping[str, str]) -> str:

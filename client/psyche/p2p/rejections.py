@@ -7,7 +7,7 @@ one warning per message, so a rogue peer could flood the log); now each is count
 first of each kind from each peer is logged as a warning naming the peer and the reason. Later
 ones from that peer are only counted, so a burst costs one line, not one line per message.
 
-The host process (:mod:`psyche.p2p.service`) and the daemon (:mod:`psyche.daemon.gossip`) keep
+The host process (:mod:`psyche.p2p.host.service`) and the daemon (:mod:`psyche.daemon.gossip`) keep
 one :class:`Rejections` each; the host's counts reach the daemon in its periodic ``PeerStats``
 (``Counters.rejections``), and the daemon writes the combined counts to its event log, from which
 the testnet summary reads them (``rejections`` per client and in total).

@@ -1,7 +1,7 @@
 """A rogue libp2p peer (test harness, not product code): gossip our own nodes never send.
 
 Usage: ``python rogue_host.py --run-id R --key-hex K --connect ADDR --count N --size BYTES``.
-It builds a host with the product's libp2p settings (:func:`psyche.p2p.host._build`), joins the
+It builds a host with the product's libp2p settings (:func:`psyche.p2p.host.main._build`), joins the
 run's topic, dials ``ADDR`` and, once that peer is in its mesh, publishes ``N`` messages of
 ``BYTES`` bytes straight through pubsub: :class:`~psyche.p2p.node.P2PNode` and the control
 protocol refuse anything over 4096 bytes, so only a raw host can send an oversized message.
@@ -19,7 +19,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.tools.anyio_service import background_trio_service
 
 from psyche.p2p.control import Init
-from psyche.p2p.host import _build
+from psyche.p2p.host.main import _build
 from psyche.p2p.messages import gossip_topic
 
 

@@ -36,11 +36,11 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
-from psyche.p2p.blobs import PING_PROTOCOL, ping, serve_ping
+from psyche.p2p.host.blobs import PING_PROTOCOL, ping, serve_ping
+from psyche.p2p.host.main import libp2p_key_pair
+from psyche.p2p.host.relay import MemberRelay, dial_through, reserve_on
 from psyche.p2p.nat import DEFAULT_RELAY_LIMITS, CircuitAddr, RelayLimits
-from psyche.p2p.peer_id import libp2p_key_pair
 from psyche.p2p.rejections import Rejections
-from psyche.p2p.relay import MemberRelay, dial_through, reserve_on
 from psyche.protocol.identity import SecretKey
 
 log = logging.getLogger("test.relay_shares")
@@ -61,7 +61,7 @@ class Node:
 
 
 def _host() -> IHost:
-    # The product's settings (psyche.p2p.host._build) without pubsub, which these hosts do not
+    # The product's settings (psyche.p2p.host.main._build) without pubsub, which these hosts do not
     # run (its connection notifee would block every connection).
     key_pair = libp2p_key_pair(SecretKey.generate())
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)

@@ -12,7 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from psyche.p2p.blobs import (
+from psyche.p2p.control import FetchDone, FetchErrorKind, blob_path
+from psyche.p2p.host.blobs import (
     HEADER_LEN,
     REQUEST_LEN,
     BlobServer,
@@ -26,9 +27,8 @@ from psyche.p2p.blobs import (
     read_exactly,
     serve_ping,
 )
-from psyche.p2p.control import FetchDone, FetchErrorKind, blob_path
-from psyche.p2p.fetch import FetchRequest, fetch_blob
-from psyche.p2p.peers import PeerTable
+from psyche.p2p.host.fetch import FetchRequest, fetch_blob
+from psyche.p2p.host.peers import PeerTable
 
 BLOB = os.urandom(300_000)
 H = hashlib.sha256(BLOB).digest()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from psyche.p2p.host import DialFailuresAtDebug
+from psyche.p2p.host.main import DialFailuresAtDebug
 
 TCP = "libp2p.transport.tcp.tcp"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from psyche.p2p.peers import EWMA_WEIGHT, HostCounters, PeerTable, peer_stats
+from psyche.p2p.host.peers import EWMA_WEIGHT, HostCounters, PeerTable, peer_stats
 
 
 def test_order_without_measurements_keeps_the_callers_order_and_drops_duplicates() -> None:

@@ -11,10 +11,10 @@ import pytest
 import trio
 import trio.testing
 
-from psyche.p2p.blobs import ByteStream, Status, encode_header
 from psyche.p2p.control import FetchDone, FetchErrorKind
-from psyche.p2p.fetch import FetchRequest, fetch_blob
-from psyche.p2p.peers import PeerTable
+from psyche.p2p.host.blobs import ByteStream, Status, encode_header
+from psyche.p2p.host.fetch import FetchRequest, fetch_blob
+from psyche.p2p.host.peers import PeerTable
 from psyche.p2p.rejections import Rejection, Rejections, merge_counts
 
 from .test_blobs import BLOB, H, Handler, Stream, scripted, server_for

@@ -25,6 +25,7 @@ from psyche.p2p.control import (
     encode_frame,
 )
 from psyche.p2p.errors import ControlError
+from psyche.p2p.host.peers import HostCounters, NatReport, PeerTable, peer_stats
 from psyche.p2p.memory import MemoryNetwork
 from psyche.p2p.nat import (
     DEFAULT_RELAY_LIMITS,
@@ -38,7 +39,6 @@ from psyche.p2p.nat import (
     reachability,
     relay_of,
 )
-from psyche.p2p.peers import HostCounters, NatReport, PeerTable, peer_stats
 from psyche.p2p.rejections import Rejections
 from psyche.protocol.identity import SecretKey
 
@@ -326,7 +326,7 @@ class FakeStream:
 
 
 def _relay() -> Any:
-    from psyche.p2p.relay import MemberRelay
+    from psyche.p2p.host.relay import MemberRelay
 
     host = SimpleNamespace(get_peerstore=lambda: None, get_id=lambda: None)
     return MemberRelay(
@@ -409,9 +409,9 @@ class FakeControl:
 @pytest.fixture
 def service(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
     """A HostService on a fake host whose relays accept unless listed in ``refuse``."""
-    import psyche.p2p.service as svc
+    import psyche.p2p.host.service as svc
     from psyche.p2p.control import Init
-    from psyche.p2p.relay import RelayError
+    from psyche.p2p.host.relay import RelayError
 
     host = FakeHost()
     calls: list[str] = []

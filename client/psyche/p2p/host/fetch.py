@@ -1,6 +1,6 @@
 """Downloading a blob from whichever peers have it (host process, trio).
 
-A download walks the candidate peers in :class:`~psyche.p2p.peers.PeerTable` order (measured
+A download walks the candidate peers in :class:`~psyche.p2p.host.peers.PeerTable` order (measured
 fast peers, then unmeasured, then peers that failed) and retries elsewhere on any failure. The
 fetcher never trusts a server: the announced length must fit ``max_size``, bytes are hashed as
 they arrive, and only a file whose SHA-256 equals the requested hash is renamed into place
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import trio
 
-from psyche.p2p.blobs import (
+from psyche.p2p.control import FetchDone, FetchErrorKind, FetchFailure, blob_path
+from psyche.p2p.host.blobs import (
     CHUNK,
     HEADER_LEN,
     ByteStream,
@@ -42,8 +43,7 @@ from psyche.p2p.blobs import (
     encode_request,
     read_exactly,
 )
-from psyche.p2p.control import FetchDone, FetchErrorKind, FetchFailure, blob_path
-from psyche.p2p.peers import PeerTable
+from psyche.p2p.host.peers import PeerTable
 from psyche.p2p.rejections import Rejection, Rejections
 
 __all__ = ["BUSY_RETRY_S", "MAX_REPORTED_FAILURES", "FetchRequest", "fetch_blob"]

@@ -12,7 +12,7 @@ from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 
-from psyche.p2p.relay import reset_stream
+from psyche.p2p.host.relay import reset_stream
 
 __all__ = ["CountingDCUtR"]
 

@@ -1,14 +1,15 @@
 """The libp2p host process: ``python -m psyche.p2p.host --control-fd N --parent-pid P``.
 
-This process (with :mod:`.service`) is the only place that imports libp2p, and the only trio program
-in the client. The daemon (asyncio plus a GIL-heavy training thread) would starve an in-process host
-(docs/architecture.md, "The libp2p host process"), so :class:`psyche.p2p.node.P2PNode` spawns this
-process and drives it over one end of a Unix socket pair (:mod:`psyche.p2p.control`); blobs are
-exchanged as files in a shared directory. The process exits when the parent says ``Shutdown``, when
-the control socket reaches EOF (the parent died or closed it), or, as a backstop for a wedged event
-loop, through ``PR_SET_PDEATHSIG`` (SIGTERM, handled outside the event loop) when the parent thread
-that spawned it dies; in every case it deletes a blob dir the parent created for it. It ignores
-SIGINT so a Ctrl-C in the terminal is handled by the parent, which then stops it in order.
+This package (:mod:`psyche.p2p.host`) is the only place that imports libp2p, and the only trio
+program in the client. The daemon (asyncio plus a GIL-heavy training thread) would starve an
+in-process host (docs/architecture.md, "The libp2p host process"), so
+:class:`psyche.p2p.node.P2PNode` spawns this process and drives it over one end of a Unix socket
+pair (:mod:`psyche.p2p.control`); blobs are exchanged as files in a shared directory. The process
+exits when the parent says ``Shutdown``, when the control socket reaches EOF (the parent died or
+closed it), or, as a backstop for a wedged event loop, through ``PR_SET_PDEATHSIG`` (SIGTERM,
+handled outside the event loop) when the parent thread that spawned it dies; in every case it
+deletes a blob dir the parent created for it. It ignores SIGINT so a Ctrl-C in the terminal is
+handled by the parent, which then stops it in order.
 
 The host follows the measured settings of docs/architecture.md, "The libp2p host process", exactly:
 
@@ -51,6 +52,8 @@ from typing import Any
 import multiaddr
 import trio
 from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair as create_ed25519_key_pair
+from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
@@ -61,17 +64,22 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
-from psyche.p2p.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.control import Failed, Init, Ready, decode_parent
-from psyche.p2p.peer_id import libp2p_key_pair
-from psyche.p2p.service import ControlChannel, HostService
+from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
+from psyche.p2p.host.service import ControlChannel, HostService
 from psyche.protocol.identity import SecretKey
 
-__all__ = ["DialFailuresAtDebug", "main"]
+__all__ = ["DialFailuresAtDebug", "libp2p_key_pair", "main"]
 
 log = logging.getLogger("psyche.p2p.host")
 
 _PR_SET_PDEATHSIG = 1
+
+
+def libp2p_key_pair(secret: SecretKey) -> KeyPair:
+    """The libp2p key pair for ``secret``: the peer id is :func:`psyche.p2p.peer_id.peer_id_for`
+    of its public key."""
+    return create_ed25519_key_pair(secret.to_bytes())
 
 
 def _build(init: Init) -> tuple[Any, Pubsub, GossipSub]:
@@ -204,7 +212,11 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="psyche libp2p host (started by P2PNode)")
+    # Run as ``python -m psyche.p2p.host``, argparse would name the program ``__main__.py``; the
+    # usage line keeps the name the host had as a single module.
+    parser = argparse.ArgumentParser(
+        prog="host.py", description="psyche libp2p host (started by P2PNode)"
+    )
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     args = parser.parse_args(argv)

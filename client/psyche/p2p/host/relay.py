@@ -23,7 +23,7 @@ See docs/p2p-nat.md. Two pieces:
   stored for the destination (with an unbounded TTL) before the relay it was asked to use, and
   with the client role it makes a reservation on every relay it dials through.
 
-Hole punching over a relayed connection is :mod:`psyche.p2p.hole_punch`.
+Hole punching over a relayed connection is :mod:`psyche.p2p.host.hole_punch`.
 """
 
 from __future__ import annotations

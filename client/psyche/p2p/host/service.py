@@ -12,12 +12,12 @@
   clearing py-libp2p's 60 s failed-dial cache first (py-libp2p never redials by itself); a
   peer's circuit addresses (``…/p2p/<relay>/p2p-circuit/p2p/<peer>``) are dialled through the
   relay once its direct addresses failed or had a second's head start (docs/p2p-nat.md);
-* NAT traversal (:mod:`.relay`): a relay for members (bounded, :mod:`.nat`), reservations on
-  the relays the parent names, renewed at half their life and remade when the relay connection
-  comes back, and DCUtR hole punching over relayed connections; where peers observe us, and
-  so whether we are behind a NAT, goes out with the stats;
-* blobs: serves registered files (:class:`~psyche.p2p.blobs.BlobServer`) and runs fetches
-  (:func:`~psyche.p2p.fetch.fetch_blob`), each cancellable by the parent; a peer that served
+* NAT traversal (:mod:`.relay`): a relay for members (bounded, :mod:`psyche.p2p.nat`),
+  reservations on the relays the parent names, renewed at half their life and remade when the
+  relay connection comes back, and DCUtR hole punching over relayed connections; where peers
+  observe us, and so whether we are behind a NAT, goes out with the stats;
+* blobs: serves registered files (:class:`~psyche.p2p.host.blobs.BlobServer`) and runs fetches
+  (:func:`~psyche.p2p.host.fetch.fetch_blob`), each cancellable by the parent; a peer that served
   wrong bytes for a blob is remembered and not asked for that blob again;
 * measurements: pings allowed peers every few seconds and reports per-peer latency, bandwidth and
   running counters to the parent about once a second.
@@ -45,7 +45,6 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from psyche.net.multiaddrs import interface_ips
-from psyche.p2p.blobs import BLOB_PROTOCOL, PING_PROTOCOL, BlobServer, ByteStream, ping
 from psyche.p2p.control import (
     Ack,
     CancelFetch,
@@ -67,8 +66,11 @@ from psyche.p2p.control import (
     decode_parent,
     encode_frame,
 )
-from psyche.p2p.fetch import FetchRequest, fetch_blob
-from psyche.p2p.hole_punch import CountingDCUtR
+from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, BlobServer, ByteStream, ping
+from psyche.p2p.host.fetch import FetchRequest, fetch_blob
+from psyche.p2p.host.hole_punch import CountingDCUtR
+from psyche.p2p.host.peers import HostCounters, NatReport, PeerTable, peer_stats
+from psyche.p2p.host.relay import MemberRelay, dial_through, reserve_on
 from psyche.p2p.messages import MAX_ANNOUNCEMENT, gossip_topic
 from psyche.p2p.nat import (
     DEFAULT_RELAY_LIMITS,
@@ -79,9 +81,7 @@ from psyche.p2p.nat import (
     reachability,
     relay_of,
 )
-from psyche.p2p.peers import HostCounters, NatReport, PeerTable, peer_stats
 from psyche.p2p.rejections import Rejection, Rejections
-from psyche.p2p.relay import MemberRelay, dial_through, reserve_on
 
 __all__ = ["ControlChannel", "HostService", "RelayState"]
 
@@ -297,7 +297,7 @@ class HostService:
         return f"{peer}: no connection within {DIAL_TIMEOUT:g} s"
 
     async def dial_circuit(self, pid: ID, circuit: CircuitAddr) -> str | None:
-        """Dial ``pid`` through the relay of ``circuit`` (:func:`psyche.p2p.relay.dial_through`)."""
+        """Dial ``pid`` through the relay of ``circuit`` (:func:`.relay.dial_through`)."""
         peer = pid.to_base58()
         if circuit.relay == self.me:
             return f"{peer}: a circuit through ourselves"

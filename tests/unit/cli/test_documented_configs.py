@@ -35,6 +35,8 @@ def run(*args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[s
         ROOT / "config" / "tiny" / "state.toml",
         ROOT / "config" / "tiny-solana" / "state.toml",
         ROOT / "config" / "tiny-solana-quick" / "state.toml",
+        ROOT / "config" / "tiny-sparseloco" / "state.toml",
+        ROOT / "config" / "tiny-solana-sparseloco" / "state.toml",
     ],
     ids=lambda p: p.parent.name,
 )

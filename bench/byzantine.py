@@ -18,13 +18,15 @@ previous step is refused by every honest client, left out and its trainer ejecte
 step's health check): each step `s`, the protocol's sampling (`sampled_trainers` with a seed
 per step) picks `⌈K·VP/100⌉` results; three verifiers (the first three of a seed shuffle of the
 clients) recompute the sampled trainer's gradient on its slice from the pre-step weights and score
-its payload with `psyche.distro.similarity.captured_mass`; an honest verifier votes mismatch
-below `THRESHOLD`, an attacker votes match, nobody judges itself; a majority of the verifiers
+its payload with `psyche.distro.similarity.captured_mass`; an honest verifier votes as the
+daemon does (`verdict_on`: match at or above `THRESHOLD`, mismatch below `MISMATCH_BELOW`, no
+vote between), an attacker votes match, nobody judges itself; a majority of the verifiers
 (at least 2 votes) rejects it. Results of a step whose LR is 0 (step 0 here: the warmup starts
 at 0) are not judged: they carry no gradient of their batch. A rejected result is left out of
 its apply (two steps later) and the trainer is ejected: it sends nothing from the next step on
 and earns no points. Points: one per applied result (the Treasurer's share before slashing).
-Every honest vote on an honest result counts towards the false-positive figure.
+Every honest verifier's judgement of an honest result counts as an honest vote; a mismatch vote
+among them is a false positive, and an undecided one is counted apart.
 
 Aggregation (`--aggregation`): `mean` is the protocol's (per coefficient, over the peers that
 chose it); `sum` adds the peers' ±1 values instead, which, since apply takes the sign, is the same
@@ -65,6 +67,9 @@ class RunResult:
     points: dict[int, int] = field(default_factory=dict)
     honest_votes: int = 0
     false_positives: int = 0
+    honest_undecided: int = 0
+    """Honest results whose score fell between MISMATCH_BELOW and THRESHOLD: no vote cast."""
+    attacker_undecided: int = 0
     verify_fwd_bwd_s: float = 0.0
     train_fwd_bwd_s: float = 0.0
     min_honest_score: float = math.inf
@@ -161,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(
                 f"{attack:8s} vp={vp:3d} {aggregation:4s}: val {r.final_val:.4f}, ejected "
                 f"{r.ejected_at or '-'}, points {r.points}, false positives "
-                f"{r.false_positives}/{r.honest_votes} ({time.perf_counter() - t:.0f} s)"
+                f"{r.false_positives}/{r.honest_votes}, undecided {r.honest_undecided} honest "
+                f"{r.attacker_undecided} attacker ({time.perf_counter() - t:.0f} s)"
             )
             results.append(r)
     rows = report(results, args.calibration)
@@ -191,6 +197,8 @@ def report(results: Sequence[RunResult], calibration: bool = False) -> list[dict
                 "points": r.points,
                 "honest_votes": r.honest_votes,
                 "false_positives": r.false_positives,
+                "honest_undecided": r.honest_undecided,
+                "attacker_undecided": r.attacker_undecided,
                 "min_honest_score": None
                 if math.isinf(r.min_honest_score)
                 else round(r.min_honest_score, 4),
@@ -249,7 +257,7 @@ def run(
     from psyche.data.local import LocalDataProvider
     from psyche.distro import Distro, DistroResult, Payload, decode_payload, encode_payload
     from psyche.distro.overlap import near_duplicate, repeated_tensors, signed_overlap
-    from psyche.distro.similarity import THRESHOLD, Score, score
+    from psyche.distro.similarity import Score, score, verdict_on
     from psyche.protocol.commitment import sha256
     from psyche.protocol.shuffle import compute_shuffled_index
     from psyche.training import lr_for_step, prev_lr_for_step
@@ -341,9 +349,16 @@ def run(
             for v in honest:  # each honest verifier recomputes and votes on its own
                 sc, dt = score_of(judged, trainer, by_client[trainer], v)
                 out.verify_fwd_bwd_s += dt
-                passed = sc.passed if args.measure == "z" else sc.captured >= THRESHOLD
+                # The daemon's vote: match, mismatch, or none in the gap between the two
+                # thresholds (psyche.distro.similarity.verdict_on).
+                vote = sc.passed if args.measure == "z" else verdict_on(sc.captured)
                 value = sc.z if args.measure == "z" else sc.captured
-                against += 0 if passed else 1
+                against += 1 if vote is False else 0
+                if vote is None:
+                    if bad:
+                        out.attacker_undecided += 1
+                    else:
+                        out.honest_undecided += 1
                 (out.attacker_scores if bad else out.honest_scores).append(value)
                 (out.attacker_z if bad else out.honest_z).append(sc.z)
                 (out.attacker_sign_z if bad else out.honest_sign_z).append(sc.sign_z)
@@ -353,7 +368,7 @@ def run(
                     per.setdefault(name, []).append(tz)
                 if not bad:
                     out.honest_votes += 1
-                    out.false_positives += 0 if passed else 1
+                    out.false_positives += 1 if vote is False else 0
                     out.min_honest_score = min(out.min_honest_score, value)
             if (
                 not args.score_only

@@ -42,7 +42,7 @@ from psyche.daemon.warmup import healthy_index
 from psyche.data.provider import DataProvider
 from psyche.distro import Payload
 from psyche.distro.result_format import ResultFormat
-from psyche.distro.similarity import captured_mass, passes
+from psyche.distro.similarity import captured_mass, verdict_on
 from psyche.protocol.commitment import sha256v
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
@@ -249,17 +249,20 @@ def verdict_of(judgement: Judgement, judged: RoundState | None) -> Verdict:
         score = _score(payload, s.grads, judgement.chunk)
         if score is None:
             continue
-        checked |= 1 << s.slot
-        if not passes(score):
-            mismatch |= 1 << s.slot
+        vote = verdict_on(score)
         log.info(  # short: one line in a console log (the e2e test reads it)
             "verified step %d slot %d %s: %.4f %s",
             judged.step,
             s.slot,
             s.trainer.hex()[:8],
             score,
-            "match" if passes(score) else "MISMATCH",
+            {True: "match", False: "MISMATCH", None: "undecided"}[vote],
         )
+        if vote is None:
+            continue  # too close to call: left unchecked rather than risk a false accusation
+        checked |= 1 << s.slot
+        if not vote:
+            mismatch |= 1 << s.slot
     return Verdict(checked, mismatch)
 
 

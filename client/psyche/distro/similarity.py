@@ -27,9 +27,18 @@ from psyche.distro.dct import encode
 from psyche.distro.payload import DistroResult, Payload
 
 THRESHOLD = 0.05
-"""A result scoring below this fails verification. Calibrated on the tiny model (issue 25):
-honest results ≥ 0.068 (whole batch ≥ 0.086) over 2 × 108 verifications at 1 and 2 torch threads,
-random payloads ≤ 0.033, every direction-changing attack ≤ 0.021."""
+"""A result scoring at or above this passes verification (a "match" vote). Calibrated on the tiny
+model (issue 25): honest results ≥ 0.068 (whole batch ≥ 0.086) over 2 × 108 verifications at 1
+and 2 torch threads, random payloads ≤ 0.033, every direction-changing attack ≤ 0.021."""
+
+MISMATCH_BELOW = 0.025
+"""A result scoring below this fails verification (a "mismatch" vote); between it and
+``THRESHOLD`` the verifier does not decide and leaves the slot unchecked. An accusation ejects
+the accused with a quorum, and the accuser when a quorum of matches outvotes it, so a verifier
+accuses only on strong evidence: at 1 of 8 samples recomputed the honest tail reached 0.0496
+(1 vote in about 1,400 below ``THRESHOLD``), about twice this, while random payloads scored
+≤ 0.005 there and every direction-changing attack below 0 (bench/README.md, "At the daemon's
+fraction"). A cheater that lands in the gap escapes that one check, not the next."""
 
 Z_THRESHOLD = 3.0
 """A result whose ``Score.z`` is below this fails ``Score.passed``. Not used by the daemon's
@@ -68,6 +77,16 @@ def _chosen(
             )
         tiles = coeffs.reshape(*chunk_shape(result.xshape), totalk_of(result.xshape))
         yield result, tiles, torch.gather(tiles, -1, result.idx.to(tiles.device))
+
+
+def verdict_on(captured: float) -> bool | None:
+    """A verifier's vote on a captured-mass score: True (match) at or above ``THRESHOLD``, False
+    (mismatch) below ``MISMATCH_BELOW``, None (undecided: the slot stays unchecked) between."""
+    if captured >= THRESHOLD:
+        return True
+    if captured < MISMATCH_BELOW:
+        return False
+    return None
 
 
 def passes(judged: float | Score) -> bool:

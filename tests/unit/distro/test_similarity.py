@@ -12,7 +12,15 @@ import pytest
 import torch
 
 from psyche.distro import Distro, DistroConfig, DistroResult, Payload
-from psyche.distro.similarity import THRESHOLD, Score, captured_mass, passes, score
+from psyche.distro.similarity import (
+    MISMATCH_BELOW,
+    THRESHOLD,
+    Score,
+    captured_mass,
+    passes,
+    score,
+    verdict_on,
+)
 from psyche.training import init_model, llama_config
 
 from ..training.helpers import TINY
@@ -151,3 +159,20 @@ def test_random_signs_have_the_standard_null() -> None:
     assert one.passed and one.z > 10
     assert score(honest, [g * 1e-3 for g in grads], 64).z == pytest.approx(one.z, rel=1e-5)
     assert len(one.tensor_z) == len(grads) and all(n > 0 for n in one.tensor_n)
+
+
+def test_verdict_on_leaves_the_gap_undecided() -> None:
+    """A verifier accuses only well below the honest tail: between ``MISMATCH_BELOW`` and
+    ``THRESHOLD`` it casts no vote (the slot stays unchecked)."""
+    assert 0 < MISMATCH_BELOW < THRESHOLD
+    assert verdict_on(THRESHOLD) is True and verdict_on(0.4) is True
+    assert verdict_on(0.0496) is None  # the lowest honest score measured at 1 of 8 samples
+    assert verdict_on((MISMATCH_BELOW + THRESHOLD) / 2) is None
+    assert verdict_on(MISMATCH_BELOW) is None
+    assert verdict_on(0.005) is False and verdict_on(-0.4) is False  # random, flipped
+
+
+def test_captured_mass_votes_on_the_calibration(scores: dict[str, list[float]]) -> None:
+    assert all(verdict_on(s) is True for s in scores["honest"]), scores["honest"]
+    for attack in ("flipped", "garbage"):
+        assert all(verdict_on(s) is False for s in scores[attack]), scores[attack]

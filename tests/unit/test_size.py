@@ -23,8 +23,6 @@ ALLOWED_MODULES = {
     "instruction builders, command bodies and JSON in one file; issue 27 item 1 splits it",
     "backends/solana/treasurer.py": "Treasurer client and its command bodies; issue 27 item 1 "
     "moves it to solana/programs/",
-    "p2p/host/service.py": "the libp2p child's service, several concerns; issue 27 item 2 splits "
-    "it by concern under p2p/host/",
 }
 ALLOWED_FUNCTIONS = {
     "cli/daemon_options.py:daemon_options": "one click decorator stack of every documented "

@@ -408,7 +408,9 @@ class FakeControl:
 
 @pytest.fixture
 def service(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
-    """A HostService on a fake host whose relays accept unless listed in ``refuse``."""
+    """The reservations of a HostService on a fake host whose relays accept unless listed in
+    ``refuse``."""
+    import psyche.p2p.host.reservations as reservations
     import psyche.p2p.host.service as svc
     from psyche.p2p.control import Init
     from psyche.p2p.host.relay import RelayError
@@ -425,10 +427,10 @@ def service(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
         host.connected.add(peer)
         return int(time.time()) + 900
 
-    monkeypatch.setattr(svc, "reserve_on", fake_reserve_on)
+    monkeypatch.setattr(reservations, "reserve_on", fake_reserve_on)
     init = Init(bytes(32), "run", "127.0.0.1", 0, str(tmp_path))
     state = svc.HostService(cast(Any, FakeControl()), init, host, cast(Any, SimpleNamespace()))
-    return SimpleNamespace(svc=state, host=host, calls=calls, refuse=refuse)
+    return SimpleNamespace(svc=state.reservations, host=host, calls=calls, refuse=refuse)
 
 
 def test_reserve_replies_with_circuits_through_the_relays_that_accepted(service: Any) -> None:

@@ -10,9 +10,11 @@ this package as its own process and drives it over a Unix socket pair with the f
 imports anything from here: it names the package only on the child's command line.
 
 * ``main``: the entry point, the libp2p settings, logging and dying with the parent;
-* ``service``: :class:`~.service.HostService`, the host's state and tasks once libp2p runs
-  (gossip, dialing, relay reservations, NAT status, blobs, stats) and the control loop serving
-  the parent's requests;
+* ``service``: :class:`~.service.HostService`, the host's state and tasks once libp2p runs,
+  its blob transfers and stats, and the control loop serving the parent's requests; its other
+  concerns each have a module: ``channel`` (the trio end of the control socket), ``gossip``
+  (topic validation, deliveries, publishes), ``dialing`` (dials, circuit dials, redials),
+  ``reservations`` (ours, on the relays the parent names), ``nat_status`` (where peers see us);
 * ``relay`` (circuit relay v2 for members) and ``hole_punch`` (DCUtR, members only);
 * ``blobs`` (blob protocol and server), ``fetch`` (downloads) and ``peers`` (peer measurements,
   download order and the stats report, pure).

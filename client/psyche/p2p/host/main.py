@@ -66,7 +66,8 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from psyche.p2p.control import Failed, Init, Ready, decode_parent
 from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
-from psyche.p2p.host.service import ControlChannel, HostService
+from psyche.p2p.host.channel import ControlChannel
+from psyche.p2p.host.service import HostService
 from psyche.protocol.identity import SecretKey
 
 __all__ = ["DialFailuresAtDebug", "libp2p_key_pair", "main"]
@@ -119,18 +120,25 @@ async def _serve(control: ControlChannel, init: Init) -> None:
         background_trio_service(state.relay),
     ):
         await pubsub.wait_until_ready()
-        pubsub.set_topic_validator(state.topic, state.validate, False)
-        subscription = await pubsub.subscribe(state.topic)
+        pubsub.set_topic_validator(state.gossip.topic, state.gossip.validate, False)
+        subscription = await pubsub.subscribe(state.gossip.topic)
         host.set_stream_handler(TProtocol(BLOB_PROTOCOL), state.handle_blob_stream)
         host.set_stream_handler(TProtocol(PING_PROTOCOL), serve_ping)
         suffix = f"/p2p/{state.me}"
         addrs = [str(a) + suffix for a in host.get_transport_addrs()]
         await control.send(Ready(peer_id=state.me, listen_addrs=addrs))
-        for task in (state.forward_deliveries, state.publish_loop, state.redial_loop):
+        tasks = (
+            state.gossip.forward_deliveries,
+            state.gossip.publish_loop,
+            state.dialer.redial_loop,
+            state.ping_loop,
+            state.stats_loop,
+            state.reservations.relay_loop,
+            state.run_dcutr,
+        )
+        for task in tasks:
             nursery.start_soon(task)
-        for task in (state.ping_loop, state.stats_loop, state.relay_loop, state.run_dcutr):
-            nursery.start_soon(task)
-        nursery.start_soon(state.read_gossip, subscription)
+        nursery.start_soon(state.gossip.read_gossip, subscription)
         nursery.start_soon(host.get_peerstore().start_cleanup_task, 60)
         await state.control_loop(nursery)
         nursery.cancel_scope.cancel()

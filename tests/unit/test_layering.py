@@ -5,7 +5,8 @@ top-level ones, those inside functions and those under ``if TYPE_CHECKING:``. A 
 dependency from the interpreter, not from the architecture. Each import is mapped to the
 subpackage it names (``psyche.backends.solana.rpc`` → ``backends``; top-level modules such as
 ``psyche.events`` are their own unit) and checked against :data:`ALLOWED`; the subpackage graph
-must also have no cycle. Run ``python tests/unit/test_layering.py`` to print the real graph.
+must also have no cycle. Only the libp2p host's package (:data:`HOST_PROCESS`) imports trio or
+libp2p. Run ``python tests/unit/test_layering.py`` to print the real graph.
 """
 
 from __future__ import annotations
@@ -74,6 +75,13 @@ ALLOWED: dict[str, set[str]] = {
     "cli": EVERYTHING,
 }
 
+# The libp2p host runs in its own process (docs/architecture.md, "The libp2p host process"): in
+# the asyncio daemon, whose training thread holds the GIL, the trio host starved, and importing
+# libp2p takes seconds. So only its package imports trio or libp2p, and nothing else imports the
+# package, which would bring them in; the parent starts it by name (python -m psyche.p2p.host).
+HOST_PROCESS = "psyche.p2p.host"
+HOST_ONLY = {"trio", "libp2p", HOST_PROCESS}
+
 # Known edges that break the table, in files whose owner has not moved them yet. Each entry is
 # (importing module, imported module); remove an entry once the import is gone.
 PENDING: set[tuple[str, str]] = set()
@@ -140,6 +148,13 @@ def allowed(src: str, dst: str) -> bool:
     return any(rel == a or rel.startswith(a + ".") for a in ALLOWED[unit])
 
 
+def host_only(src: str, dst: str) -> bool:
+    """Whether ``src`` importing ``dst`` breaks the host process rule (:data:`HOST_ONLY`)."""
+    if src == HOST_PROCESS or src.startswith(HOST_PROCESS + "."):
+        return False
+    return any(dst == m or dst.startswith(m + ".") for m in HOST_ONLY)
+
+
 def unit_graph(pairs: set[tuple[str, str]]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = defaultdict(set)
     for src, dst in pairs:
@@ -181,6 +196,18 @@ def test_imports_follow_the_allowed_table() -> None:
     assert not bad, "imports outside ALLOWED:\n" + "\n".join(f"  {s} -> {d}" for s, d in bad)
 
 
+def test_only_the_host_process_imports_trio_or_libp2p() -> None:
+    bad = sorted(
+        (module_name(path), dst)
+        for path in ROOT.rglob("*.py")
+        for dst in imports_of(path)
+        if host_only(module_name(path), dst)
+    )
+    assert not bad, f"only {HOST_PROCESS} (the libp2p child process) imports these:\n" + "\n".join(
+        f"  {s} -> {d}" for s, d in bad
+    )
+
+
 def test_pending_exceptions_still_exist() -> None:
     # A fixed edge must leave PENDING, or the exception would silently cover a new import.
     gone = sorted(PENDING - edges())
@@ -209,6 +236,10 @@ def test_the_checker_sees_lazy_and_type_checking_imports() -> None:
     assert not cycles({"a": {"b"}, "b": set()})
     assert not allowed("psyche.daemon.engine", "psyche.backends.centralized.backend")
     assert allowed("psyche.daemon.engine", "psyche.backends.base")
+    assert host_only("psyche.p2p.node", "trio") and host_only("psyche.daemon.engine", "libp2p.abc")
+    assert host_only("psyche.p2p.process", "psyche.p2p.host.main")
+    assert not host_only("psyche.p2p.host.service", "libp2p.peer.id")
+    assert not host_only("psyche.p2p.host", "trio") and not host_only("psyche.p2p.node", "trio_x")
 
 
 if __name__ == "__main__":

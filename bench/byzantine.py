@@ -99,6 +99,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--quick", action="store_true", help="40 steps")
     p.add_argument("--matrix", action="store_true", help="every attack, with and without --verify")
+    p.add_argument(
+        "--attacks", help="with --matrix: only these attacks (comma-separated; default all)"
+    )
+    p.add_argument(
+        "--defended-only", action="store_true",
+        help="with --matrix: only the all-honest reference and the defended runs",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads for training")
     p.add_argument(
@@ -129,6 +136,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--attackers must be below --clients")
     if not 0 <= args.verify <= 100:
         p.error("--verify must be 0 … 100")
+    if args.attacks is not None:
+        chosen = tuple(a for a in args.attacks.split(",") if a)
+        unknown = [a for a in chosen if a not in ATTACKS[1:]]
+        if unknown or not chosen:
+            p.error(f"--attacks: unknown {unknown or 'empty'}; choose from {ATTACKS[1:]}")
+        args.attacks = chosen
+    else:
+        args.attacks = ATTACKS[1:]
     return args
 
 
@@ -152,11 +167,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ws = base.prepare_workspace(cfg, Path(tmp), console)
         runs: list[tuple[str, int, str]] = []
         if args.matrix:
-            for aggregation in ("mean", "sum"):
-                runs.append(("none", 0, aggregation))
-            for attack in ATTACKS[1:]:
-                runs += [(attack, 0, "mean"), (attack, args.verify or 25, "mean")]
-            runs += [("flip", 0, "sum"), ("cancel", 0, "sum")]
+            vp = args.verify or 25
+            if args.defended_only:
+                runs.append(("none", 0, "mean"))
+                runs += [(attack, vp, "mean") for attack in args.attacks]
+            else:
+                for aggregation in ("mean", "sum"):
+                    runs.append(("none", 0, aggregation))
+                for attack in args.attacks:
+                    runs += [(attack, 0, "mean"), (attack, vp, "mean")]
+                runs += [(a, 0, "sum") for a in ("flip", "cancel") if a in args.attacks]
         else:
             runs.append((args.attack, args.verify, args.aggregation))
         results = []

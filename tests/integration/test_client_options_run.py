@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from psyche.daemon.evaluating import EvalOptions
-from psyche.daemon.parts import ClientStats, DaemonOptions
+from psyche.daemon.kit import ClientStats
+from psyche.daemon.parts import DaemonOptions
 from psyche.daemon.witnessing import witness_metadata
 from psyche.distro import Distro, PayloadSpec, decode_payload
 from psyche.evals import EvalScore, write_synthetic_task

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from psyche.daemon.parts import ModelKit
+from psyche.daemon.kit import ModelKit
 from psyche.data.prepare import ByteTokenizer, prepare_corpus
 from psyche.data.synth import synth_corpus
 from psyche.protocol.model import LLM

@@ -23,7 +23,7 @@ import pytest
 from psyche.checkpoint.p2p import PeerFetchError
 from psyche.coordinator import Coordinator, RunState
 from psyche.daemon import sharing
-from psyche.daemon.parts import ModelKit
+from psyche.daemon.kit import ModelKit
 from psyche.daemon.warmup import WARMUP_GRACE_S
 from psyche.data.provider import DataError
 from psyche.events import ApplyEvent, ModelLoadedEvent, TrainEvent, read_events

@@ -88,7 +88,7 @@ LLM = "model.LLM"
 DISTRO = f"{LLM}.optimizer.Distro"
 SPARSELOCO = f"{LLM}.optimizer.SparseLoCo"
 # What validate-config says of a valid SparseLoCo config (None: this client trains with it).
-SPARSELOCO_FULL: str | None = SPARSELOCO
+SPARSELOCO_FULL: str | None = None
 COSINE = f"{LLM}.lr_schedule.Cosine"
 DATA = f"{LLM}.data_location"
 

@@ -24,8 +24,9 @@ from psyche.cli.exit_codes import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_TERMINA
 from psyche.coordinator import Coordinator
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.engine import RoundEngine
+from psyche.daemon.kit import ModelKit, ModelLoader
 from psyche.daemon.loader import model_loader
-from psyche.daemon.parts import ModelKit, ModelLoader, PeerDirectory, client_parts
+from psyche.daemon.parts import PeerDirectory, client_parts
 from psyche.daemon.sharing import SharingOptions
 from psyche.evals import EvalTaskError
 from psyche.events import EventLog, EventSink

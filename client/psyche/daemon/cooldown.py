@@ -15,9 +15,9 @@ from psyche.checkpoint.local import state_tensors
 from psyche.coordinator import Coordinator
 from psyche.daemon.checkpointing import gcs_repo
 from psyche.daemon.epoch import EpochView
-from psyche.daemon.parts import ClientParts, ModelKit
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.daemon.training import TrainingStep
-from psyche.daemon.warmup import healthy_index
 from psyche.training.hashing import model_hash
 
 __all__ = ["CooldownStep", "missed_cooldown"]

@@ -35,11 +35,11 @@ from psyche.coordinator import Coordinator, RunState
 from psyche.daemon.cooldown import CooldownStep, missed_cooldown
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.gossip import GossipRouter
-from psyche.daemon.parts import ClientParts, Holdings, PeerDirectory
+from psyche.daemon.parts import ClientParts, Holdings, PeerDirectory, healthy_index
 from psyche.daemon.relaying import RelayKeeper
 from psyche.daemon.rounds import round_state_for
 from psyche.daemon.training import MissingConsensusResult, TrainingStep
-from psyche.daemon.warmup import WarmupStep, healthy_index
+from psyche.daemon.warmup import WarmupStep
 from psyche.daemon.witnessing import WitnessStep
 from psyche.data.provider import DataError
 from psyche.events import FinishedEvent, RejectionsEvent
@@ -318,7 +318,7 @@ def _training_of(step: Step | None) -> TrainingStep | None:
     """The training step behind the active step (the witness phase keeps its round's)."""
     if isinstance(step, TrainingStep):
         return step
-    if isinstance(step, WitnessStep):
+    if isinstance(step, WitnessStep) and isinstance(step.training, TrainingStep):
         return step.training
     if isinstance(step, CooldownStep):
         return step.last

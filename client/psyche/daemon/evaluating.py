@@ -10,7 +10,7 @@ cuts a pass that is still running short between two batches. A cut pass is still
 numbers instead of none.
 
 The latest scores go to the event log (``eval`` records, which the metrics sinks turn into the
-status line and W&B charts) and into :class:`~psyche.daemon.parts.ClientStats`, from which this
+status line and W&B charts) and into :class:`~psyche.daemon.kit.ClientStats`, from which this
 client's witness metadata reports them (``EvalResult(task index, accuracy)``, the index being the
 task's position in ``--eval-tasks``).
 """
@@ -22,12 +22,10 @@ import contextlib
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from psyche.daemon.kit import ClientStats, ModelKit
 from psyche.events import EvalEvent, EventLog
-
-if TYPE_CHECKING:
-    from psyche.daemon.parts import ClientStats, ModelKit
 
 __all__ = ["EvalOptions", "Evaluating"]
 

@@ -32,7 +32,6 @@ from psyche.daemon.rounds import (
     RoundState,
     copied_from,
     decode_verified,
-    round_lrs,
 )
 from psyche.events import DownloadEvent
 from psyche.p2p.messages import Finished, ModelAvailable, TrainingResult, open_announcement
@@ -210,7 +209,7 @@ class GossipRouter:
         recent = [s for s in view.rounds.values() if state.height - 1 <= s.height <= state.height]
         # At LR 0 (a cold-start epoch's first round) every residual is empty, so honest results
         # are alike: nothing is checked for copies then.
-        zero_lr = round_lrs(coord, state.step, state.height).lr == 0
+        zero_lr = state.lrs.lr == 0
         original = None if zero_lr else copied_from(fingerprint, recent, decoded, kit.format)
         if original is not None:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;

@@ -5,17 +5,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from psyche.checkpoint.manifest import SHARED_FILES
 from psyche.checkpoint.p2p import ReceivedModel
 from psyche.coordinator import Coordinator
 from psyche.daemon.checkpointing import gcs_checkpoint_dir, gcs_repo
-from psyche.daemon.parts import ModelKit, ModelLoader
+from psyche.daemon.kit import ModelKit, ModelLoader
 from psyche.data.factory import provider_for_location
 from psyche.distro import Distro
 from psyche.distro.result_format import DistroFormat, ResultFormat
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.locations import Checkpoint, P2PCheckpoint, P2PGcsCheckpoint
+from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import DistroOptimizer, SparseLoCoOptimizer
 from psyche.training.device import default_dtype, pick_device
 from psyche.training.errors import ModelLoadError
@@ -29,6 +31,10 @@ from psyche.training.parallel import (
 )
 from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
 from psyche.training.trainer import Trainer, distro_config
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
 
 __all__ = ["model_loader"]
 
@@ -72,28 +78,7 @@ def model_loader(
                 "the SparseLoCo optimizer trains on one device per client; run without "
                 "--data-parallelism/--tensor-parallelism"
             )
-        if received is not None:
-            # Built in the tensors' own dtype: the joiner must hold the servers' exact bits.
-            config = received.manifest.config_json
-            model = model_from_state_dict(config, received.tensors, device=dev)
-            if model_hash(model) != received.manifest.model_hash:
-                raise ModelLoadError("the model fetched from peers does not match its manifest")
-            files = {**received.files, "config.json": config.encode()}
-            source = "p2p"
-        elif isinstance(llm.checkpoint, P2PCheckpoint | P2PGcsCheckpoint):
-            raise ModelLoadError("this run's model is only available from peers (P2P checkpoint)")
-        else:
-            gcs = gcs_repo(llm.checkpoint)
-            path = gcs_checkpoint_dir(gcs) if gcs is not None else resolve(llm.checkpoint)
-            model, _ = load_model(
-                path, device=dev, dtype=default_dtype(dev), architecture=llm.architecture
-            )
-            files = {
-                name: (path / name).read_bytes()
-                for name in ("config.json", *SHARED_FILES)
-                if (path / name).is_file()
-            }
-            source = str(llm.checkpoint.TAG)
+        model, files, source = _model_and_files(llm, received, dev, resolve)
         try:
             check_tp_compatible(model.config, layout.tp)
         except ValueError as e:
@@ -128,6 +113,34 @@ def model_loader(
         return ModelKit(trainer=trainer, format=fmt, data=data, files=files, source=source)
 
     return load
+
+
+def _model_and_files(
+    llm: LLM,
+    received: ReceivedModel | None,
+    dev: torch.device,
+    resolve: Callable[[Checkpoint], Path],
+) -> tuple[PreTrainedModel, dict[str, bytes], str]:
+    """The model (from peers, or from the checkpoint the run names), the files that came with
+    it (``config.json``, tokenizer, optimizer state) and where it came from."""
+    if received is not None:
+        # Built in the tensors' own dtype: the joiner must hold the servers' exact bits.
+        config = received.manifest.config_json
+        model = model_from_state_dict(config, received.tensors, device=dev)
+        if model_hash(model) != received.manifest.model_hash:
+            raise ModelLoadError("the model fetched from peers does not match its manifest")
+        return model, {**received.files, "config.json": config.encode()}, "p2p"
+    if isinstance(llm.checkpoint, P2PCheckpoint | P2PGcsCheckpoint):
+        raise ModelLoadError("this run's model is only available from peers (P2P checkpoint)")
+    gcs = gcs_repo(llm.checkpoint)
+    path = gcs_checkpoint_dir(gcs) if gcs is not None else resolve(llm.checkpoint)
+    model, _ = load_model(path, device=dev, dtype=default_dtype(dev), architecture=llm.architecture)
+    files = {
+        name: (path / name).read_bytes()
+        for name in ("config.json", *SHARED_FILES)
+        if (path / name).is_file()
+    }
+    return model, files, str(llm.checkpoint.TAG)
 
 
 def _load_optimizer_state(trainer: SparseLoCoTrainer, files: dict[str, bytes]) -> None:

@@ -13,33 +13,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from psyche.backends.base import Backend
-from psyche.checkpoint.p2p import ReceivedModel
-from psyche.coordinator import Coordinator
+from psyche.coordinator import ClientState, Coordinator
 from psyche.daemon.checkpointing import Checkpointer, CheckpointOptions
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.evaluating import EvalOptions, Evaluating
+from psyche.daemon.kit import ClientStats, ModelKit, ModelLoader
 from psyche.daemon.sharing import ModelSharing, SharingOptions
-from psyche.data.provider import DataProvider
-from psyche.distro.result_format import ResultFormat
 from psyche.events import EventLog
 from psyche.p2p.rejections import Rejections
 from psyche.p2p.transport import Transport
 from psyche.protocol.identity import NodeIdentity, SecretKey
-from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
-from psyche.training.trainer import Trainer
 
 __all__ = [
     "ClientParts",
-    "ClientStats",
     "DaemonOptions",
     "Holdings",
-    "ModelKit",
-    "ModelLoader",
     "PeerDirectory",
     "client_parts",
+    "healthy_index",
 ]
 
 
@@ -51,32 +45,6 @@ class PeerDirectory(Protocol):
     async def publish_p2p_addrs(self, addrs: list[str]) -> None: ...
 
     def peer_addrs(self) -> dict[bytes, list[str]]: ...
-
-
-@dataclass
-class ModelKit:
-    """What this client trains with: built once per process (at its first warmup), kept across
-    epochs, and dropped when the client drops out (its weights may then miss applies)."""
-
-    trainer: Trainer | SparseLoCoTrainer
-    """DisTrO's (the default) or SparseLoCo's, after the run config's optimizer."""
-    format: ResultFormat
-    """The run's result wire format: download bound, strict decoder, copy-check fingerprint."""
-    data: DataProvider
-    files: dict[str, bytes] = field(default_factory=dict)
-    """``config.json`` and tokenizer files exactly as the model came (served and checkpointed
-    with it, so every copy of a run's model has byte-identical files)."""
-    source: str = "checkpoint"
-
-    def shared_files(self) -> dict[str, bytes]:
-        """:attr:`files` plus the optimizer's run-global state as it is now (SparseLoCo's outer
-        momentum), for a checkpoint or the model served to joiners."""
-        out = {k: v for k, v in self.files.items() if k != OPTIMIZER_STATE_FILE}
-        if isinstance(self.trainer, SparseLoCoTrainer):
-            state = self.trainer.state_file()
-            if state is not None:
-                out[OPTIMIZER_STATE_FILE] = state
-        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,21 +61,6 @@ class DaemonOptions:
     gradients_dir: Path | None = None
     """``--write-gradients-dir``: every verified payload (peers' and our own) is written here."""
     evals: EvalOptions | None = None
-
-
-@dataclass
-class ClientStats:
-    """What this client measured lately, reported in its witness metadata."""
-
-    loss: float = 0.0
-    tokens_per_sec: float = 0.0
-    evals: dict[int, Any] = field(default_factory=dict)
-    """Task index → the latest :class:`psyche.evals.EvalScore` of that task."""
-
-
-ModelLoader = Callable[[Coordinator, ReceivedModel | None], ModelKit]
-"""Builds the kit from the coordinator's model description, or from a model fetched from
-peers; blocking (runs in a worker thread)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,3 +144,11 @@ class Holdings:
     """The newest coordinator state seen."""
     epoch: EpochView | None = None
     kit: ModelKit | None = None
+
+
+def healthy_index(parts: ClientParts, coord: Coordinator) -> int | None:
+    """This client's index in the epoch, if it is listed and healthy."""
+    i = coord.index_of(parts.identity)
+    if i is None or coord.epoch_state.clients[i].state is not ClientState.Healthy:
+        return None
+    return i

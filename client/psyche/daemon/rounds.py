@@ -59,6 +59,8 @@ class RoundState:
     trains: bool
     """False in the drain rounds after ``last_step`` is set."""
     assignment: dict[BatchId, NodeIdentity]
+    lrs: RoundLRs
+    """The round's learning rates, derived once from the coordinator when the round starts."""
     results: dict[BatchId, ReceivedResult] = field(default_factory=dict)
     finished: set[NodeIdentity] = field(default_factory=set)
     sent_finished: bool = False
@@ -131,7 +133,8 @@ def round_state_for(coord: Coordinator) -> RoundState:
     assignment: dict[BatchId, NodeIdentity] = {}
     if trains:
         assignment = assignment_for(coord, rnd, [c.id for c in coord.epoch_state.clients])
-    return RoundState(rnd.height, coord.progress.step, trains, assignment)
+    step = coord.progress.step
+    return RoundState(rnd.height, step, trains, assignment, round_lrs(coord, step, rnd.height))
 
 
 def assignment_for(

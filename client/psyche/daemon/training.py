@@ -20,14 +20,14 @@ from typing import Any
 from psyche.coordinator import ClientState, Coordinator
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.gradients import write_gradient
-from psyche.daemon.parts import ClientParts, ModelKit
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import ClientParts
 from psyche.daemon.rounds import (
     APPLY_LAG,
     ReceivedResult,
     RoundState,
     consensus_results_missing,
     results_to_apply,
-    round_lrs,
 )
 from psyche.daemon.verifying import judge_previous
 from psyche.daemon.witnessing import report_unhealthy, send_witness
@@ -102,8 +102,7 @@ class TrainingStep:
         if mine is None:
             if state.trains:
                 # Weight decay is part of every client's step, batch or not, or weights drift.
-                lr = round_lrs(coord, state.step, state.height).lr
-                await asyncio.to_thread(self.kit.trainer.sit_out, lr=lr)
+                await asyncio.to_thread(self.kit.trainer.sit_out, lr=state.lrs.lr)
             return
         self._task = asyncio.create_task(self._train(coord, mine, prev_self))
 
@@ -164,8 +163,7 @@ class TrainingStep:
                 )
             payloads = [kit.format.decode(r.payload) for r in received if r.payload is not None]
             if payloads:
-                lr = round_lrs(coord, state.step, state.height).lr
-                await asyncio.to_thread(kit.trainer.apply_step, payloads, lr=lr)
+                await asyncio.to_thread(kit.trainer.apply_step, payloads, lr=state.lrs.lr)
         digest = await asyncio.to_thread(model_hash, kit.trainer.model)
         self.parts.events.write(
             ApplyEvent(
@@ -181,7 +179,7 @@ class TrainingStep:
 
     async def _train(self, coord: Coordinator, batch: BatchId, prev_self: Payload | None) -> None:
         parts, state, kit = self.parts, self.state, self.kit
-        lrs = round_lrs(coord, state.step, state.height)
+        lrs = state.lrs
         t0 = time.perf_counter()
         try:
             tokens = await asyncio.to_thread(kit.data.get_samples, batch)

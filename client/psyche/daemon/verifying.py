@@ -36,9 +36,9 @@ from psyche.coordinator import Coordinator
 from psyche.coordinator.types import Verdict
 from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
 from psyche.daemon.epoch import EpochView
-from psyche.daemon.parts import ClientParts, ModelKit
-from psyche.daemon.rounds import RoundState, decode_verified, round_lrs
-from psyche.daemon.warmup import healthy_index
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import ClientParts, healthy_index
+from psyche.daemon.rounds import RoundState, decode_verified
 from psyche.data.provider import DataProvider
 from psyche.distro import Payload
 from psyche.distro.result_format import ResultFormat
@@ -142,7 +142,7 @@ def slots_to_judge(
     if not proof.witness or proof.position >= VERIFIERS_PER_ROUND:
         return None
     sampled = coord.judged_sample(judging, prev)
-    if not sampled or round_lrs(coord, judged.step, judged.height).lr == 0:
+    if not sampled or judged.lrs.lr == 0:
         # At LR 0 a payload carries its trainer's empty residual, nothing of its batch.
         return None
     trainers = coord.round_clients(prev)

@@ -15,9 +15,10 @@ import asyncio
 import logging
 
 from psyche.checkpoint.p2p import ReceivedModel
-from psyche.coordinator import ClientState, Coordinator, Witness
+from psyche.coordinator import Coordinator, Witness
 from psyche.daemon.epoch import EpochView
-from psyche.daemon.parts import ClientParts, ModelKit
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.events import ModelLoadedEvent
 from psyche.p2p.messages import Finished, sign_announcement
 from psyche.protocol.bloom import Bloom
@@ -25,7 +26,7 @@ from psyche.protocol.committee import WitnessProof
 from psyche.protocol.locations import P2PCheckpoint, P2PGcsCheckpoint
 from psyche.training.hashing import model_hash
 
-__all__ = ["WARMUP_GRACE_S", "WarmupStep", "healthy_index", "warmup_grace_s"]
+__all__ = ["WARMUP_GRACE_S", "WarmupStep", "warmup_grace_s"]
 
 log = logging.getLogger("psyche.daemon")
 
@@ -45,14 +46,6 @@ def warmup_grace_s(model_bytes: int) -> float:
 
 def _model_bytes(kit: ModelKit) -> int:
     return sum(p.numel() * p.element_size() for p in kit.trainer.model.parameters())
-
-
-def healthy_index(parts: ClientParts, coord: Coordinator) -> int | None:
-    """This client's index in the epoch, if it is listed and healthy."""
-    i = coord.index_of(parts.identity)
-    if i is None or coord.epoch_state.clients[i].state is not ClientState.Healthy:
-        return None
-    return i
 
 
 class WarmupStep:

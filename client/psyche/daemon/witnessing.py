@@ -13,20 +13,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from psyche.coordinator import ClientState, Coordinator, WitnessMetadata
 from psyche.coordinator.types import MAX_EVALS, EvalResult
 from psyche.daemon.epoch import EpochView
-from psyche.daemon.parts import ClientParts
-from psyche.daemon.rounds import bloom_seed_for, build_witness
+from psyche.daemon.parts import ClientParts, healthy_index
+from psyche.daemon.rounds import RoundState, bloom_seed_for, build_witness
 from psyche.daemon.verifying import verdict_of
-from psyche.daemon.warmup import healthy_index
 
-if TYPE_CHECKING:
-    from psyche.daemon.training import TrainingStep
 
-__all__ = ["WitnessStep", "report_unhealthy", "send_witness", "witness_metadata"]
+class RoundTraining(Protocol):
+    """What the witness phase needs of the round's training step
+    (:class:`~psyche.daemon.training.TrainingStep`, which itself sends witnesses early through
+    this module: the step is named by its interface to keep the two modules one-way)."""
+
+    @property
+    def state(self) -> RoundState: ...
+
+    def cancel(self) -> None: ...
+
+
+__all__ = [
+    "RoundTraining",
+    "WitnessStep",
+    "report_unhealthy",
+    "send_witness",
+    "witness_metadata",
+]
 
 log = logging.getLogger("psyche.daemon")
 
@@ -93,7 +107,7 @@ async def report_unhealthy(parts: ClientParts, coord: Coordinator) -> None:
 class WitnessStep:
     """The RoundWitness phase of the round that ``training`` ran."""
 
-    def __init__(self, parts: ClientParts, epoch: EpochView, training: TrainingStep) -> None:
+    def __init__(self, parts: ClientParts, epoch: EpochView, training: RoundTraining) -> None:
         self.parts = parts
         self.epoch = epoch
         self.training = training

@@ -28,8 +28,9 @@ from typing import Any
 from psyche.coordinator import Coordinator, RunState
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.engine import RoundEngine
+from psyche.daemon.kit import ModelKit, ModelLoader
 from psyche.daemon.loader import model_loader
-from psyche.daemon.parts import DaemonOptions, ModelKit, ModelLoader, client_parts
+from psyche.daemon.parts import DaemonOptions, client_parts
 from psyche.events import ApplyEvent, CheckpointEvent, EventLog, EventTail, TrainEvent
 from psyche.p2p.memory import MemoryNetwork, MemoryTransport
 from psyche.protocol.commitment import sha256

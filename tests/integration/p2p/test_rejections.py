@@ -37,8 +37,9 @@ from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.sim import Sim
 from psyche.daemon.engine import RoundEngine
 from psyche.daemon.epoch import EpochView
-from psyche.daemon.parts import ModelKit, client_parts
-from psyche.daemon.rounds import RoundState, round_state_for
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import client_parts
+from psyche.daemon.rounds import RoundState, round_lrs, round_state_for
 from psyche.distro import (
     DistroConfig,
     DistroResult,
@@ -165,7 +166,11 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
     # A second round in the view gives the rogue a second batch to lie about.
     later_batch = BatchId(10_000, 10_009)
     later = RoundState(
-        state.height + 1, state.step + 1, True, {later_batch: keys["rogue"].node_identity()}
+        state.height + 1,
+        state.step + 1,
+        True,
+        {later_batch: keys["rogue"].node_identity()},
+        round_lrs(coord, state.step + 1, state.height + 1),
     )
     step = state.step
 

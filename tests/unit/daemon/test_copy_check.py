@@ -9,12 +9,22 @@ import dataclasses
 import torch
 
 from psyche.coordinator.sim import sim_identity
-from psyche.daemon.rounds import ReceivedResult, RoundState, copied_from, result_fingerprint
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundLRs,
+    RoundState,
+    copied_from,
+    result_fingerprint,
+)
 from psyche.distro import Distro, DistroConfig, Payload, decode_payload, encode_payload
 from psyche.protocol.data_selection import BatchId
 from psyche.training import init_model, llama_config
 
 from ..training.helpers import TINY, batch_of
+
+LRS = RoundLRs(lr=1e-3, prev_lr=1e-3, zero_optim=False)
+"""Any positive LRs: these tests do not depend on their value."""
+
 
 CFG = DistroConfig(
     compression_decay=0.999, compression_topk=8, compression_chunk=64, quantize_1bit=True
@@ -57,7 +67,7 @@ def test_copied_from_finds_the_original_in_recent_rounds() -> None:
     rounds = _honest_payloads(rounds=2, clients=2)
     states = []
     for r, sent in enumerate(rounds):
-        st = RoundState(height=r, step=r + 1, trains=True, assignment={})
+        st = RoundState(height=r, step=r + 1, trains=True, assignment={}, lrs=LRS)
         for i, p in enumerate(sent):
             b = BatchId(10 * r + 2 * i, 10 * r + 2 * i + 1)
             st.results[b] = ReceivedResult(

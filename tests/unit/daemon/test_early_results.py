@@ -27,7 +27,8 @@ from psyche.daemon.epoch import (
     EpochView,
 )
 from psyche.daemon.gossip import GossipRouter
-from psyche.daemon.parts import Holdings, ModelKit, client_parts
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import Holdings, client_parts
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundState,
@@ -82,7 +83,7 @@ def _first_round(ids: list[NodeIdentity]) -> Coordinator:
 
 def _next_round(state: RoundState) -> RoundState:
     """The round after ``state``, as this client would record it (same batches, for brevity)."""
-    return RoundState(state.height + 1, state.step + 1, True, dict(state.assignment))
+    return RoundState(state.height + 1, state.step + 1, True, dict(state.assignment), state.lrs)
 
 
 def _result(step: int, batch: BatchId, key: SecretKey) -> TrainingResult:
@@ -231,12 +232,12 @@ def test_a_consensus_result_this_client_never_received_is_reported_missing() -> 
     coord = _first_round([A.node_identity(), B.node_identity(), ME.node_identity()])
     state = round_state_for(coord)
     # What the witnesses verified: every trainer's result.
-    seen = RoundState(state.height, state.step, True, dict(state.assignment))
+    seen = RoundState(state.height, state.step, True, dict(state.assignment), state.lrs)
     for batch, who in state.assignment.items():
         seen.results[batch] = ReceivedResult(who, batch, bytes([batch.start % 256]) * 32, b"x")
     witnesses = [build_witness(WitnessProof(i, i, True), seen, 7 + i) for i in range(2)]
     # This client holds all but A's: A's is missing (the others are not, downloaded or not).
-    mine = RoundState(state.height, state.step, True, dict(state.assignment))
+    mine = RoundState(state.height, state.step, True, dict(state.assignment), state.lrs)
     a_batch = state.batch_of(A.node_identity())
     for batch, who in state.assignment.items():
         if batch != a_batch:

@@ -8,7 +8,13 @@ import dataclasses
 import torch
 
 from psyche.coordinator.sim import sim_identity
-from psyche.daemon.rounds import ReceivedResult, RoundState, copied_from, result_fingerprint
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundLRs,
+    RoundState,
+    copied_from,
+    result_fingerprint,
+)
 from psyche.distro import Distro, DistroConfig, DistroResult, Payload, encode_payload
 from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import DistroFormat
@@ -16,6 +22,10 @@ from psyche.protocol.data_selection import BatchId
 from psyche.training import init_model, llama_config
 
 from ..training.helpers import TINY, batch_of
+
+LRS = RoundLRs(lr=1e-3, prev_lr=1e-3, zero_optim=False)
+"""Any positive LRs: these tests do not depend on their value."""
+
 
 CFG = DistroConfig(
     compression_decay=0.999, compression_topk=8, compression_chunk=64, quantize_1bit=True
@@ -27,7 +37,7 @@ def test_near_duplicates_are_refused_and_honest_results_are_not() -> None:
     models = [init_model(llama_config(TINY), seed=0) for _ in range(2)]
     distros = [Distro(m.named_parameters(), CFG) for m in models]
     spec = distros[0].payload_spec
-    state = RoundState(height=1, step=2, trains=True, assignment={})
+    state = RoundState(height=1, step=2, trains=True, assignment={}, lrs=LRS)
     sent: list[Payload] = []
     for i, (m, d) in enumerate(zip(models, distros, strict=True)):
         tokens = batch_of(10 + i)

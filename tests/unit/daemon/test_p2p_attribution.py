@@ -21,7 +21,8 @@ from psyche.coordinator.sim import Sim
 from psyche.coordinator.types import RunState
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.gossip import GossipRouter
-from psyche.daemon.parts import Holdings, ModelKit, client_parts
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import Holdings, client_parts
 from psyche.daemon.rounds import RoundState, round_state_for
 from psyche.distro import DistroConfig, PayloadSpec
 from psyche.distro.result_format import DistroFormat

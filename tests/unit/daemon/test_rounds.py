@@ -9,6 +9,7 @@ from psyche.coordinator.consensus import participant_item
 from psyche.coordinator.sim import Sim, sim_identity
 from psyche.daemon.rounds import (
     ReceivedResult,
+    RoundLRs,
     RoundState,
     build_witness,
     results_to_apply,
@@ -17,6 +18,10 @@ from psyche.daemon.rounds import (
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.run_file import load_run_config
+
+LRS = RoundLRs(lr=1e-3, prev_lr=1e-3, zero_optim=False)
+"""Any positive LRs: these tests do not depend on their value."""
+
 
 TINY = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 
@@ -44,7 +49,7 @@ def test_round_state_assigns_every_sample_once() -> None:
 
 def test_witness_attests_only_the_assignee_and_downloaded_results() -> None:
     a, b, c = (sim_identity(i) for i in range(3))
-    state = RoundState(0, 1, True, {BatchId(0, 1): a, BatchId(2, 3): b, BatchId(4, 5): c})
+    state = RoundState(0, 1, True, {BatchId(0, 1): a, BatchId(2, 3): b, BatchId(4, 5): c}, LRS)
     state.results[BatchId(0, 1)] = ReceivedResult(a, BatchId(0, 1), b"\x01" * 32, b"x")
     state.results[BatchId(2, 3)] = ReceivedResult(c, BatchId(2, 3), b"\x02" * 32, b"y")  # impostor
     state.results[BatchId(4, 5)] = ReceivedResult(c, BatchId(4, 5), b"\x03" * 32, None)  # pending
@@ -59,11 +64,11 @@ def test_witness_attests_only_the_assignee_and_downloaded_results() -> None:
 def test_apply_takes_only_results_with_a_witness_quorum() -> None:
     coord = training_coordinator()
     a, b = sim_identity(0), sim_identity(1)
-    state = RoundState(0, 1, True, {BatchId(0, 2): a, BatchId(3, 5): b})
+    state = RoundState(0, 1, True, {BatchId(0, 2): a, BatchId(3, 5): b}, LRS)
     state.results[BatchId(0, 2)] = ReceivedResult(a, BatchId(0, 2), b"\x01" * 32, b"x")
     state.results[BatchId(3, 5)] = ReceivedResult(b, BatchId(3, 5), b"\x02" * 32, b"y")
     seen_a = RoundState(
-        0, 1, True, dict(state.assignment), {BatchId(0, 2): state.results[BatchId(0, 2)]}
+        0, 1, True, dict(state.assignment), LRS, {BatchId(0, 2): state.results[BatchId(0, 2)]}
     )
     witnesses = [build_witness(WitnessProof(i, i, True), seen_a, bloom_seed=i) for i in range(2)]
     chosen = results_to_apply(state, witnesses, coord)

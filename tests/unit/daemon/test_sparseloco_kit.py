@@ -11,9 +11,9 @@ import pytest
 
 from psyche.checkpoint.manifest import SHARED_FILES
 from psyche.coordinator.sim import sim_identity
+from psyche.daemon.kit import ModelKit
 from psyche.daemon.loader import _load_optimizer_state
-from psyche.daemon.parts import ModelKit
-from psyche.daemon.rounds import ReceivedResult, RoundState, copied_from, decode_verified
+from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState, copied_from, decode_verified
 from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.protocol.data_selection import BatchId
@@ -63,7 +63,12 @@ def test_a_relabelled_copy_has_its_originals_fingerprint_and_is_refused() -> Non
         sim_identity(0), batch, payload_hash(3, 0, 3, a), a, fmt.fingerprint(original)
     )
     state = RoundState(
-        height=2, step=3, trains=True, assignment={batch: sim_identity(0)}, results={batch: held}
+        height=2,
+        step=3,
+        trains=True,
+        assignment={batch: sim_identity(0)},
+        lrs=RoundLRs(lr=4e-3, prev_lr=4e-3, zero_optim=False),
+        results={batch: held},
     )
     found = copied_from(fmt.fingerprint(relabelled), [state], relabelled, fmt)
     assert found is held

@@ -13,7 +13,13 @@ import torch
 from psyche.coordinator import Coordinator
 from psyche.coordinator.sim import Sim
 from psyche.coordinator.types import CoordinatorException, Verdict
-from psyche.daemon.rounds import ReceivedResult, RoundState, result_fingerprint, round_state_for
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundLRs,
+    RoundState,
+    result_fingerprint,
+    round_state_for,
+)
 from psyche.daemon.verifying import (
     TOKEN_SHARE,
     Judgement,
@@ -33,6 +39,10 @@ from psyche.training.trainer import Trainer
 
 from ..coordinator.support import end_round, verifying_sim
 from ..training.helpers import TINY, make_trainer
+
+LRS = RoundLRs(lr=1e-3, prev_lr=1e-3, zero_optim=False)
+"""Any positive LRs: these tests do not depend on their value."""
+
 
 CHUNK = 64
 
@@ -187,7 +197,7 @@ def _judgement(sent: Sequence[tuple[NodeIdentity, BatchId, bytes]], spec: Payloa
 
 
 def _round0(sent: Sequence[tuple[NodeIdentity, BatchId, bytes]]) -> RoundState:
-    return RoundState(0, 1, True, {batch: who for who, batch, _ in sent})
+    return RoundState(0, 1, True, {batch: who for who, batch, _ in sent}, LRS)
 
 
 def test_honest_results_match_and_a_flipped_one_is_a_mismatch() -> None:
@@ -222,7 +232,7 @@ def test_results_not_held_stay_unchecked() -> None:
     round0.results[batch] = ReceivedResult(who, batch, b"\0" * 32, None)
     assert verdict_of(judged, round0) == Verdict(checked=0b1, mismatch=0)
     # A record of another round judges nothing.
-    assert verdict_of(judged, RoundState(5, 6, True, {})) == Verdict()
+    assert verdict_of(judged, RoundState(5, 6, True, {}, LRS)) == Verdict()
 
 
 def test_a_spent_time_budget_leaves_every_slot_unchecked() -> None:

@@ -1,6 +1,6 @@
 """libp2p multiaddrs as the client publishes and reads them, as text, without libp2p.
 
-The asyncio side never imports libp2p (docs/architecture.md, "The libp2p host process"), so the
+The asyncio side never imports libp2p (docs/p2p-nat.md, "The libp2p host process"), so the
 few shapes we publish are handled here as strings:
 
 * direct: ``/ip4/A/tcp/P`` or ``/ip6/A/tcp/P`` or ``/dns{,4,6}/NAME/tcp/P``;

@@ -2,7 +2,7 @@
 
 See docs/protocol.md, "Networking".
 
-The libp2p host runs in its own process (docs/architecture.md, "The libp2p host process"); the
+The libp2p host runs in its own process (docs/p2p-nat.md, "The libp2p host process"); the
 modules split along that boundary.
 
 Daemon side (asyncio; imports neither trio nor libp2p):

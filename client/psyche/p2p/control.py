@@ -2,7 +2,7 @@
 
 Why a second process: py-libp2p is trio-only and pure Python. Run in the daemon's process, a
 training thread holding the GIL starves it (gossip round trips over a second, blobs at 2 MB/s;
-docs/architecture.md, "The libp2p host process"), and trio guest mode inside asyncio failed under
+docs/p2p-nat.md, "The libp2p host process"), and trio guest mode inside asyncio failed under
 load. So the host runs in a child process and the parent talks to it over a Unix socket pair with
 small frames; blobs never cross the socket, they are handed over as files in a shared directory
 (``/dev/shm`` when it exists).

@@ -1,7 +1,7 @@
 """The daemon's P2P node: an asyncio facade over a libp2p host running in a child process.
 
 Process boundary. The daemon runs asyncio plus a training thread that holds the GIL for long
-stretches; py-libp2p is pure-Python trio and, in that process, starves (docs/architecture.md,
+stretches; py-libp2p is pure-Python trio and, in that process, starves (docs/p2p-nat.md,
 "The libp2p host process"). So :meth:`P2PNode.start` spawns ``python -m psyche.p2p.host`` (via
 :mod:`psyche.p2p.process`) and talks to it over a Unix socket pair with small msgspec frames
 (:mod:`psyche.p2p.control`). This side never imports trio or libp2p. Blobs cross the boundary as

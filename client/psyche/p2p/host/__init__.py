@@ -4,7 +4,7 @@ This package is the only place in the client that imports trio or libp2p, and no
 imports it (tests/unit/test_layering.py). py-libp2p is a pure-Python trio program: inside the
 daemon, whose training thread holds the GIL for long stretches, it starved (gossip round trips
 above a second, blobs at a few MB/s) and trio's guest mode inside asyncio failed under load
-(docs/architecture.md, "The libp2p host process"). So :class:`psyche.p2p.node.P2PNode` spawns
+(docs/p2p-nat.md, "The libp2p host process"). So :class:`psyche.p2p.node.P2PNode` spawns
 this package as its own process and drives it over a Unix socket pair with the frames of
 :mod:`psyche.p2p.control`; blobs cross as files in a shared directory. The asyncio parent names
 the package only on the child's command line.

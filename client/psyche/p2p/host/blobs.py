@@ -59,7 +59,7 @@ HEADER_LEN = 1 + 8
 CHUNK = 1 << 20
 """1 MiB reads and writes: the size at which Noise+Yamux reached ~200 MB/s.
 
-See docs/architecture.md, "The libp2p host process".
+See docs/p2p-nat.md, "The libp2p host process".
 """
 
 

@@ -6,7 +6,7 @@ fetcher never trusts a server: the announced length must fit ``max_size``, bytes
 they arrive, and only a file whose SHA-256 equals the requested hash is renamed into place
 (:func:`~psyche.p2p.control.blob_path`); partial files are always removed. A peer killed
 mid-transfer looks like a clean EOF to py-libp2p and a frozen one is never detected
-(docs/architecture.md, "The libp2p host process"), hence the explicit length and a deadline on every
+(docs/p2p-nat.md, "The libp2p host process"), hence the explicit length and a deadline on every
 attempt.
 
 Peers that sent a wrong hash, announced an oversize blob or refused us are excluded for the rest

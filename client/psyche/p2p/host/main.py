@@ -2,7 +2,7 @@
 
 This package (:mod:`psyche.p2p.host`) is the only place that imports libp2p, and the only trio
 program in the client. The daemon (asyncio plus a GIL-heavy training thread) would starve an
-in-process host (docs/architecture.md, "The libp2p host process"), so
+in-process host (docs/p2p-nat.md, "The libp2p host process"), so
 :class:`psyche.p2p.node.P2PNode` spawns this process and drives it over one end of a Unix socket
 pair (:mod:`psyche.p2p.control`); blobs are exchanged as files in a shared directory. The process
 exits when the parent says ``Shutdown``, when the control socket reaches EOF (the parent died or
@@ -11,7 +11,7 @@ handled outside the event loop) when the parent thread that spawned it dies; in 
 deletes a blob dir the parent created for it. It ignores SIGINT so a Ctrl-C in the terminal is
 handled by the parent, which then stops it in order.
 
-The host follows the measured settings of docs/architecture.md, "The libp2p host process", exactly:
+The host follows the measured settings of docs/p2p-nat.md, "The libp2p host process", exactly:
 
 * Noise is the only security transport (the default list also offers plaintext, which lets a
   dialer impersonate any peer id on stream protocols) and Yamux the only muxer (Mplex is ~7×

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from psyche.distro.compress import DistroResult, chunk_shape, index_width, pack_signs
-from psyche.distro.payload import (
+from psyche.distro.payload_types import (
     _CODE_DTYPES,
     _FLAG_1BIT,
     _FLOAT_CODES,

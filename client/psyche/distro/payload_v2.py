@@ -36,7 +36,7 @@ import torch
 
 from psyche.distro.compress import DistroResult, chunk_shape
 from psyche.distro.elias_fano import EliasFano, EliasFanoError
-from psyche.distro.payload import (
+from psyche.distro.payload_types import (
     _CODE_DTYPES,
     _FLOAT_CODES,
     _INT_VIEWS,
@@ -52,6 +52,7 @@ from psyche.distro.payload import (
     check_result_shape,
     check_sendable,
     quantized_flag,
+    register_size_bound,
 )
 
 __all__ = ["VERSION", "decode_v2", "encode_v2", "layout_digest", "max_bytes_v2"]
@@ -123,6 +124,9 @@ def body_bytes(spec: PayloadSpec) -> int:
 def max_bytes_v2(spec: PayloadSpec) -> int:
     """Upper bound on a v2 payload's size under `spec` (header integers at their widest)."""
     return _FIXED.size + _VARINT_MAX_BYTES + body_bytes(spec)
+
+
+register_size_bound(VERSION, max_bytes_v2)
 
 
 def _varint(value: int) -> bytes:

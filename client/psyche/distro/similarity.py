@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from psyche.distro.compress import chunk_shape, totalk_of
+from psyche.distro.compress import DistroResult, chunk_shape, totalk_of
 from psyche.distro.dct import encode
-from psyche.distro.payload import DistroResult, Payload
+from psyche.distro.payload import Payload
 
 THRESHOLD = 0.05
 """A result scoring at or above this passes verification (a "match" vote). Calibrated on the tiny

@@ -98,6 +98,9 @@ class SolanaTestnetOptions(NetOptions):
     earning_rate: int | None = None
     """Points the Healthy clients share per successful epoch (``set-future-epoch-rates`` before
     the run starts); default: none set, or with the Treasurer ``DEFAULT_EARNING_RATE``."""
+    slashing_rate: int | None = None
+    """Points slashed from each client ejected in an epoch (``set-future-epoch-rates
+    --slashing-rate-per-client``); default: the run's (0). Not a launcher flag: tests set it."""
     collateral_per_point: int = 1
     """With the Treasurer: token base units paid per point."""
     treasurer_top_up: int = 10**12
@@ -271,10 +274,14 @@ class SolanaTestnet(LocalTestnet):
         rate = o.earning_rate
         if rate is None and o.treasurer:
             rate = DEFAULT_EARNING_RATE
-        if rate is not None:
+        if rate is not None or o.slashing_rate is not None:
             rates = [cli, "set-future-epoch-rates", *endpoints, *run]
-            rates += ["--earning-rate-total-shared", str(rate)]
-            self.setup(f"set-future-epoch-rates ({rate} points per epoch)", rates, creator)
+            if rate is not None:
+                rates += ["--earning-rate-total-shared", str(rate)]
+            if o.slashing_rate is not None:
+                rates += ["--slashing-rate-per-client", str(o.slashing_rate)]
+            what = f"{rate} points per epoch, {o.slashing_rate or 0} slashed per ejection"
+            self.setup(f"set-future-epoch-rates ({what})", rates, creator)
         if mint is not None:
             top_up = [cli, "treasurer-top-up-rewards", *endpoints, *run]
             top_up += ["--amount", str(o.treasurer_top_up)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.rewards import epoch_points
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.protocol.run_file import load_run_config
 
 TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"

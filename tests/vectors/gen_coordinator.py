@@ -8,10 +8,10 @@ format. Regenerate after an intentional change::
 
     .venv/bin/python tests/vectors/gen_coordinator.py
 
-Scenarios are driven by :class:`psyche.coordinator.sim.Sim` (honest clients, deterministic seeds,
-no clock), so the output is identical on every machine. Every scenario also asserts, while it is
-built, that the coordinator did what the scenario's description says; a behaviour change therefore
-fails here loudly instead of silently producing different vectors.
+Scenarios are driven by :class:`psyche.coordinator.scripted_clients.Sim` (honest clients,
+deterministic seeds, no clock), so the output is identical on every machine. Every scenario also
+asserts, while it is built, that the coordinator did what the scenario's description says; a
+behaviour change therefore fails here loudly instead of silently producing different vectors.
 
 A state equal to the one before it is written as the string ``"unchanged"`` to keep files small.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.coordinator.state_json import to_obj_state
 from psyche.coordinator.types import ClientState, RunState, Verdict, Witness
 from psyche.coordinator.verification import (

@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from psyche.coordinator import Coordinator, RunState
-from psyche.coordinator.sim import Sim
+from psyche.coordinator.scripted_clients import Sim
 from psyche.daemon.engine import RoundEngine
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.kit import ModelKit

@@ -24,7 +24,7 @@ from psyche.backends.centralized.server import CentralizedServer
 from psyche.backends.centralized.state_store import StateStore
 from psyche.backends.centralized.status import render_status
 from psyche.cli.server import server as server_cli
-from psyche.coordinator.sim import sim_identity
+from psyche.coordinator.scripted_clients import sim_identity
 from psyche.coordinator.types import ClientState, RunState
 from psyche.protocol.strict_obj import ConfigError
 

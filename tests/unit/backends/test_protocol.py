@@ -33,7 +33,7 @@ from psyche.backends.centralized.protocol import (
     read_message,
 )
 from psyche.coordinator import state_json as serde
-from psyche.coordinator.sim import sim_identity
+from psyche.coordinator.scripted_clients import sim_identity
 from psyche.coordinator.types import EvalResult, Witness, WitnessMetadata
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof

@@ -8,7 +8,7 @@ import pytest
 
 from psyche.backends.centralized.run_host import RunHost
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import sim_identity
+from psyche.coordinator.scripted_clients import sim_identity
 from psyche.coordinator.types import (
     ClientState,
     CoordinatorErrorCode,

@@ -11,7 +11,7 @@ from psyche.backends.centralized.run_host import RunHost
 from psyche.backends.centralized.state_store import StateStore, restore_progress
 from psyche.coordinator import state_json as serde
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import sim_identity
+from psyche.coordinator.scripted_clients import sim_identity
 from psyche.coordinator.types import Client, RunState
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.locations import HubCheckpoint, HubRepo, P2PCheckpoint

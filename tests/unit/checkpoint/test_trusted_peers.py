@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from psyche.coordinator import Client, RunState
-from psyche.coordinator.sim import sim_identity
+from psyche.coordinator.scripted_clients import sim_identity
 from psyche.daemon.sharing import ModelSharing, SharingOptions
 from psyche.protocol.identity import SecretKey
 

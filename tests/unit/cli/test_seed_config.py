@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.coordinator.types import RunState
 from psyche.protocol.locations import HttpData
 from psyche.protocol.model import LLM

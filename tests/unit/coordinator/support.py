@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.coordinator.state_json import to_obj_state
 from psyche.coordinator.types import RunState, Witness
 from psyche.protocol.bloom import Bloom

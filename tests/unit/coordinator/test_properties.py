@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from psyche.coordinator import lost_work
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.coordinator.state_json import from_obj_state, to_obj_state
 from psyche.coordinator.types import (
     MAX_CLIENTS,

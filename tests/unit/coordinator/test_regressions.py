@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from psyche.coordinator import state_json
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.coordinator.types import ClientState, CoordinatorException
 from psyche.protocol.committee import Committee, CommitteeProof
 from psyche.protocol.run_file import parse_toml

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from psyche.coordinator import lost_work
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.coordinator.types import ClientState, CoordinatorException, TickResult
 from psyche.protocol.committee import CommitteeProof
 from psyche.protocol.identity import NodeIdentity

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from psyche.coordinator.rewards import epoch_points
-from psyche.coordinator.sim import Sim
+from psyche.coordinator.scripted_clients import Sim
 from psyche.coordinator.types import ClientState, CoordinatorException, Verdict
 from psyche.coordinator.verification import (
     MAX_SAMPLED_RESULTS,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from psyche.coordinator import Coordinator, RunState
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.daemon.rounds import cold_start_bounds, round_lrs, round_state_for
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import load_run_config

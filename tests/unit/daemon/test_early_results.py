@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import Sim
+from psyche.coordinator.scripted_clients import Sim
 from psyche.coordinator.types import RunState
 from psyche.daemon.epoch import (
     EARLY_PER_SENDER,

@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from psyche.coordinator.sim import sim_identity
+from psyche.coordinator.scripted_clients import sim_identity
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundLRs,

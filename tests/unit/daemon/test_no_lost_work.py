@@ -1,8 +1,9 @@
 """No lost work, end to end on the pure pieces: the real coordinator driven by honest simulated
-clients (``psyche.coordinator.sim``) and the daemon's own round decisions (``round_state_for``
-assigns, ``results_to_apply`` applies by witness consensus). One client dies mid-epoch; honest
-clients eject it by health check; every sample index that some training round handed out as
-fresh data must end up applied at least once, in this epoch or (queued) in the next.
+clients (``psyche.coordinator.scripted_clients``) and the daemon's own round decisions
+(``round_state_for`` assigns, ``results_to_apply`` applies by witness consensus). One client dies
+mid-epoch; honest clients eject it by health check; every sample index that some training round
+handed out as fresh data must end up applied at least once, in this epoch or (queued) in the
+next.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from psyche.coordinator import Coordinator, RunState
-from psyche.coordinator.sim import Sim, sim_identity, sim_result_hash
+from psyche.coordinator.scripted_clients import Sim, sim_identity, sim_result_hash
 from psyche.daemon.rounds import ReceivedResult, RoundState, results_to_apply, round_state_for
 from psyche.protocol.coordinator_config import CoordinatorConfig
 

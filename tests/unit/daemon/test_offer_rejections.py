@@ -14,7 +14,7 @@ import pytest
 
 from psyche.checkpoint.p2p import PeerFetchError
 from psyche.coordinator import Client, Coordinator, RunState
-from psyche.coordinator.sim import Sim
+from psyche.coordinator.scripted_clients import Sim
 from psyche.daemon.sharing import ModelSharing, SharingOptions
 from psyche.p2p.errors import BlobNotFound
 from psyche.p2p.messages import ModelAvailable

@@ -17,7 +17,7 @@ import hashlib
 from pathlib import Path
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import Sim
+from psyche.coordinator.scripted_clients import Sim
 from psyche.coordinator.types import RunState
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.gossip import GossipRouter

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.consensus import participant_item
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundLRs,

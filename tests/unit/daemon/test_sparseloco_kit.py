@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from psyche.checkpoint.manifest import SHARED_FILES
-from psyche.coordinator.sim import sim_identity
+from psyche.coordinator.scripted_clients import sim_identity
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.loader import _load_optimizer_state
 from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState, copied_from, decode_verified

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from psyche.coordinator import RunState
-from psyche.coordinator.sim import Sim, sim_result_hash
+from psyche.coordinator.scripted_clients import Sim, sim_result_hash
 from psyche.coordinator.types import Verdict
 from psyche.daemon.rounds import (
     ReceivedResult,

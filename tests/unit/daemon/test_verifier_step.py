@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from psyche.coordinator import Coordinator
-from psyche.coordinator.sim import Sim
+from psyche.coordinator.scripted_clients import Sim
 from psyche.coordinator.types import CoordinatorException, Verdict
 from psyche.daemon.rounds import (
     ReceivedResult,

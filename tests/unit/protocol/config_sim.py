@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.sim import Sim, sim_identity
+from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.coordinator.state_json import from_obj_state, to_obj_state
 from psyche.coordinator.types import CoordinatorException, RunState, Witness
 from psyche.protocol.bloom import Bloom

@@ -1,10 +1,11 @@
-"""A deterministic driver that plays N honest clients against a :class:`Coordinator`.
+"""Scripted honest clients: a deterministic driver that plays N honest clients against a
+:class:`Coordinator`, for the shared vectors, the table-driven and property tests and the
+simulated-run demo (not a client: no model, no network, no clock).
 
 It sends what real clients would (warmup witnesses once loaded, round witnesses from the elected
 witnesses with blooms of the previous round's trainers and payload hashes, health checks for
 clients that stopped delivering) and records every call as a JSON event with the state after it.
-Used to build the shared vectors, by table-driven tests and by the simulated-run demo. No clock:
-time advances only through ``advance``.
+Time advances only through ``advance``.
 """
 
 from __future__ import annotations

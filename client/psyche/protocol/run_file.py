@@ -27,6 +27,7 @@ from typing import Any
 from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN, CoordinatorConfig
 from psyche.protocol.locations import TokenSize
 from psyche.protocol.model import LLM, Model
+from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.protocol.strict_obj import U8, U32, ConfigError, from_obj
 
 RUN_STATE = "WaitingForMembers"
@@ -76,8 +77,20 @@ class RunConfig:
 
     def advisories(self) -> list[str]:
         """Valid but risky settings (warnings, never errors); see
-        :meth:`CoordinatorConfig.advisories`."""
-        return self.config.advisories()
+        :meth:`CoordinatorConfig.advisories`, and a verification fraction that the run's
+        optimizer makes moot."""
+        out = self.config.advisories()
+        sparseloco = isinstance(self.model, LLM) and isinstance(
+            self.model.optimizer, SparseLoCoOptimizer
+        )
+        if sparseloco and self.config.verification_percent > 0:
+            out.append(
+                f"config.verification_percent = {self.config.verification_percent} checks "
+                "nothing with the SparseLoCo optimizer: a SparseLoCo result is H AdamW steps "
+                "from its trainer's private moments, which no verifier can recompute, so "
+                'verifiers leave it unchecked (docs/distro.md, "SparseLoCo")'
+            )
+        return out
 
 
 def parse_toml(text: str, source: str = "<string>") -> dict[str, Any]:

@@ -104,3 +104,12 @@ def test_a_state_file_that_does_not_fit_the_run_is_one_clear_error() -> None:
         _load_optimizer_state(t, {OPTIMIZER_STATE_FILE: b"\x00" * 16})
     other = _trainer(outer_momentum=0.0)
     _load_optimizer_state(other, {})  # nothing came: nothing to load, no error
+
+
+def test_verification_with_sparseloco_is_a_warning_not_an_error() -> None:
+    rc = load_run_config(CONFIG)
+    assert not any("verification_percent" in a for a in rc.advisories())
+    rc = dataclasses.replace(rc, config=dataclasses.replace(rc.config, verification_percent=25))
+    rc.check()  # valid: the run trains, its results are just not recomputed
+    (warning,) = [a for a in rc.advisories() if "verification_percent" in a]
+    assert "checks nothing with the SparseLoCo optimizer" in warning

@@ -21,13 +21,14 @@ from psyche.cli.checks import bind_address
 from psyche.cli.client import client
 from psyche.cli.daemon_options import take_training_flags
 from psyche.cli.logs import apply_log_spec
-from psyche.cli.main import cli
 from psyche.cli.server import server
 from psyche.cli.solana import solana
 from psyche.cli.solana_testnet import solana_testnet
 from psyche.cli.testnet import testnet as centralized_testnet
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import SecretKey
+
+from .programs import PROGRAMS
 
 # The client's train flags with a value each, as the documentation names them (shared by the
 # centralized and the Solana client).
@@ -369,17 +370,7 @@ def test_create_then_show_static_p2p_identity(tmp_path: Path) -> None:
 # --- print-all-help -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("group", "prog"),
-    [
-        (client, "psyche-centralized-client"),
-        (server, "psyche-centralized-server"),
-        (centralized_testnet, "psyche-centralized-local-testnet"),
-        (solana, "psyche-solana-client"),
-        (solana_testnet, "psyche-solana-local-testnet"),
-        (cli, "psyche"),
-    ],
-)
+@pytest.mark.parametrize(("group", "prog"), PROGRAMS)
 def test_print_all_help_markdown_lists_every_command_and_option(
     group: click.Group, prog: str
 ) -> None:

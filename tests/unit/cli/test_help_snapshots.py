@@ -12,24 +12,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from psyche.cli.client import client
-from psyche.cli.main import cli
-from psyche.cli.server import server
-from psyche.cli.solana import solana
-from psyche.cli.solana_testnet import solana_testnet
-from psyche.cli.testnet import testnet as centralized_testnet
+from .programs import PROGRAMS
 
 SNAPSHOTS = Path(__file__).with_name("help_snapshots")
 ROOT = Path(__file__).resolve().parents[3]
 """The checkout, which some defaults name (``--config-path``): written as ``<repo>``."""
-PROGRAMS: list[tuple[click.Group, str]] = [
-    (client, "psyche-centralized-client"),
-    (server, "psyche-centralized-server"),
-    (centralized_testnet, "psyche-centralized-local-testnet"),
-    (solana, "psyche-solana-client"),
-    (solana_testnet, "psyche-solana-local-testnet"),
-    (cli, "psyche"),
-]
 
 
 @pytest.mark.parametrize(("group", "prog"), PROGRAMS, ids=[p for _, p in PROGRAMS])

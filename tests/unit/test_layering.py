@@ -23,7 +23,7 @@ PROTOCOL_CORE = {"protocol", "coordinator"}
 EVERYTHING = {
     "psyche", "protocol", "coordinator", "events", "net", "p2p", "distro", "training", "data",
     "checkpoint", "backends", "daemon", "simulation", "testnet", "localsvm", "metrics",
-    "evals", "explorer",
+    "evals", "explorer", "solana",
 }  # fmt: skip
 
 # What each unit may import (a unit never needs itself listed). An entry is a subpackage, or a
@@ -55,9 +55,12 @@ ALLOWED: dict[str, set[str]] = {
     "checkpoint": {"protocol", "p2p", "net", "training"},
     # A local Solana validator stand-in: it must not know what psyche runs on it.
     "localsvm": set(),
+    # The Solana chain client (IDL codec, account records): it reads and writes the programs'
+    # accounts for the backend, the CLI, the testnets and the explorer, and knows no transport.
+    "solana": PROTOCOL_CORE,
     # Coordinator transports: they host (centralized) or reach the coordinator, serve data and
     # name peers, and log events; they never reach up into the daemon that drives them.
-    "backends": PROTOCOL_CORE | {"events", "data", "p2p", "net"},
+    "backends": PROTOCOL_CORE | {"events", "data", "p2p", "net", "solana"},
     # The client's logic talks to its coordinator only through the Backend seam; which backend
     # it gets is decided where the process is assembled (cli).
     "daemon": PROTOCOL_CORE
@@ -67,10 +70,10 @@ ALLOWED: dict[str, set[str]] = {
     # assembles one process.
     "simulation": EVERYTHING - {"cli", "testnet", "localsvm"},
     # The local testnet starts processes and prepares their chain, data and models.
-    "testnet": PROTOCOL_CORE | {"events", "p2p", "net", "data", "training", "backends"},
+    "testnet": PROTOCOL_CORE | {"events", "p2p", "net", "data", "training", "backends", "solana"},
     # The run explorer reads runs as a client would (the coordinator's decoders, the Solana
     # layouts and RPC of backends) and knows nothing of training, the daemon or the testnets.
-    "explorer": PROTOCOL_CORE | {"events", "backends"},
+    "explorer": PROTOCOL_CORE | {"events", "backends", "solana"},
     # Processes are assembled here, from everything; nothing imports cli.
     "cli": EVERYTHING,
 }

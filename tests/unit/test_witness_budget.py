@@ -17,7 +17,6 @@ from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
 from psyche.backends.solana.budget import ComputeBudget
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import (
     ProgramClient,
     RunAccounts,
@@ -29,6 +28,7 @@ from psyche.coordinator.types import MAX_EVALS, EvalResult, Verdict, Witness, Wi
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
+from psyche.solana.idl import IdlCodec
 
 SOLANA_PACKET_DATA_SIZE = 1232
 # A ComputeBudget SetComputeUnitPrice instruction (program id key, header, 9 data bytes) is about

@@ -188,9 +188,9 @@ def read_only(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def run_async(session: Any, coro: Coroutine[Any, Any, Any]) -> Any:
     from psyche.backends.base import BackendError
-    from psyche.backends.solana.idl import IdlError
     from psyche.cli.solana_runs import explain_missing_run
     from psyche.protocol.strict_obj import ConfigError
+    from psyche.solana.idl import IdlError
 
     async def go() -> Any:
         try:

@@ -1,6 +1,6 @@
 """P2P reachability of a Solana run's clients, as the run page's clients table shows it, from
 the peer record each client publishes (``PeerRecord``, decoded by the client's own
-:func:`~psyche.backends.solana.peer_record.decode_peer_record`).
+:func:`~psyche.solana.peer_record.decode_peer_record`).
 
 One word per client: ``no record`` (it published none), ``no address`` (its record is empty),
 ``direct`` (every address is dialled straight), ``relayed`` (every address goes through a
@@ -16,9 +16,9 @@ from typing import Any
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.idl import IdlCodec
-from psyche.backends.solana.peer_record import PeerRecordError, decode_peer_record
 from psyche.backends.solana.rpc import decode_account_data
+from psyche.solana.idl import IdlCodec
+from psyche.solana.peer_record import PeerRecordError, decode_peer_record
 
 __all__ = ["classify", "reachability"]
 

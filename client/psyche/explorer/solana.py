@@ -27,7 +27,6 @@ from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.idl import IdlCodec, IdlError
 from psyche.backends.solana.instructions import (
     ProgramClient,
     default_idl_dir,
@@ -48,6 +47,7 @@ from psyche.explorer import peers
 from psyche.explorer.observe import ClientRow, MetricObs, observe
 from psyche.explorer.sources import BadInput, SourceUnavailable
 from psyche.explorer.store import Store, TxRow
+from psyche.solana.idl import IdlCodec, IdlError
 
 __all__ = ["SolanaSource", "SolanaTarget"]
 

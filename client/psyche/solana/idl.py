@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from psyche.backends.solana.idl_writer import (
+from psyche.solana.idl_writer import (
     _PRIMS,
     IdlError,
     Writer,

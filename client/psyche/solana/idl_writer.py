@@ -1,7 +1,7 @@
-"""Borsh writers compiled from IDL types (the encoding half of :mod:`psyche.backends.solana.idl`).
+"""Borsh writers compiled from IDL types (the encoding half of :mod:`psyche.solana.idl`).
 
 Instruction arguments and, for tests and the RPC test double, whole accounts are encoded here;
-value shapes are the ones :class:`~psyche.backends.solana.idl.IdlCodec` decodes to.
+value shapes are the ones :class:`~psyche.solana.idl.IdlCodec` decodes to.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from psyche.solana.errors import ChainError
 
 __all__ = ["IdlError", "Writer", "WriterMixin"]
 
@@ -28,7 +30,7 @@ _PRIMS: dict[str, str] = {
 }
 
 
-class IdlError(ValueError):
+class IdlError(ChainError, ValueError):
     """The IDL is malformed, or a value/byte string does not fit the IDL type."""
 
 

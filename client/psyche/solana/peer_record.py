@@ -11,7 +11,7 @@ with :func:`decode_peer_record`.
 API:
 
 * ``decode_peer_record(idl, data)``: ``idl`` is the coordinator program's
-  :class:`~psyche.backends.solana.idl.IdlCodec` (what :class:`CoordinatorLayout` is built from;
+  :class:`~psyche.solana.idl.IdlCodec` (what :class:`CoordinatorLayout` is built from;
   from a ``ProgramClient`` pass ``program.idl``), ``data`` the account's bytes. It checks the
   size (:data:`PEER_RECORD_SPACE`), the discriminator and the stored addresses
   (:func:`check_peer_addrs`) and raises :class:`PeerRecordError` (a ``ValueError``) for anything
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.idl import IdlCodec, IdlError
+from psyche.solana.errors import ChainError
+from psyche.solana.idl import IdlCodec, IdlError
 
 __all__ = [
     "MAX_PEER_ADDRS",
@@ -63,11 +64,11 @@ deposit (128 + 621) × 6960 = 5,213,040 lamports, paid by the wallet on its firs
 ``set_peer_addrs`` and returned by ``close_peer_record``."""
 
 
-class PeerRecordError(ValueError):
+class PeerRecordError(ChainError, ValueError):
     """Account bytes that are not a peer record this client can read."""
 
 
-class PeerAddrError(ValueError):
+class PeerAddrError(ChainError, ValueError):
     """An address list the program would refuse; ``error`` is the program's error name."""
 
     def __init__(self, error: str, message: str) -> None:

@@ -31,7 +31,6 @@ def test_create_run_then_read_it_back() -> None:
     from solders.system_program import CreateAccountParams, create_account
     from solders.transaction import Transaction
 
-    from psyche.backends.solana.idl import IdlCodec
     from psyche.backends.solana.instructions import (
         ProgramClient,
         RunAccounts,
@@ -41,6 +40,7 @@ def test_create_run_then_read_it_back() -> None:
     from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
     from psyche.backends.solana.snapshot import AccountLayoutError
     from psyche.coordinator import RunState
+    from psyche.solana.idl import IdlCodec
 
     program = ProgramClient(IdlCodec.load(IDL))
     layout = CoordinatorLayout(program.idl)

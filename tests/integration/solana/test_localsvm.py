@@ -35,7 +35,6 @@ from solders.transaction import Transaction
 from websockets.asyncio.client import connect
 
 from psyche.backends.solana.admin import metadata_arg
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import (
     ProgramClient,
     RunAccounts,
@@ -51,6 +50,7 @@ from psyche.backends.solana.rpc import (
     account_updates,
 )
 from psyche.localsvm import LocalSvmThread
+from psyche.solana.idl import IdlCodec
 
 ROOT = Path(__file__).resolve().parents[3]
 IDL = ROOT / "idl" / "psyche_coordinator.json"

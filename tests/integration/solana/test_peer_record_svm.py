@@ -22,7 +22,6 @@ from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.solana.budget import ComputeBudget, load_limits
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import (
     ProgramClient,
     RunAccounts,
@@ -31,7 +30,10 @@ from psyche.backends.solana.instructions import (
     peer_record_pda,
 )
 from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.peer_record import (
+from psyche.backends.solana.rpc import ProgramRejectedError, SolanaRpc, TxSender
+from psyche.localsvm import LocalSvmThread
+from psyche.solana.idl import IdlCodec
+from psyche.solana.peer_record import (
     MAX_PEER_ADDR_LEN,
     MAX_PEER_ADDRS,
     PEER_RECORD_SPACE,
@@ -40,8 +42,6 @@ from psyche.backends.solana.peer_record import (
     check_peer_addrs,
     decode_peer_record,
 )
-from psyche.backends.solana.rpc import ProgramRejectedError, SolanaRpc, TxSender
-from psyche.localsvm import LocalSvmThread
 
 ROOT = Path(__file__).resolve().parents[3]
 IDL = ROOT / "idl" / "psyche_coordinator.json"

@@ -81,7 +81,7 @@ def test_first_broken_rule_is_reported() -> None:
 
 
 def test_idl_encoding_is_the_programs() -> None:
-    from psyche.backends.solana.idl import IdlCodec
+    from psyche.solana.idl import IdlCodec
 
     idl = IdlCodec.load(ROOT / "idl" / "psyche_coordinator.json")
     o = opt(clip_grad_norm=None)

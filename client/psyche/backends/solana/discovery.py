@@ -46,16 +46,16 @@ from typing import Protocol
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.peer_record import (
+from psyche.backends.solana.rpc import MAX_MULTIPLE_ACCOUNTS, SolanaRpc
+from psyche.net.multiaddrs import AddrError, advertised_addrs, is_circuit, peer_addr, record_addr
+from psyche.p2p.peer_id import peer_id_for
+from psyche.protocol.identity import NodeIdentity
+from psyche.solana.peer_record import (
     DNS_PROTOCOLS,
     is_local_ip,
     never_a_peer,
     unroutable,
 )
-from psyche.backends.solana.rpc import MAX_MULTIPLE_ACCOUNTS, SolanaRpc
-from psyche.net.multiaddrs import AddrError, advertised_addrs, is_circuit, peer_addr, record_addr
-from psyche.p2p.peer_id import peer_id_for
-from psyche.protocol.identity import NodeIdentity
 
 __all__ = [
     "PEER_RECORD_TTL_S",

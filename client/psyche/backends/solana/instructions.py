@@ -7,7 +7,7 @@ IDL takes a single ``params`` struct gets its arguments wrapped into it, so both
 work. :class:`RunInstructions` binds one run's accounts and implements the client's
 :class:`~psyche.backends.solana.snapshot.ClientInstructions`, plus the wallet's peer record
 (``set_peer_addrs``, ``close_peer_record``; the account is read by
-:mod:`psyche.backends.solana.peer_record`).
+:mod:`psyche.solana.peer_record`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import HealthCheckEntries
-from psyche.backends.solana.idl import IdlCodec, IdlError
 from psyche.coordinator import Witness, WitnessMetadata
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import Checkpoint
 from psyche.protocol.strict_obj import to_obj
+from psyche.solana.idl import IdlCodec, IdlError
 
 __all__ = [
     "COORDINATOR_SEED",
@@ -211,7 +211,7 @@ class RunInstructions:
     def set_peer_addrs(self, user: Pubkey, addrs: Sequence[str]) -> Instruction:
         """``user`` publishes ``addrs`` (0 to 4 multiaddrs) for this run, creating its record on
         first use (``user`` pays the rent, about 0.0052 SOL, back on close). The addresses are
-        not checked here: call :func:`psyche.backends.solana.peer_record.check_peer_addrs` first
+        not checked here: call :func:`psyche.solana.peer_record.check_peer_addrs` first
         to fail before sending, or the program refuses them with a named error."""
         if isinstance(addrs, str):
             raise TypeError("addrs is a sequence of multiaddr strings, not one string")

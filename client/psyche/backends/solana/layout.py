@@ -1,7 +1,7 @@
 """The coordinator account, read and written through the committed IDL (``idl/*.json``).
 
 :class:`CoordinatorLayout` decodes ``CoordinatorAccount`` (zero-copy, ~170 KB) with the
-IDL-driven codec of :mod:`psyche.backends.solana.idl` into the same Python
+IDL-driven codec of :mod:`psyche.solana.idl` into the same Python
 :class:`~psyche.coordinator.Coordinator` the centralized backend uses, by way of the serde object
 form (:func:`psyche.coordinator.state_json.from_obj_state`), which validates every value: a client
 never trusts bytes it decodes. The ``Model`` is a bounded borsh blob inside the account, decoded
@@ -16,7 +16,6 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from psyche.backends.solana.idl import IdlCodec, IdlError
 from psyche.backends.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.state_json import from_obj_state, to_obj_state
@@ -24,6 +23,7 @@ from psyche.protocol.bloom import Bloom
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.model import Model
 from psyche.protocol.strict_obj import ConfigError, to_obj
+from psyche.solana.idl import IdlCodec, IdlError
 
 __all__ = ["ACCOUNT_VERSION", "CoordinatorLayout", "fixed_str", "model_from_obj_idl"]
 

@@ -21,7 +21,6 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import (
     JOIN_RUN_SCOPE,
     ProgramClient,
@@ -40,6 +39,7 @@ from psyche.backends.solana.tokens import (
     decode_mint,
     decode_token_account,
 )
+from psyche.solana.idl import IdlCodec
 
 __all__ = [
     "CLUSTERS",

@@ -32,7 +32,6 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.budget import ComputeBudget
-from psyche.backends.solana.idl import IdlError
 from psyche.backends.solana.instructions import ProgramClient, instance_pda
 from psyche.backends.solana.rpc import COMMITMENT, RpcError, TxSender, decode_account_data
 from psyche.backends.solana.session import Session
@@ -45,6 +44,7 @@ from psyche.backends.solana.tokens import (
     mint_to_ix,
     transfer_ix,
 )
+from psyche.solana.idl import IdlError
 
 __all__ = [
     "RUN_CLOSE_GRACE_SECONDS",

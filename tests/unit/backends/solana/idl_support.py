@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from psyche.backends.solana.idl import IdlCodec
 from psyche.coordinator import Coordinator
 from psyche.coordinator.state_json import from_obj_state
+from psyche.solana.idl import IdlCodec
 
 ROOT = Path(__file__).resolve().parents[4]
 IDL_DIR = ROOT / "idl"

@@ -15,9 +15,9 @@ from psyche.backends.solana.discovery import (
     rpcs_are_local,
     target_refusal,
 )
-from psyche.backends.solana.peer_record import check_peer_addrs
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
+from psyche.solana.peer_record import check_peer_addrs
 
 PROGRAM = Pubkey.new_unique()
 INSTANCE = Pubkey.new_unique()

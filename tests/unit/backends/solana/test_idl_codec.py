@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from psyche.backends.solana.idl import IdlCodec, IdlError
+from psyche.solana.idl import IdlCodec, IdlError
 
 IDL = {
     "address": "11111111111111111111111111111112",

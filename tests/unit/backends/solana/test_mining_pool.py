@@ -20,7 +20,6 @@ from click.testing import CliRunner
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.mining_pool import (
     LENDER_SEED,
     POOL_COLLATERAL_SEED,
@@ -42,6 +41,7 @@ from psyche.backends.solana.tokens import (
     associated_token_address,
 )
 from psyche.cli.solana import solana
+from psyche.solana.idl import IdlCodec
 
 from .idl_support import IDL_DIR
 from .test_cli_e2e import Node

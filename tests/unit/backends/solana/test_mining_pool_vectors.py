@@ -29,7 +29,6 @@ from typing import Any
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import ProgramClient
 from psyche.backends.solana.mining_pool import (
     LenderState,
@@ -46,6 +45,7 @@ from psyche.backends.solana.mining_pool import (
     redeemable_deposit_refusal,
     update_refusal,
 )
+from psyche.solana.idl import IdlCodec
 
 from .idl_support import IDL_DIR, VECTORS
 

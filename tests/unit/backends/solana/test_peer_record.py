@@ -1,4 +1,4 @@
-"""Peer records on the Python side (``psyche.backends.solana.peer_record``): decoding the account
+"""Peer records on the Python side (``psyche.solana.peer_record``): decoding the account
 the program writes (and refusing anything else as ``PeerRecordError``), the address rules
 mirrored from the program (``programs/psyche-coordinator/src/core/peer_addrs.rs``), the limits
 against the IDL's constants, and the two instruction builders.
@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import (
     PEER_RECORD_SEED,
     SYSTEM_PROGRAM,
@@ -27,7 +26,8 @@ from psyche.backends.solana.instructions import (
     RunInstructions,
     peer_record_pda,
 )
-from psyche.backends.solana.peer_record import (
+from psyche.solana.idl import IdlCodec
+from psyche.solana.peer_record import (
     MAX_PEER_ADDR_LEN,
     MAX_PEER_ADDRS,
     PEER_RECORD_SPACE,

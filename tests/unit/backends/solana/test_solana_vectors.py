@@ -37,7 +37,6 @@ from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.solana import admin, authorization
-from psyche.backends.solana.idl import IdlCodec
 from psyche.backends.solana.instructions import (
     JOIN_RUN_SCOPE,
     RunAccounts,
@@ -47,14 +46,6 @@ from psyche.backends.solana.instructions import (
     peer_record_pda,
 )
 from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
-from psyche.backends.solana.peer_record import (
-    MAX_PEER_ADDR_LEN,
-    MAX_PEER_ADDRS,
-    PEER_RECORD_SPACE,
-    PeerAddrError,
-    check_peer_addrs,
-    decode_peer_record,
-)
 from psyche.backends.solana.rpc import custom_error_code
 from psyche.backends.solana.session import Endpoints, Session
 from psyche.backends.solana.snapshot import AccountLayoutError, RunSnapshot
@@ -66,6 +57,15 @@ from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import Checkpoint, HubCheckpoint
 from psyche.protocol.strict_obj import from_obj
+from psyche.solana.idl import IdlCodec
+from psyche.solana.peer_record import (
+    MAX_PEER_ADDR_LEN,
+    MAX_PEER_ADDRS,
+    PEER_RECORD_SPACE,
+    PeerAddrError,
+    check_peer_addrs,
+    decode_peer_record,
+)
 
 from .idl_support import IDL_DIR, VECTORS
 from .test_layout import _f32

@@ -34,7 +34,6 @@ from solders.sysvar import CLOCK
 from solders.transaction import Transaction
 from websockets.asyncio.client import connect
 
-from psyche.backends.solana.admin import metadata_arg
 from psyche.backends.solana.instructions import (
     ProgramClient,
     RunAccounts,
@@ -49,6 +48,7 @@ from psyche.backends.solana.rpc import (
     TxSender,
     account_updates,
 )
+from psyche.backends.solana.run_account import metadata_arg
 from psyche.localsvm import LocalSvmThread
 from psyche.solana.idl import IdlCodec
 

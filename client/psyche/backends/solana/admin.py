@@ -22,15 +22,18 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
-from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana import treasurer
 from psyche.backends.solana.instructions import RunAccounts, RunInstructions, instance_pda
 from psyche.backends.solana.layout import fixed_str
+from psyche.backends.solana.run_account import (
+    create_coordinator_account_ix,
+    default_local_run,
+    metadata_arg,
+)
 from psyche.backends.solana.session import Session
 from psyche.backends.solana.snapshot import AccountLayoutError, RunSnapshot
 from psyche.coordinator import RunState
@@ -53,50 +56,6 @@ __all__ = [
     "tick",
     "update_config",
 ]
-
-
-METADATA_NAME_BYTES = 64
-METADATA_DESCRIPTION_BYTES = 280
-
-
-def metadata_arg(
-    name: str = "", description: str = "", num_parameters: int = 0, vocab_size: int = 0
-) -> dict[str, Any]:
-    """The ``RunMetadata`` argument of ``update`` (NUL-padded fixed strings)."""
-    fields = (
-        ("name", name, METADATA_NAME_BYTES),
-        ("description", description, METADATA_DESCRIPTION_BYTES),
-    )
-    out: dict[str, Any] = {}
-    for key, text, size in fields:
-        raw = text.encode()
-        if len(raw) > size:
-            raise BackendError(f"the run's {key} is {len(raw)} bytes; at most {size} fit on chain")
-        out[key] = {"bytes": raw.ljust(size, b"\0")}
-    return {**out, "num_parameters": num_parameters, "vocab_size": vocab_size}
-
-
-async def create_coordinator_account_ix(s: Session, account: Keypair) -> Instruction:
-    """The system ``create_account`` of a run's zero-copy coordinator account (the wallet pays
-    its rent; owned by the coordinator program, checked by ``init_coordinator``'s ``zero``)."""
-    size = s.layout.size
-    return create_account(
-        CreateAccountParams(
-            from_pubkey=s.wallet.pubkey(),
-            to_pubkey=account.pubkey(),
-            lamports=await s.rpcs[0].minimum_balance(size),
-            space=size,
-            owner=s.coordinator.program_id,
-        )
-    )
-
-
-def default_local_run(s: Session) -> bool:
-    """A new run's ``local_run`` flag when its creator does not choose: local when every RPC
-    endpoint of the session is on this machine or LAN (the chain's clients are there too)."""
-    from psyche.backends.solana.discovery import rpcs_are_local
-
-    return rpcs_are_local(s.endpoints.rpc_urls)
 
 
 async def create_run(

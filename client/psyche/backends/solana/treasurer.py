@@ -34,6 +34,11 @@ from psyche.backends.base import BackendError
 from psyche.backends.solana.budget import ComputeBudget
 from psyche.backends.solana.instructions import ProgramClient, instance_pda
 from psyche.backends.solana.rpc import COMMITMENT, RpcError, TxSender, decode_account_data
+from psyche.backends.solana.run_account import (
+    create_coordinator_account_ix,
+    default_local_run,
+    metadata_arg,
+)
 from psyche.backends.solana.session import Session
 from psyche.backends.solana.tokens import (
     MINT_LEN,
@@ -420,12 +425,6 @@ async def create_run_via_treasurer(
     in one transaction: the Treasurer's ``Run`` becomes the coordinator's main authority and the
     wallet the Run's. A name or description goes in the same transaction (``run_update``).
     ``local_run`` as in :func:`~psyche.backends.solana.admin.create_run`."""
-    from psyche.backends.solana.admin import (
-        create_coordinator_account_ix,
-        default_local_run,
-        metadata_arg,
-    )
-
     local = default_local_run(s) if local_run is None else local_run
 
     if collateral_per_point <= 0:

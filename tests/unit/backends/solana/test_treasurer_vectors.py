@@ -29,9 +29,9 @@ from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
-from psyche.backends.solana.admin import metadata_arg
 from psyche.backends.solana.instructions import ProgramClient, instance_pda
 from psyche.backends.solana.layout import CoordinatorLayout
+from psyche.backends.solana.run_account import metadata_arg
 from psyche.backends.solana.tokens import TOKEN_PROGRAM_ID, mint_to_ix
 from psyche.backends.solana.treasurer import (
     TreasurerRun,

@@ -1,0 +1,111 @@
+"""The Mining Pool's ``Pool`` and ``Lender`` accounts, decoded from the IDL, and reading them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from solders.pubkey import Pubkey
+
+from psyche.backends.solana.instructions import ProgramClient
+from psyche.backends.solana.mining_pool.addresses import lender_pda, pool_pda
+from psyche.backends.solana.mining_pool.shares import claimable, entitlement
+from psyche.backends.solana.session import Session
+
+__all__ = [
+    "LenderState",
+    "PoolState",
+    "read_lender",
+    "read_pool",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """A decoded ``Pool`` account (docs/rewards.md, "Mining Pool", "Accounts")."""
+
+    address: Pubkey
+    bump: int
+    index: int
+    authority: Pubkey
+    collateral_mint: Pubkey
+    redeemable_mint: Pubkey
+    max_deposit_collateral_amount: int
+    total_deposited_collateral_amount: int
+    total_extracted_collateral_amount: int
+    total_deposited_redeemable_amount: int
+    total_claimed_redeemable_amount: int
+    frozen: bool
+
+    @classmethod
+    def decode(cls, program: ProgramClient, address: Pubkey, data: bytes) -> PoolState:
+        v = program.idl.decode_account("Pool", data)
+        return cls(
+            address=address,
+            bump=v["bump"],
+            index=v["index"],
+            authority=Pubkey.from_bytes(bytes(v["authority"])),
+            collateral_mint=Pubkey.from_bytes(bytes(v["collateral_mint"])),
+            redeemable_mint=Pubkey.from_bytes(bytes(v["redeemable_mint"])),
+            max_deposit_collateral_amount=v["max_deposit_collateral_amount"],
+            total_deposited_collateral_amount=v["total_deposited_collateral_amount"],
+            total_extracted_collateral_amount=v["total_extracted_collateral_amount"],
+            total_deposited_redeemable_amount=v["total_deposited_redeemable_amount"],
+            total_claimed_redeemable_amount=v["total_claimed_redeemable_amount"],
+            frozen=bool(v["frozen"]),
+        )
+
+    @property
+    def room(self) -> int:
+        """Collateral that can still be deposited before the cap."""
+        return max(0, self.max_deposit_collateral_amount - self.total_deposited_collateral_amount)
+
+
+@dataclass(frozen=True, slots=True)
+class LenderState:
+    """A decoded ``Lender`` account."""
+
+    address: Pubkey
+    bump: int
+    pool: Pubkey
+    user: Pubkey
+    deposited_collateral_amount: int
+    claimed_redeemable_amount: int
+
+    @classmethod
+    def decode(cls, program: ProgramClient, address: Pubkey, data: bytes) -> LenderState:
+        v = program.idl.decode_account("Lender", data)
+        return cls(
+            address=address,
+            bump=v["bump"],
+            pool=Pubkey.from_bytes(bytes(v["pool"])),
+            user=Pubkey.from_bytes(bytes(v["user"])),
+            deposited_collateral_amount=v["deposited_collateral_amount"],
+            claimed_redeemable_amount=v["claimed_redeemable_amount"],
+        )
+
+    def entitled(self, pool: PoolState) -> int:
+        return entitlement(
+            pool.total_deposited_redeemable_amount,
+            self.deposited_collateral_amount,
+            pool.total_deposited_collateral_amount,
+        )
+
+    def claimable(self, pool: PoolState) -> int:
+        return claimable(
+            pool.total_deposited_redeemable_amount,
+            self.deposited_collateral_amount,
+            pool.total_deposited_collateral_amount,
+            self.claimed_redeemable_amount,
+        )
+
+
+async def read_pool(s: Session, index: int) -> PoolState | None:
+    address = pool_pda(s.mining_pool.program_id, index)
+    data = await s.read(address)
+    return None if data is None else PoolState.decode(s.mining_pool, address, data)
+
+
+async def read_lender(s: Session, pool: Pubkey, user: Pubkey) -> LenderState | None:
+    address = lender_pda(s.mining_pool.program_id, pool, user)
+    data = await s.read(address)
+    return None if data is None else LenderState.decode(s.mining_pool, address, data)

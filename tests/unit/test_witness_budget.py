@@ -17,18 +17,18 @@ from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
 from psyche.backends.solana.budget import ComputeBudget
-from psyche.backends.solana.instructions import (
+from psyche.coordinator.types import MAX_EVALS, EvalResult, Verdict, Witness, WitnessMetadata
+from psyche.protocol.bloom import Bloom
+from psyche.protocol.committee import WitnessProof
+from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
+from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import (
     ProgramClient,
     RunAccounts,
     RunInstructions,
     default_idl_dir,
     instance_pda,
 )
-from psyche.coordinator.types import MAX_EVALS, EvalResult, Verdict, Witness, WitnessMetadata
-from psyche.protocol.bloom import Bloom
-from psyche.protocol.committee import WitnessProof
-from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
-from psyche.solana.idl import IdlCodec
 
 SOLANA_PACKET_DATA_SIZE = 1232
 # A ComputeBudget SetComputeUnitPrice instruction (program id key, header, 9 data bytes) is about

@@ -128,7 +128,7 @@ class RunExistsError(BackendError):
 async def _if_new(session: Any, run_id: str, create: Coroutine[Any, Any, Any]) -> Any:
     """``create``, unless RUN_ID is taken: the program would only answer with the system
     program's "custom program error: 0x0" (the address is in use)."""
-    from psyche.backends.solana.instructions import instance_pda
+    from psyche.solana.instructions import instance_pda
 
     try:
         instance = instance_pda(session.coordinator.program_id, run_id)

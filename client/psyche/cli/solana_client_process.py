@@ -19,7 +19,6 @@ from solders.pubkey import Pubkey
 from psyche.backends.base import BackendError
 from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.discovery import ChainDirectory
-from psyche.backends.solana.instructions import peer_record_pda
 from psyche.backends.solana.peers import parse_bootstrap_peers
 from psyche.backends.solana.session import RunNotFoundError, Session
 from psyche.cli.client_process import ClientOptions, run_client
@@ -28,6 +27,7 @@ from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.sharing import SharingOptions
 from psyche.events import EventLog, TransactionEvent
 from psyche.protocol.identity import SecretKey
+from psyche.solana.instructions import peer_record_pda
 from psyche.solana.peer_record import MAX_PEER_ADDR_LEN, MAX_PEER_ADDRS, decode_peer_record
 
 __all__ = ["not_authorized_hint", "train_on_solana"]

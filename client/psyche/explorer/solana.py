@@ -27,12 +27,6 @@ from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.instructions import (
-    ProgramClient,
-    default_idl_dir,
-    instance_pda,
-    peer_record_pda,
-)
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.mining_pool import LenderState, PoolState, lender_pda, pool_pda
 from psyche.backends.solana.rpc import SolanaRpc, account_updates, decode_account_data
@@ -48,6 +42,12 @@ from psyche.explorer.observe import ClientRow, MetricObs, observe
 from psyche.explorer.sources import BadInput, SourceUnavailable
 from psyche.explorer.store import Store, TxRow
 from psyche.solana.idl import IdlCodec, IdlError
+from psyche.solana.instructions import (
+    ProgramClient,
+    default_idl_dir,
+    instance_pda,
+    peer_record_pda,
+)
 
 __all__ = ["SolanaSource", "SolanaTarget"]
 

@@ -2,9 +2,9 @@
 
 The coordinator program keeps one ``PeerRecord`` per (run, wallet) at the PDA
 ``["peer", coordinator_instance, wallet]``
-(:func:`~psyche.backends.solana.instructions.peer_record_pda`), written by the wallet with
+(:func:`~psyche.solana.instructions.peer_record_pda`), written by the wallet with
 ``set_peer_addrs`` and closed with ``close_peer_record`` (instructions built by
-:class:`~psyche.backends.solana.instructions.RunInstructions`). A client that knows the RPC and
+:class:`~psyche.solana.instructions.RunInstructions`). A client that knows the RPC and
 the run id reads the records of the run's clients with ``getMultipleAccounts`` and decodes each
 with :func:`decode_peer_record`.
 

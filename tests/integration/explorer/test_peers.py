@@ -14,7 +14,6 @@ from solders.account import Account
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.instructions import default_idl_dir, instance_pda, peer_record_pda
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.snapshot import RunSnapshot
 from psyche.explorer.peers import classify
@@ -23,6 +22,7 @@ from psyche.explorer.solana import SolanaSource, SolanaTarget
 from psyche.explorer.store import Store
 from psyche.localsvm import LocalSvmThread
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import default_idl_dir, instance_pda, peer_record_pda
 from psyche.solana.peer_record import PEER_RECORD_SPACE
 from unit.coordinator import support
 

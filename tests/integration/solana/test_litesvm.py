@@ -31,16 +31,16 @@ def test_create_run_then_read_it_back() -> None:
     from solders.system_program import CreateAccountParams, create_account
     from solders.transaction import Transaction
 
-    from psyche.backends.solana.instructions import (
+    from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
+    from psyche.backends.solana.snapshot import AccountLayoutError
+    from psyche.coordinator import RunState
+    from psyche.solana.idl import IdlCodec
+    from psyche.solana.instructions import (
         ProgramClient,
         RunAccounts,
         RunInstructions,
         instance_pda,
     )
-    from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
-    from psyche.backends.solana.snapshot import AccountLayoutError
-    from psyche.coordinator import RunState
-    from psyche.solana.idl import IdlCodec
 
     program = ProgramClient(IdlCodec.load(IDL))
     layout = CoordinatorLayout(program.idl)

@@ -34,12 +34,6 @@ from solders.sysvar import CLOCK
 from solders.transaction import Transaction
 from websockets.asyncio.client import connect
 
-from psyche.backends.solana.instructions import (
-    ProgramClient,
-    RunAccounts,
-    RunInstructions,
-    instance_pda,
-)
 from psyche.backends.solana.layout import CoordinatorLayout, fixed_str
 from psyche.backends.solana.rpc import (
     ProgramRejectedError,
@@ -51,6 +45,12 @@ from psyche.backends.solana.rpc import (
 from psyche.backends.solana.run_account import metadata_arg
 from psyche.localsvm import LocalSvmThread
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import (
+    ProgramClient,
+    RunAccounts,
+    RunInstructions,
+    instance_pda,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 IDL = ROOT / "idl" / "psyche_coordinator.json"

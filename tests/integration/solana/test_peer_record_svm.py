@@ -22,17 +22,17 @@ from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.solana.budget import ComputeBudget, load_limits
-from psyche.backends.solana.instructions import (
+from psyche.backends.solana.layout import CoordinatorLayout
+from psyche.backends.solana.rpc import ProgramRejectedError, SolanaRpc, TxSender
+from psyche.localsvm import LocalSvmThread
+from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import (
     ProgramClient,
     RunAccounts,
     RunInstructions,
     instance_pda,
     peer_record_pda,
 )
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.rpc import ProgramRejectedError, SolanaRpc, TxSender
-from psyche.localsvm import LocalSvmThread
-from psyche.solana.idl import IdlCodec
 from psyche.solana.peer_record import (
     MAX_PEER_ADDR_LEN,
     MAX_PEER_ADDRS,

@@ -27,7 +27,6 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana import treasurer
-from psyche.backends.solana.instructions import RunAccounts, RunInstructions, instance_pda
 from psyche.backends.solana.layout import fixed_str
 from psyche.backends.solana.run_account import (
     create_coordinator_account_ix,
@@ -41,6 +40,7 @@ from psyche.coordinator.state_json import identity_obj, to_obj_state
 from psyche.protocol.locations import HubCheckpoint, HubRepo, P2PCheckpoint
 from psyche.protocol.run_file import load_run_config
 from psyche.protocol.strict_obj import to_obj
+from psyche.solana.instructions import RunAccounts, RunInstructions, instance_pda
 
 __all__ = [
     "checkpoint",

@@ -13,8 +13,8 @@ from typing import Any
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.instructions import JOIN_RUN_SCOPE
 from psyche.backends.solana.session import Session
+from psyche.solana.instructions import JOIN_RUN_SCOPE
 
 __all__ = [
     "can_join",

@@ -24,6 +24,7 @@ from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.model import Model
 from psyche.protocol.strict_obj import ConfigError, to_obj
 from psyche.solana.idl import IdlCodec, IdlError
+from psyche.solana.instructions import bloom_dict
 
 __all__ = ["ACCOUNT_VERSION", "CoordinatorLayout", "fixed_str", "model_from_obj_idl"]
 
@@ -259,8 +260,8 @@ class CoordinatorLayout:
                         "verdict": {"checked": w.verdict.checked, "mismatch": w.verdict.mismatch},
                         "_pad2": bytes(2),
                     },
-                    "participant_bloom": _bloom_dict(w.participant_bloom),
-                    "broadcast_bloom": _bloom_dict(w.broadcast_bloom),
+                    "participant_bloom": bloom_dict(w.participant_bloom),
+                    "broadcast_bloom": bloom_dict(w.broadcast_bloom),
                 }
         for key, items in (("clients", pes.clients), ("exited_clients", pes.exited_clients)):
             for i, pc in enumerate(items):
@@ -333,8 +334,3 @@ def _witness_obj(w: dict[str, Any]) -> dict[str, Any]:
 
 def _bloom_hex(b: dict[str, Any]) -> str:
     return _BLOOM.pack(b["seed"], *b["words"]).hex()
-
-
-def _bloom_dict(b: Bloom) -> dict[str, Any]:
-    seed, *words = _BLOOM.unpack(b.to_bytes())
-    return {"seed": seed, "words": words}

@@ -21,15 +21,6 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.instructions import (
-    JOIN_RUN_SCOPE,
-    ProgramClient,
-    RunAccounts,
-    RunInstructions,
-    authorization_pda,
-    default_idl_dir,
-    instance_pda,
-)
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.rpc import SolanaRpc, TxSender
 from psyche.backends.solana.snapshot import RunSnapshot
@@ -40,6 +31,15 @@ from psyche.backends.solana.tokens import (
     decode_token_account,
 )
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import (
+    JOIN_RUN_SCOPE,
+    ProgramClient,
+    RunAccounts,
+    RunInstructions,
+    authorization_pda,
+    default_idl_dir,
+    instance_pda,
+)
 
 __all__ = [
     "CLUSTERS",

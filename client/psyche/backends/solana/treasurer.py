@@ -15,7 +15,7 @@ its coordinator points in an SPL token, and the commands around it.
   :func:`rewards_json`, :func:`create_test_mint`, :func:`wind_down_run`, :func:`close_run`.
 
 Instruction bytes and account order come from the Treasurer's IDL through
-:meth:`~psyche.backends.solana.instructions.ProgramClient.build`; only the meaning of each account
+:meth:`~psyche.solana.instructions.ProgramClient.build`; only the meaning of each account
 is written here.
 """
 
@@ -32,7 +32,6 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.budget import ComputeBudget
-from psyche.backends.solana.instructions import ProgramClient, instance_pda
 from psyche.backends.solana.rpc import COMMITMENT, RpcError, TxSender, decode_account_data
 from psyche.backends.solana.run_account import (
     create_coordinator_account_ix,
@@ -50,6 +49,7 @@ from psyche.backends.solana.tokens import (
     transfer_ix,
 )
 from psyche.solana.idl import IdlError
+from psyche.solana.instructions import ProgramClient, instance_pda
 
 __all__ = [
     "RUN_CLOSE_GRACE_SECONDS",

@@ -8,8 +8,8 @@ from solders.keypair import Keypair
 from solders.system_program import TransferParams, transfer
 
 from psyche.backends.solana.budget import MAX_TX_COMPUTE_UNITS, ComputeBudget, load_limits
-from psyche.backends.solana.instructions import ProgramClient, default_idl_dir
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import ProgramClient, default_idl_dir
 
 COMPUTE_BUDGET = "ComputeBudget111111111111111111111111111111"
 

@@ -15,10 +15,10 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
-from psyche.backends.solana.instructions import instance_pda
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.cli.solana import solana
 from psyche.coordinator import RunState
+from psyche.solana.instructions import instance_pda
 
 from .idl_support import (
     IDL_DIR,

@@ -29,7 +29,6 @@ from typing import Any
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.instructions import ProgramClient
 from psyche.backends.solana.mining_pool import (
     LenderState,
     MiningPoolInstructions,
@@ -46,6 +45,7 @@ from psyche.backends.solana.mining_pool import (
     update_refusal,
 )
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import ProgramClient
 
 from .idl_support import IDL_DIR, VECTORS
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.instructions import (
+from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import (
     PEER_RECORD_SEED,
     SYSTEM_PROGRAM,
     ProgramClient,
@@ -26,7 +27,6 @@ from psyche.backends.solana.instructions import (
     RunInstructions,
     peer_record_pda,
 )
-from psyche.solana.idl import IdlCodec
 from psyche.solana.peer_record import (
     MAX_PEER_ADDR_LEN,
     MAX_PEER_ADDRS,

@@ -37,14 +37,6 @@ from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
 from psyche.backends.solana import admin, authorization
-from psyche.backends.solana.instructions import (
-    JOIN_RUN_SCOPE,
-    RunAccounts,
-    RunInstructions,
-    authorization_pda,
-    instance_pda,
-    peer_record_pda,
-)
 from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
 from psyche.backends.solana.rpc import custom_error_code
 from psyche.backends.solana.session import Endpoints, Session
@@ -58,6 +50,14 @@ from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import Checkpoint, HubCheckpoint
 from psyche.protocol.strict_obj import from_obj
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import (
+    JOIN_RUN_SCOPE,
+    RunAccounts,
+    RunInstructions,
+    authorization_pda,
+    instance_pda,
+    peer_record_pda,
+)
 from psyche.solana.peer_record import (
     MAX_PEER_ADDR_LEN,
     MAX_PEER_ADDRS,

@@ -25,7 +25,6 @@ from solders.transaction import Transaction
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana import admin, treasurer
-from psyche.backends.solana.instructions import instance_pda
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.session import Endpoints, Session
 from psyche.backends.solana.snapshot import RegisteredClient
@@ -49,6 +48,7 @@ from psyche.cli.solana import solana
 from psyche.cli.solana_treasurer import parse_mint_to
 from psyche.protocol.identity import NodeIdentity
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import instance_pda
 
 from .idl_support import IDL_DIR, ROOT, coordinator_idl, vector_states
 from .rpc_double import SolanaRpcDouble

@@ -29,7 +29,6 @@ from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
-from psyche.backends.solana.instructions import ProgramClient, instance_pda
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.run_account import metadata_arg
 from psyche.backends.solana.tokens import TOKEN_PROGRAM_ID, mint_to_ix
@@ -48,6 +47,7 @@ from psyche.backends.solana.treasurer import (
 from psyche.protocol.run_file import load_run_config
 from psyche.protocol.strict_obj import to_obj
 from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import ProgramClient, instance_pda
 
 from .idl_support import IDL_DIR, VECTORS
 from .test_solana_vectors import _toml

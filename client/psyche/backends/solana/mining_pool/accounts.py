@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.instructions import ProgramClient
 from psyche.backends.solana.mining_pool.addresses import lender_pda, pool_pda
 from psyche.backends.solana.mining_pool.shares import claimable, entitlement
 from psyche.backends.solana.session import Session
+from psyche.solana.instructions import ProgramClient
 
 __all__ = [
     "LenderState",

@@ -7,7 +7,6 @@ from __future__ import annotations
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.instructions import ProgramClient
 from psyche.backends.solana.mining_pool.addresses import (
     lender_pda,
     pool_collateral_pda,
@@ -15,6 +14,7 @@ from psyche.backends.solana.mining_pool.addresses import (
     pool_redeemable_pda,
 )
 from psyche.backends.solana.tokens import TOKEN_PROGRAM_ID
+from psyche.solana.instructions import ProgramClient
 
 __all__ = [
     "MiningPoolInstructions",

@@ -12,6 +12,7 @@ work. :class:`RunInstructions` binds one run's accounts and implements the clien
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,9 @@ from typing import Any
 from solders.instruction import AccountMeta, Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import HealthCheckEntries
 from psyche.coordinator import Witness, WitnessMetadata
+from psyche.protocol.bloom import Bloom
+from psyche.protocol.committee import CommitteeProof
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import Checkpoint
 from psyche.protocol.strict_obj import to_obj
@@ -34,6 +36,7 @@ __all__ = [
     "ProgramClient",
     "RunInstructions",
     "authorization_pda",
+    "bloom_dict",
     "default_idl_dir",
     "instance_pda",
     "peer_record_pda",
@@ -48,8 +51,8 @@ MAX_HEALTH_CHECKS_PER_INSTRUCTION = 8
 
 
 def default_idl_dir() -> Path:
-    """``idl/`` at the repository root (this file is client/psyche/backends/solana/...)."""
-    return Path(__file__).resolve().parents[4] / "idl"
+    """``idl/`` at the repository root (this file is client/psyche/solana/...)."""
+    return Path(__file__).resolve().parents[3] / "idl"
 
 
 def instance_pda(program: Pubkey, run_id: str) -> Pubkey:
@@ -107,17 +110,25 @@ class ProgramClient:
         return Instruction(self.program_id, data, metas)
 
 
+# The bloom as the IDL codec holds it (seed, then words), the shape both accounts and the witness
+# instruction's argument use.
+_BLOOM = struct.Struct(f"<Q{Bloom.WORDS}Q")
+
+
+def bloom_dict(b: Bloom) -> dict[str, Any]:
+    seed, *words = _BLOOM.unpack(b.to_bytes())
+    return {"seed": seed, "words": words}
+
+
 def identity_value(i: NodeIdentity) -> dict[str, bytes]:
     return {"signer": i.signer, "p2p_identity": i.p2p_identity}
 
 
 def witness_value(w: Witness) -> dict[str, Any]:
-    from psyche.backends.solana.layout import _bloom_dict
-
     return {
         "proof": {"position": w.proof.position, "index": w.proof.index, "witness": w.proof.witness},
-        "participant_bloom": _bloom_dict(w.participant_bloom),
-        "broadcast_bloom": _bloom_dict(w.broadcast_bloom),
+        "participant_bloom": bloom_dict(w.participant_bloom),
+        "broadcast_bloom": bloom_dict(w.broadcast_bloom),
     }
 
 
@@ -180,7 +191,9 @@ class RunInstructions:
     def warmup_witness(self, user: Pubkey, witness: Witness) -> Instruction:
         return self._client("warmup_witness", user, witness_value(witness))
 
-    def health_check(self, user: Pubkey, checks: HealthCheckEntries) -> list[Instruction]:
+    def health_check(
+        self, user: Pubkey, checks: Sequence[tuple[NodeIdentity, CommitteeProof]]
+    ) -> list[Instruction]:
         out = []
         for i in range(0, len(checks), MAX_HEALTH_CHECKS_PER_INSTRUCTION):
             chunk = checks[i : i + MAX_HEALTH_CHECKS_PER_INSTRUCTION]

@@ -7,8 +7,8 @@ machine's vector kernels; the other with two threads, ATEN's scalar CPU kernels
 client on different hardware would. With a GPU the second client runs on CUDA instead.
 
 On this 2-core CPU the float-matmul apply also happened to keep these runs identical (its
-disagreements need sums that are exactly zero, which 20 rounds of this model did not produce; the
-unit tests in tests/unit/distro/test_apply_determinism.py show them on constructed payloads); the
+disagreements need sums that are exactly zero, which 20 rounds of this model did not produce;
+tests/integration/determinism/test_apply_across_kernels.py shows them on constructed payloads); the
 CUDA variant is the one where the old apply is expected to diverge.
 """
 

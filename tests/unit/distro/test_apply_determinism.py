@@ -4,15 +4,11 @@
 matmul, the sign of a sum that is exactly zero (or tiny) is decided by rounding, which depends on
 the kernel's summation order and FMA use, so honest clients on different hardware could move a
 weight in opposite directions. `decode_sign` evaluates the sum exactly on integer grids; these
-tests pin that down and show the matmul's dependence on the kernel.
+tests pin that down; tests/integration/determinism/test_apply_across_kernels.py (slow: probe
+processes per thread count and CPU kernel set) shows the matmul's dependence on the kernel.
 """
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,7 +28,6 @@ from psyche.distro import (
 )
 from psyche.distro.dct import BASIS_BITS, SUM_BITS, _int_basis, basis_scale, coefficient_bits
 
-PROBE = Path(__file__).with_name("apply_probe.py")
 CHUNK, TOPK, LR = 64, 8, 0.01
 CPU = torch.device("cpu")
 
@@ -201,7 +196,8 @@ def test_decode_sign_same_bits_for_one_and_two_threads() -> None:
 def test_float_reductions_depend_on_the_thread_count() -> None:
     """Why exact arithmetic: a float sum's bits follow its order, and the order follows the
     threads. (This box's MKL keeps the decode's short 64-term dot products in one thread, so the
-    matmul decode happens to agree across thread counts here; the kernel set does not, below.)"""
+    matmul decode happens to agree across thread counts here; the kernel set does not: see
+    tests/integration/determinism/test_apply_across_kernels.py.)"""
     x = torch.randn(4_000_000, generator=torch.Generator().manual_seed(0))
     before = torch.get_num_threads()
     try:
@@ -212,67 +208,6 @@ def test_float_reductions_depend_on_the_thread_count() -> None:
     finally:
         torch.set_num_threads(before)
     assert one.item() != two.item()
-
-
-def run_probes(
-    tmp_path: Path, variants: dict[str, tuple[int, dict[str, str], bool]]
-) -> dict[str, dict]:
-    """Run `apply_probe.py` once per variant, concurrently; returns each one's output."""
-    src = tmp_path / "in.pt"
-    torch.save(probe_inputs(), src)
-    procs = {}
-    for name, (threads, env, matmul) in variants.items():
-        cmd = [sys.executable, str(PROBE), str(src), str(tmp_path / f"{name}.pt"), str(threads)]
-        environ = {**os.environ, "OMP_NUM_THREADS": str(threads), **env}
-        procs[name] = subprocess.Popen(
-            [*cmd, *(["--matmul"] if matmul else [])], env=environ, stderr=subprocess.PIPE
-        )
-    out = {}
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()[-2000:]
-        out[name] = torch.load(tmp_path / f"{name}.pt", weights_only=True)
-    return out
-
-
-# A CPU without AVX (ATEN's scalar kernels) and MKL's reproducible SSE2 branch (no FMA) stand in for
-# other hardware; the four-thread run oversubscribes a 2-core machine on purpose.
-OTHER_HARDWARE = {
-    "threads4": (4, {}, False),
-    "no_avx": (2, {"ATEN_CPU_CAPABILITY": "default"}, False),
-    "no_fma": (1, {"MKL_CBWR": "COMPATIBLE"}, False),
-}
-
-
-@pytest.mark.slow
-def test_apply_same_bits_across_threads_and_cpu_kernels(tmp_path: Path) -> None:
-    variants = {"native": (1, {}, False), **OTHER_HARDWARE}
-    out = run_probes(tmp_path, variants)
-    ref = out["native"]
-    for name in OTHER_HARDWARE:
-        for key, value in ref["params"].items():
-            assert torch.equal(out[name]["params"][key], value), (name, key)
-        for a, b in zip(out[name]["signs"], ref["signs"], strict=True):
-            assert torch.equal(a, b), name
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not torch.backends.mkl.is_available() or torch.backends.cpu.get_cpu_capability() == "DEFAULT",
-    reason="needs MKL and a vector CPU kernel set to compare against",
-)
-def test_matmul_apply_differs_between_cpu_kernels(tmp_path: Path) -> None:
-    """The code before `decode_sign` (apply through `sign(decode(·))`): on the same consensus
-    payloads, a client without FMA moves weights that this machine's kernels do not."""
-    out = run_probes(
-        tmp_path, {"native": (1, {}, True), "no_fma": (1, {"MKL_CBWR": "COMPATIBLE"}, True)}
-    )
-    a, b = out["native"]["params"]["anti"], out["no_fma"]["params"]["anti"]
-    differ = a != b
-    assert differ.any()
-    # Only weights whose exact update is zero (each tile's diagonal) disagree: rounding picks ±lr.
-    rows, cols = differ.nonzero(as_tuple=True)
-    assert torch.equal(rows % 64, cols % 64)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CPU-vs-CUDA needs a GPU")

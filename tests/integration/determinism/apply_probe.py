@@ -1,6 +1,6 @@
 """Run `Distro.apply` and the apply-time inverse DCT on saved inputs, in a process of its own.
 
-`test_apply_determinism.py` starts this with different thread counts and CPU kernel sets
+`test_apply_across_kernels.py` starts this with different thread counts and CPU kernel sets
 (`ATEN_CPU_CAPABILITY`, `MKL_CBWR`) and compares what it writes bit for bit.
 
     python apply_probe.py IN.pt OUT.pt THREADS [--matmul]

@@ -31,12 +31,6 @@ from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.mining_pool import LenderState, PoolState, lender_pda, pool_pda
 from psyche.backends.solana.rpc import SolanaRpc, account_updates, decode_account_data
 from psyche.backends.solana.snapshot import AccountLayoutError
-from psyche.backends.solana.treasurer import (
-    TreasurerRun,
-    default_treasurer_index,
-    participant_pda,
-    run_pda,
-)
 from psyche.explorer import peers
 from psyche.explorer.observe import ClientRow, MetricObs, observe
 from psyche.explorer.sources import BadInput, SourceUnavailable
@@ -47,6 +41,12 @@ from psyche.solana.instructions import (
     default_idl_dir,
     instance_pda,
     peer_record_pda,
+)
+from psyche.solana.programs.treasurer import (
+    TreasurerRun,
+    default_treasurer_index,
+    participant_pda,
+    run_pda,
 )
 
 __all__ = ["SolanaSource", "SolanaTarget"]

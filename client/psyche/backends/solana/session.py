@@ -22,7 +22,13 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.rpc import SolanaRpc, TxSender
+from psyche.backends.solana.rpc import (
+    COMMITMENT,
+    RpcError,
+    SolanaRpc,
+    TxSender,
+    decode_account_data,
+)
 from psyche.backends.solana.snapshot import RunSnapshot
 from psyche.backends.solana.tokens import (
     MintInfo,
@@ -218,6 +224,25 @@ class Session:
             except BackendError as e:
                 last = e
         raise BackendError(f"no RPC endpoint answered: {last}")
+
+    async def read_with_owner(self, key: Pubkey) -> tuple[Pubkey, bytes] | None:
+        """(owner, data) of the account at ``key``, None if there is none."""
+        last: Exception | None = None
+        params = [str(key), {"encoding": "base64", "commitment": COMMITMENT}]
+        for rpc in self.rpcs:
+            try:
+                res = await rpc.call("getAccountInfo", params)
+                value = res.get("value") if isinstance(res, dict) else None
+                if value is None:
+                    return None
+                try:
+                    owner = Pubkey.from_string(str(value.get("owner")))
+                except ValueError:
+                    raise RpcError(f"{rpc.url}: getAccountInfo: bad owner") from None
+                return owner, decode_account_data(value)
+            except BackendError as e:
+                last = e
+        raise RpcError(f"no RPC endpoint answered: {last}")
 
     async def token_account(self, key: Pubkey) -> TokenAccountInfo | None:
         """An SPL token account, or None if there is no account at ``key``."""

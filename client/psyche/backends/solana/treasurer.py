@@ -1,9 +1,8 @@
 """The Treasurer program (docs/rewards.md, "Treasurer") from the client's side: the run that pays
-its coordinator points in an SPL token, and the commands around it.
+its coordinator points in an SPL token, and the commands around it. Its addresses, ``Run``
+account, instruction builders and claim arithmetic are :mod:`psyche.solana.programs.treasurer`;
+this module reads the chain and sends.
 
-* PDAs: :func:`run_pda` (``["Run", index u64 LE]``), :func:`run_collateral_pda`
-  (``["RunCollateral", run]``), :func:`participant_pda` (``["Participant", run, user]``);
-  :func:`default_treasurer_index` is the index ``create-run`` uses without ``--treasurer-index``.
 * :func:`treasurer_run` tells whether a run is the Treasurer's: its coordinator's
   ``main_authority`` is an account owned by the Treasurer that decodes as a ``Run`` of this very
   coordinator instance. :mod:`psyche.backends.solana.admin` routes the owner's commands through
@@ -13,17 +12,11 @@ its coordinator points in an SPL token, and the commands around it.
   :class:`~psyche.backends.solana.session.Session` and returning JSON-able results:
   :func:`create_run_via_treasurer`, :func:`claim_rewards`, :func:`top_up_rewards`,
   :func:`rewards_json`, :func:`create_test_mint`, :func:`wind_down_run`, :func:`close_run`.
-
-Instruction bytes and account order come from the Treasurer's IDL through
-:meth:`~psyche.solana.instructions.ProgramClient.build`; only the meaning of each account
-is written here.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from solders.instruction import Instruction
@@ -32,7 +25,7 @@ from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.budget import ComputeBudget
-from psyche.backends.solana.rpc import COMMITMENT, RpcError, TxSender, decode_account_data
+from psyche.backends.solana.rpc import TxSender
 from psyche.backends.solana.run_account import (
     create_coordinator_account_ix,
     default_local_run,
@@ -41,7 +34,6 @@ from psyche.backends.solana.run_account import (
 from psyche.backends.solana.session import Session
 from psyche.backends.solana.tokens import (
     MINT_LEN,
-    TOKEN_PROGRAM_ID,
     associated_token_address,
     create_associated_account_ix,
     create_mint_ixs,
@@ -49,70 +41,40 @@ from psyche.backends.solana.tokens import (
     transfer_ix,
 )
 from psyche.solana.idl import IdlError
-from psyche.solana.instructions import ProgramClient, instance_pda
+from psyche.solana.instructions import instance_pda
+from psyche.solana.programs import treasurer as programs_treasurer
+from psyche.solana.programs.treasurer import (
+    RUN_CLOSE_GRACE_SECONDS,
+    U64_MAX,
+    Claimable,
+    TreasurerRun,
+    claimable,
+    default_treasurer_index,
+    participant_claim_ix,
+    participant_create_ix,
+    participant_pda,
+    run_close_ix,
+    run_collateral_pda,
+    run_create_ix,
+    run_update_ix,
+    run_wind_down_ix,
+)
 
 __all__ = [
     "RUN_CLOSE_GRACE_SECONDS",
-    "TREASURER_PARTICIPANT_SEED",
-    "TREASURER_RUN_COLLATERAL_SEED",
-    "TREASURER_RUN_SEED",
-    "Claimable",
     "TreasurerRun",
     "claim_rewards",
-    "claimable",
     "close_run",
     "create_run_via_treasurer",
     "create_test_mint",
     "default_treasurer_index",
-    "participant_claim_ix",
-    "participant_create_ix",
-    "participant_pda",
     "rewards_json",
-    "run_close_ix",
     "run_collateral_pda",
-    "run_create_ix",
     "run_pda",
-    "run_update_ix",
-    "run_wind_down_ix",
     "top_up_rewards",
     "treasurer_run",
     "wind_down_run",
 ]
-
-TREASURER_RUN_SEED = b"Run"
-TREASURER_RUN_COLLATERAL_SEED = b"RunCollateral"
-TREASURER_PARTICIPANT_SEED = b"Participant"
-RUN_CLOSE_GRACE_SECONDS = 7 * 24 * 3600
-"""Seconds between ``run_wind_down`` and the first allowed ``run_close`` (the program's
-constant, checked against the IDL by the tests)."""
-U64_MAX = 2**64 - 1
-
-
-# --- addresses ----------------------------------------------------------------------------------
-
-
-def run_pda(program: Pubkey, index: int) -> Pubkey:
-    """The Treasurer's ``Run`` of ``index``: ``["Run", index u64 LE]``."""
-    return Pubkey.find_program_address(
-        [TREASURER_RUN_SEED, _u64(index).to_bytes(8, "little")], program
-    )[0]
-
-
-def run_collateral_pda(program: Pubkey, run: Pubkey) -> Pubkey:
-    """The run's escrow (an SPL token account): ``["RunCollateral", run]``."""
-    return Pubkey.find_program_address([TREASURER_RUN_COLLATERAL_SEED, bytes(run)], program)[0]
-
-
-def participant_pda(program: Pubkey, run: Pubkey, user: Pubkey) -> Pubkey:
-    """What ``user`` was paid from ``run``: ``["Participant", run, user]``."""
-    seeds = [TREASURER_PARTICIPANT_SEED, bytes(run), bytes(user)]
-    return Pubkey.find_program_address(seeds, program)[0]
-
-
-def default_treasurer_index(run_id: str) -> int:
-    """The ``Run`` index ``create-run`` uses for ``run_id``: the first 8 bytes of
-    ``sha256(run_id)``, little-endian."""
-    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "little")
 
 
 def _u64(value: int) -> int:
@@ -121,88 +83,10 @@ def _u64(value: int) -> int:
     return value
 
 
-# --- the Run account ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TreasurerRun:
-    """A decoded ``Run`` account and its address."""
-
-    address: Pubkey
-    index: int
-    main_authority: Pubkey
-    join_authority: Pubkey
-    coordinator_instance: Pubkey
-    coordinator_account: Pubkey
-    collateral_mint: Pubkey
-    collateral_per_point: int
-    total_claimed_points: int
-    total_claimed_collateral: int
-    wind_down_at: int = 0
-    """Cluster unix time of ``run_wind_down``; 0 while the run is not winding down."""
-
-    @classmethod
-    def decode(cls, program: ProgramClient, address: Pubkey, data: bytes) -> TreasurerRun:
-        raw = program.idl.decode_account("Run", data)
-
-        def key(name: str) -> Pubkey:
-            return Pubkey.from_bytes(bytes(raw[name]))
-
-        return cls(
-            address=address,
-            index=int(raw["index"]),
-            main_authority=key("main_authority"),
-            join_authority=key("join_authority"),
-            coordinator_instance=key("coordinator_instance"),
-            coordinator_account=key("coordinator_account"),
-            collateral_mint=key("collateral_mint"),
-            collateral_per_point=int(raw["collateral_per_point"]),
-            total_claimed_points=int(raw["total_claimed_points"]),
-            total_claimed_collateral=int(raw["total_claimed_collateral"]),
-            wind_down_at=int(raw["wind_down_at"]),
-        )
-
-    def collateral(self, program: Pubkey) -> Pubkey:
-        return run_collateral_pda(program, self.address)
-
-    def to_json(self, program: Pubkey) -> dict[str, Any]:
-        return {
-            "run": str(self.address),
-            "index": self.index,
-            "main_authority": str(self.main_authority),
-            "join_authority": str(self.join_authority),
-            "coordinator_instance": str(self.coordinator_instance),
-            "coordinator_account": str(self.coordinator_account),
-            "collateral_mint": str(self.collateral_mint),
-            "run_collateral": str(self.collateral(program)),
-            "collateral_per_point": self.collateral_per_point,
-            "total_claimed_points": self.total_claimed_points,
-            "total_claimed_collateral": self.total_claimed_collateral,
-            "wind_down_at": self.wind_down_at or None,
-            "closable_at": self.wind_down_at + RUN_CLOSE_GRACE_SECONDS
-            if self.wind_down_at
-            else None,
-        }
-
-
-async def _read_with_owner(s: Session, key: Pubkey) -> tuple[Pubkey, bytes] | None:
-    """(owner, data) of the account at ``key``, None if there is none."""
-    last: Exception | None = None
-    params = [str(key), {"encoding": "base64", "commitment": COMMITMENT}]
-    for rpc in s.rpcs:
-        try:
-            res = await rpc.call("getAccountInfo", params)
-            value = res.get("value") if isinstance(res, dict) else None
-            if value is None:
-                return None
-            try:
-                owner = Pubkey.from_string(str(value.get("owner")))
-            except ValueError:
-                raise RpcError(f"{rpc.url}: getAccountInfo: bad owner") from None
-            return owner, decode_account_data(value)
-        except BackendError as e:
-            last = e
-    raise RpcError(f"no RPC endpoint answered: {last}")
+def run_pda(program: Pubkey, index: int) -> Pubkey:
+    """:func:`psyche.solana.programs.treasurer.run_pda`, refusing a non-u64 index as every
+    command here does (a ``BackendError``, which the commands report with their exit code)."""
+    return programs_treasurer.run_pda(program, _u64(index))
 
 
 async def treasurer_run(
@@ -215,7 +99,7 @@ async def treasurer_run(
     authority = Pubkey.from_bytes(bytes(inst["main_authority"]))
     if authority.is_on_curve():
         return None  # a wallet's key: PDAs are off the curve
-    found = await _read_with_owner(s, authority)
+    found = await s.read_with_owner(authority)
     if found is None or found[0] != s.treasurer.program_id:
         return None
     try:
@@ -250,146 +134,6 @@ def _cpi_sender(s: Session) -> TxSender:
 
     budget = ComputeBudget([s.coordinator, s.authorizer, s.treasurer, s.mining_pool])
     return TxSender(s.rpcs, s.wallet, error_names=name, prepare=budget)
-
-
-# --- instructions -------------------------------------------------------------------------------
-
-
-def run_update_fields(program: ProgramClient) -> list[str]:
-    """The fields of ``RunUpdateParams`` in the IDL."""
-    ix = program.idl.instruction("run_update")
-    (name, tp), *_ = ix.args
-    if name != "params":
-        return [a for a, _ in ix.args]
-    type_name = tp["defined"]["name"] if isinstance(tp.get("defined"), dict) else tp["defined"]
-    return [f["name"] for f in program.idl.types[type_name]["type"]["fields"]]
-
-
-def run_update_ix(
-    program: ProgramClient,
-    run: TreasurerRun,
-    authority: Pubkey,
-    coordinator_program: Pubkey,
-    fields: Mapping[str, Any],
-) -> Instruction:
-    """``run_update`` with ``fields`` set (every other field None); ``authority`` signs."""
-    names = run_update_fields(program)
-    unknown = set(fields) - set(names)
-    if unknown:
-        raise IdlError(f"run_update has no field(s) {sorted(unknown)}")
-    params = {n: fields.get(n) for n in names}
-    accounts = {
-        "authority": authority,
-        "run": run.address,
-        "coordinator_instance": run.coordinator_instance,
-        "coordinator_account": run.coordinator_account,
-        "coordinator_program": coordinator_program,
-    }
-    return program.build("run_update", {"params": params}, accounts)
-
-
-def run_create_ix(
-    program: ProgramClient,
-    coordinator_program: Pubkey,
-    *,
-    payer: Pubkey,
-    main_authority: Pubkey,
-    index: int,
-    run_id: str,
-    client_version: str,
-    join_authority: Pubkey,
-    collateral_per_point: int,
-    collateral_mint: Pubkey,
-    coordinator_account: Pubkey,
-    local_run: bool = False,
-) -> Instruction:
-    """``run_create``: the ``Run`` of ``index``, its escrow and (by CPI) the coordinator run
-    ``run_id`` in ``coordinator_account`` (created just before, owned by the coordinator)."""
-    run = run_pda(program.program_id, index)
-    params = {
-        "index": index,
-        "run_id": run_id,
-        "client_version": client_version,
-        "join_authority": join_authority,
-        "collateral_per_point": collateral_per_point,
-        "local_run": local_run,
-    }
-    accounts = {
-        "payer": payer,
-        "main_authority": main_authority,
-        "run": run,
-        "collateral_mint": collateral_mint,
-        "run_collateral": run_collateral_pda(program.program_id, run),
-        "coordinator_instance": instance_pda(coordinator_program, run_id),
-        "coordinator_account": coordinator_account,
-        "coordinator_program": coordinator_program,
-        "token_program": TOKEN_PROGRAM_ID,
-    }
-    return program.build("run_create", {"params": params}, accounts)
-
-
-def participant_create_ix(
-    program: ProgramClient, payer: Pubkey, user: Pubkey, run: Pubkey
-) -> Instruction:
-    """``participant_create``: ``user``'s claim record in ``run`` (``payer`` pays the rent)."""
-    accounts = {
-        "payer": payer,
-        "user": user,
-        "run": run,
-        "participant": participant_pda(program.program_id, run, user),
-    }
-    return program.build("participant_create", {}, accounts)
-
-
-def participant_claim_ix(
-    program: ProgramClient, run: TreasurerRun, user: Pubkey, user_collateral: Pubkey, points: int
-) -> Instruction:
-    """``participant_claim`` of ``points``, paid into ``user_collateral``."""
-    accounts = {
-        "user": user,
-        "user_collateral": user_collateral,
-        "run": run.address,
-        "run_collateral": run.collateral(program.program_id),
-        "participant": participant_pda(program.program_id, run.address, user),
-        "coordinator_account": run.coordinator_account,
-        "token_program": TOKEN_PROGRAM_ID,
-    }
-    return program.build("participant_claim", {"params": {"claim_points": points}}, accounts)
-
-
-def run_wind_down_ix(
-    program: ProgramClient, run: TreasurerRun, coordinator_program: Pubkey
-) -> Instruction:
-    """``run_wind_down``, signed by the run's main authority."""
-    accounts = {
-        "authority": run.main_authority,
-        "run": run.address,
-        "coordinator_instance": run.coordinator_instance,
-        "coordinator_account": run.coordinator_account,
-        "coordinator_program": coordinator_program,
-    }
-    return program.build("run_wind_down", {}, accounts)
-
-
-def run_close_ix(
-    program: ProgramClient,
-    run: TreasurerRun,
-    coordinator_program: Pubkey,
-    authority_collateral: Pubkey,
-) -> Instruction:
-    """``run_close``: the escrow's remainder to ``authority_collateral`` (a token account of the
-    main authority), the rent to the main authority, which signs."""
-    accounts = {
-        "authority": run.main_authority,
-        "authority_collateral": authority_collateral,
-        "run": run.address,
-        "run_collateral": run.collateral(program.program_id),
-        "coordinator_instance": run.coordinator_instance,
-        "coordinator_account": run.coordinator_account,
-        "coordinator_program": coordinator_program,
-        "token_program": TOKEN_PROGRAM_ID,
-    }
-    return program.build("run_close", {}, accounts)
 
 
 # --- creating a run -----------------------------------------------------------------------------
@@ -493,45 +237,6 @@ async def send_run_update(
         )
     ix = run_update_ix(s.treasurer, run, me, s.coordinator.program_id, fields)
     return await _cpi_sender(s).send([ix], label=label)
-
-
-# --- points and payments ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Claimable:
-    """A wallet's standing in a Treasurer run."""
-
-    registered: bool
-    earned: int
-    slashed: int
-    claimed_points: int
-    claimed_collateral: int
-
-    @property
-    def points(self) -> int:
-        """``earned − slashed − claimed_points``, at least 0 (as the program computes it)."""
-        return max(0, self.earned - self.slashed - self.claimed_points)
-
-
-def claimable(
-    coordinator_account: Mapping[str, Any], participant: Mapping[str, Any] | None, user: Pubkey
-) -> Claimable:
-    """What ``user`` may still claim, from the IDL-decoded coordinator account and its
-    ``Participant`` (None before its first claim). The registration is the first entry whose
-    signer is the wallet, as the program finds it."""
-    cs = coordinator_account["state"]["clients_state"]
-    entry = next(
-        (c for c in cs["clients"][: cs["num_clients"]] if bytes(c["id"]["signer"]) == bytes(user)),
-        None,
-    )
-    return Claimable(
-        registered=entry is not None,
-        earned=int(entry["earned"]) if entry is not None else 0,
-        slashed=int(entry["slashed"]) if entry is not None else 0,
-        claimed_points=int(participant["claimed_points"]) if participant else 0,
-        claimed_collateral=int(participant["claimed_collateral"]) if participant else 0,
-    )
 
 
 async def _standing(

@@ -35,20 +35,20 @@ from psyche.backends.solana.tokens import (
     TOKEN_PROGRAM_ID,
     associated_token_address,
 )
-from psyche.backends.solana.treasurer import (
+from psyche.backends.solana.treasurer import run_pda
+from psyche.cli.solana import solana
+from psyche.cli.solana_treasurer import parse_mint_to
+from psyche.protocol.identity import NodeIdentity
+from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import instance_pda
+from psyche.solana.programs.treasurer import (
     TREASURER_PARTICIPANT_SEED,
     TREASURER_RUN_COLLATERAL_SEED,
     TREASURER_RUN_SEED,
     default_treasurer_index,
     participant_pda,
     run_collateral_pda,
-    run_pda,
 )
-from psyche.cli.solana import solana
-from psyche.cli.solana_treasurer import parse_mint_to
-from psyche.protocol.identity import NodeIdentity
-from psyche.solana.idl import IdlCodec
-from psyche.solana.instructions import instance_pda
 
 from .idl_support import IDL_DIR, ROOT, coordinator_idl, vector_states
 from .rpc_double import SolanaRpcDouble

@@ -32,7 +32,11 @@ from solders.system_program import CreateAccountParams, create_account
 from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.backends.solana.run_account import metadata_arg
 from psyche.backends.solana.tokens import TOKEN_PROGRAM_ID, mint_to_ix
-from psyche.backends.solana.treasurer import (
+from psyche.protocol.run_file import load_run_config
+from psyche.protocol.strict_obj import to_obj
+from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import ProgramClient, instance_pda
+from psyche.solana.programs.treasurer import (
     TreasurerRun,
     participant_claim_ix,
     participant_create_ix,
@@ -44,10 +48,6 @@ from psyche.backends.solana.treasurer import (
     run_update_ix,
     run_wind_down_ix,
 )
-from psyche.protocol.run_file import load_run_config
-from psyche.protocol.strict_obj import to_obj
-from psyche.solana.idl import IdlCodec
-from psyche.solana.instructions import ProgramClient, instance_pda
 
 from .idl_support import IDL_DIR, VECTORS
 from .test_solana_vectors import _toml

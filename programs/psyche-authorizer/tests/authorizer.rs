@@ -1,114 +1,49 @@
-//! The authorizer's instructions through the real Solana runtime (solana-program-test, program
-//! registered natively because SBF cannot be built here).
+//! The authorizer's instructions through the real Solana runtime (solana-program-test, in the
+//! shared program-test environment: natively registered, or with `PSYCHE_SBF=1` the SBF build).
+
+use std::ops::{Deref, DerefMut};
 
 use anchor_lang::system_program;
 use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
+use program_test_env::{custom_code, native, BanksClientError, Program, ProgramEnv, TxResult};
 use psyche_authorizer::constants::{CLOSE_DELAY_WITH_DELEGATES_SECONDS, MAX_DELEGATES};
 use psyche_authorizer::error::AuthorizerError;
 use psyche_authorizer::{accounts, instruction, Authorization};
-use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
-use solana_sdk::account_info::AccountInfo;
-use solana_sdk::clock::Clock;
-use solana_sdk::compute_budget::ComputeBudgetInstruction;
-use solana_sdk::entrypoint::ProgramResult;
-use solana_sdk::instruction::{Instruction, InstructionError};
+use solana_sdk::instruction::Instruction;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::{Keypair, Signer};
-use solana_sdk::transaction::{Transaction, TransactionError};
 
 const SCOPE: &[u8] = b"CoordinatorJoinRun";
 
-/// Anchor's generated `entry` ties the slice and the account infos to one lifetime
-/// (`&'info [AccountInfo<'info>]`), while `processor!` needs a function generic over both
-/// (`ProcessInstruction`), so it cannot be passed directly (a known Anchor / program-test
-/// mismatch). The runtime keeps the account infos alive for the whole call, so unifying the two
-/// lifetimes is sound.
-fn authorizer_entry<'a, 'b>(
-    program_id: &Pubkey,
-    accounts: &'a [AccountInfo<'b>],
-    data: &[u8],
-) -> ProgramResult {
-    // SAFETY: only shortens 'b to 'a ('b: 'a); the infos outlive this call.
-    let accounts =
-        unsafe { std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts) };
-    psyche_authorizer::entry(program_id, accounts, data)
+/// The shared environment with the authorizer's instructions on top.
+struct Env(ProgramEnv);
+
+impl Deref for Env {
+    type Target = ProgramEnv;
+    fn deref(&self) -> &ProgramEnv {
+        &self.0
+    }
 }
 
-struct Env {
-    ctx: ProgramTestContext,
-    /// Makes every transaction unique (a compute-unit price), so two otherwise identical ones in
-    /// the same slot are not rejected as already processed.
-    nonce: u64,
+impl DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut ProgramEnv {
+        &mut self.0
+    }
 }
 
 impl Env {
     async fn new() -> Self {
-        // `PSYCHE_SBF=1`: the runtime's VM runs the SBF build (`psyche_authorizer.so` from
-        // `SBF_OUT_DIR`, made by scripts/build-sbf.sh) instead of the native entrypoint.
-        let sbf = std::env::var("PSYCHE_SBF").is_ok_and(|v| v == "1");
-        let mut pt = if sbf {
-            ProgramTest::new("psyche_authorizer", psyche_authorizer::ID, None)
-        } else {
-            ProgramTest::new(
-                "psyche_authorizer",
-                psyche_authorizer::ID,
-                processor!(authorizer_entry),
-            )
+        let authorizer = Program {
+            name: "psyche_authorizer",
+            id: psyche_authorizer::ID,
+            native: native!(psyche_authorizer::entry),
         };
-        pt.prefer_bpf(sbf);
-        Env { ctx: pt.start_with_context().await, nonce: 0 }
-    }
-
-    fn payer(&self) -> Keypair {
-        self.ctx.payer.insecure_clone()
-    }
-
-    async fn send(
-        &mut self,
-        ix: Instruction,
-        signers: &[&Keypair],
-    ) -> Result<(), BanksClientError> {
-        self.nonce += 1;
-        let payer = self.payer();
-        let mut all: Vec<&Keypair> = vec![&payer];
-        all.extend(signers.iter().copied().filter(|k| k.pubkey() != payer.pubkey()));
-        let tx = Transaction::new_signed_with_payer(
-            &[ComputeBudgetInstruction::set_compute_unit_price(self.nonce), ix],
-            Some(&payer.pubkey()),
-            &all,
-            self.ctx.last_blockhash,
-        );
-        self.ctx.banks_client.process_transaction(tx).await
+        Env(ProgramEnv::start(&[authorizer]).await)
     }
 
     async fn authorization(&mut self, address: Pubkey) -> Option<Authorization> {
-        let account = self.ctx.banks_client.get_account(address).await.unwrap()?;
-        Some(Authorization::try_deserialize(&mut account.data.as_slice()).unwrap())
-    }
-
-    async fn lamports(&mut self, address: Pubkey) -> u64 {
-        self.ctx.banks_client.get_balance(address).await.unwrap()
-    }
-
-    async fn fund(&mut self, to: &Pubkey) {
-        let payer = self.payer();
-        let ix = anchor_lang::solana_program::system_instruction::transfer(
-            &payer.pubkey(),
-            to,
-            1_000_000_000,
-        );
-        self.send(ix, &[]).await.unwrap();
-    }
-
-    async fn warp_seconds(&mut self, seconds: i64) {
-        let mut clock: Clock = self.ctx.banks_client.get_sysvar().await.unwrap();
-        clock.unix_timestamp += seconds;
-        self.ctx.set_sysvar(&clock);
-    }
-
-    async fn now(&mut self) -> i64 {
-        let clock: Clock = self.ctx.banks_client.get_sysvar().await.unwrap();
-        clock.unix_timestamp
+        let data = self.account_data(address).await?;
+        Some(Authorization::try_deserialize(&mut data.as_slice()).unwrap())
     }
 
     async fn create(
@@ -127,7 +62,7 @@ impl Env {
         grantor: &Keypair,
         address: Pubkey,
         active: bool,
-    ) -> Result<(), BanksClientError> {
+    ) -> TxResult {
         let ix = Instruction {
             program_id: psyche_authorizer::ID,
             accounts: accounts::AuthorizationGrantorUpdate {
@@ -149,7 +84,7 @@ impl Env {
         address: Pubkey,
         delegates_clear: bool,
         delegates_added: Vec<Pubkey>,
-    ) -> Result<(), BanksClientError> {
+    ) -> TxResult {
         let ix = Instruction {
             program_id: psyche_authorizer::ID,
             accounts: accounts::AuthorizationGranteeUpdate {
@@ -170,12 +105,7 @@ impl Env {
         self.send(ix, &[grantee]).await
     }
 
-    async fn close(
-        &mut self,
-        grantor: &Keypair,
-        address: Pubkey,
-        spill: Pubkey,
-    ) -> Result<(), BanksClientError> {
+    async fn close(&mut self, grantor: &Keypair, address: Pubkey, spill: Pubkey) -> TxResult {
         let ix = Instruction {
             program_id: psyche_authorizer::ID,
             accounts: accounts::AuthorizationClose {
@@ -213,15 +143,6 @@ fn create_ix(
             params: psyche_authorizer::AuthorizationCreateParams { grantee, scope: scope.to_vec() },
         }
         .data(),
-    }
-}
-
-/// The custom error code of a failed single-program-instruction transaction (index 1: index 0 is
-/// the compute-budget instruction).
-fn custom_code(result: Result<(), BanksClientError>) -> u32 {
-    match result.expect_err("the transaction should fail").unwrap() {
-        TransactionError::InstructionError(1, InstructionError::Custom(code)) => code,
-        other => panic!("unexpected error {other:?}"),
     }
 }
 
@@ -430,14 +351,14 @@ async fn close_with_delegates_waits_thirty_days_after_the_last_grantor_update() 
     let spill = Pubkey::new_unique();
     let too_early = code(AuthorizerError::AuthorizationClosingConditionsNotReachedYet);
     assert_eq!(custom_code(env.close(&grantor, address, spill).await), too_early);
-    env.warp_seconds(CLOSE_DELAY_WITH_DELEGATES_SECONDS - 1).await;
+    env.warp(CLOSE_DELAY_WITH_DELEGATES_SECONDS - 1).await;
     assert_eq!(custom_code(env.close(&grantor, address, spill).await), too_early);
 
     // A grantor update restarts the delay.
     env.grantor_update(&grantor, address, false).await.unwrap();
-    env.warp_seconds(1).await;
+    env.warp(1).await;
     assert_eq!(custom_code(env.close(&grantor, address, spill).await), too_early);
-    env.warp_seconds(CLOSE_DELAY_WITH_DELEGATES_SECONDS - 1).await;
+    env.warp(CLOSE_DELAY_WITH_DELEGATES_SECONDS - 1).await;
     env.close(&grantor, address, spill).await.unwrap();
     assert!(env.authorization(address).await.is_none());
     assert!(env.lamports(spill).await > 0);

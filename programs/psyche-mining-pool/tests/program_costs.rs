@@ -144,12 +144,12 @@ async fn every_instruction_at_its_worst_case() {
     ];
     env.send_many(&prefund, &[]).await.unwrap();
     let ix = ix_pool_create(&payer.pubkey(), &pool, u64::MAX);
-    let m = env.send_measured(ix, &[&pool.authority], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&pool.authority], CU_LIMIT).await;
     costs.record("pool_create (worst of 4,096 indices' bumps, prefunded token accounts)", &m);
     // The common case for comparison: a fresh index, nothing prefunded.
     let plain = env.pool_keys("costs/plain", index + SEARCH).await;
     let ix = ix_pool_create(&payer.pubkey(), &plain, u64::MAX);
-    let m = env.send_measured(ix, &[&plain.authority], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&plain.authority], CU_LIMIT).await;
     costs.record("pool_create (typical: fresh addresses)", &m);
 
     // lender_create: the worst lender bump.
@@ -157,24 +157,24 @@ async fn every_instruction_at_its_worst_case() {
     let big = u64::MAX / 2 - 1;
     let lender = env.lender_keys(&pool, &label, big).await;
     let ix = ix_lender_create(&payer.pubkey(), &lender.user.pubkey(), pool.pool, lender.lender);
-    let m = env.send_measured(ix, &[&lender.user], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&lender.user], CU_LIMIT).await;
     costs.record("lender_create (worst of 4,096 users' bumps)", &m);
     let other = env.create_lender(&pool, "costs/other", big).await;
 
     // lender_deposit: near-u64::MAX totals (the cap is u64::MAX).
     let ix = ix_lender_deposit(&lender.user.pubkey(), lender.collateral, &pool, lender.lender, big);
-    let m = env.send_measured(ix, &[&lender.user], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&lender.user], CU_LIMIT).await;
     costs.record("lender_deposit (pool collateral bump search, u64 totals)", &m);
     env.deposit(&pool, &other, big).await.unwrap();
 
     // pool_update: both fields.
     let ix = ix_pool_update(&pool.authority.pubkey(), pool.pool, Some(u64::MAX - 1), Some(true));
-    let m = env.send_measured(ix, &[&pool.authority], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&pool.authority], CU_LIMIT).await;
     costs.record("pool_update (cap and freeze)", &m);
 
     // pool_extract.
     let ix = ix_pool_extract(&pool.authority.pubkey(), pool.authority_collateral, &pool, big);
-    let m = env.send_measured(ix, &[&pool.authority], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&pool.authority], CU_LIMIT).await;
     costs.record("pool_extract (pool collateral bump search)", &m);
 
     // pool_redeemable_deposit: near u64::MAX of earnings.
@@ -186,13 +186,13 @@ async fn every_instruction_at_its_worst_case() {
         &pool,
         earnings,
     );
-    let m = env.send_measured(ix, &[&pool.authority], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&pool.authority], CU_LIMIT).await;
     costs.record("pool_redeemable_deposit (pool redeemable bump search)", &m);
 
     // lender_claim: a u128 product near 2^127 divided by a near-u64::MAX total.
     let share = (u128::from(earnings) * u128::from(big) / u128::from(2 * big)) as u64;
     let ix = ix_lender_claim(&lender.user.pubkey(), lender.redeemable, &pool, lender.lender, share);
-    let m = env.send_measured(ix, &[&lender.user], CU_LIMIT).await;
+    let m = env.send_measured(&[ix], &[&lender.user], CU_LIMIT).await;
     costs.record("lender_claim (u128 share of near-u64::MAX amounts)", &m);
     assert_eq!(env.balance(lender.redeemable).await, share);
 

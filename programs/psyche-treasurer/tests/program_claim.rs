@@ -71,7 +71,8 @@ async fn participant_create_records_the_user_once() {
     let mut env = Env::new().await;
     let run = env.new_run("participants", 1, PER_POINT).await;
     let user = Keypair::new();
-    let payer_before = env.lamports(env.payer().pubkey()).await;
+    let payer = env.payer().pubkey();
+    let payer_before = env.lamports(payer).await;
     env.participant_create(&run, &user).await.unwrap();
     let address = run.participant(&user.pubkey());
     let p = env.participant(address).await;
@@ -82,7 +83,7 @@ async fn participant_create_records_the_user_once() {
     let rent = rent_exempt(psyche_treasurer::Participant::SPACE);
     assert_eq!(env.lamports(address).await, rent);
     // The payer paid the rent (and the fees).
-    assert!(payer_before - env.lamports(env.payer().pubkey()).await >= rent);
+    assert!(payer_before - env.lamports(payer).await >= rent);
 
     // A second create fails in the system program (AccountAlreadyInUse = 0).
     env.warp(1).await;

@@ -1,13 +1,16 @@
-//! Program-test harness: both programs in solana-program-test, natively registered or, with
-//! `PSYCHE_SBF=1`, as the SBF builds of scripts/build-sbf.sh; instruction builders, clock warping
-//! and account readers. Used by the
-//! `program_*.rs` tests (`mod harness;`).
+//! Program-test harness: both programs in the shared program-test environment
+//! (`program-test-env`: natively registered or, with `PSYCHE_SBF=1`, as the SBF builds of
+//! scripts/build-sbf.sh); the coordinator's heap count, instruction builders, run drivers and
+//! account readers. Used by the `program_*.rs` tests (`mod harness;`).
 
 #![allow(dead_code)]
+
+use std::ops::{Deref, DerefMut};
 
 use anchor_lang::solana_program::system_instruction;
 use anchor_lang::system_program;
 use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
+use program_test_env::{native, Program, ProgramEnv};
 use psyche_authorizer::Authorization;
 use psyche_coordinator::constants::JOIN_RUN_AUTHORIZATION_SCOPE;
 use psyche_coordinator::core::model::{Checkpoint, Model, OptimizerDefinition};
@@ -19,28 +22,25 @@ use psyche_coordinator::error::CoordinatorProgramError;
 use psyche_coordinator::{
     CoordinatorAccount, CoordinatorInstance, InitCoordinatorParams, PeerRecord,
 };
-use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
 use solana_sdk::account_info::AccountInfo;
-use solana_sdk::clock::Clock;
-use solana_sdk::compute_budget::ComputeBudgetInstruction;
 use solana_sdk::entrypoint::ProgramResult;
-use solana_sdk::instruction::{Instruction, InstructionError};
+use solana_sdk::instruction::Instruction;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::{Keypair, Signer};
-use solana_sdk::transaction::{Transaction, TransactionError};
+use solana_sdk::transaction::TransactionError;
 
-/// Anchor's generated `entry` ties the slice and the account infos to one lifetime
-/// (`&'info [AccountInfo<'info>]`); `processor!` needs a `ProcessInstruction`, generic over
-/// both, so it cannot take `entry` directly (a known Anchor / program-test mismatch). The runtime
-/// keeps the infos alive for the whole call, so unifying the lifetimes is sound.
-fn coordinator_entry<'a, 'b>(
+#[allow(unused_imports)] // not every test binary uses each
+pub use program_test_env::{
+    custom_code, custom_code_at, rent_exempt, sbf_mode, seeded_keypair, TxResult, START_SLOT,
+    START_TIME,
+};
+
+/// The coordinator's entrypoint with its heap counted (`heap`).
+fn counted_entry<'info>(
     program_id: &Pubkey,
-    accounts: &'a [AccountInfo<'b>],
+    accounts: &'info [AccountInfo<'info>],
     data: &[u8],
 ) -> ProgramResult {
-    // SAFETY: only shortens 'b to 'a ('b: 'a); the infos outlive this call.
-    let accounts =
-        unsafe { std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts) };
     heap::start();
     let result = psyche_coordinator::entry(program_id, accounts, data);
     heap::stop();
@@ -207,41 +207,14 @@ pub mod heap {
     }
 }
 
-/// Same wrapper for the authorizer.
-fn authorizer_entry<'a, 'b>(
-    program_id: &Pubkey,
-    accounts: &'a [AccountInfo<'b>],
-    data: &[u8],
-) -> ProgramResult {
-    // SAFETY: as above.
-    let accounts =
-        unsafe { std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts) };
-    psyche_authorizer::entry(program_id, accounts, data)
-}
-
-pub type TxResult = Result<(), BanksClientError>;
-
-#[path = "../fixtures/banks.rs"]
-mod banks;
-use banks::process;
-
-/// What one transaction cost (`Env::send_measured`).
+/// What one transaction cost (`Env::send_measured`): the shared environment's measure and,
+/// natively, the heap the coordinator allocated.
 pub struct Measured {
     pub result: Result<(), TransactionError>,
     pub compute_units: u64,
     pub tx_bytes: usize,
     pub heap: usize,
     pub logs: Vec<String>,
-}
-
-/// Clock of a fresh `Env`.
-pub const START_TIME: i64 = 1_700_000_000;
-pub const START_SLOT: u64 = 1_000;
-
-/// A keypair derived from `label` (sha256 of it as the ed25519 seed): the same on every run.
-pub fn seeded_keypair(label: &[u8]) -> Keypair {
-    let seed = psyche_coordinator::core::hash::sha256(label);
-    solana_sdk::signer::keypair::keypair_from_seed(&seed).expect("32-byte seed")
 }
 
 /// A run created by `Env::create_run`.
@@ -274,55 +247,39 @@ impl Client {
     }
 }
 
-/// Whether the program tests run the SBF builds (`PSYCHE_SBF=1`) rather than native code.
-pub fn sbf_mode() -> bool {
-    std::env::var("PSYCHE_SBF").is_ok_and(|v| v == "1")
+/// The shared environment (sending, metadata, clock, reads) with the coordinator's own helpers
+/// on top.
+pub struct Env(ProgramEnv);
+
+impl Deref for Env {
+    type Target = ProgramEnv;
+    fn deref(&self) -> &ProgramEnv {
+        &self.0
+    }
 }
 
-pub struct Env {
-    pub ctx: ProgramTestContext,
-    /// Fee payer and rent payer of every transaction: derived from a fixed seed (not
-    /// program-test's random mint key) so recorded instructions are reproducible.
-    payer: Keypair,
-    /// Makes each transaction unique (a compute-unit price), so two otherwise identical ones in
-    /// the same slot are not rejected as already processed.
-    tx_counter: u64,
+impl DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut ProgramEnv {
+        &mut self.0
+    }
 }
 
 impl Env {
     pub async fn new() -> Self {
-        // `PSYCHE_SBF=1`: the runtime's VM runs the SBF builds (`<name>.so` from `SBF_OUT_DIR`,
-        // made by scripts/build-sbf.sh) instead of the natively registered entrypoints.
-        let sbf = sbf_mode();
-        let mut pt = if sbf {
-            let mut pt = ProgramTest::new("psyche_coordinator", psyche_coordinator::ID, None);
-            pt.add_program("psyche_authorizer", psyche_authorizer::ID, None);
-            pt
-        } else {
-            let mut pt = ProgramTest::new(
-                "psyche_coordinator",
-                psyche_coordinator::ID,
-                processor!(coordinator_entry),
-            );
-            pt.add_program(
-                "psyche_authorizer",
-                psyche_authorizer::ID,
-                processor!(authorizer_entry),
-            );
-            pt
-        };
-        pt.prefer_bpf(sbf);
-        let payer = seeded_keypair(b"payer");
-        pt.add_account(
-            payer.pubkey(),
-            solana_sdk::account::Account {
-                lamports: 1_000_000 * 1_000_000_000,
-                owner: system_program::ID,
-                ..Default::default()
+        let programs = [
+            Program {
+                name: "psyche_coordinator",
+                id: psyche_coordinator::ID,
+                native: native!(counted_entry),
             },
-        );
-        let mut env = Env { ctx: pt.start_with_context().await, payer, tx_counter: 0 };
-        if !sbf {
+            Program {
+                name: "psyche_authorizer",
+                id: psyche_authorizer::ID,
+                native: native!(psyche_authorizer::entry),
+            },
+        ];
+        let mut env = Env(ProgramEnv::start(&programs).await);
+        if !sbf_mode() {
             heap::exclude_syscalls();
         }
         // Start from a fixed time and slot so seeds and timestamps are reproducible.
@@ -330,105 +287,25 @@ impl Env {
         env
     }
 
-    pub fn payer(&self) -> Keypair {
-        self.payer.insecure_clone()
-    }
-
-    /// Sends `ixs` (after a compute-budget instruction) signed by the payer and `signers`.
-    pub async fn send_many(&mut self, ixs: &[Instruction], signers: &[&Keypair]) -> TxResult {
-        self.tx_counter += 1;
-        let payer = self.payer();
-        let mut all: Vec<&Keypair> = vec![&payer];
-        for k in signers {
-            if !all.iter().any(|a| a.pubkey() == k.pubkey()) {
-                all.push(k);
-            }
-        }
-        let mut list = vec![ComputeBudgetInstruction::set_compute_unit_price(self.tx_counter)];
-        list.extend_from_slice(ixs);
-        // A fresh blockhash each time: long tests outlive the 150-blockhash validity window.
-        let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
-        let tx = Transaction::new_signed_with_payer(&list, Some(&payer.pubkey()), &all, blockhash);
-        process(&mut self.ctx.banks_client, tx).await
-    }
-
-    /// Sends `ix` with a compute-unit limit, as a client would, and reports what it cost:
-    /// compute units (what the runtime's metadata says: meaningful for the SBF build only, a
-    /// native builtin consumes none), the serialized transaction size and, natively, the heap
-    /// the program allocated.
+    /// Sends `ix` with a compute-unit limit, as a client would, and reports what it cost
+    /// (`ProgramEnv::send_measured`) and, natively, the heap the program allocated.
     pub async fn send_measured(
         &mut self,
         ix: Instruction,
         signers: &[&Keypair],
         cu_limit: u32,
     ) -> Measured {
-        self.tx_counter += 1;
-        let payer = self.payer();
-        let mut all: Vec<&Keypair> = vec![&payer];
-        for k in signers {
-            if !all.iter().any(|a| a.pubkey() == k.pubkey()) {
-                all.push(k);
-            }
-        }
-        let list = [
-            ComputeBudgetInstruction::set_compute_unit_limit(cu_limit),
-            ComputeBudgetInstruction::set_compute_unit_price(self.tx_counter),
-            ix,
-        ];
-        let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
-        let tx = Transaction::new_signed_with_payer(&list, Some(&payer.pubkey()), &all, blockhash);
-        let tx_bytes = bincode::serialize(&tx).unwrap().len();
-        let out = self.ctx.banks_client.process_transaction_with_metadata(tx).await.unwrap();
-        let meta = out.metadata.expect("transaction metadata");
+        let m = self.0.send_measured(&[ix], signers, cu_limit).await;
         Measured {
-            result: out.result,
-            compute_units: meta.compute_units_consumed,
-            tx_bytes,
+            result: m.result,
+            compute_units: m.compute_units,
+            tx_bytes: m.tx_bytes,
             heap: heap::last(),
-            logs: meta.log_messages,
+            logs: m.logs,
         }
-    }
-
-    pub async fn send(&mut self, ix: Instruction, signers: &[&Keypair]) -> TxResult {
-        self.send_many(&[ix], signers).await
-    }
-
-    pub async fn fund(&mut self, to: &Pubkey) {
-        let payer = self.payer();
-        let ix = system_instruction::transfer(&payer.pubkey(), to, 10_000_000_000);
-        self.send(ix, &[]).await.unwrap();
-    }
-
-    // --- clock -------------------------------------------------------------------------------
-
-    pub async fn clock(&mut self) -> Clock {
-        self.ctx.banks_client.get_sysvar().await.unwrap()
-    }
-
-    pub async fn now(&mut self) -> u64 {
-        self.clock().await.unix_timestamp as u64
-    }
-
-    pub async fn set_time(&mut self, unix_timestamp: i64) {
-        let mut clock = self.clock().await;
-        clock.unix_timestamp = unix_timestamp;
-        clock.slot = START_SLOT;
-        self.ctx.set_sysvar(&clock);
-    }
-
-    /// Moves the clock `seconds` forward (and the slot by one, so seeds differ per warp).
-    pub async fn warp(&mut self, seconds: i64) {
-        let mut clock = self.clock().await;
-        clock.unix_timestamp += seconds;
-        clock.slot += 1;
-        self.ctx.set_sysvar(&clock);
     }
 
     // --- reads -------------------------------------------------------------------------------
-
-    pub async fn account_data(&mut self, address: Pubkey) -> Option<Vec<u8>> {
-        self.ctx.banks_client.get_account(address).await.unwrap().map(|a| a.data)
-    }
 
     /// The run's zero-copy account, copied out (boxed: it is ~150 KB).
     pub async fn coordinator(&mut self, run: &Run) -> Box<CoordinatorAccount> {
@@ -445,10 +322,6 @@ impl Env {
     pub async fn peer_record(&mut self, address: Pubkey) -> Option<PeerRecord> {
         let data = self.account_data(address).await?;
         Some(PeerRecord::try_deserialize(&mut data.as_slice()).unwrap())
-    }
-
-    pub async fn lamports(&mut self, address: Pubkey) -> u64 {
-        self.ctx.banks_client.get_balance(address).await.unwrap()
     }
 
     pub async fn run_state(&mut self, run: &Run) -> RunState {
@@ -615,10 +488,6 @@ impl Env {
     }
 }
 
-pub fn rent_exempt(space: usize) -> u64 {
-    solana_sdk::rent::Rent::default().minimum_balance(space)
-}
-
 /// Decodes the account bytes (discriminator checked) into a boxed copy.
 pub fn decode_coordinator_account(data: &[u8]) -> Box<CoordinatorAccount> {
     use anchor_lang::Discriminator;
@@ -630,19 +499,6 @@ pub fn decode_coordinator_account(data: &[u8]) -> Box<CoordinatorAccount> {
 }
 
 // --- errors ------------------------------------------------------------------------------------
-
-/// The custom error code of a failed transaction whose program instruction is at `index`
-/// (1 in `send`: 0 is the compute-budget instruction).
-pub fn custom_code_at(result: TxResult, index: u8) -> u32 {
-    match result.expect_err("the transaction should fail").unwrap() {
-        TransactionError::InstructionError(i, InstructionError::Custom(code)) if i == index => code,
-        other => panic!("unexpected error {other:?}"),
-    }
-}
-
-pub fn custom_code(result: TxResult) -> u32 {
-    custom_code_at(result, 1)
-}
 
 pub fn code(e: CoordinatorProgramError) -> u32 {
     e.into()

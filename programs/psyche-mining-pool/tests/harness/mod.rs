@@ -1,178 +1,64 @@
-//! Program-test harness for the mining pool: the program in solana-program-test (registered
-//! natively or, with `PSYCHE_SBF=1`, the SBF build from `SBF_OUT_DIR`), with the SPL Token
-//! program that solana-program-test bundles (its BPF build, `spl_token-3.5.0.so`); mint and
-//! token-account helpers, instruction builders, account readers and error helpers. Used by the
-//! tests of this directory (`mod harness;`).
+//! Program-test harness for the mining pool: the program in the shared program-test environment
+//! (`program-test-env`: registered natively or, with `PSYCHE_SBF=1`, the SBF build from
+//! `SBF_OUT_DIR`), with the SPL Token program that solana-program-test bundles (its BPF build,
+//! `spl_token-3.5.0.so`); mint and token-account helpers, instruction builders, account readers
+//! and error helpers. Used by the tests of this directory (`mod harness;`).
 
 #![allow(dead_code)]
+
+use std::ops::{Deref, DerefMut};
 
 use anchor_lang::solana_program::system_instruction;
 use anchor_lang::system_program;
 use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
 use anchor_spl::token::spl_token;
+use program_test_env::{native, Program, ProgramEnv};
 use psyche_mining_pool::error::MiningPoolError;
 use psyche_mining_pool::{
     accounts, instruction, Lender, LenderClaimParams, LenderDepositParams, Pool, PoolCreateParams,
     PoolExtractParams, PoolRedeemableDepositParams, PoolUpdateParams,
 };
-use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
-use solana_sdk::account_info::AccountInfo;
-use solana_sdk::compute_budget::ComputeBudgetInstruction;
-use solana_sdk::entrypoint::ProgramResult;
-use solana_sdk::instruction::{Instruction, InstructionError};
+use solana_sdk::instruction::Instruction;
 use solana_sdk::program_pack::Pack;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::{Keypair, Signer};
-use solana_sdk::transaction::{Transaction, TransactionError};
 
-/// Anchor's generated `entry` ties the slice and the account infos to one lifetime
-/// (`&'info [AccountInfo<'info>]`); `processor!` needs a `ProcessInstruction`, generic over
-/// both (a known Anchor / program-test mismatch). The runtime keeps the infos alive for the whole
-/// call, so unifying the lifetimes is sound.
-fn pool_entry<'a, 'b>(
-    program_id: &Pubkey,
-    accounts: &'a [AccountInfo<'b>],
-    data: &[u8],
-) -> ProgramResult {
-    // SAFETY: only shortens 'b to 'a ('b: 'a); the infos outlive this call.
-    let accounts =
-        unsafe { std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts) };
-    psyche_mining_pool::entry(program_id, accounts, data)
+#[allow(unused_imports)] // not every test binary uses each
+pub use program_test_env::{
+    custom_code, custom_code_at, rent_exempt, sbf_mode, seeded_keypair, Measured, TxResult,
+};
+
+/// The shared environment (sending, metadata, reads) with the pool's own helpers on top.
+pub struct Env(ProgramEnv);
+
+impl Deref for Env {
+    type Target = ProgramEnv;
+    fn deref(&self) -> &ProgramEnv {
+        &self.0
+    }
 }
 
-pub type TxResult = Result<(), BanksClientError>;
-
-#[path = "../../../psyche-coordinator/tests/fixtures/banks.rs"]
-mod banks;
-use banks::process;
-
-/// Whether the tests run the SBF build (`PSYCHE_SBF=1`) rather than native code.
-pub fn sbf_mode() -> bool {
-    std::env::var("PSYCHE_SBF").is_ok_and(|v| v == "1")
-}
-
-/// A keypair derived from `label` (sha256 of it as the ed25519 seed): the same on every run.
-pub fn seeded_keypair(label: &str) -> Keypair {
-    let seed = solana_sdk::hash::hash(label.as_bytes()).to_bytes();
-    solana_sdk::signer::keypair::keypair_from_seed(&seed).expect("32-byte seed")
-}
-
-pub fn rent_exempt(space: usize) -> u64 {
-    solana_sdk::rent::Rent::default().minimum_balance(space)
-}
-
-/// What one transaction cost (`Env::send_measured`).
-pub struct Measured {
-    pub result: Result<(), TransactionError>,
-    pub compute_units: u64,
-    pub tx_bytes: usize,
-    pub logs: Vec<String>,
-}
-
-pub struct Env {
-    pub ctx: ProgramTestContext,
-    /// Fee and rent payer of every transaction, from a fixed seed (not program-test's random
-    /// key) so recorded instructions are reproducible. It is also every mint's authority.
-    payer: Keypair,
-    /// Makes each transaction unique (a compute-unit price), so two otherwise identical ones in
-    /// the same slot are not rejected as already processed.
-    tx_counter: u64,
+impl DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut ProgramEnv {
+        &mut self.0
+    }
 }
 
 impl Env {
     pub async fn new() -> Self {
-        let sbf = sbf_mode();
-        let mut pt = if sbf {
-            ProgramTest::new("psyche_mining_pool", psyche_mining_pool::ID, None)
-        } else {
-            ProgramTest::new("psyche_mining_pool", psyche_mining_pool::ID, processor!(pool_entry))
+        let pool = Program {
+            name: "psyche_mining_pool",
+            id: psyche_mining_pool::ID,
+            native: native!(psyche_mining_pool::entry),
         };
-        pt.prefer_bpf(sbf);
-        let payer = seeded_keypair("payer");
-        pt.add_account(
-            payer.pubkey(),
-            solana_sdk::account::Account {
-                lamports: 1_000_000 * 1_000_000_000,
-                owner: system_program::ID,
-                ..Default::default()
-            },
-        );
-        let ctx = pt.start_with_context().await;
+        let env = Env(ProgramEnv::start(&[pool]).await);
         // solana-program-test ships SPL Token as a BPF program; without it nothing here works.
-        let token = ctx.banks_client.clone().get_account(spl_token::ID).await.unwrap();
+        let token = env.ctx.banks_client.clone().get_account(spl_token::ID).await.unwrap();
         assert!(token.is_some_and(|a| a.executable), "SPL Token is not loaded");
-        Env { ctx, payer, tx_counter: 0 }
-    }
-
-    pub fn payer(&self) -> Keypair {
-        self.payer.insecure_clone()
-    }
-
-    async fn transaction(
-        &mut self,
-        ixs: &[Instruction],
-        signers: &[&Keypair],
-        cu: Option<u32>,
-    ) -> Transaction {
-        self.tx_counter += 1;
-        let payer = self.payer();
-        let mut all: Vec<&Keypair> = vec![&payer];
-        for k in signers {
-            if !all.iter().any(|a| a.pubkey() == k.pubkey()) {
-                all.push(k);
-            }
-        }
-        let mut list = Vec::new();
-        if let Some(cu) = cu {
-            list.push(ComputeBudgetInstruction::set_compute_unit_limit(cu));
-        }
-        list.push(ComputeBudgetInstruction::set_compute_unit_price(self.tx_counter));
-        list.extend_from_slice(ixs);
-        // A fresh blockhash each time: long tests outlive the 150-blockhash validity window.
-        let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
-        Transaction::new_signed_with_payer(&list, Some(&payer.pubkey()), &all, blockhash)
-    }
-
-    /// Sends `ixs` (after a compute-budget instruction, so the first of `ixs` is instruction 1)
-    /// signed by the payer and `signers`.
-    pub async fn send_many(&mut self, ixs: &[Instruction], signers: &[&Keypair]) -> TxResult {
-        let tx = self.transaction(ixs, signers, None).await;
-        process(&mut self.ctx.banks_client, tx).await
-    }
-
-    pub async fn send(&mut self, ix: Instruction, signers: &[&Keypair]) -> TxResult {
-        self.send_many(&[ix], signers).await
-    }
-
-    /// Sends `ix` with a compute-unit limit and reports what it cost: compute units from the
-    /// transaction metadata (meaningful on the SBF build; natively only the SPL Token CPIs, which
-    /// run in the VM, are counted) and the serialized transaction size.
-    pub async fn send_measured(
-        &mut self,
-        ix: Instruction,
-        signers: &[&Keypair],
-        cu_limit: u32,
-    ) -> Measured {
-        let tx = self.transaction(&[ix], signers, Some(cu_limit)).await;
-        // Wire size: the signature count (a one-byte short-vec here), the signatures, the message.
-        assert!(tx.signatures.len() < 128);
-        let tx_bytes = 1 + 64 * tx.signatures.len() + tx.message_data().len();
-        let out = self.ctx.banks_client.process_transaction_with_metadata(tx).await.unwrap();
-        let meta =
-            out.metadata.unwrap_or_else(|| panic!("no transaction metadata: {:?}", out.result));
-        Measured {
-            result: out.result,
-            compute_units: meta.compute_units_consumed,
-            tx_bytes,
-            logs: meta.log_messages,
-        }
+        env
     }
 
     // --- reads -------------------------------------------------------------------------------
-
-    pub async fn account_data(&mut self, address: Pubkey) -> Option<Vec<u8>> {
-        self.ctx.banks_client.get_account(address).await.unwrap().map(|a| a.data)
-    }
 
     pub async fn pool(&mut self, address: Pubkey) -> Pool {
         let data = self.account_data(address).await.expect("pool exists");
@@ -197,7 +83,7 @@ impl Env {
 
     /// Instructions creating the mint `mint` (6 decimals, the payer as mint authority).
     pub fn create_mint_ixs(&self, mint: &Pubkey) -> Vec<Instruction> {
-        let payer = self.payer.pubkey();
+        let payer = self.payer().pubkey();
         vec![
             system_instruction::create_account(
                 &payer,
@@ -220,7 +106,7 @@ impl Env {
     ) -> Vec<Instruction> {
         vec![
             system_instruction::create_account(
-                &self.payer.pubkey(),
+                &self.payer().pubkey(),
                 account,
                 rent_exempt(spl_token::state::Account::LEN),
                 spl_token::state::Account::LEN as u64,
@@ -236,7 +122,7 @@ impl Env {
             &spl_token::ID,
             mint,
             account,
-            &self.payer.pubkey(),
+            &self.payer().pubkey(),
             &[],
             amount,
         )
@@ -286,7 +172,7 @@ impl Env {
         redeemable: u64,
     ) -> PoolKeys {
         let keys = self.pool_keys(label, index).await;
-        let ix = ix_pool_create(&self.payer.pubkey(), &keys, cap);
+        let ix = ix_pool_create(&self.payer().pubkey(), &keys, cap);
         self.send(ix, &[&keys.authority]).await.expect("pool_create");
         self.mint_to(&keys.redeemable_mint, &keys.authority_redeemable, redeemable).await;
         keys
@@ -332,8 +218,12 @@ impl Env {
         collateral: u64,
     ) -> LenderKeys {
         let lender = self.lender_keys(pool, label, collateral).await;
-        let ix =
-            ix_lender_create(&self.payer.pubkey(), &lender.user.pubkey(), pool.pool, lender.lender);
+        let ix = ix_lender_create(
+            &self.payer().pubkey(),
+            &lender.user.pubkey(),
+            pool.pool,
+            lender.lender,
+        );
         self.send(ix, &[&lender.user]).await.expect("lender_create");
         lender
     }
@@ -648,21 +538,6 @@ pub fn ix_lender_claim_with(
 }
 
 // --- errors ------------------------------------------------------------------------------------
-
-/// The custom error code of a failed transaction, which must come from instruction `index`
-/// (0 is the compute-budget instruction).
-#[track_caller]
-pub fn custom_code_at(result: TxResult, index: u8) -> u32 {
-    match result.expect_err("the transaction should fail").unwrap() {
-        TransactionError::InstructionError(i, InstructionError::Custom(code)) if i == index => code,
-        other => panic!("unexpected error {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn custom_code(result: TxResult) -> u32 {
-    custom_code_at(result, 1)
-}
 
 pub fn code(e: MiningPoolError) -> u32 {
     e.into()

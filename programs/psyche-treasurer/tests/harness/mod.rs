@@ -1,15 +1,19 @@
 //! Program-test harness of the treasurer: the treasurer, the coordinator and the authorizer in
-//! solana-program-test, natively registered or, with `PSYCHE_SBF=1`, as the SBF builds of
-//! scripts/build-sbf.sh (SPL Token is program-test's bundled BPF build in both modes);
-//! instruction builders, SPL Token helpers, a coordinator epoch driver and account readers.
+//! the shared program-test environment (`program-test-env`: natively registered or, with
+//! `PSYCHE_SBF=1`, as the SBF builds of scripts/build-sbf.sh; SPL Token is program-test's bundled
+//! BPF build in both modes); instruction builders, SPL Token helpers, a coordinator epoch driver
+//! and account readers.
 
 #![allow(dead_code)]
+
+use std::ops::{Deref, DerefMut};
 
 use anchor_lang::solana_program::program_pack::Pack;
 use anchor_lang::solana_program::system_instruction;
 use anchor_lang::system_program;
 use anchor_lang::{AccountDeserialize, Discriminator, InstructionData, ToAccountMetas};
 use anchor_spl::token::spl_token;
+use program_test_env::{native, Program, ProgramEnv};
 use psyche_authorizer::Authorization;
 use psyche_coordinator::constants::JOIN_RUN_AUTHORIZATION_SCOPE;
 use psyche_coordinator::core::{
@@ -19,71 +23,19 @@ use psyche_coordinator::{CoordinatorAccount, CoordinatorInstance};
 use psyche_treasurer::{
     Participant, ParticipantClaimParams, Run, RunCreateParams, RunUpdateParams,
 };
-use solana_program_test::{processor, BanksClientError, ProgramTest, ProgramTestContext};
-use solana_sdk::account::{Account, AccountSharedData};
-use solana_sdk::account_info::AccountInfo;
-use solana_sdk::clock::Clock;
-use solana_sdk::compute_budget::ComputeBudgetInstruction;
-use solana_sdk::entrypoint::ProgramResult;
-use solana_sdk::instruction::{Instruction, InstructionError};
+use solana_sdk::account::AccountSharedData;
+use solana_sdk::instruction::Instruction;
 use solana_sdk::pubkey::Pubkey;
 use solana_sdk::signature::{Keypair, Signer};
-use solana_sdk::transaction::{Transaction, TransactionError};
 
-// Anchor's generated `entry` ties the slice and the account infos to one lifetime, while
-// `processor!` needs a function generic over both; the runtime keeps the infos alive for the
-// whole call, so unifying them is sound (as in the coordinator's harness).
-macro_rules! entry_wrapper {
-    ($name:ident, $program:ident) => {
-        fn $name<'a, 'b>(
-            program_id: &Pubkey,
-            accounts: &'a [AccountInfo<'b>],
-            data: &[u8],
-        ) -> ProgramResult {
-            // SAFETY: only shortens 'b to 'a ('b: 'a); the infos outlive this call.
-            let accounts = unsafe {
-                std::mem::transmute::<&'a [AccountInfo<'b>], &'a [AccountInfo<'a>]>(accounts)
-            };
-            $program::entry(program_id, accounts, data)
-        }
-    };
-}
-entry_wrapper!(treasurer_entry, psyche_treasurer);
-entry_wrapper!(coordinator_entry, psyche_coordinator);
-entry_wrapper!(authorizer_entry, psyche_authorizer);
+#[allow(unused_imports)] // not every test binary uses each
+pub use program_test_env::{
+    custom_code, custom_code_at, rent_exempt, sbf_mode, seeded_keypair, Measured, TxResult,
+    START_SLOT, START_TIME,
+};
 
-pub type TxResult = Result<(), BanksClientError>;
-
-#[path = "../../../psyche-coordinator/tests/fixtures/banks.rs"]
-mod banks;
-use banks::process;
-
-/// What one transaction cost (`Env::send_measured`).
-pub struct Measured {
-    pub result: Result<(), TransactionError>,
-    pub compute_units: u64,
-    pub tx_bytes: usize,
-    pub logs: Vec<String>,
-}
-
-pub const START_TIME: i64 = 1_700_000_000;
-pub const START_SLOT: u64 = 1_000;
 /// Decimals of every test mint.
 pub const DECIMALS: u8 = 6;
-
-/// A keypair derived from `label` (sha256 of it as the ed25519 seed): the same on every run.
-pub fn seeded_keypair(label: &[u8]) -> Keypair {
-    let seed = psyche_coordinator::core::hash::sha256(label);
-    solana_sdk::signer::keypair::keypair_from_seed(&seed).expect("32-byte seed")
-}
-
-pub fn sbf_mode() -> bool {
-    std::env::var("PSYCHE_SBF").is_ok_and(|v| v == "1")
-}
-
-pub fn rent_exempt(space: usize) -> u64 {
-    solana_sdk::rent::Rent::default().minimum_balance(space)
-}
 
 /// A run created through the treasurer (`Env::create_run`).
 pub struct TRun {
@@ -149,163 +101,48 @@ impl Client {
     }
 }
 
-pub struct Env {
-    pub ctx: ProgramTestContext,
-    /// Fee payer, rent payer and mint authority: a fixed key so recorded instructions repeat.
-    payer: Keypair,
-    /// Makes each transaction unique (a compute-unit price).
-    tx_counter: u64,
+/// The shared environment (sending, metadata, clock, reads) with the treasurer's own helpers on
+/// top.
+pub struct Env(ProgramEnv);
+
+impl Deref for Env {
+    type Target = ProgramEnv;
+    fn deref(&self) -> &ProgramEnv {
+        &self.0
+    }
+}
+
+impl DerefMut for Env {
+    fn deref_mut(&mut self) -> &mut ProgramEnv {
+        &mut self.0
+    }
 }
 
 impl Env {
     pub async fn new() -> Self {
-        let sbf = sbf_mode();
-        let mut pt = if sbf {
-            let mut pt = ProgramTest::new("psyche_treasurer", psyche_treasurer::ID, None);
-            pt.add_program("psyche_coordinator", psyche_coordinator::ID, None);
-            pt.add_program("psyche_authorizer", psyche_authorizer::ID, None);
-            pt
-        } else {
-            let mut pt = ProgramTest::new(
-                "psyche_treasurer",
-                psyche_treasurer::ID,
-                processor!(treasurer_entry),
-            );
-            pt.add_program(
-                "psyche_coordinator",
-                psyche_coordinator::ID,
-                processor!(coordinator_entry),
-            );
-            pt.add_program(
-                "psyche_authorizer",
-                psyche_authorizer::ID,
-                processor!(authorizer_entry),
-            );
-            pt
-        };
-        pt.prefer_bpf(sbf);
-        let payer = seeded_keypair(b"payer");
-        pt.add_account(
-            payer.pubkey(),
-            Account {
-                lamports: 1_000_000 * 1_000_000_000,
-                owner: system_program::ID,
-                ..Default::default()
+        let programs = [
+            Program {
+                name: "psyche_treasurer",
+                id: psyche_treasurer::ID,
+                native: native!(psyche_treasurer::entry),
             },
-        );
-        let mut env = Env { ctx: pt.start_with_context().await, payer, tx_counter: 0 };
+            Program {
+                name: "psyche_coordinator",
+                id: psyche_coordinator::ID,
+                native: native!(psyche_coordinator::entry),
+            },
+            Program {
+                name: "psyche_authorizer",
+                id: psyche_authorizer::ID,
+                native: native!(psyche_authorizer::entry),
+            },
+        ];
+        let mut env = Env(ProgramEnv::start(&programs).await);
         env.set_time(START_TIME).await;
         env
     }
 
-    pub fn payer(&self) -> Keypair {
-        self.payer.insecure_clone()
-    }
-
-    fn signers<'a>(&'a self, extra: &[&'a Keypair]) -> Vec<&'a Keypair> {
-        let mut all: Vec<&Keypair> = vec![&self.payer];
-        for k in extra {
-            if !all.iter().any(|a| a.pubkey() == k.pubkey()) {
-                all.push(k);
-            }
-        }
-        all
-    }
-
-    /// Sends `ixs` (after a compute-budget instruction) signed by the payer and `signers`.
-    pub async fn send_many(&mut self, ixs: &[Instruction], signers: &[&Keypair]) -> TxResult {
-        self.tx_counter += 1;
-        let mut list = vec![ComputeBudgetInstruction::set_compute_unit_price(self.tx_counter)];
-        list.extend_from_slice(ixs);
-        let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
-        let tx = Transaction::new_signed_with_payer(
-            &list,
-            Some(&self.payer.pubkey()),
-            &self.signers(signers),
-            blockhash,
-        );
-        process(&mut self.ctx.banks_client, tx).await
-    }
-
-    pub async fn send(&mut self, ix: Instruction, signers: &[&Keypair]) -> TxResult {
-        self.send_many(&[ix], signers).await
-    }
-
-    /// Sends `ixs` with a compute-unit limit and reports the compute units the runtime metered
-    /// (meaningful on the SBF build: natively registered programs consume none) and the
-    /// serialized transaction's size.
-    pub async fn send_measured(
-        &mut self,
-        ixs: &[Instruction],
-        signers: &[&Keypair],
-        cu_limit: u32,
-    ) -> Measured {
-        self.tx_counter += 1;
-        let mut list = vec![
-            ComputeBudgetInstruction::set_compute_unit_limit(cu_limit),
-            ComputeBudgetInstruction::set_compute_unit_price(self.tx_counter),
-        ];
-        list.extend_from_slice(ixs);
-        let blockhash = self.ctx.banks_client.get_latest_blockhash().await.unwrap();
-        let tx = Transaction::new_signed_with_payer(
-            &list,
-            Some(&self.payer.pubkey()),
-            &self.signers(signers),
-            blockhash,
-        );
-        // Wire size: compact-u16 signature count (1 byte below 128), the signatures, the message.
-        let tx_bytes = 1 + 64 * tx.signatures.len() + tx.message_data().len();
-        let out = self.ctx.banks_client.process_transaction_with_metadata(tx).await.unwrap();
-        let Some(meta) = out.metadata else {
-            panic!("no transaction metadata (the transaction was not executed): {:?}", out.result)
-        };
-        Measured {
-            result: out.result,
-            compute_units: meta.compute_units_consumed,
-            tx_bytes,
-            logs: meta.log_messages,
-        }
-    }
-
-    pub async fn fund(&mut self, to: &Pubkey) {
-        let ix = system_instruction::transfer(&self.payer.pubkey(), to, 10_000_000_000);
-        self.send(ix, &[]).await.unwrap();
-    }
-
-    // --- clock -------------------------------------------------------------------------------
-
-    pub async fn clock(&mut self) -> Clock {
-        self.ctx.banks_client.get_sysvar().await.unwrap()
-    }
-
-    pub async fn set_time(&mut self, unix_timestamp: i64) {
-        let mut clock = self.clock().await;
-        clock.unix_timestamp = unix_timestamp;
-        clock.slot = START_SLOT;
-        self.ctx.set_sysvar(&clock);
-    }
-
-    /// Moves the clock `seconds` forward (and the slot by one, so seeds differ per warp).
-    pub async fn warp(&mut self, seconds: i64) {
-        let mut clock = self.clock().await;
-        clock.unix_timestamp += seconds;
-        clock.slot += 1;
-        self.ctx.set_sysvar(&clock);
-    }
-
     // --- reads -------------------------------------------------------------------------------
-
-    pub async fn account(&mut self, address: Pubkey) -> Option<Account> {
-        self.ctx.banks_client.get_account(address).await.unwrap()
-    }
-
-    pub async fn account_data(&mut self, address: Pubkey) -> Option<Vec<u8>> {
-        self.account(address).await.map(|a| a.data)
-    }
-
-    pub async fn lamports(&mut self, address: Pubkey) -> u64 {
-        self.ctx.banks_client.get_balance(address).await.unwrap()
-    }
 
     pub async fn run(&mut self, address: Pubkey) -> Run {
         let data = self.account_data(address).await.expect("run exists");
@@ -367,7 +204,7 @@ impl Env {
     }
 
     pub fn create_mint_ixs(&self, mint: &Keypair) -> Vec<Instruction> {
-        let payer = self.payer.pubkey();
+        let payer = self.payer().pubkey();
         vec![
             system_instruction::create_account(
                 &payer,
@@ -401,7 +238,7 @@ impl Env {
     ) -> Vec<Instruction> {
         vec![
             system_instruction::create_account(
-                &self.payer.pubkey(),
+                &self.payer().pubkey(),
                 &account.pubkey(),
                 rent_exempt(spl_token::state::Account::LEN),
                 spl_token::state::Account::LEN as u64,
@@ -424,8 +261,15 @@ impl Env {
     }
 
     pub fn mint_to_ix(&self, mint: &Pubkey, to: &Pubkey, amount: u64) -> Instruction {
-        spl_token::instruction::mint_to(&spl_token::ID, mint, to, &self.payer.pubkey(), &[], amount)
-            .unwrap()
+        spl_token::instruction::mint_to(
+            &spl_token::ID,
+            mint,
+            to,
+            &self.payer().pubkey(),
+            &[],
+            amount,
+        )
+        .unwrap()
     }
 
     /// A plain SPL `transfer` signed by `owner`.
@@ -468,7 +312,7 @@ impl Env {
     /// The two instructions that create a run: allocate the coordinator's zero-copy account,
     /// then `run_create`.
     pub fn create_run_ixs(&self, run: &TRun, collateral_per_point: u64) -> Vec<Instruction> {
-        let payer = self.payer.pubkey();
+        let payer = self.payer().pubkey();
         vec![
             system_instruction::create_account(
                 &payer,
@@ -530,7 +374,7 @@ impl Env {
     }
 
     pub async fn participant_create(&mut self, run: &TRun, user: &Keypair) -> TxResult {
-        let ix = ix_participant_create(&self.payer.pubkey(), &user.pubkey(), run);
+        let ix = ix_participant_create(&self.payer().pubkey(), &user.pubkey(), run);
         self.send(ix, &[user]).await
     }
 
@@ -549,7 +393,7 @@ impl Env {
 
     pub async fn permissionless_authorization(&mut self, run: &TRun) -> Pubkey {
         let grantor = run.join_authority.insecure_clone();
-        let ixs = authorization_ixs(&self.payer.pubkey(), &grantor.pubkey());
+        let ixs = authorization_ixs(&self.payer().pubkey(), &grantor.pubkey());
         self.send_many(&ixs, &[&grantor]).await.expect("authorization");
         open_authorization(run)
     }
@@ -560,7 +404,7 @@ impl Env {
     }
 
     pub async fn tick(&mut self, run: &TRun) -> TxResult {
-        let payer = self.payer.pubkey();
+        let payer = self.payer().pubkey();
         self.send(ix_tick(run, &payer), &[]).await
     }
 
@@ -928,21 +772,6 @@ mod fixtures;
 pub use fixtures::{largest_model, tiny_config, tiny_model};
 
 // --- errors ------------------------------------------------------------------------------------
-
-/// The custom error code of a failed transaction whose failing instruction is at `index`
-/// (1 for a lone instruction in `send`: 0 is the compute-budget one).
-#[track_caller]
-pub fn custom_code_at(result: TxResult, index: u8) -> u32 {
-    match result.expect_err("the transaction should fail").unwrap() {
-        TransactionError::InstructionError(i, InstructionError::Custom(code)) if i == index => code,
-        other => panic!("unexpected error {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn custom_code(result: TxResult) -> u32 {
-    custom_code_at(result, 1)
-}
 
 pub fn code(e: psyche_treasurer::error::TreasurerError) -> u32 {
     e.into()

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "config" / "tiny"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +25,7 @@ def local_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "model", base / "data"
 
 
-def make_config(
+def write_run_dir(
     out: Path, inputs: tuple[Path, Path], *, data_port: int, base: Path = TINY, **config: int
 ) -> Path:
     """config/tiny (or ``base``, a config of the same model and data server, e.g.

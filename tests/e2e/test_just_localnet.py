@@ -21,7 +21,9 @@ from typing import IO
 
 import pytest
 
-from .conftest import ROOT, free_port
+from support.net import free_port
+
+from .conftest import ROOT
 
 QUICK = ROOT / "config" / "tiny-solana-quick"
 JUST = Path(sys.executable).parent / "just"

@@ -28,8 +28,9 @@ from psyche.events import (
     read_events,
 )
 from psyche.testnet.launcher import Testnet, TestnetOptions, epochs_completed, make_testnet
+from support.net import free_port
 
-from .conftest import ROOT, TINY, free_port, make_config
+from .conftest import ROOT, TINY, write_run_dir
 from .explorer_browser import BrowserWatch, check_rounds_timeline, check_run_watched
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,7 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
     run: W&B (offline: no key, nothing leaves the machine), evals at cooldown, log files,
     optimizer statistics and the DisTrO payloads written to disk. The server's port is left to
     the testnet (a free one)."""
-    cfg = make_config(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=9)
+    cfg = write_run_dir(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=9)
     summary = tmp_path / "summary.json"
     write_synthetic_task(tmp_path / "task", docs=8, seed=0)
     net = tmp_path / "net"
@@ -146,7 +147,7 @@ def _states(net: Testnet) -> list[StateEvent]:
 def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
-    cfg = make_config(
+    cfg = write_run_dir(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),
@@ -204,7 +205,7 @@ def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weig
     """With SparseLoCo (config/tiny-sparseloco, outer momentum on) the joiner also needs the
     run's optimizer state: the momentum comes with the model from the peers, or its first
     apply would move its weights unlike theirs."""
-    cfg = make_config(
+    cfg = write_run_dir(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),
@@ -271,7 +272,7 @@ def test_random_kills_over_three_epochs_rejoin_by_p2p_with_identical_weights(
     """4 clients, one random SIGKILL (and restart) every ``interval`` seconds, 3 epochs: every
     epoch finishes, each restarted client loads the model from its peers over P2P, all clients
     present agree on the weights after every apply, and no client crashes on its own."""
-    cfg = make_config(
+    cfg = write_run_dir(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),
@@ -336,7 +337,7 @@ def test_data_and_tensor_parallel_clients_keep_identical_weights(
     """A run of three real client processes, one with --data-parallelism 2 (a worker process
     beside it), one with --tensor-parallelism 2 and one plain: each sends one payload per batch,
     and all three hold bit-identical weights after every apply."""
-    cfg = make_config(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=6)
+    cfg = write_run_dir(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=6)
     opts = TestnetOptions(config_path=cfg, num_clients=3, out_dir=tmp_path / "net", timeout_s=400)
     net = make_testnet(opts, lambda m: None)
     shared = net.client_settings

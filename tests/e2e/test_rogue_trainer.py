@@ -39,8 +39,9 @@ from psyche.testnet.envfile import read_env_file
 from psyche.testnet.launcher import TestnetOptions, make_testnet
 from psyche.testnet.processes import container_env
 from psyche.testnet.solana import SolanaTestnetOptions, make_solana_testnet
+from support.net import free_port
 
-from .conftest import free_port, make_config
+from .conftest import write_run_dir
 from .test_solana_local_testnet import solana_config
 from .test_solana_rewards import BIN, balance, cli, keypair
 
@@ -52,7 +53,7 @@ ROGUE = Path(__file__).with_name("rogue_trainer.py")
 def test_a_sign_flipping_trainer_is_ejected_and_slashed(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
-    cfg = make_config(
+    cfg = write_run_dir(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),

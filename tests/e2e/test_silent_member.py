@@ -18,8 +18,9 @@ import pytest
 
 from psyche.testnet.base import Proc
 from psyche.testnet.launcher import TestnetOptions, make_testnet
+from support.net import free_port
 
-from .conftest import free_port, make_config
+from .conftest import write_run_dir
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,7 @@ ROGUE = Path(__file__).with_name("rogue_silent.py")
 def test_a_silent_member_costs_one_timed_out_round(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
-    cfg = make_config(
+    cfg = write_run_dir(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),

@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from psyche.events import TrainEvent, read_events
+from support.net import free_port
 
-from .conftest import ROOT, free_port
+from .conftest import ROOT
 from .explorer_browser import BrowserWatch, check_run_watched
 
 SOLANA_CONFIG = ROOT / "config" / "tiny-solana"

@@ -70,12 +70,6 @@ def write_state(
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_server(
     procs: list[subprocess.Popen[bytes]], state: Path, port: int, *extra: str, log: Path
 ) -> subprocess.Popen[bytes]:

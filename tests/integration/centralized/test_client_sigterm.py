@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import free_port, start_server, write_state
+from support.net import free_port
+
+from .helpers import start_server, write_state
 
 BIN = Path(sys.executable).parent
 

@@ -32,10 +32,10 @@ from psyche.backends.centralized.protocol import (
 )
 from psyche.coordinator import ClientState, RunState, WitnessMetadata
 from psyche.protocol.identity import SecretKey
+from support.net import free_port
 
 from .helpers import (
     backend,
-    free_port,
     in_state,
     round_witness,
     start_server,

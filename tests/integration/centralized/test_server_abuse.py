@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from psyche.backends.centralized.app import load_coordinator
 from psyche.backends.centralized.protocol import (
     MAX_CLIENT_FRAME,
     MAX_SERVER_FRAME,
@@ -36,36 +32,16 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
-from psyche.backends.centralized.run_host import RunHost
-from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator import ClientState, Coordinator, RunState, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.identity import NodeIdentity, SecretKey
-
-from .helpers import write_state
+from support.centralized import serving_centralized
+from support.waiting import until
 
 
 def _key(i: int) -> SecretKey:
     return SecretKey.from_bytes(bytes([i]) * 32)
-
-
-@contextlib.asynccontextmanager
-async def _serving(
-    tmp_path: Path, init_min_clients: int = 3, **options: Any
-) -> AsyncIterator[CentralizedServer]:
-    coordinator = load_coordinator(
-        write_state(tmp_path / "state.toml", init_min_clients=init_min_clients)
-    )
-    opts = ServerOptions(host="127.0.0.1", port=0, tick_interval=0.05, **options)
-    server = CentralizedServer(RunHost(coordinator), opts)
-    await server.start()
-    ticking = asyncio.create_task(server.serve_forever())
-    try:
-        yield server
-    finally:
-        ticking.cancel()
-        await server.close()
 
 
 class _Peer:
@@ -118,16 +94,9 @@ async def _join(port: int, key: SecretKey) -> _Peer:
     return _Peer(key, reader, writer)
 
 
-async def _until(pred: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 def test_a_p2p_addrs_burst_from_one_key_drops_only_that_key(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with _serving(tmp_path, peers_interval=0.2) as server:
+        async with serving_centralized(tmp_path, peers_interval=0.2) as server:
             honest = [await _join(server.port, _key(i)) for i in (1, 2, 3)]
             for i, h in enumerate(honest):
                 h.send(P2PAddrsMsg([f"/ip4/127.0.0.1/tcp/{4000 + i}"]))
@@ -136,8 +105,8 @@ def test_a_p2p_addrs_burst_from_one_key_drops_only_that_key(tmp_path: Path) -> N
                 s = p.state()
                 return s is not None and s.run_state is RunState.Warmup
 
-            await _until(lambda: all(warm(h) for h in honest), "the epoch to start")
-            await _until(
+            await until(lambda: all(warm(h) for h in honest), "the epoch to start")
+            await until(
                 lambda: all(
                     any(isinstance(f, PeersMsg) and len(f.entries) == 3 for f in h.frames)
                     for h in honest
@@ -145,7 +114,7 @@ def test_a_p2p_addrs_burst_from_one_key_drops_only_that_key(tmp_path: Path) -> N
                 "every honest client to see the three peers",
             )
             abuser = await _join(server.port, _key(9))
-            await _until(lambda: abuser.count(StateMsg) > 0, "the abuser to join")
+            await until(lambda: abuser.count(StateMsg) > 0, "the abuser to join")
             before = [h.count(PeersMsg) for h in honest]
 
             # 72 frames (about 3.6 KB) in one write: they arrive in one read on the server.
@@ -155,7 +124,7 @@ def test_a_p2p_addrs_burst_from_one_key_drops_only_that_key(tmp_path: Path) -> N
             )
             assert len(burst) < 2**16, "one StreamReader buffer"
             abuser.writer.write(burst)
-            await _until(lambda: abuser.closed or any(h.closed for h in honest), "a drop")
+            await until(lambda: abuser.closed or any(h.closed for h in honest), "a drop")
             await asyncio.sleep(0.6)  # a few peer-list intervals for any further fallout
 
             dropped = sum(h.closed for h in honest)
@@ -172,7 +141,7 @@ def test_a_p2p_addrs_burst_from_one_key_drops_only_that_key(tmp_path: Path) -> N
 
             # The honest connections still get peer-list and state updates.
             honest[0].send(P2PAddrsMsg(["/ip4/127.0.0.1/tcp/5000"]))
-            await _until(
+            await until(
                 lambda: all(
                     isinstance(f := h.frames[-1], PeersMsg)
                     and any("/ip4/127.0.0.1/tcp/5000" in e.addrs for e in f.entries)
@@ -188,7 +157,7 @@ def test_a_p2p_addrs_burst_from_one_key_drops_only_that_key(tmp_path: Path) -> N
             assert index is not None
             proof = WitnessProof(index, index, False)
             honest[0].send(WarmupWitnessMsg.of(Witness(proof, Bloom.empty(), Bloom.empty())))
-            await _until(
+            await until(
                 lambda: all(h.count(StateMsg) > n for h, n in zip(honest, states, strict=True)),
                 "a state update after the warmup witness",
             )
@@ -211,12 +180,14 @@ def test_idle_unauthenticated_sockets_cannot_lock_out_a_client(
     tmp_path: Path, budget: dict[str, int]
 ) -> None:
     async def scenario() -> None:
-        async with _serving(tmp_path, init_min_clients=2, max_connections=8, **budget) as server:
+        async with serving_centralized(
+            tmp_path, init_min_clients=2, max_connections=8, **budget
+        ) as server:
             idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(24)]
             # Every idle socket has been accepted (and counted) before the honest client comes.
-            await _until(lambda: server.stats["connections"] >= 24, "the idle sockets")
+            await until(lambda: server.stats["connections"] >= 24, "the idle sockets")
             honest = await _join(server.port, _key(1))
-            await _until(lambda: honest.count(StateMsg) > 0 or honest.closed, "the honest join", 3)
+            await until(lambda: honest.count(StateMsg) > 0 or honest.closed, "the honest join", 3)
             errors = [f.reason for f in honest.frames if isinstance(f, ErrorMsg)]
             print(f"honest client: joined={not honest.closed}, errors={errors}")
             assert not honest.closed and not errors, f"honest client refused: {errors}"
@@ -225,10 +196,10 @@ def test_idle_unauthenticated_sockets_cannot_lock_out_a_client(
 
             # Joined clients have their own budget: handshakes do not count against it ...
             others = [await _join(server.port, _key(i)) for i in range(2, 9)]
-            await _until(lambda: len(server.connections) == 8, "eight joined clients")
+            await until(lambda: len(server.connections) == 8, "eight joined clients")
             # ... and it is still enforced once a key authenticates.
             extra = await _join(server.port, _key(20))
-            await _until(lambda: extra.closed, "the ninth client to be refused")
+            await until(lambda: extra.closed, "the ninth client to be refused")
             assert [f.reason for f in extra.frames if isinstance(f, ErrorMsg)] == [
                 "too many clients (8)"
             ]

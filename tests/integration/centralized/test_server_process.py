@@ -30,10 +30,10 @@ from psyche.data.server_messages import RejectReason
 from psyche.data.tcp_client import DataRequestRejected, TcpDataProvider
 from psyche.protocol.data_selection import assign_data_for_state
 from psyche.protocol.identity import SecretKey
+from support.net import free_port
 
 from .helpers import (
     backend,
-    free_port,
     in_state,
     round_witness,
     start_server,

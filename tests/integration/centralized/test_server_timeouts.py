@@ -14,13 +14,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from psyche.backends.centralized.app import load_coordinator
 from psyche.backends.centralized.backend import CentralizedBackend
 from psyche.backends.centralized.protocol import (
     MAX_CLIENT_FRAME,
@@ -38,12 +35,10 @@ from psyche.backends.centralized.protocol import (
     frame,
     read_message,
 )
-from psyche.backends.centralized.run_host import RunHost
-from psyche.backends.centralized.server import CentralizedServer, ServerOptions
 from psyche.coordinator import ClientState, RunState
 from psyche.protocol.identity import NodeIdentity, SecretKey
-
-from .helpers import write_state
+from support.centralized import serving_centralized
+from support.waiting import until
 
 IDLE_S = 2.0
 FRAME_S = 1.0
@@ -52,20 +47,6 @@ KEEPALIVE_S = 0.4
 
 def _key(i: int) -> SecretKey:
     return SecretKey.from_bytes(bytes([i]) * 32)
-
-
-@contextlib.asynccontextmanager
-async def _serving(tmp_path: Path, **options: Any) -> AsyncIterator[CentralizedServer]:
-    coordinator = load_coordinator(write_state(tmp_path / "state.toml", init_min_clients=4))
-    opts = ServerOptions(host="127.0.0.1", port=0, tick_interval=0.05, **options)
-    server = CentralizedServer(RunHost(coordinator), opts)
-    await server.start()
-    ticking = asyncio.create_task(server.serve_forever())
-    try:
-        yield server
-    finally:
-        ticking.cancel()
-        await server.close()
 
 
 class _RawPeer:
@@ -108,20 +89,15 @@ async def _join(port: int, key: SecretKey) -> _RawPeer:
     return _RawPeer(reader, writer)
 
 
-async def _until(pred: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 def test_trickling_and_silent_members_are_closed_and_cost_only_themselves(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="psyche.backends.centralized.server")
 
     async def scenario() -> None:
-        async with _serving(tmp_path, idle_timeout=IDLE_S, frame_timeout=FRAME_S) as server:
+        async with serving_centralized(
+            tmp_path, init_min_clients=4, idle_timeout=IDLE_S, frame_timeout=FRAME_S
+        ) as server:
             addr = f"127.0.0.1:{server.port}"
             honest = [
                 CentralizedBackend(addr, _key(i), "tiny", keepalive_interval=KEEPALIVE_S)
@@ -157,7 +133,7 @@ def test_trickling_and_silent_members_are_closed_and_cost_only_themselves(
                     break
                 trickler.writer.write(bytes([byte]))
                 await asyncio.sleep(0.25)
-            await _until(lambda: silent.closed_at is not None, "the silent peer to be closed")
+            await until(lambda: silent.closed_at is not None, "the silent peer to be closed", 10.0)
 
             assert trickler.closed_at is not None, "a trickled frame was still being read"
             took = trickler.closed_at - started
@@ -175,8 +151,8 @@ def test_trickling_and_silent_members_are_closed_and_cost_only_themselves(
             assert [states[h.identity] for h in honest] == [ClientState.Healthy] * 2
             assert all(states.get(who) is not ClientState.Healthy for who in bad)
             # The honest clients got the state that records the withdrawals.
-            await _until(
-                lambda: all(h._last_seq == server.hub.seq for h in honest), "the latest state"
+            await until(
+                lambda: all(h._last_seq == server.hub.seq for h in honest), "the latest state", 10.0
             )
 
             for h in honest:
@@ -192,12 +168,12 @@ def test_trickling_and_silent_members_are_closed_and_cost_only_themselves(
 
 async def _joined(port: int, key: SecretKey) -> _RawPeer:
     peer = await _join(port, key)
-    await _until(lambda: any(isinstance(f, StateMsg) for f in peer.frames), "the join")
+    await until(lambda: any(isinstance(f, StateMsg) for f in peer.frames), "the join", 10.0)
     return peer
 
 
 async def _dropped(peer: _RawPeer) -> None:
-    await _until(lambda: peer.closed_at is not None, "the drop")
+    await until(lambda: peer.closed_at is not None, "the drop", 10.0)
     await peer.close()
 
 
@@ -207,7 +183,7 @@ def test_garbage_from_one_key_is_logged_once_and_counted_per_kind(
     caplog.set_level(logging.INFO, logger="psyche.backends.centralized.server")
 
     async def scenario() -> None:
-        async with _serving(tmp_path) as server:
+        async with serving_centralized(tmp_path, init_min_clients=4) as server:
             for _ in range(5):
                 peer = await _joined(server.port, _key(7))
                 # A message only the server sends: it does not decode as a client message.

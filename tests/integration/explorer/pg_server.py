@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from support.net import free_port
 
 __all__ = ["postgres_bin", "throwaway_postgres"]
 
@@ -33,12 +34,6 @@ def postgres_bin() -> Path | None:
         key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
     )
     return versions[-1].parent if versions else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -58,7 +53,7 @@ def throwaway_postgres() -> Iterator[str]:
         os.chown(top, pg.pw_uid, pg.pw_gid)
         as_user = ["runuser", "-u", "postgres", "--"]
     data, log = top / "data", top / "server.log"
-    port = _free_port()
+    port = free_port()
 
     def run(*cmd: str, timeout: float = 30) -> None:
         got = subprocess.run(

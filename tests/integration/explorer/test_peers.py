@@ -24,6 +24,7 @@ from psyche.localsvm import LocalSvmThread
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import default_idl_dir, instance_pda, peer_record_pda
 from psyche.solana.peer_record import PEER_RECORD_SPACE
+from support.configs import four_client_config
 from unit.coordinator import support
 
 IDL = default_idl_dir() / "psyche_coordinator.json"
@@ -53,7 +54,7 @@ def test_the_clients_table_shows_each_clients_peer_record(tmp_path: Path) -> Non
     if "PeerRecord" not in idl.account_discriminators:
         pytest.skip("this IDL has no PeerRecord account")
     layout = CoordinatorLayout(idl)
-    sim = support.make_sim(support.make_config(init_min_clients=6, min_clients=2))
+    sim = support.make_sim(four_client_config(init_min_clients=6, min_clients=2))
     support.to_warmup(sim, 6)
     clients = [c.id.signer for c in sim.coord.epoch_state.clients]
     account, run = Keypair().pubkey(), instance_pda(PROGRAM, RUN)

@@ -10,13 +10,14 @@ from psyche.coordinator.types import RunState
 from psyche.explorer.observe import observe, progress
 from psyche.explorer.schema import open_engine
 from psyche.explorer.store import Store
+from support.configs import four_client_config
 from unit.coordinator import support
 
 RS = RunState
 
 
 def test_progress_through_a_whole_run_matches_the_trained_rounds(tmp_path: Path) -> None:
-    sim = support.make_sim(support.make_config(total_steps=5))
+    sim = support.make_sim(four_client_config(total_steps=5))
     store = Store(open_engine(str(tmp_path / "db.sqlite")))
     run = store.run("centralized:test:test", "centralized", "test", "test")
     trained: set[int] = set()

@@ -33,8 +33,6 @@ from typing import Any
 import pytest
 import torch
 
-from psyche.coordinator import Coordinator, RunState
-from psyche.coordinator.scripted_clients import Sim
 from psyche.daemon.engine import RoundEngine
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.kit import ModelKit
@@ -65,6 +63,8 @@ from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.run_file import load_run_config
+from support.rounds import first_round
+from support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -113,37 +113,12 @@ def _result(
     )
 
 
-def _first_round(keys: list[SecretKey]) -> Coordinator:
-    rc = load_run_config(TINY)
-    sim = Sim(
-        Coordinator(
-            run_id=RUN, config=rc.config, model=rc.model, run_state=RunState.WaitingForMembers
-        )
-    )
-    ids = [k.node_identity() for k in keys]
-    sim.tick(ids)
-    sim.advance(2)
-    sim.tick(ids)
-    sim.send_warmup_witnesses()
-    assert sim.coord.run_state is RunState.RoundTrain
-    return sim.coord
-
-
 class _Unused:
     """Backend and peer directory: the gossip path under test never calls them."""
 
 
 def _warnings(lines: list[str]) -> Counter[tuple[str, str]]:
     return Counter(m.groups() for line in lines if (m := WARNING.search(line)))
-
-
-async def _until(check: Any, timeout: float) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.2)
-    return True
 
 
 def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_still_arrive(
@@ -158,7 +133,9 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
     flooder = SecretKey.generate()
     peer = {n: peer_id_for(k.public_key()) for n, k in keys.items()}
     peer["flooder"] = peer_id_for(flooder.public_key())
-    coord = _first_round([keys["victim"], keys["honest"], keys["rogue"]])
+    rc = load_run_config(TINY)
+    ids = [keys[n].node_identity() for n in ("victim", "honest", "rogue")]
+    coord = first_round(ids, run_id=RUN, config=rc.config, model=rc.model, wait=2)
     state = round_state_for(coord)
     by_client = {who: batch for batch, who in state.assignment.items()}
     honest_batch = by_client[keys["honest"].node_identity()]
@@ -238,12 +215,12 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
                 for _ in range(3):
                     for _ in range(n):
                         await node.announce(sign_announcement(signer, payload))
-                    if await _until(lambda: count(kind) >= n, 15):
+                    if await eventually(lambda: count(kind) >= n, 15, interval=0.2):
                         return
                 raise AssertionError(f"{kind} never counted: {daemon.rejection_counts()}")
 
             # The raw host sends its burst once (at least two must arrive to make it a burst).
-            assert await _until(lambda: count("oversized_gossip") >= 2, 30)
+            assert await eventually(lambda: count("oversized_gossip") >= 2, 30, interval=0.2)
             ok, rk = keys["outsider"], keys["rogue"]
             junk = _payload(step, rogue_batch, seed=9)
             await send("non_member_gossip", outsider, ok, _result(ok, step, rogue_batch, junk))
@@ -282,7 +259,7 @@ def test_rogue_peers_are_counted_by_kind_warned_once_each_and_honest_results_sti
 
             for _ in range(3):
                 await honest.announce(good)
-                if await _until(fetched, 15):
+                if await eventually(fetched, 15, interval=0.2):
                     break
             else:
                 raise AssertionError("the honest result was never fetched")

@@ -9,37 +9,14 @@ from psyche.coordinator.coordinator import Coordinator
 from psyche.coordinator.types import RunState, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
-from psyche.protocol.coordinator_config import CoordinatorConfig
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import DummyData, HubCheckpoint, HubRepo
 from psyche.protocol.lr_schedules import ConstantLR
 from psyche.protocol.model import LLM, LLMArchitecture, LLMDataType
 from psyche.protocol.optimizers import DistroOptimizer
+from support.configs import two_client_config
 
 T0 = 1_700_000_000
-
-
-def make_config(**overrides: int) -> CoordinatorConfig:
-    values = {
-        "warmup_time": 10,
-        "cooldown_time": 2,
-        "max_round_train_time": 5,
-        "round_witness_time": 1,
-        "global_batch_size_warmup_tokens": 0,
-        "epoch_time": 30,
-        "total_steps": 100,
-        "init_min_clients": 2,
-        "min_clients": 1,
-        "witness_nodes": 1,
-        "global_batch_size_start": 4,
-        "global_batch_size_end": 4,
-        "verification_percent": 0,
-        "waiting_for_members_extra_time": 1,
-    }
-    values.update(overrides)
-    cfg = CoordinatorConfig(**values)
-    cfg.check()
-    return cfg
 
 
 def make_model() -> LLM:
@@ -60,7 +37,7 @@ def make_model() -> LLM:
 def make_coordinator(run_id: str = "tiny", /, **config: int) -> Coordinator:
     return Coordinator(
         run_id=run_id,
-        config=make_config(**config),
+        config=two_client_config(**config),
         model=make_model(),
         run_state=RunState.WaitingForMembers,
         run_state_start_unix_timestamp=T0,

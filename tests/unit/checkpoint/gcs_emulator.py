@@ -13,18 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from support.net import free_port
+
 BUCKET = "psyche-ckpt"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
 def emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     exe = Path(sys.executable).parent / "gcp-storage-emulator"
     proc = subprocess.Popen(
         [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory",

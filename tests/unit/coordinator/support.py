@@ -16,32 +16,12 @@ from psyche.protocol.locations import Checkpoint, HubCheckpoint, HubRepo, Server
 from psyche.protocol.lr_schedules import CosineLR
 from psyche.protocol.model import LLM, LLMArchitecture, LLMDataType
 from psyche.protocol.optimizers import DistroOptimizer
+from support.configs import four_client_config
 
 RS = RunState
 N_CLIENTS = 4
 SILENT = 3
 """Index of the client that stops delivering results in the phase fixtures (from round 1)."""
-
-
-def make_config(**overrides: int) -> CoordinatorConfig:
-    values: dict[str, int] = {
-        "warmup_time": 20,
-        "cooldown_time": 10,
-        "max_round_train_time": 10,
-        "round_witness_time": 2,
-        "global_batch_size_warmup_tokens": 0,
-        "epoch_time": 60,
-        "total_steps": 100,
-        "init_min_clients": N_CLIENTS,
-        "min_clients": 2,
-        "witness_nodes": 0,
-        "global_batch_size_start": 8,
-        "global_batch_size_end": 8,
-        "verification_percent": 0,
-        "waiting_for_members_extra_time": 2,
-    }
-    values.update(overrides)
-    return CoordinatorConfig(**values)
 
 
 def make_model(checkpoint: Checkpoint | None = None) -> LLM:
@@ -62,7 +42,7 @@ def make_model(checkpoint: Checkpoint | None = None) -> LLM:
 
 
 def make_sim(config: CoordinatorConfig | None = None, model: LLM | None = None) -> Sim:
-    cfg = config or make_config()
+    cfg = config or four_client_config()
     cfg.check()
     return Sim(Coordinator(run_id="test", config=cfg, model=model or make_model()))
 
@@ -99,7 +79,7 @@ def finish_round(sim: Sim) -> None:
 def verifying_sim(vp: int = 25, run_id: str = "test") -> Sim:
     """Four clients in round 0's RoundTrain of a run that samples ``vp`` % of results for
     verification (three witnesses, so a verdict quorum of two exists)."""
-    cfg = make_config(witness_nodes=3, min_clients=3, init_min_clients=4)
+    cfg = four_client_config(witness_nodes=3, min_clients=3, init_min_clients=4)
     cfg.check()
     sim = Sim(Coordinator(run_id=run_id, config=cfg, model=make_model()))
     sim.coord.config = dataclasses.replace(cfg, verification_percent=vp)
@@ -142,7 +122,7 @@ def to_round_train(sim: Sim) -> None:
 def phase(name: str) -> Sim:
     """A Sim whose coordinator just entered ``name`` (no time has passed since)."""
     if name == "Finished":
-        sim = make_sim(make_config(total_steps=3))
+        sim = make_sim(four_client_config(total_steps=3))
         to_warmup(sim)
         sim.send_warmup_witnesses()
         while sim.coord.run_state is not RS.Cooldown:

@@ -38,8 +38,9 @@ from psyche.protocol.run_file import (
     run_config_from_obj,
 )
 from psyche.protocol.strict_obj import ConfigError
+from support.configs import four_client_config
 
-from .support import make_config, make_model
+from .support import make_model
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -185,13 +186,13 @@ def test_cold_start_warmup_steps_limit() -> None:
 
 
 def test_run_config_check_run_id() -> None:
-    rc = RunConfig(run_id="", config=make_config(), model=make_model())
+    rc = RunConfig(run_id="", config=four_client_config(), model=make_model())
     with pytest.raises(ConfigError, match=r"^run_id must not be empty$"):
         rc.check()
-    rc = RunConfig(run_id="x" * 33, config=make_config(), model=make_model())
+    rc = RunConfig(run_id="x" * 33, config=four_client_config(), model=make_model())
     with pytest.raises(ConfigError, match=r"^run_id \('x{33}'\) must be at most 32 bytes$"):
         rc.check()
-    RunConfig(run_id="x" * 32, config=make_config(), model=make_model()).check()
+    RunConfig(run_id="x" * 32, config=four_client_config(), model=make_model()).check()
 
 
 # --- LR schedules -------------------------------------------------------------------------------
@@ -257,7 +258,7 @@ def test_warmup_stable_decay_phases() -> None:
 
 
 def test_batch_size_ramp_rounding() -> None:
-    c = make_config(global_batch_size_start=1, global_batch_size_end=5,
+    c = four_client_config(global_batch_size_start=1, global_batch_size_end=5,
                     global_batch_size_warmup_tokens=8)  # fmt: skip
     # 1 + 4·t/8 = 1 + t/2: halves round away from zero (2.5 → 3, 3.5 → 4, 4.5 → 5).
     assert [c.get_batch_size(t) for t in range(10)] == [1, 2, 2, 3, 3, 4, 4, 5, 5, 5]
@@ -265,12 +266,12 @@ def test_batch_size_ramp_rounding() -> None:
 
 
 def test_batch_size_without_ramp() -> None:
-    c = make_config(global_batch_size_start=3, global_batch_size_end=9)
+    c = four_client_config(global_batch_size_start=3, global_batch_size_end=9)
     assert {c.get_batch_size(t) for t in (0, 1, 10**9)} == {9}
 
 
 def test_batch_size_ramp_is_monotone_and_bounded() -> None:
-    c = make_config(global_batch_size_start=7, global_batch_size_end=1000,
+    c = four_client_config(global_batch_size_start=7, global_batch_size_end=1000,
                     global_batch_size_warmup_tokens=12_345)  # fmt: skip
     sizes = [c.get_batch_size(t) for t in range(0, 13_000, 7)]
     assert sizes[0] == 7 and sizes[-1] == 1000

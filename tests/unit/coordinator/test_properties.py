@@ -42,8 +42,9 @@ from psyche.protocol.committee import Committee, CommitteeProof, WitnessProof
 from psyche.protocol.coordinator_config import CoordinatorConfig
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import GcsCheckpoint, GcsRepo, HubCheckpoint, HubRepo, P2PCheckpoint
+from support.configs import four_client_config
 
-from .support import RS, make_config, make_sim, phase
+from .support import RS, make_sim, phase
 
 POOL = [sim_identity(i) for i in range(8)]
 
@@ -73,7 +74,7 @@ def configs(draw: st.DrawFn) -> CoordinatorConfig:
     epoch_time = draw(st.integers(5, 80))
     ramp = draw(st.booleans())
     start = draw(st.integers(1, 8))
-    cfg = make_config(
+    cfg = four_client_config(
         warmup_time=draw(st.integers(0, epoch_time - 1)),
         cooldown_time=draw(st.integers(1, 15)),
         max_round_train_time=draw(st.integers(1, epoch_time - 1)),
@@ -374,17 +375,17 @@ QUORUM = {
 
 def test_quorum_table() -> None:
     for w, q in QUORUM.items():
-        cfg = make_config(witness_nodes=0, min_clients=1, init_min_clients=1)
+        cfg = four_client_config(witness_nodes=0, min_clients=1, init_min_clients=1)
         assert cfg.quorum(w) == q, w
-        cfg = make_config(witness_nodes=w, min_clients=32, init_min_clients=32)
+        cfg = four_client_config(witness_nodes=w, min_clients=32, init_min_clients=32)
         for n in (0, 1, w, 100):
             assert cfg.quorum(n) == q, (w, n)
-    assert make_config(witness_nodes=0).quorum(0) == 1
+    assert four_client_config(witness_nodes=0).quorum(0) == 1
 
 
 @given(w=st.integers(0, 32), n=st.integers(0, 256))
 def test_quorum_formula(w: int, n: int) -> None:
-    cfg = make_config(witness_nodes=w, min_clients=max(w, 1), init_min_clients=max(w, 1))
+    cfg = four_client_config(witness_nodes=w, min_clients=max(w, 1), init_min_clients=max(w, 1))
     eff = w if w else n
     expected = 1 if eff <= 1 else 2 if eff <= 3 else max(1, eff * 2 // 3)
     assert cfg.quorum(n) == expected
@@ -396,5 +397,5 @@ def test_quorum_formula(w: int, n: int) -> None:
 
 @given(w=st.integers(0, 32), n=st.integers(0, 300))
 def test_witness_count(w: int, n: int) -> None:
-    cfg = make_config(witness_nodes=w, min_clients=max(w, 1), init_min_clients=max(w, 1))
+    cfg = four_client_config(witness_nodes=w, min_clients=max(w, 1), init_min_clients=max(w, 1))
     assert cfg.witness_count(n) == (w if w else min(n, 32))

@@ -12,8 +12,9 @@ from psyche.coordinator.types import ClientState, CoordinatorException
 from psyche.protocol.committee import Committee, CommitteeProof
 from psyche.protocol.run_file import parse_toml
 from psyche.protocol.strict_obj import ConfigError
+from support.configs import four_client_config
 
-from .support import RS, finish_round, make_config, make_sim, pool
+from .support import RS, finish_round, make_sim, pool
 
 PREVIOUS_ROUND_CLIENTS_FIX = (
     "previous_round_clients re-inserts every exited client whose exited_height equals the "
@@ -26,7 +27,7 @@ PREVIOUS_ROUND_CLIENTS_FIX = (
 
 
 def _round_lists_sim(n: int) -> Sim:
-    sim = make_sim(make_config(init_min_clients=n, min_clients=2, witness_nodes=0))
+    sim = make_sim(four_client_config(init_min_clients=n, min_clients=2, witness_nodes=0))
     sim.resume()
     sim.advance(2)
     sim.tick(pool(n))
@@ -53,7 +54,9 @@ def test_health_check_in_cooldown_after_last_boundary_exit() -> None:
     """A client withdraws in the last round before Cooldown and leaves at that boundary; a
     correct health check in Cooldown (against the previous round's list, which still held it)
     is rejected with InvalidCommitteeProof because the rebuilt list is one entry short."""
-    sim = make_sim(make_config(init_min_clients=5, min_clients=1, witness_nodes=0, total_steps=4))
+    sim = make_sim(
+        four_client_config(init_min_clients=5, min_clients=1, witness_nodes=0, total_steps=4)
+    )
     sim.resume()
     sim.advance(2)
     sim.tick(pool(5))
@@ -76,7 +79,7 @@ def test_health_check_in_cooldown_after_last_boundary_exit() -> None:
 
 
 def test_health_check_negative_index_is_a_coordinator_error() -> None:
-    sim = make_sim(make_config(witness_nodes=0))
+    sim = make_sim(four_client_config(witness_nodes=0))
     sim.resume()
     sim.advance(2)
     sim.tick(pool())

@@ -16,8 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.scripted_clients import Sim
-from psyche.coordinator.types import RunState
 from psyche.daemon.epoch import (
     EARLY_PER_SENDER,
     EARLY_STEPS_AHEAD,
@@ -44,9 +42,11 @@ from psyche.p2p.rejections import Rejection
 from psyche.protocol.commitment import make_commitment
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.data_selection import BatchId
-from psyche.protocol.identity import NodeIdentity, SecretKey
+from psyche.protocol.identity import SecretKey
+from support.configs import two_client_config
+from support.rounds import first_round
 
-from ..backends.support import make_config, make_model
+from ..backends.support import make_model
 
 A, B, ME = (SecretKey.from_bytes(bytes([i]) * 32) for i in (1, 2, 3))
 SPEC = PayloadSpec.from_model(
@@ -63,22 +63,6 @@ class _Node:
     async def fetch_detailed(self, *args: object, **kwargs: object) -> object:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
-
-
-def _first_round(ids: list[NodeIdentity]) -> Coordinator:
-    coord = Coordinator(
-        run_id="early",
-        config=make_config(init_min_clients=len(ids), min_clients=2, witness_nodes=2),
-        model=make_model(),
-        run_state=RunState.WaitingForMembers,
-    )
-    sim = Sim(coord)
-    sim.tick(ids)
-    sim.advance(coord.config.waiting_for_members_extra_time)
-    sim.tick(ids)
-    sim.send_warmup_witnesses()
-    assert coord.run_state is RunState.RoundTrain
-    return coord
 
 
 def _next_round(state: RoundState) -> RoundState:
@@ -101,7 +85,13 @@ def _result(step: int, batch: BatchId, key: SecretKey) -> TrainingResult:
 
 @contextmanager
 def _router(tmp_path: Path) -> Iterator[tuple[GossipRouter, EpochView, RoundState, Coordinator]]:
-    coord = _first_round([A.node_identity(), B.node_identity(), ME.node_identity()])
+    ids = [A.node_identity(), B.node_identity(), ME.node_identity()]
+    coord = first_round(
+        ids,
+        run_id="early",
+        config=two_client_config(init_min_clients=len(ids), min_clients=2, witness_nodes=2),
+        model=make_model(),
+    )
     state = round_state_for(coord)
     parts = client_parts(
         key=ME,
@@ -229,7 +219,13 @@ def test_the_total_bound_holds_whatever_the_number_of_senders() -> None:
 
 
 def test_a_consensus_result_this_client_never_received_is_reported_missing() -> None:
-    coord = _first_round([A.node_identity(), B.node_identity(), ME.node_identity()])
+    ids = [A.node_identity(), B.node_identity(), ME.node_identity()]
+    coord = first_round(
+        ids,
+        run_id="early",
+        config=two_client_config(init_min_clients=len(ids), min_clients=2, witness_nodes=2),
+        model=make_model(),
+    )
     state = round_state_for(coord)
     # What the witnesses verified: every trainer's result.
     seen = RoundState(state.height, state.step, True, dict(state.assignment), state.lrs)

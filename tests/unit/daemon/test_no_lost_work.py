@@ -17,8 +17,9 @@ from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.scripted_clients import Sim, sim_identity, sim_result_hash
 from psyche.daemon.rounds import ReceivedResult, RoundState, results_to_apply, round_state_for
 from psyche.protocol.coordinator_config import CoordinatorConfig
+from support.configs import four_client_config
 
-from ..coordinator.support import make_config, make_model
+from ..coordinator.support import make_model
 
 RS = RunState
 VICTIM = sim_identity(1)
@@ -38,7 +39,7 @@ def _config() -> CoordinatorConfig:
     # Batch 8 over 4 clients; every client is a witness (witness_nodes = 0), so rounds end
     # early (2 s) while all deliver and by the train timeout (8 s) once one is dead: 6 to 12
     # training rounds per epoch, then the two drain rounds.
-    return make_config(epoch_time=24, max_round_train_time=6, round_witness_time=2)
+    return four_client_config(epoch_time=24, max_round_train_time=6, round_witness_time=2)
 
 
 def _play(die_round: int, epochs: int = 2) -> Outcome:

@@ -16,9 +16,6 @@ import asyncio
 import hashlib
 from pathlib import Path
 
-from psyche.coordinator.coordinator import Coordinator
-from psyche.coordinator.scripted_clients import Sim
-from psyche.coordinator.types import RunState
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.gossip import GossipRouter
 from psyche.daemon.kit import ModelKit
@@ -30,8 +27,10 @@ from psyche.events import EventLog
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment
 from psyche.protocol.commitment import make_commitment
 from psyche.protocol.identity import NodeIdentity, SecretKey
+from support.configs import two_client_config
+from support.rounds import first_round
 
-from ..backends.support import make_config, make_model
+from ..backends.support import make_model
 
 OWNER, RECEIVER, SQUATTER = (SecretKey.from_bytes(bytes([i]) * 32) for i in (1, 2, 3))
 SPEC = PayloadSpec.from_model(
@@ -48,22 +47,6 @@ class _Node:
     async def fetch(self, *args: object, **kwargs: object) -> bytes:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
-
-
-def _first_round(ids: list[NodeIdentity]) -> Coordinator:
-    coord = Coordinator(
-        run_id="attribution",
-        config=make_config(init_min_clients=len(ids)),
-        model=make_model(),
-        run_state=RunState.WaitingForMembers,
-    )
-    sim = Sim(coord)
-    sim.tick(ids)
-    sim.advance(coord.config.waiting_for_members_extra_time)
-    sim.tick(ids)
-    sim.send_warmup_witnesses()
-    assert coord.run_state is RunState.RoundTrain
-    return coord
 
 
 def _result(state: RoundState, trainer: NodeIdentity, key: SecretKey) -> TrainingResult:
@@ -85,7 +68,13 @@ def test_the_owner_of_a_twice_listed_key_keeps_its_results(tmp_path: Path) -> No
     owner = OWNER.node_identity()
     squatter = NodeIdentity(SQUATTER.public_key(), OWNER.public_key())  # listed first
     receiver = RECEIVER.node_identity()
-    coord = _first_round([squatter, owner, receiver])
+    ids = [squatter, owner, receiver]
+    coord = first_round(
+        ids,
+        run_id="attribution",
+        config=two_client_config(init_min_clients=len(ids)),
+        model=make_model(),
+    )
     state = round_state_for(coord)
 
     async def scenario() -> None:

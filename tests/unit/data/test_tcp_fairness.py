@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -48,6 +48,7 @@ from psyche.net.framing import encode_frame, recv_frame
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.locations import SeededShuffle
+from support.waiting import until_sync
 
 from .helpers import write_npy
 
@@ -110,13 +111,6 @@ def _answer(sock: socket.socket) -> ServerMessage:
     return decode_server(recv_frame(sock, MAX_RESPONSE_FRAME))
 
 
-def _until(pred: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize("n_bytes", [0, 1, 300, 70_000])
 def test_a_streamed_answer_is_an_ordinary_training_data_message(n_bytes: int) -> None:
     wire_id = WireBatchId(3, 2**40)
@@ -160,7 +154,7 @@ def test_a_small_request_is_not_stuck_behind_another_hosts_big_one(tmp_path: Pat
         greedy = _connect(bg.port, source="127.0.0.2")
         honest = _connect(bg.port)
         _request(greedy, big_batch)
-        _until(lambda: slow.reads, "the big request to start")
+        until_sync(lambda: slow.reads, "the big request to start")
         small = BatchId(10, 13)
         _request(honest, small)
         answer = _answer(honest)
@@ -184,18 +178,18 @@ def test_work_of_a_peer_that_left_is_dropped_not_read(tmp_path: Path) -> None:
     with BackgroundDataServer(DataServer(held, allow_all)) as bg:
         first = _connect(bg.port)
         _request(first, BatchId(0, 40))  # two chunks; the first read is held
-        _until(lambda: held.reads, "the first read")
+        until_sync(lambda: held.reads, "the first read")
         # Same host, one read at a time: this request's chunk waits behind the held one.
         leaver = _connect(bg.port)
         _request(leaver, BatchId(100, 511))
         time.sleep(0.2)
         leaver.close()
-        _until(lambda: bg.server.stats["abandoned"] == 1, "the request to be abandoned")
+        until_sync(lambda: bg.server.stats["abandoned"] == 1, "the request to be abandoned")
         held.gate.set()
         answer = _answer(first)
         assert isinstance(answer, TrainingData)
         first.close()
-        _until(lambda: bg.server.stats["served"] == 1, "the first answer to count")
+        until_sync(lambda: bg.server.stats["served"] == 1, "the first answer to count")
         # Only the first request's two chunks were ever read.
         assert held.reads == [BatchId(0, 31), BatchId(32, 40)]
         assert bg.server.stats["chunks_read"] == 2
@@ -224,7 +218,7 @@ def test_pipelined_requests_are_answered_up_to_the_limit(served: BackgroundDataS
         while True:
             _answer(sock)
     sock.close()
-    _until(lambda: served.server.faults.counts.get("too_many_requests") == 1, "the fault")
+    until_sync(lambda: served.server.faults.counts.get("too_many_requests") == 1, "the fault")
 
 
 def test_a_trickled_request_is_cut_off(tmp_path: Path) -> None:
@@ -258,4 +252,4 @@ def test_a_trickled_request_is_cut_off(tmp_path: Path) -> None:
         sender.join()
         sock.close()
         assert closed and 0.5 <= took < 0.5 + 1.5, f"closed={closed} after {took:.2f} s"
-        _until(lambda: bg.server.faults.counts.get("frame_timeout") == 1, "the fault")
+        until_sync(lambda: bg.server.faults.counts.get("frame_timeout") == 1, "the fault")

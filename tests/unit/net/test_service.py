@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import msgspec
 
@@ -15,6 +15,7 @@ from psyche.net.framing import encode_frame, read_frame
 from psyche.net.handshake import ChallengeAuth, ChallengeResponse, challenge_peer
 from psyche.net.service import Connection, TcpService
 from psyche.protocol.identity import SecretKey
+from support.waiting import until
 
 AUTH = ChallengeAuth(b"test-service")
 KEY = SecretKey.from_bytes(bytes([3]) * 32)
@@ -54,7 +55,7 @@ class Echo(TcpService[Connection, bytes]):
 
 
 @contextlib.asynccontextmanager
-async def _serving(
+async def _serving_echo(
     handshake_timeout: float = 5.0,
     max_connections_per_address: int | None = None,
     max_handshakes: int | None = None,
@@ -96,16 +97,9 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
     return True
 
 
-async def _until(pred: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 5.0
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 def test_an_authenticated_peer_gets_its_session() -> None:
     async def go() -> None:
-        async with _serving() as service:
+        async with _serving_echo() as service:
             reader, writer = await _authenticated(service.port)
             writer.write(encode_frame(b"ping"))
             frame = await read_frame(reader, 1024)
@@ -118,10 +112,10 @@ def test_an_authenticated_peer_gets_its_session() -> None:
 
 def test_a_silent_peer_is_cut_off_at_the_handshake_time_limit() -> None:
     async def go() -> None:
-        async with _serving(handshake_timeout=0.2) as service:
+        async with _serving_echo(handshake_timeout=0.2) as service:
             reader, writer = await _open(service.port)
             assert await _closed(reader)
-            await _until(lambda: service.faults.counts == {"handshake_timeout": 1})
+            await until(lambda: service.faults.counts == {"handshake_timeout": 1}, interval=0.01)
             # The limit is the handshake's: an authenticated session may be quiet longer.
             reader, writer = await _authenticated(service.port)
             await asyncio.sleep(0.4)
@@ -134,14 +128,14 @@ def test_a_silent_peer_is_cut_off_at_the_handshake_time_limit() -> None:
 
 def test_a_bad_signature_is_a_fault_and_others_are_served() -> None:
     async def go() -> None:
-        async with _serving() as service:
+        async with _serving_echo() as service:
             reader, writer = await _open(service.port)
             frame = await read_frame(reader, 1024)
             assert frame is not None
             forged = ChallengeResponse(KEY.public_key(), KEY.sign(decode_server(frame).nonce))
             writer.write(encode_message_frame(forged, 1024))
             assert await _closed(reader)
-            await _until(lambda: service.faults.counts == {"bad_signature": 1})
+            await until(lambda: service.faults.counts == {"bad_signature": 1}, interval=0.01)
             reader, writer = await _authenticated(service.port)
             writer.write(encode_frame(b"ok"))
             assert await read_frame(reader, 1024) is not None
@@ -152,13 +146,13 @@ def test_a_bad_signature_is_a_fault_and_others_are_served() -> None:
 
 def test_connections_per_address_are_bounded() -> None:
     async def go() -> None:
-        async with _serving(max_connections_per_address=2) as service:
+        async with _serving_echo(max_connections_per_address=2) as service:
             held = [await _authenticated(service.port) for _ in range(2)]
             reader, _ = await _open(service.port)
             assert await _closed(reader)
             assert service.faults.counts == {"too_many_connections": 1}
             held.pop()[1].close()  # one leaves: a new connection fits again
-            await _until(lambda: service.stats["connections"] == 3)
+            await until(lambda: service.stats["connections"] == 3, interval=0.01)
             await asyncio.sleep(0.1)
             reader, writer = await _authenticated(service.port)
             writer.write(encode_frame(b"ok"))
@@ -171,7 +165,7 @@ def test_connections_per_address_are_bounded() -> None:
 
 def test_a_handshake_flood_evicts_its_own_oldest_handshake_not_sessions() -> None:
     async def go() -> None:
-        async with _serving(max_handshakes_per_address=2, max_handshakes=2) as service:
+        async with _serving_echo(max_handshakes_per_address=2, max_handshakes=2) as service:
             session = await _authenticated(service.port)
             first, second, third = [await _open(service.port) for _ in range(3)]
             assert await _closed(first[0])

@@ -23,8 +23,9 @@ from psyche.backends.solana.snapshot import RegisteredClient
 from psyche.coordinator import ClientState, Coordinator, RunState
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import HubCheckpoint, HubRepo
+from support.configs import two_client_config
 
-from ..support import make_config, make_model
+from ..support import make_model
 from .rpc_double import SolanaRpcDouble
 from .support import (
     ACCOUNT,
@@ -41,7 +42,7 @@ P2P_KEY = bytes(range(32))
 
 
 def wfm(epoch: int = 0, **cfg: int) -> Coordinator:
-    c = Coordinator(run_id="test", config=make_config(**cfg), model=make_model())
+    c = Coordinator(run_id="test", config=two_client_config(**cfg), model=make_model())
     c.run_state = RunState.WaitingForMembers
     c.run_state_start_unix_timestamp = T0
     c.progress.epoch = epoch

@@ -10,8 +10,9 @@ from psyche.backends.solana.ticker import predicts_transition, tick_probability
 from psyche.coordinator import Coordinator, RunState
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
+from support.configs import two_client_config
 
-from ..support import make_config, make_model
+from ..support import make_model
 
 T0 = 1_700_000_000
 
@@ -36,7 +37,9 @@ def test_bad_bootstrap_peers_are_rejected(bad: str) -> None:
 
 
 def _wfm(n_pending: int, init_min: int) -> RunSnapshot:
-    c = Coordinator(run_id="t", config=make_config(init_min_clients=init_min), model=make_model())
+    c = Coordinator(
+        run_id="t", config=two_client_config(init_min_clients=init_min), model=make_model()
+    )
     c.run_state = RunState.WaitingForMembers
     c.run_state_start_unix_timestamp = T0
     ids = [NodeIdentity(bytes([i + 1]) * 32, bytes([i + 1]) * 32) for i in range(n_pending + 1)]

@@ -10,7 +10,7 @@ from psyche.coordinator.rewards import epoch_points
 from psyche.coordinator.scripted_clients import Sim, sim_identity
 from psyche.protocol.run_file import load_run_config
 
-TINY = Path(__file__).resolve().parents[2] / "config" / "tiny" / "state.toml"
+TINY = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 
 
 def make(n: int = 3, **cfg: int) -> Sim:

@@ -1,6 +1,6 @@
 """Run SparseLoCo's `outer_apply` on saved inputs in a process of its own; print a hash.
 
-`test_sparseloco.py` starts this with different thread counts and CPU kernel sets
+`test_sparseloco_across_kernels.py` starts this with different thread counts and CPU kernel sets
 (`ATEN_CPU_CAPABILITY`) and compares the hashes.
 
     python sparseloco_probe.py IN_DIR THREADS

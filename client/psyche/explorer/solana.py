@@ -28,7 +28,6 @@ from solders.transaction import VersionedTransaction
 
 from psyche.backends.base import BackendError
 from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.mining_pool import LenderState, PoolState, lender_pda, pool_pda
 from psyche.backends.solana.rpc import SolanaRpc, account_updates, decode_account_data
 from psyche.backends.solana.snapshot import AccountLayoutError
 from psyche.explorer import peers
@@ -42,6 +41,8 @@ from psyche.solana.instructions import (
     instance_pda,
     peer_record_pda,
 )
+from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
+from psyche.solana.programs.mining_pool.addresses import lender_pda, pool_pda
 from psyche.solana.programs.treasurer import (
     TreasurerRun,
     default_treasurer_index,

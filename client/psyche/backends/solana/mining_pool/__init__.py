@@ -10,20 +10,42 @@ the pool first and refuse, with the numbers, what the program would refuse (a fr
 nothing to claim), then send. The wallet's own token accounts are its associated token accounts
 (created idempotently where it receives tokens).
 
-The package follows the client's concerns: :mod:`.addresses` (PDAs), :mod:`.shares` (the
-program's share arithmetic), :mod:`.accounts`, :mod:`.refusals` (the program's rules, pure),
-:mod:`.instructions`, :mod:`.commands` and :mod:`.views` (the JSON printed).
+The client follows its concerns. Without a session, in the chain layer
+(:mod:`psyche.solana.programs.mining_pool`): addresses (PDAs), shares (the program's share
+arithmetic), accounts and instruction builders. Here: :mod:`.reads`, :mod:`.refusals` (the
+program's rules, pure), :mod:`.commands` and :mod:`.views` (the JSON printed). The package
+re-exports every name it always had.
 """
 
 from __future__ import annotations
 
-from psyche.backends.solana.mining_pool.accounts import (
-    LenderState,
-    PoolState,
-    read_lender,
-    read_pool,
+from psyche.backends.solana.mining_pool.commands import (
+    claim,
+    deposit,
+    pool_create,
+    pool_update,
+    redeemable_deposit,
+    withdraw,
 )
-from psyche.backends.solana.mining_pool.addresses import (
+from psyche.backends.solana.mining_pool.reads import read_lender, read_pool
+from psyche.backends.solana.mining_pool.refusals import (
+    PoolRefusal,
+    claim_refusal,
+    deposit_refusal,
+    extract_refusal,
+    redeemable_deposit_refusal,
+    update_refusal,
+)
+from psyche.backends.solana.mining_pool.views import (
+    dump_user,
+    lender_json,
+    pool_json,
+    run_registration_json,
+    treasurer_participant_json,
+    user_json,
+)
+from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
+from psyche.solana.programs.mining_pool.addresses import (
     LENDER_SEED,
     POOL_COLLATERAL_SEED,
     POOL_REDEEMABLE_SEED,
@@ -33,32 +55,8 @@ from psyche.backends.solana.mining_pool.addresses import (
     pool_pda,
     pool_redeemable_pda,
 )
-from psyche.backends.solana.mining_pool.commands import (
-    claim,
-    deposit,
-    pool_create,
-    pool_update,
-    redeemable_deposit,
-    withdraw,
-)
-from psyche.backends.solana.mining_pool.instructions import MiningPoolInstructions
-from psyche.backends.solana.mining_pool.refusals import (
-    PoolRefusal,
-    claim_refusal,
-    deposit_refusal,
-    extract_refusal,
-    redeemable_deposit_refusal,
-    update_refusal,
-)
-from psyche.backends.solana.mining_pool.shares import U64_MAX, claimable, entitlement
-from psyche.backends.solana.mining_pool.views import (
-    dump_user,
-    lender_json,
-    pool_json,
-    run_registration_json,
-    treasurer_participant_json,
-    user_json,
-)
+from psyche.solana.programs.mining_pool.instructions import MiningPoolInstructions
+from psyche.solana.programs.mining_pool.shares import U64_MAX, claimable, entitlement
 
 __all__ = [
     "LENDER_SEED",

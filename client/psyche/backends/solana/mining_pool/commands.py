@@ -11,9 +11,7 @@ from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.mining_pool.accounts import PoolState, read_lender, read_pool
-from psyche.backends.solana.mining_pool.addresses import pool_collateral_pda, pool_pda
-from psyche.backends.solana.mining_pool.instructions import MiningPoolInstructions
+from psyche.backends.solana.mining_pool.reads import read_lender, read_pool
 from psyche.backends.solana.mining_pool.refusals import (
     claim_refusal,
     deposit_refusal,
@@ -22,10 +20,13 @@ from psyche.backends.solana.mining_pool.refusals import (
     refuse,
     update_refusal,
 )
-from psyche.backends.solana.mining_pool.shares import U64_MAX
 from psyche.backends.solana.mining_pool.views import lender_json, pool_json
 from psyche.backends.solana.session import Session
 from psyche.backends.solana.tokens import associated_token_address, create_associated_account_ix
+from psyche.solana.programs.mining_pool.accounts import PoolState
+from psyche.solana.programs.mining_pool.addresses import pool_collateral_pda, pool_pda
+from psyche.solana.programs.mining_pool.instructions import MiningPoolInstructions
+from psyche.solana.programs.mining_pool.shares import U64_MAX
 
 __all__ = [
     "claim",

@@ -5,7 +5,7 @@ numbers: each rule is pure (a pool's and a lender's state in, a refusal or None 
 from __future__ import annotations
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.mining_pool.accounts import LenderState, PoolState
+from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
 
 __all__ = [
     "PoolRefusal",

@@ -9,19 +9,15 @@ from typing import Any
 from solders.pubkey import Pubkey
 
 from psyche.backends.base import BackendError
-from psyche.backends.solana.mining_pool.accounts import (
-    LenderState,
-    PoolState,
-    read_lender,
-    read_pool,
-)
-from psyche.backends.solana.mining_pool.addresses import (
+from psyche.backends.solana.mining_pool.reads import read_lender, read_pool
+from psyche.backends.solana.session import Session
+from psyche.backends.solana.tokens import associated_token_address
+from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
+from psyche.solana.programs.mining_pool.addresses import (
     pool_collateral_pda,
     pool_pda,
     pool_redeemable_pda,
 )
-from psyche.backends.solana.session import Session
-from psyche.backends.solana.tokens import associated_token_address
 
 __all__ = [
     "dump_user",

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
+from spl.token.constants import TOKEN_PROGRAM_ID
 
-from psyche.backends.solana.mining_pool.addresses import (
+from psyche.solana.instructions import ProgramClient
+from psyche.solana.programs.mining_pool.addresses import (
     lender_pda,
     pool_collateral_pda,
     pool_pda,
     pool_redeemable_pda,
 )
-from psyche.backends.solana.tokens import TOKEN_PROGRAM_ID
-from psyche.solana.instructions import ProgramClient
 
 __all__ = [
     "MiningPoolInstructions",

@@ -1,4 +1,4 @@
-"""The Mining Pool's ``Pool`` and ``Lender`` accounts, decoded from the IDL, and reading them."""
+"""The Mining Pool's ``Pool`` and ``Lender`` accounts, decoded from the IDL."""
 
 from __future__ import annotations
 
@@ -6,17 +6,10 @@ from dataclasses import dataclass
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.mining_pool.addresses import lender_pda, pool_pda
-from psyche.backends.solana.mining_pool.shares import claimable, entitlement
-from psyche.backends.solana.session import Session
 from psyche.solana.instructions import ProgramClient
+from psyche.solana.programs.mining_pool.shares import claimable, entitlement
 
-__all__ = [
-    "LenderState",
-    "PoolState",
-    "read_lender",
-    "read_pool",
-]
+__all__ = ["LenderState", "PoolState"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,15 +90,3 @@ class LenderState:
             pool.total_deposited_collateral_amount,
             self.claimed_redeemable_amount,
         )
-
-
-async def read_pool(s: Session, index: int) -> PoolState | None:
-    address = pool_pda(s.mining_pool.program_id, index)
-    data = await s.read(address)
-    return None if data is None else PoolState.decode(s.mining_pool, address, data)
-
-
-async def read_lender(s: Session, pool: Pubkey, user: Pubkey) -> LenderState | None:
-    address = lender_pda(s.mining_pool.program_id, pool, user)
-    data = await s.read(address)
-    return None if data is None else LenderState.decode(s.mining_pool, address, data)

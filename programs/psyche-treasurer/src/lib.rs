@@ -4,13 +4,15 @@
 //! the run is created (docs/rewards.md).
 //!
 //! Each instruction lives in its own file under `instructions/` with its accounts (documented
-//! there with `[signer]` / `[writable]`), params and processor; this file only dispatches.
+//! there with `[signer]` / `[writable]`), params and processor; the claim arithmetic is the pure
+//! `claims` module; this file only dispatches.
 
 use anchor_lang::prelude::*;
 // Links the libcalls of solana-compiler-builtins (see Cargo.toml) into the SBF build.
 #[cfg(target_os = "solana")]
 use solana_compiler_builtins as _;
 
+pub mod claims;
 pub mod constants;
 pub mod error;
 pub mod instructions;

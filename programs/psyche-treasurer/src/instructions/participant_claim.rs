@@ -2,6 +2,7 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Token, TokenAccount, Transfer};
 use psyche_coordinator::CoordinatorAccount;
 
+use crate::claims::{self, Claimed};
 use crate::constants::{PARTICIPANT_SEEDS_PREFIX, RUN_COLLATERAL_SEEDS_PREFIX, RUN_SEEDS_PREFIX};
 use crate::error::TreasurerError;
 use crate::state::{Participant, Run};
@@ -80,8 +81,7 @@ pub fn participant_claim_processor(
         ctx.accounts.user_collateral.key() != ctx.accounts.run_collateral.key(),
         TreasurerError::RunCollateralAsDestination
     );
-    let claim_points = params.claim_points;
-    require!(claim_points > 0, TreasurerError::ClaimZero);
+    claims::check_claim_points(params.claim_points)?;
 
     let net_earned = {
         let account = ctx.accounts.coordinator_account.load()?;
@@ -94,35 +94,18 @@ pub fn participant_claim_processor(
             .iter()
             .find(|c| c.id.signer == user)
             .ok_or(TreasurerError::ParticipantNotRegistered)?;
-        client.earned.saturating_sub(client.slashed)
+        claims::net_earned(client.earned, client.slashed)
     };
     let participant = &ctx.accounts.participant;
-    let claimable = net_earned.saturating_sub(participant.claimed_points);
-    require!(claim_points <= claimable, TreasurerError::ClaimExceedsEarned);
-
     let run = &ctx.accounts.run;
-    let amount = claim_points
-        .checked_mul(run.collateral_per_point)
-        .ok_or(TreasurerError::ArithmeticOverflow)?;
-    require!(ctx.accounts.run_collateral.amount >= amount, TreasurerError::EscrowShort);
-
-    // Every sum is computed before anything is written: an overflow leaves no half-claim.
-    let participant_points = participant
-        .claimed_points
-        .checked_add(claim_points)
-        .ok_or(TreasurerError::ArithmeticOverflow)?;
-    let participant_collateral = participant
-        .claimed_collateral
-        .checked_add(amount)
-        .ok_or(TreasurerError::ArithmeticOverflow)?;
-    let run_points = run
-        .total_claimed_points
-        .checked_add(claim_points)
-        .ok_or(TreasurerError::ArithmeticOverflow)?;
-    let run_collateral = run
-        .total_claimed_collateral
-        .checked_add(amount)
-        .ok_or(TreasurerError::ArithmeticOverflow)?;
+    let claim = claims::claim(
+        params.claim_points,
+        net_earned,
+        Claimed { points: participant.claimed_points, collateral: participant.claimed_collateral },
+        Claimed { points: run.total_claimed_points, collateral: run.total_claimed_collateral },
+        run.collateral_per_point,
+        ctx.accounts.run_collateral.amount,
+    )?;
 
     let index = run.index.to_le_bytes();
     let bump = [run.bump];
@@ -137,14 +120,14 @@ pub fn participant_claim_processor(
             },
             &[seeds],
         ),
-        amount,
+        claim.amount,
     )?;
 
     let participant = &mut ctx.accounts.participant;
-    participant.claimed_points = participant_points;
-    participant.claimed_collateral = participant_collateral;
+    participant.claimed_points = claim.participant.points;
+    participant.claimed_collateral = claim.participant.collateral;
     let run = &mut ctx.accounts.run;
-    run.total_claimed_points = run_points;
-    run.total_claimed_collateral = run_collateral;
+    run.total_claimed_points = claim.run.points;
+    run.total_claimed_collateral = claim.run.collateral;
     Ok(())
 }

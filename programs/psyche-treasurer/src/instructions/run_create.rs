@@ -4,8 +4,8 @@ use anchor_lang::system_program;
 use anchor_spl::token::{self, spl_token, InitializeAccount3, Mint, Token};
 use psyche_coordinator::program::PsycheCoordinator;
 
+use crate::claims;
 use crate::constants::{RUN_COLLATERAL_SEEDS_PREFIX, RUN_SEEDS_PREFIX};
-use crate::error::TreasurerError;
 use crate::state::Run;
 
 /// Creates a run whose coordinator is owned by the treasurer: the `Run` PDA, its collateral
@@ -100,7 +100,7 @@ pub struct RunCreateParams {
 }
 
 pub fn run_create_processor(ctx: Context<RunCreate>, params: RunCreateParams) -> Result<()> {
-    require!(params.collateral_per_point > 0, TreasurerError::CollateralPerPointZero);
+    claims::check_collateral_per_point(params.collateral_per_point)?;
 
     let run = &mut ctx.accounts.run;
     run.bump = ctx.bumps.run;

@@ -12,7 +12,7 @@ use crate::state::unix_now;
 /// ticks. The
 /// arguments are the compact layout the client builds from the IDL
 /// (`client/psyche/backends/solana/instructions.py`); the largest such transaction fits the
-/// 1232-byte limit (tests/program_tx_size.rs, tests/unit/test_witness_budget.py). Accounts:
+/// 1232-byte limit (tests/program_tx_size.rs, tests/unit/backends/solana/test_witness_budget.py). Accounts:
 /// `PermissionlessCoordinatorAccounts` (`user` must be a registered client).
 pub fn witness_processor(
     ctx: Context<PermissionlessCoordinatorAccounts>,

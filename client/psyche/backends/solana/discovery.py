@@ -1,6 +1,6 @@
 """Peer discovery on a Solana run: every client's P2P addresses in a record on the chain.
 
-Design and the options it was chosen over: docs/architecture.md, "Peer discovery on Solana". A
+Design and the options it was chosen over: docs/solana.md, "Peer discovery on Solana". A
 client writes its addresses to its own ``PeerRecord`` (the PDA ``["peer", coordinator instance,
 wallet]`` of the coordinator program, written by ``set_peer_addrs``, docs/solana.md) and reads
 the records of the epoch's clients with ``getMultipleAccounts``. Nothing else is needed: a joiner

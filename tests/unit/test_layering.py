@@ -78,7 +78,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": EVERYTHING,
 }
 
-# The libp2p host runs in its own process (docs/architecture.md, "The libp2p host process"): in
+# The libp2p host runs in its own process (docs/p2p-nat.md, "The libp2p host process"): in
 # the asyncio daemon, whose training thread holds the GIL, the trio host starved, and importing
 # libp2p takes seconds. So only its package imports trio or libp2p, and nothing else imports the
 # package, which would bring them in; the parent starts it by name (python -m psyche.p2p.host).

@@ -30,7 +30,7 @@ def _sha(seed: int, size: int) -> str:
 def _exited(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "ZX"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or being reaped as we read
         return True
 
 

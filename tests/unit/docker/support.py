@@ -316,7 +316,9 @@ class Sandbox:
                 try:
                     if Path(f"/proc/{pid}/comm").read_text().strip() == name:
                         return
-                except FileNotFoundError:
+                except (FileNotFoundError, ProcessLookupError):
+                    # The child exited between the listing and the read: the kernel answers
+                    # ENOENT or, for one just being reaped, ESRCH (a CI failure of 2026-11-29).
                     pass
             assert proc.poll() is None, f"entrypoint exited early: {proc.communicate()[1]}"
             time.sleep(0.02)

@@ -87,6 +87,11 @@ class RunResult:
     honest_own_overlap: list[float] = field(default_factory=list)
     honest_repeats: dict[str, int] = field(default_factory=dict)
     honest_pairs: int = 0
+    votes: list[tuple[int, int, int, bool, float]] = field(default_factory=list)
+    escalations: int = 0
+    escalated: list[tuple[int, int, int, bool, float, float]] = field(default_factory=list)
+    """Escalated votes: (step, trainer, verifier, attacker, first score, escalated score)."""
+    """Every vote: (judged step, trainer, verifier, trainer is an attacker, score)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -119,6 +124,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="torch threads of the verifiers (default: --threads)",
     )
     p.add_argument("--batch", type=int, default=4, help="samples per client and step")
+    p.add_argument(
+        "--escalate", type=int, default=0, metavar="E",
+        help="a verifier whose first score is below THRESHOLD recomputes E samples and votes on "
+        "those (the daemon's escalation; 0: vote on the first score)",
+    )  # fmt: skip
     p.add_argument(
         "--measure", choices=("z", "captured"), default="z",
         help="the verdict: Score.passed (z) or the former captured-mass threshold",
@@ -242,12 +252,15 @@ def report(results: Sequence[RunResult], calibration: bool = False) -> list[dict
                 "overlap_honest_own_previous": _quantiles(r.honest_own_overlap),
                 "honest_tensor_repeats": r.honest_repeats,
                 "honest_pairs": r.honest_pairs,
+                "escalations": r.escalations,
+                "escalated": r.escalated,
             }
         )
         if calibration:
             rows[-1]["all"] = {
                 "honest_z": r.honest_z, "attacker_z": r.attacker_z,
                 "honest_captured": r.honest_captured, "attacker_captured": r.attacker_captured,
+                "votes": r.votes,
             }  # fmt: skip
     return rows
 
@@ -277,7 +290,7 @@ def run(
     from psyche.data.local import LocalDataProvider
     from psyche.distro import Distro, DistroResult, Payload, decode_payload, encode_payload
     from psyche.distro.overlap import near_duplicate, repeated_tensors, signed_overlap
-    from psyche.distro.similarity import Score, score, verdict_on
+    from psyche.distro.similarity import THRESHOLD, Score, score, verdict_on
     from psyche.protocol.commitment import sha256
     from psyche.protocol.shuffle import compute_shuffled_index
     from psyche.training import lr_for_step, prev_lr_for_step
@@ -322,11 +335,27 @@ def run(
     step_pre: dict[int, list[torch.Tensor]] = {}
     vparams = [p for _, p in sorted(verifier_model.named_parameters())]
 
-    def score_of(judged: int, trainer: int, payload: Payload, verifier: int) -> tuple[Score, float]:
-        """One verifier's score and the seconds its forward/backward took: it recomputes its own
-        seed-chosen `--verify-samples` consecutive samples of the batch (wrapping), as the
-        daemon's verifiers do, on `--verify-threads` threads if its index is even, else on the
-        trainers' `--threads` (so both thread counts judge every run's results)."""
+    def rows_of(judged: int, trainer: int, position: int, m: int) -> list[int]:
+        """The samples of a trainer's batch that the verifier at `position` recomputes, `m` of
+        them: consecutive positions of one shuffle of the batch per (step, trainer), the
+        verifier at position p starting at p·`--verify-samples`, so the verifiers of a result
+        recompute distinct samples (as the daemon's `sub_batch`); more than that when escalating
+        (wrapping)."""
+        b = len(step_tokens[judged][trainer])
+        if m >= b:
+            return list(range(b))
+        key = sha256(b"sub-%d-%d" % (judged, trainer))
+        order = torch.randperm(b, generator=torch.Generator().manual_seed(
+            int.from_bytes(key[:8], "little")))  # fmt: skip
+        start = position * (args.verify_samples or b)
+        return [int(order[(start + i) % b]) for i in range(m)]
+
+    def score_of(
+        judged: int, trainer: int, payload: Payload, verifier: int, rows: list[int]
+    ) -> tuple[Score, float]:
+        """One verifier's score and the seconds its forward/backward took: it recomputes the
+        samples `rows` of the batch, on `--verify-threads` threads if its index is even, else
+        on the trainers' `--threads` (so both thread counts judge every run's results)."""
         with torch.no_grad():
             for p, w in zip(vparams, step_pre[judged], strict=True):
                 p.copy_(w)
@@ -334,11 +363,7 @@ def run(
         # The verifier may run other kernels than the trainer: another thread count.
         threads = (args.verify_threads or args.threads) if verifier % 2 == 0 else args.threads
         torch.set_num_threads(threads)
-        toks = step_tokens[judged][trainer]
-        m = args.verify_samples or len(toks)
-        pick = sha256(b"sub-%d-%d-%d" % (judged, trainer, verifier))
-        first = int.from_bytes(pick[:8], "little") % len(toks)
-        toks = torch.cat([toks, toks])[first : first + m] if m < len(toks) else toks
+        toks = step_tokens[judged][trainer][rows]
         t = time.perf_counter()
         base.forward_backward(verifier_model, toks, 1.0)
         dt = time.perf_counter() - t
@@ -367,8 +392,21 @@ def run(
             against = 0
             bad = trainer in attackers
             for v in honest:  # each honest verifier recomputes and votes on its own
-                sc, dt = score_of(judged, trainer, by_client[trainer], v)
+                position = verifiers.index(v)
+                m = args.verify_samples or len(step_tokens[judged][trainer])
+                rows = rows_of(judged, trainer, position, m)
+                sc, dt = score_of(judged, trainer, by_client[trainer], v, rows)
                 out.verify_fwd_bwd_s += dt
+                if args.escalate > m and sc.captured < THRESHOLD and args.measure == "captured":
+                    # Too low to match on one sub-batch: more samples before any vote (the
+                    # daemon's escalation, psyche.daemon.verifying).
+                    out.escalations += 1
+                    first = sc.captured
+                    rows = rows_of(judged, trainer, position, args.escalate)
+                    sc, dt = score_of(judged, trainer, by_client[trainer], v, rows)
+                    out.verify_fwd_bwd_s += dt
+                    out.escalated.append((judged, trainer, v, bad, round(first, 5),
+                                          round(sc.captured, 5)))  # fmt: skip
                 # The daemon's vote: match, mismatch, or none in the gap between the two
                 # thresholds (psyche.distro.similarity.verdict_on).
                 vote = sc.passed if args.measure == "z" else verdict_on(sc.captured)
@@ -380,6 +418,7 @@ def run(
                     else:
                         out.honest_undecided += 1
                 (out.attacker_scores if bad else out.honest_scores).append(value)
+                out.votes.append((judged, trainer, v, bad, round(value, 5)))
                 (out.attacker_z if bad else out.honest_z).append(sc.z)
                 (out.attacker_sign_z if bad else out.honest_sign_z).append(sc.sign_z)
                 (out.attacker_captured if bad else out.honest_captured).append(sc.captured)

@@ -189,7 +189,9 @@ def _rogue_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:
         assert {_short(st.clients).get(who) for st in states} == {"Healthy"}, who
 
     verdicts = "".join((logs / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
-    scores = re.findall(r"verified step \d+ slot \d+ (\w+): (-?[\d.]+) (\w+)", verdicts)
+    scores = re.findall(
+        r"verified step \d+ slot \d+ (\w+): (-?[\d.]+) on \d+ samples (\w+)", verdicts
+    )
     assert scores, verdicts[-3000:]
     for trainer, score, word in scores:
         if trainer == rogue:

@@ -10,11 +10,15 @@ samples. Two moments:
    gradient of round ``r``'s batches can be recomputed without a copy of the weights. For each
    sampled slot it runs forward and backward on a seed-chosen **sub-batch** of the trainer's batch
    and keeps the gradient (one parameter-sized tensor set per slot, freed once the witness is
-   sent). The recompute has a time budget; slots it does not reach stay unchecked.
+   sent). When the slot's result is already held and scores below the match threshold on the
+   sub-batch, it **escalates**: recomputes half the batch and keeps that gradient instead, since
+   one sample's gradient scored honest results as low as −0.14 (bench/README.md). The recompute
+   has a time budget; slots it does not reach stay unchecked.
 2. When its witness of round ``r + 1`` is sent (:func:`verdict_of`): each recomputed slot whose
    result was downloaded and verified is scored with :func:`psyche.distro.similarity.captured_mass`
-   and the ``checked``/``mismatch`` masks ride in the witness. A slot whose result has not arrived
-   is left unchecked: a verifier never holds a round back.
+   and the ``checked``/``mismatch`` masks ride in the witness. Only an escalated gradient may
+   accuse; a low score on the sub-batch alone is no vote. A slot whose result has not arrived is
+   left unchecked: a verifier never holds a round back.
 
 The sub-batch is drawn with the seed of round ``r + 1``, unknown while round ``r`` trained, so a
 trainer cannot tell which of its samples will be recomputed.
@@ -42,7 +46,7 @@ from psyche.daemon.rounds import RoundState, decode_verified
 from psyche.data.provider import DataProvider
 from psyche.distro import Payload
 from psyche.distro.result_format import ResultFormat
-from psyche.distro.similarity import captured_mass, verdict_on
+from psyche.distro.similarity import THRESHOLD, captured_mass, verdict_on
 from psyche.protocol.commitment import sha256v
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
@@ -52,11 +56,13 @@ from psyche.training.errors import TrainingCancelled
 from psyche.training.trainer import Trainer
 
 __all__ = [
+    "ESCALATE_SHARE",
     "TIME_SHARE",
     "TOKEN_SHARE",
     "Judgement",
     "SlotGradient",
     "SubBatch",
+    "held_payload",
     "judge_previous",
     "recompute",
     "slots_to_judge",
@@ -70,6 +76,10 @@ TOKEN_SHARE = 1 / 8
 """Share of a sampled batch's samples a verifier recomputes (``f``; at least one sample): at
 ``verification_percent`` 25 and 3 verifiers this keeps the extra compute per client under the
 10 % target for batches of 8 samples or more per trainer."""
+ESCALATE_SHARE = 1 / 2
+"""Share of a sampled batch a verifier recomputes before it may vote "mismatch" (at least the
+sub-batch): on the tiny model at 8 samples per trainer, 1 sample scored honest results as low as
+−0.14, and half the batch rescored those no lower than +0.11 (bench/README.md, "Escalation")."""
 TIME_SHARE = 0.25
 """Share of ``max_round_train_time`` the recompute may take before the remaining slots are left
 unchecked, so that a slow verifier still trains its own batch in time."""
@@ -77,20 +87,32 @@ unchecked, so that a slow verifier still trains its own batch in time."""
 
 @dataclass(frozen=True, slots=True)
 class SubBatch:
-    """Which samples of a batch are recomputed (offsets in the batch, ascending)."""
+    """Which samples of a batch are recomputed (offsets in the batch, ascending): ``rows`` first,
+    ``escalation`` (a superset) before an accusation."""
 
     rows: tuple[int, ...]
+    escalation: tuple[int, ...] = ()
 
     def of(self, tokens: torch.Tensor) -> torch.Tensor:
         return tokens[list(self.rows)]
 
+    @property
+    def escalates(self) -> bool:
+        """Whether escalating recomputes more samples than ``rows``."""
+        return len(self.escalation) > len(self.rows)
+
+    def escalated(self) -> SubBatch:
+        return SubBatch(self.escalation, self.escalation)
+
 
 def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatch:
     """The sub-batch a verifier (by its witness position) recomputes for a slot:
-    ``⌊TOKEN_SHARE · batch_size⌋`` whole samples, at least one, the first positions of a
-    swap-or-not shuffle of the batch keyed by ``seed``, the slot and the verifier. Each verifier
-    draws its own samples, so one unlucky sample cannot make a quorum of them accuse an honest
-    trainer together (1 sample of 8 scored an honest result as low as +0.033 on the tiny model).
+    ``⌊TOKEN_SHARE · batch_size⌋`` whole samples, at least one, taken from one swap-or-not shuffle
+    of the batch keyed by ``seed`` and the slot: the verifier at position ``p`` takes the
+    shuffle's positions ``p·rows …``, so the verifiers of a slot recompute distinct samples while
+    the batch has enough of them (one unlucky sample can then not make a quorum accuse an honest
+    trainer together). Its escalation is ``⌈ESCALATE_SHARE · batch_size⌉`` samples from the same
+    start (wrapping).
 
     Whole samples, not prefixes: on the tiny model a verifier recomputing the first 8, 16 or 32 of
     a sample's 64 tokens scored honest results as low as −0.06, −0.04 and −0.03 (below τ), a whole
@@ -98,9 +120,15 @@ def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatc
     if batch_size < 1:
         raise ValueError(f"cannot sub-sample a batch of {batch_size} samples")
     rows = max(1, math.floor(batch_size * TOKEN_SHARE))
-    key = sha256v(seed, slot.to_bytes(2, "little"), verifier.to_bytes(2, "little"), b"sub-batch")
-    picked = sorted(compute_shuffled_index(p, batch_size, key) for p in range(rows))
-    return SubBatch(tuple(picked))
+    wider = max(rows, math.ceil(batch_size * ESCALATE_SHARE))
+    key = sha256v(seed, slot.to_bytes(2, "little"), b"sub-batch")
+    start = verifier * rows
+
+    def picked(n: int) -> tuple[int, ...]:
+        positions = {(start + i) % batch_size for i in range(n)}
+        return tuple(sorted(compute_shuffled_index(p, batch_size, key) for p in positions))
+
+    return SubBatch(picked(rows), picked(wider))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +141,8 @@ class SlotGradient:
     batch: BatchId
     sub: SubBatch
     grads: tuple[torch.Tensor, ...] | None = None
+    may_accuse: bool = False
+    """Whether ``grads`` is of the escalation's samples: only then may a low score accuse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,49 +193,108 @@ def slots_to_judge(
 
 
 def recompute(
-    trainer: Trainer, data: DataProvider, judgement: Judgement, budget_s: float
+    trainer: Trainer,
+    data: DataProvider,
+    judgement: Judgement,
+    budget_s: float,
+    judged: RoundState | None = None,
 ) -> Judgement:
     """Blocking: the gradient of each slot's sub-batch at the model's current weights, in the
-    payload's parameter order (ascending name), until ``budget_s`` has passed. The model's
-    ``.grad`` is left cleared and torch's RNG state untouched, so the client's own training
-    that follows is bit-identical to a client that verified nothing."""
+    payload's parameter order (ascending name), until ``budget_s`` has passed; escalated to the
+    slot's wider sub-batch when its result is already held in ``judged`` (this client's record
+    of the judged round) and scores below ``THRESHOLD``. The model's ``.grad`` is left cleared
+    and torch's RNG state untouched, so the client's own training that follows is bit-identical
+    to a client that verified nothing."""
     deadline = time.monotonic() + budget_s
     cancel = threading.Event()
     timer = threading.Timer(budget_s, cancel.set)
     timer.start()
-    model = trainer.model
-    params = [p for _, p in sorted(model.named_parameters(), key=lambda item: item[0])]
-    devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
-    out = []
+    run = _Recompute(trainer, data, judgement, judged, deadline, cancel)
     try:
-        for s in judgement.slots:
-            if time.monotonic() >= deadline:
-                out.append(s)
-                continue
-            grads: tuple[torch.Tensor, ...] | None = None
-            try:
-                tokens = s.sub.of(data.get_samples(s.batch))
-                if time.monotonic() >= deadline:  # a slow data fetch spent the budget
-                    raise TrainingCancelled("out of time after fetching the samples")
-                with torch.random.fork_rng(devices=devices):
-                    model.zero_grad(set_to_none=True)
-                    trainer.accumulate_gradients(tokens, cancel)
-                grads = tuple(
-                    p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-                    for p in params
-                )
-            except TrainingCancelled:
-                log.info("verification of slot %d left unchecked: out of time", s.slot)
-            except Exception as e:  # a verifier's failure must never cost the round
-                log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
-            finally:
-                model.zero_grad(set_to_none=True)
-            out.append(
-                SlotGradient(s.slot, s.trainer, s.batch, s.sub, grads) if grads is not None else s
-            )
+        out = tuple(run.slot(s) for s in judgement.slots)
     finally:
         timer.cancel()
-    return Judgement(judgement.judged_height, tuple(out), judgement.fmt, judgement.chunk)
+    return Judgement(judgement.judged_height, out, judgement.fmt, judgement.chunk)
+
+
+@dataclass(frozen=True, slots=True)
+class _Recompute:
+    """One verifier's recompute pass over its slots (see :func:`recompute`)."""
+
+    trainer: Trainer
+    data: DataProvider
+    judgement: Judgement
+    judged: RoundState | None
+    deadline: float
+    cancel: threading.Event
+
+    def slot(self, s: SlotGradient) -> SlotGradient:
+        if time.monotonic() >= self.deadline:
+            return s
+        try:
+            samples = self.data.get_samples(s.batch)
+            if time.monotonic() >= self.deadline:  # a slow data fetch spent the budget
+                raise TrainingCancelled("out of time after fetching the samples")
+            grads = self._gradient(s.sub.of(samples))
+        except TrainingCancelled:
+            log.info("verification of slot %d left unchecked: out of time", s.slot)
+            return s
+        except Exception as e:  # a verifier's failure must never cost the round
+            log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
+            return s
+        done = SlotGradient(s.slot, s.trainer, s.batch, s.sub, grads, not s.sub.escalates)
+        return done if done.may_accuse else self._escalate(done, samples)
+
+    def _escalate(self, done: SlotGradient, samples: torch.Tensor) -> SlotGradient:
+        """``done`` recomputed on the wider sub-batch if its held result scores below the match
+        threshold on the first one; ``done`` itself otherwise, and when time runs out."""
+        payload = held_payload(self.judged, done, self.judgement.fmt)
+        assert done.grads is not None
+        first = None if payload is None else _score(payload, done.grads, self.judgement.chunk)
+        if first is None or first >= THRESHOLD or time.monotonic() >= self.deadline:
+            return done
+        wider = done.sub.escalated()
+        try:
+            grads = self._gradient(wider.of(samples))
+        except TrainingCancelled:
+            log.info("escalation of slot %d out of time: no accusation", done.slot)
+            return done
+        except Exception as e:
+            log.warning("escalation of slot %d failed: %s; no accusation", done.slot, e)
+            return done
+        log.info(
+            "slot %d scored %.4f on %d samples: recomputed %d",
+            done.slot,
+            first,
+            len(done.sub.rows),
+            len(wider.rows),
+        )
+        return SlotGradient(done.slot, done.trainer, done.batch, wider, grads, True)
+
+    def _gradient(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        model = self.trainer.model
+        params = [p for _, p in sorted(model.named_parameters(), key=lambda item: item[0])]
+        devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
+        try:
+            with torch.random.fork_rng(devices=devices):
+                model.zero_grad(set_to_none=True)
+                self.trainer.accumulate_gradients(tokens, self.cancel)
+            return tuple(
+                p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                for p in params
+            )
+        finally:
+            model.zero_grad(set_to_none=True)
+
+
+def held_payload(judged: RoundState | None, s: SlotGradient, fmt: ResultFormat) -> Payload | None:
+    """The slot's result as this client holds it, downloaded and verified; None otherwise."""
+    if judged is None:
+        return None
+    res = judged.results.get(s.batch)
+    if res is None or res.trainer != s.trainer or res.fingerprint is None:
+        return None
+    return decode_verified(res, judged.step, fmt)
 
 
 async def judge_previous(
@@ -217,12 +306,15 @@ async def judge_previous(
     me = healthy_index(parts, coord)
     if me is None or not isinstance(kit.trainer, Trainer):
         return  # recomputing a result is defined for DisTrO's one-gradient step
-    judgement = slots_to_judge(coord, me, epoch.rounds.get(state.height - 1), kit.format)
+    judged = epoch.rounds.get(state.height - 1)
+    judgement = slots_to_judge(coord, me, judged, kit.format)
     if judgement is None:
         return
     budget = TIME_SHARE * coord.config.max_round_train_time
     t0 = time.perf_counter()
-    state.judgement = await asyncio.to_thread(recompute, kit.trainer, kit.data, judgement, budget)
+    state.judgement = await asyncio.to_thread(
+        recompute, kit.trainer, kit.data, judgement, budget, judged
+    )
     done = sum(1 for s in state.judgement.slots if s.grads is not None)
     log.info(
         "verifier of step %d: recomputed %d of %d sampled results in %.3f s",
@@ -235,27 +327,29 @@ async def judge_previous(
 
 def verdict_of(judgement: Judgement, judged: RoundState | None) -> Verdict:
     """Blocking: the verdict on the slots whose gradient was recomputed and whose result this
-    client holds verified (``judged`` is its record of the judged round); the rest unchecked."""
+    client holds verified (``judged`` is its record of the judged round); the rest unchecked.
+    A slot whose gradient is of the first sub-batch only (its result arrived after the
+    recompute, or the escalation ran out of time) may match but not accuse."""
     checked = mismatch = 0
     if judged is None or judged.height != judgement.judged_height:
         return Verdict()
     for s in judgement.slots:
-        res = judged.results.get(s.batch)
-        if s.grads is None or res is None or res.trainer != s.trainer or res.fingerprint is None:
-            continue
-        payload = decode_verified(res, judged.step, judgement.fmt)
-        if payload is None:
+        payload = held_payload(judged, s, judgement.fmt)
+        if s.grads is None or payload is None:
             continue
         score = _score(payload, s.grads, judgement.chunk)
         if score is None:
             continue
         vote = verdict_on(score)
+        if vote is False and not s.may_accuse:
+            vote = None  # one sub-batch is not evidence enough to accuse (see ESCALATE_SHARE)
         log.info(  # short: one line in a console log (the e2e test reads it)
-            "verified step %d slot %d %s: %.4f %s",
+            "verified step %d slot %d %s: %.4f on %d samples %s",
             judged.step,
             s.slot,
             s.trainer.hex()[:8],
             score,
+            len(s.sub.rows),
             {True: "match", False: "MISMATCH", None: "undecided"}[vote],
         )
         if vote is None:

@@ -35,10 +35,11 @@ MISMATCH_BELOW = 0.025
 """A result scoring below this fails verification (a "mismatch" vote); between it and
 ``THRESHOLD`` the verifier does not decide and leaves the slot unchecked. An accusation ejects
 the accused with a quorum, and the accuser when a quorum of matches outvotes it, so a verifier
-accuses only on strong evidence: at 1 of 8 samples recomputed the honest tail reached 0.0496
-(1 vote in about 1,400 below ``THRESHOLD``), about twice this, while random payloads scored
-≤ 0.005 there and every direction-changing attack below 0 (bench/README.md, "At the daemon's
-fraction"). A cheater that lands in the gap escapes that one check, not the next."""
+accuses only on strong evidence: the daemon votes "mismatch" only on a gradient of half the
+batch (``psyche.daemon.verifying.ESCALATE_SHARE``), where honest results scored no lower than
++0.11 and random payloads no higher than +0.018 at 8 samples per trainer, while one sample scored
+honest results as low as −0.14 (bench/README.md, "Escalation"). Every direction-changing attack
+scores below 0. A cheater that lands in the gap escapes that one check, not the next."""
 
 Z_THRESHOLD = 3.0
 """A result whose ``Score.z`` is below this fails ``Score.passed``. Not used by the daemon's

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import torch
@@ -21,6 +22,7 @@ from psyche.daemon.rounds import (
     round_state_for,
 )
 from psyche.daemon.verifying import (
+    ESCALATE_SHARE,
     TOKEN_SHARE,
     Judgement,
     SlotGradient,
@@ -72,6 +74,11 @@ def test_sub_batch_takes_an_eighth_of_the_samples_chosen_by_seed_slot_and_verifi
         assert len(sub.rows) == max(1, int(size * TOKEN_SHARE))
         assert list(sub.rows) == sorted(set(sub.rows)) and all(0 <= r < size for r in sub.rows)
         assert sub_batch(size, seed, 0, 0) == sub  # a pure function of public round data
+        # Its escalation: half the batch (at least the sub-batch), a superset of it.
+        assert len(sub.escalation) == max(len(sub.rows), math.ceil(size * ESCALATE_SHARE))
+        assert set(sub.rows) <= set(sub.escalation)
+        assert sub.escalates == (len(sub.escalation) > len(sub.rows))
+        assert sub.escalated().rows == sub.escalation
     # Another seed, slot or verifier draws other samples (over a batch of 64, 8 rows each).
     base = sub_batch(64, seed, 0, 0)
     assert sub_batch(64, b"\x02" * 32, 0, 0) != base
@@ -79,6 +86,16 @@ def test_sub_batch_takes_an_eighth_of_the_samples_chosen_by_seed_slot_and_verifi
     assert sub_batch(64, seed, 0, 1) != base
     tokens = torch.arange(64 * 4).reshape(64, 4)
     assert sub_batch(64, seed, 0, 0).of(tokens).shape == (8, 4)
+
+
+def test_the_verifiers_of_a_slot_recompute_distinct_samples() -> None:
+    """One unlucky sample must not make two verifiers accuse together: while the batch has
+    enough samples, the three verifiers' sub-batches do not overlap."""
+    for size in (3, 8, 24, 64):
+        for seed in (b"\x01" * 32, b"\x09" * 32):
+            for slot in range(4):
+                subs = [set(sub_batch(size, seed, slot, v).rows) for v in range(3)]
+                assert not (subs[0] & subs[1] or subs[0] & subs[2] or subs[1] & subs[2])
 
 
 # --- which slots a client judges ---
@@ -200,25 +217,44 @@ def _round0(sent: Sequence[tuple[NodeIdentity, BatchId, bytes]]) -> RoundState:
     return RoundState(0, 1, True, {batch: who for who, batch, _ in sent}, LRS)
 
 
+def _held(
+    sent: Sequence[tuple[NodeIdentity, BatchId, bytes]], spec: PayloadSpec, flip: int
+) -> RoundState:
+    """Round 0 as a client holds it: every result downloaded, the one at ``flip`` with every
+    sign of its honest update flipped."""
+    round0 = _round0(sent)
+    for i, (who, batch, wire) in enumerate(sent):
+        if i == flip:
+            wire = encode_payload(_flipped(decode_payload(wire, spec)), spec.version)
+        round0.results[batch] = _received(who, batch, 1, wire, spec)
+    return round0
+
+
 def test_honest_results_match_and_a_flipped_one_is_a_mismatch() -> None:
     verifier, sent, spec = _setup(3)
+    round0 = _held(sent, spec, flip=2)
     before = [p.detach().clone() for p in verifier.model.parameters()]
     rng = torch.random.get_rng_state()
-    judged = recompute(verifier, _Tokens(), _judgement(sent, spec), budget_s=60)  # type: ignore[arg-type]
+    judged = recompute(verifier, _Tokens(), _judgement(sent, spec), 60, round0)  # type: ignore[arg-type]
     # The verifier's own model is as it was: same weights, no gradient left, RNG untouched.
     assert all(torch.equal(a, b) for a, b in zip(before, verifier.model.parameters(), strict=True))
     assert all(p.grad is None for p in verifier.model.parameters())
     assert torch.equal(rng, torch.random.get_rng_state())
     assert all(s.grads is not None for s in judged.slots)
-
-    round0 = _round0(sent)
-    for who, batch, wire in sent[:2]:
-        round0.results[batch] = _received(who, batch, 1, wire, spec)
-    # The third trainer's result is flipped: every sign of its honest update.
-    who, batch, wire = sent[2]
-    bad = encode_payload(_flipped(decode_payload(wire, spec)), spec.version)
-    round0.results[batch] = _received(who, batch, 1, bad, spec)
+    # The flipped result scored below the match line on one sample, so its verifier recomputed
+    # half the batch before accusing; the honest ones matched on their sample.
+    assert [len(s.sub.rows) for s in judged.slots] == [1, 1, 4]
+    assert [s.may_accuse for s in judged.slots] == [False, False, True]
     assert verdict_of(judged, round0) == Verdict(checked=0b111, mismatch=0b100)
+
+
+def test_a_low_score_on_one_sample_alone_accuses_nobody() -> None:
+    """A result that arrives after the recompute is scored on the sub-batch only: it may match,
+    but a low score there is no vote (the escalation needs the pre-round weights)."""
+    verifier, sent, spec = _setup(2)
+    judged = recompute(verifier, _Tokens(), _judgement(sent, spec), budget_s=60)  # type: ignore[arg-type]
+    assert [s.may_accuse for s in judged.slots] == [False, False]
+    assert verdict_of(judged, _held(sent, spec, flip=1)) == Verdict(checked=0b1, mismatch=0)
 
 
 def test_results_not_held_stay_unchecked() -> None:

@@ -378,8 +378,11 @@ def run(
         if lr_for_step(schedule, judged) == 0:
             return  # an LR of 0 leaves the residual as it was: nothing of this batch to check
         by_client = dict(pending[judged])
-        seed = int.from_bytes(sha256(b"byzantine-%d" % judging)[:8], "little")
-        vseed = sha256(b"byzantine-verifiers-%d" % judging)
+        # The protocol's seed is the round's: `--seed` varies it (seed 0 keeps the sampling of the
+        # tables measured before it did).
+        tag = b"-%d" % args.seed if args.seed else b""
+        seed = int.from_bytes(sha256(b"byzantine-%d" % judging + tag)[:8], "little")
+        vseed = sha256(b"byzantine-verifiers-%d" % judging + tag)
         order = sorted(range(k), key=lambda i: compute_shuffled_index(i, k, vseed))
         verifiers = [i for i in order if i not in ejected][:3]
         for trainer in sampled_trainers(k, seed, vp):

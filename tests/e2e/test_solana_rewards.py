@@ -30,9 +30,9 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.mining_pool import pool_pda, pool_redeemable_pda
-from psyche.backends.solana.tokens import associated_token_address, decode_token_account
 from psyche.localsvm import LocalSvmThread, deploy_programs
+from psyche.solana.programs.mining_pool import pool_pda, pool_redeemable_pda
+from psyche.solana.tokens import associated_token_address, decode_token_account
 from psyche.testnet.solana_chain import request_airdrop
 
 from .conftest import ROOT

@@ -3,7 +3,7 @@
 Every module under ``client/psyche`` is parsed (not imported), and every ``import`` in it counts:
 top-level ones, those inside functions and those under ``if TYPE_CHECKING:``. A lazy import hides a
 dependency from the interpreter, not from the architecture. Each import is mapped to the
-subpackage it names (``psyche.backends.solana.rpc`` → ``backends``; top-level modules such as
+subpackage it names (``psyche.backends.solana.backend`` → ``backends``; top-level modules such as
 ``psyche.events`` are their own unit) and checked against :data:`ALLOWED`; the subpackage graph
 must also have no cycle. Only the libp2p host's package (:data:`HOST_PROCESS`) imports trio or
 libp2p. Run ``python tests/unit/test_layering.py`` to print the real graph.
@@ -55,8 +55,9 @@ ALLOWED: dict[str, set[str]] = {
     "checkpoint": {"protocol", "p2p", "net", "training"},
     # A local Solana validator stand-in: it must not know what psyche runs on it.
     "localsvm": set(),
-    # The Solana chain client (IDL codec, account records): it reads and writes the programs'
-    # accounts for the backend, the CLI, the testnets and the explorer, and knows no transport.
+    # The Solana chain client (IDL codec, account records, RPC, sessions, each program's
+    # commands): it reads and writes the programs' accounts for the backend, the CLI, the
+    # testnets and the explorer, and knows no Backend seam (it raises its own ChainError).
     "solana": PROTOCOL_CORE,
     # Coordinator transports: they host (centralized) or reach the coordinator, serve data and
     # name peers, and log events; they never reach up into the daemon that drives them.
@@ -70,10 +71,10 @@ ALLOWED: dict[str, set[str]] = {
     # assembles one process.
     "simulation": EVERYTHING - {"cli", "testnet", "localsvm"},
     # The local testnet starts processes and prepares their chain, data and models.
-    "testnet": PROTOCOL_CORE | {"events", "p2p", "net", "data", "training", "backends", "solana"},
-    # The run explorer reads runs as a client would (the coordinator's decoders, the Solana
-    # layouts and RPC of backends) and knows nothing of training, the daemon or the testnets.
-    "explorer": PROTOCOL_CORE | {"events", "backends", "solana"},
+    "testnet": PROTOCOL_CORE | {"events", "p2p", "net", "data", "training", "solana"},
+    # The run explorer reads runs as a client would (the coordinator's decoders, the chain
+    # client's layouts and RPC) and knows nothing of training, the daemon or the testnets.
+    "explorer": PROTOCOL_CORE | {"events", "solana"},
     # Processes are assembled here, from everything; nothing imports cli.
     "cli": EVERYTHING,
 }
@@ -126,7 +127,7 @@ def imports_in(source: str, package: str) -> Iterator[str]:
 
 
 def unit_of(dotted: str) -> str | None:
-    """``psyche.backends.solana.rpc`` → ``backends``; not psyche → None."""
+    """``psyche.backends.solana.backend`` → ``backends``; not psyche → None."""
     parts = dotted.split(".")
     if parts[0] != "psyche":
         return None

@@ -94,7 +94,7 @@ def serve_cmd(
     from psyche.explorer.serve import ExplorerSettings, serve
 
     if rpc and ws_rpc is None:
-        from psyche.backends.solana.session import websocket_url
+        from psyche.solana.session import websocket_url
 
         ws_rpc = websocket_url(rpc)
     settings = ExplorerSettings(
@@ -167,8 +167,8 @@ def cost_cmd(
                 src = CentralizedSource(store, centralized)
                 out["calls_centralized"] = asyncio.run(calls_per_minute(src, seconds))
             if rpc and run_id:
-                from psyche.backends.solana.session import websocket_url
                 from psyche.explorer.solana import SolanaSource, SolanaTarget
+                from psyche.solana.session import websocket_url
 
                 ws = None if ws_rpc == "none" else ws_rpc or websocket_url(rpc)
                 solana = SolanaSource(store, SolanaTarget(rpc=rpc, ws=ws, run_id=run_id))

@@ -1,6 +1,7 @@
 """The run creator's ``psyche-solana-client`` commands: create, configure, pause or resume, set
 the epoch rates, tick, checkpoint, close and dump a run (what they send is in
-:mod:`psyche.backends.solana.admin`). :mod:`psyche.cli.solana` registers them on its group.
+:mod:`psyche.solana.programs.coordinator_commands`). :mod:`psyche.cli.solana` registers them on
+its group.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from psyche.backends.base import BackendError
 from psyche.cli.exit_codes import EXIT_CONFIG
 from psyche.cli.solana_options import (
     common,
@@ -23,6 +23,7 @@ from psyche.cli.solana_options import (
     run_id_option,
     to_pubkey,
 )
+from psyche.solana.errors import ChainError
 
 
 @click.command("create-run")
@@ -81,7 +82,8 @@ def create_run_cmd(
     with its NAME and DESCRIPTION stored in the same transaction. With
     --treasurer-collateral-mint the run is created through the Treasurer, whose Run becomes the
     coordinator's main authority (the wallet stays the Run's)."""
-    from psyche.backends.solana import admin, treasurer
+    from psyche.solana.programs import coordinator_commands as admin
+    from psyche.solana.programs import treasurer_commands as treasurer
 
     if treasurer_collateral_mint is None:
         source = click.get_current_context().get_parameter_source
@@ -119,7 +121,7 @@ def create_run_cmd(
     echo_result(run_async(session, coro))
 
 
-class RunExistsError(BackendError):
+class RunExistsError(ChainError):
     """create-run for a run id that is taken: the user's to change (run_async exits 2)."""
 
     exit_code = EXIT_CONFIG
@@ -173,7 +175,7 @@ def update_config_cmd(
     client_version: str | None,
 ):
     """Update the run's config/model (from CONFIG_PATH), progress, metadata or client version."""
-    from psyche.backends.solana import admin
+    from psyche.solana.programs import coordinator_commands as admin
 
     meta = {
         "name": name,
@@ -205,7 +207,7 @@ def update_config_cmd(
 def set_paused_cmd(session: Any, run_id: str, action: str | None, resume: bool):
     """Pause the run, or resume it (`resume` or --resume; the first resume starts a new run).
     Without ACTION: pause."""
-    from psyche.backends.solana import admin
+    from psyche.solana.programs import coordinator_commands as admin
 
     if action is not None:
         # The positional word wins over RESUME from the environment, not over the flag.
@@ -228,7 +230,7 @@ def set_rates_cmd(
     slashing_rate_per_client: int | None,
 ):
     """Set the points earned (shared per epoch) and slashed (per client) from the next epoch."""
-    from psyche.backends.solana import admin
+    from psyche.solana.programs import coordinator_commands as admin
 
     echo_result(
         run_async(
@@ -247,7 +249,7 @@ def set_rates_cmd(
 @click.option("--count", envvar="COUNT", type=int, default=None, help="Default: forever.")
 def tick_cmd(session: Any, run_id: str, ms_interval: int, count: int | None):
     """Send permissionless ticks."""
-    from psyche.backends.solana import admin
+    from psyche.solana.programs import coordinator_commands as admin
 
     echo_result(
         f"{run_async(session, admin.tick(session, run_id, ms_interval, count))} tick(s) confirmed"
@@ -261,7 +263,7 @@ def tick_cmd(session: Any, run_id: str, ms_interval: int, count: int | None):
 @click.option("--revision", envvar="CHECKPOINT_REVISION", default=None)
 def checkpoint_cmd(session: Any, run_id: str, repo: str, revision: str | None):
     """Report a Hub checkpoint (the wallet must be an elected checkpointer, in Cooldown)."""
-    from psyche.backends.solana import admin
+    from psyche.solana.programs import coordinator_commands as admin
 
     echo_result(run_async(session, admin.checkpoint(session, run_id, repo, revision)))
 
@@ -272,7 +274,7 @@ def checkpoint_cmd(session: Any, run_id: str, repo: str, revision: str | None):
 @click.option("--spill", envvar="SPILL", default=None, help="Who gets the rent (default: wallet).")
 def close_run_cmd(session: Any, run_id: str, spill: str | None):
     """Close a halted run's accounts and reclaim their rent."""
-    from psyche.backends.solana import admin
+    from psyche.solana.programs import coordinator_commands as admin
 
     echo_result(run_async(session, admin.close_run(session, run_id, to_pubkey(spill))))
 
@@ -282,7 +284,7 @@ def close_run_cmd(session: Any, run_id: str, spill: str | None):
 @run_id_option
 def json_dump_run_cmd(session: Any, run_id: str, own_pubkey: Any):
     """Print the run's coordinator account as JSON."""
-    from psyche.backends.solana import admin
+    from psyche.solana.programs import coordinator_commands as admin
 
     echo_result(run_async(session, admin.dump_run(session, run_id)))
 

@@ -16,19 +16,20 @@ from typing import TypeVar
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
 from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.discovery import ChainDirectory
 from psyche.backends.solana.peers import parse_bootstrap_peers
-from psyche.backends.solana.session import RunNotFoundError, Session
 from psyche.cli.client_process import ClientOptions, run_client
 from psyche.cli.daemon_options import TrainingFlags
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.sharing import SharingOptions
 from psyche.events import EventLog, TransactionEvent
 from psyche.protocol.identity import SecretKey
+from psyche.solana.errors import ChainError
+from psyche.solana.idl import IdlError
 from psyche.solana.instructions import peer_record_pda
 from psyche.solana.peer_record import MAX_PEER_ADDR_LEN, MAX_PEER_ADDRS, decode_peer_record
+from psyche.solana.session import RunNotFoundError, Session
 
 __all__ = ["not_authorized_hint", "train_on_solana"]
 
@@ -79,14 +80,15 @@ def not_authorized_hint(
 async def _until_reachable(read: Callable[[], Awaitable[T]]) -> T:
     """``read()``, retried with a doubling back-off (to :data:`RETRY_MAX_S`) while no RPC
     endpoint answers: an RPC node that is down or restarting is a transient fault a joiner waits
-    out. An answer that the run does not exist is final (exit 2)."""
+    out. An answer that the run does not exist is final (exit 2), as is an account the IDL
+    cannot decode."""
     delay = RETRY_FIRST_S
     while True:
         try:
             return await read()
-        except RunNotFoundError:
+        except (RunNotFoundError, IdlError):
             raise
-        except BackendError as e:
+        except ChainError as e:
             log.warning("%s; retrying in %.0f s", e, delay)
             await asyncio.sleep(delay)
             delay = min(RETRY_MAX_S, delay * 2)

@@ -1,6 +1,6 @@
 """The ``psyche-solana-client`` commands around joining a run: the join authorizations (created
 and deleted by the run's join authority, delegated by the grantee, readable by anyone; what they
-send is in :mod:`psyche.backends.solana.authorization`), the ``can-join`` check, and ``train``,
+send is in :mod:`psyche.solana.programs.authorizer`), the ``can-join`` check, and ``train``,
 the joiner's daemon. :mod:`psyche.cli.solana` registers them on its group.
 """
 
@@ -35,7 +35,7 @@ from psyche.cli.solana_options import (
 def _can_join(
     session: Any, run_id: str, authorizer: str | None, pubkey: str | None, own_pubkey: Any
 ) -> None:
-    from psyche.backends.solana import authorization
+    from psyche.solana.programs import authorizer as authorization
 
     who = to_pubkey(pubkey) if pubkey else own_pubkey
     if who is None:
@@ -84,7 +84,7 @@ def check_authorization_cmd(
 @authorizer_option
 def ja_create_cmd(session: Any, authorizer: str | None):
     """As a join authority, authorize AUTHORIZER (or everyone) to join our runs."""
-    from psyche.backends.solana import authorization
+    from psyche.solana.programs import authorizer as authorization
 
     echo_result(
         run_async(session, authorization.join_authorization_create(session, to_pubkey(authorizer)))
@@ -115,8 +115,8 @@ def ja_delegate_cmd(
     delegate_keypair: tuple[str, ...],
 ):
     """As a grantee, set the wallets that may join in our place."""
-    from psyche.backends.solana import authorization
-    from psyche.backends.solana.session import WalletError, load_keypair_file
+    from psyche.solana.programs import authorizer as authorization
+    from psyche.solana.session import WalletError, load_keypair_file
 
     added = [to_pubkey(d) for item in delegates_added for d in item.split()]
     for path in delegate_keypair:
@@ -140,7 +140,7 @@ def ja_delegate_cmd(
 @authorizer_option
 def ja_read_cmd(session: Any, join_authority: str, authorizer: str | None, own_pubkey: Any):
     """Print an authorization."""
-    from psyche.backends.solana import authorization
+    from psyche.solana.programs import authorizer as authorization
 
     echo_result(
         run_async(
@@ -157,7 +157,7 @@ def ja_read_cmd(session: Any, join_authority: str, authorizer: str | None, own_p
 @authorizer_option
 def ja_delete_cmd(session: Any, authorizer: str | None):
     """As a join authority, deactivate and close an authorization."""
-    from psyche.backends.solana import authorization
+    from psyche.solana.programs import authorizer as authorization
 
     echo_result(
         run_async(session, authorization.join_authorization_delete(session, to_pubkey(authorizer)))

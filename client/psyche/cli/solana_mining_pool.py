@@ -1,7 +1,7 @@
 """The Mining Pool's ``psyche-solana-client`` commands (docs/rewards.md, "Mining Pool"): the pool
 authority's ``mining-pool-create``, ``-update``, ``-withdraw`` and ``-redeemable-deposit``, the
 lender's ``mining-pool-deposit`` and ``-claim``, and the read-only ``json-dump-user``. What they
-send is in :mod:`psyche.backends.solana.mining_pool`; :mod:`psyche.cli.solana` registers them.
+send is in :mod:`psyche.solana.programs.mining_pool`; :mod:`psyche.cli.solana` registers them.
 
 Amounts are token base units (integers), as the program counts them.
 """
@@ -68,7 +68,7 @@ def pool_create_cmd(
     session: Any, pool_index: int, collateral_mint: str, redeemable_mint: str, max_deposit: int
 ) -> None:
     """Create mining pool POOL_INDEX with the wallet as its authority."""
-    from psyche.backends.solana import mining_pool
+    from psyche.solana.programs import mining_pool
 
     echo_result(
         run_async(
@@ -103,7 +103,7 @@ def pool_create_cmd(
 )
 def pool_update_cmd(session: Any, pool_index: int, max_deposit: int | None, freeze: bool) -> None:
     """Change the pool's cap and/or freeze it (the pool's authority only)."""
-    from psyche.backends.solana import mining_pool
+    from psyche.solana.programs import mining_pool
 
     if max_deposit is None and not freeze:
         raise click.UsageError("nothing to update: give --max-deposit and/or --freeze")
@@ -122,7 +122,7 @@ def pool_update_cmd(session: Any, pool_index: int, max_deposit: int | None, free
 def deposit_cmd(session: Any, pool_index: int, amount: int) -> None:
     """Lend AMOUNT collateral to the pool from the wallet's associated token account (the
     wallet's lender account is created on its first deposit)."""
-    from psyche.backends.solana import mining_pool
+    from psyche.solana.programs import mining_pool
 
     echo_result(run_async(session, mining_pool.deposit(session, pool_index, amount)))
 
@@ -134,7 +134,7 @@ def deposit_cmd(session: Any, pool_index: int, amount: int) -> None:
 def withdraw_cmd(session: Any, pool_index: int, amount: int) -> None:
     """Take AMOUNT collateral out of the pool to buy compute (the pool's authority only), into
     the wallet's associated token account (created if missing)."""
-    from psyche.backends.solana import mining_pool
+    from psyche.solana.programs import mining_pool
 
     echo_result(run_async(session, mining_pool.withdraw(session, pool_index, amount)))
 
@@ -146,7 +146,7 @@ def withdraw_cmd(session: Any, pool_index: int, amount: int) -> None:
 def redeemable_deposit_cmd(session: Any, pool_index: int, amount: int) -> None:
     """Deposit AMOUNT of earnings (redeemable tokens) from the wallet's associated token account
     into the frozen pool (the pool's authority only), for the lenders to claim."""
-    from psyche.backends.solana import mining_pool
+    from psyche.solana.programs import mining_pool
 
     echo_result(run_async(session, mining_pool.redeemable_deposit(session, pool_index, amount)))
 
@@ -158,7 +158,7 @@ def redeemable_deposit_cmd(session: Any, pool_index: int, amount: int) -> None:
 def claim_cmd(session: Any, pool_index: int, amount: int | None) -> None:
     """Claim the wallet's share of the frozen pool's earnings, floor(total redeemable ×
     deposited / total deposited) minus what it claimed, into its associated token account."""
-    from psyche.backends.solana import mining_pool
+    from psyche.solana.programs import mining_pool
 
     echo_result(run_async(session, mining_pool.claim(session, pool_index, amount)))
 
@@ -190,7 +190,7 @@ def json_dump_user_cmd(
     claimed, claimable), its token balances of those pools' mints, and with --run-id its
     coordinator registration (points earned and slashed) and, for a run created through the
     Treasurer, its rewards there (points claimed and claimable)."""
-    from psyche.backends.solana import mining_pool
+    from psyche.solana.programs import mining_pool
 
     user = to_pubkey(address) if address is not None else own_pubkey
     if user is None:

@@ -1,5 +1,5 @@
 """What every ``psyche-solana-client`` command shares: the endpoint, wallet and IDL options that
-build its :class:`~psyche.backends.solana.session.Session` (:func:`common`, :func:`read_only`),
+build its :class:`~psyche.solana.session.Session` (:func:`common`, :func:`read_only`),
 the reused per-command options, running a command's coroutine and printing its result, and the
 unquoting of environment values (:mod:`psyche.cli.solana` says why).
 """
@@ -62,7 +62,7 @@ def envvars(cmd: click.Command) -> set[str]:
 
 
 def _rpc_url(value: str | None, flag: str) -> str | None:
-    from psyche.backends.solana.session import resolve_rpc_url
+    from psyche.solana.session import resolve_rpc_url
 
     if not value:
         return None
@@ -73,7 +73,7 @@ def _rpc_url(value: str | None, flag: str) -> str | None:
 
 
 def _ws_url(value: str | None, flag: str) -> str | None:
-    from psyche.backends.solana.session import CLUSTERS, websocket_url
+    from psyche.solana.session import CLUSTERS, websocket_url
 
     if not value:
         return None
@@ -88,7 +88,7 @@ def _wallet(kw: dict[str, Any], *, required: bool) -> Any:
     """The wallet keypair, or None (only when not ``required``). A key file named on the command
     line wins over RAW_WALLET_PRIVATE_KEY (a flag beats the environment), so the scripts can sign
     with the file they were given whatever the caller's environment holds."""
-    from psyche.backends.solana.session import WalletError, load_wallet
+    from psyche.solana.session import WalletError, load_wallet
 
     path = kw.pop("wallet_private_key_path")
     source = click.get_current_context().get_parameter_source("wallet_private_key_path")
@@ -142,7 +142,7 @@ def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., A
     def wrapper(**kw: Any) -> Any:
         from solders.keypair import Keypair
 
-        from psyche.backends.solana.session import Endpoints, Session
+        from psyche.solana.session import Endpoints, Session
 
         wallet = _wallet(kw, required=wallet_required)
         idl_dir = kw.pop("idl_dir")
@@ -190,7 +190,7 @@ def run_async(session: Any, coro: Coroutine[Any, Any, Any]) -> Any:
     from psyche.backends.base import BackendError
     from psyche.cli.solana_runs import explain_missing_run
     from psyche.protocol.strict_obj import ConfigError
-    from psyche.solana.idl import IdlError
+    from psyche.solana.errors import ChainError
 
     async def go() -> Any:
         try:
@@ -200,11 +200,12 @@ def run_async(session: Any, coro: Coroutine[Any, Any, Any]) -> Any:
 
     try:
         return asyncio.run(go())
-    except BackendError as e:
+    except (ChainError, BackendError) as e:
+        # The chain layer raises ChainError (an IdlError among them); the backend BackendError.
         # Errors that are the user's to fix carry their exit code (a run that does not exist: 2).
         click.echo(f"error: {e}", err=True)
         sys.exit(int(getattr(e, "exit_code", EXIT_ERROR)))
-    except (IdlError, ConfigError) as e:
+    except ConfigError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_ERROR)
 

@@ -20,7 +20,7 @@ MAX_LISTED = 20
 async def known_run_ids(session: Any) -> list[str] | None:
     """The run ids under the session's coordinator program, or None when the endpoint will not
     list them (in time)."""
-    from psyche.backends.solana.rpc import decode_account_data
+    from psyche.solana.rpc import decode_account_data
 
     idl = session.coordinator.idl
     disc = idl.account_discriminators["CoordinatorInstance"]
@@ -57,9 +57,9 @@ async def known_run_ids(session: Any) -> list[str] | None:
 
 
 async def explain_missing_run(session: Any, coro: Coroutine[Any, Any, Any]) -> Any:
-    """Await ``coro``; a :class:`~psyche.backends.solana.session.RunNotFoundError` from it is
+    """Await ``coro``; a :class:`~psyche.solana.session.RunNotFoundError` from it is
     raised again with the existing run ids named, when they can be listed."""
-    from psyche.backends.solana.session import RunNotFoundError
+    from psyche.solana.session import RunNotFoundError
 
     try:
         return await coro

@@ -2,7 +2,8 @@
 rewards a run's coordinator credited the wallet, top up a run's escrow, wind a run down and
 close it, and create a test SPL mint for local testnets. ``create-run
 --treasurer-collateral-mint`` is in :mod:`psyche.cli.solana_admin`; what they send is in
-:mod:`psyche.backends.solana.treasurer`. :mod:`psyche.cli.solana` registers them on its group.
+:mod:`psyche.solana.programs.treasurer_commands`. :mod:`psyche.cli.solana` registers them on
+its group.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def parse_mint_to(values: tuple[str, ...]) -> list[tuple[Any, int]]:
 def claim_cmd(session: Any, run_id: str, points: int | None):
     """Claim the wallet's points in a Treasurer run, paid at the run's rate into the wallet's
     associated token account of the collateral mint (created if missing)."""
-    from psyche.backends.solana import treasurer
+    from psyche.solana.programs import treasurer_commands as treasurer
 
     echo_result(run_async(session, treasurer.claim_rewards(session, run_id, points)))
 
@@ -70,7 +71,7 @@ def claim_cmd(session: Any, run_id: str, points: int | None):
 def top_up_cmd(session: Any, run_id: str, amount: int):
     """Move collateral tokens from the wallet's associated token account into the run's escrow
     (anyone may)."""
-    from psyche.backends.solana import treasurer
+    from psyche.solana.programs import treasurer_commands as treasurer
 
     echo_result(run_async(session, treasurer.top_up_rewards(session, run_id, amount)))
 
@@ -94,7 +95,7 @@ def top_up_cmd(session: Any, run_id: str, amount: int):
 def create_test_mint_cmd(session: Any, decimals: int, mint_to: tuple[str, ...]):
     """Create a classic SPL mint whose mint authority is the wallet (for local testnets) and
     mint to the given holders; prints the mint's address."""
-    from psyche.backends.solana import treasurer
+    from psyche.solana.programs import treasurer_commands as treasurer
 
     holders = parse_mint_to(mint_to)
     echo_result(run_async(session, treasurer.create_test_mint(session, decimals, holders)))
@@ -106,7 +107,7 @@ def create_test_mint_cmd(session: Any, decimals: int, mint_to: tuple[str, ...]):
 def wind_down_cmd(session: Any, run_id: str):
     """Start winding a Treasurer run down (its main authority only): the coordinator pauses for
     good, participants keep claiming, and treasurer-close-run is allowed 7 days later."""
-    from psyche.backends.solana import treasurer
+    from psyche.solana.programs import treasurer_commands as treasurer
 
     echo_result(run_async(session, treasurer.wind_down_run(session, run_id)))
 
@@ -118,7 +119,7 @@ def close_run_cmd(session: Any, run_id: str):
     """Close a Treasurer run 7 days after treasurer-wind-down (its main authority only): the
     escrow's remainder goes to the wallet's associated token account, the rent of the escrow and
     of the coordinator's accounts to the wallet; unclaimed points are no longer payable."""
-    from psyche.backends.solana import treasurer
+    from psyche.solana.programs import treasurer_commands as treasurer
 
     echo_result(run_async(session, treasurer.close_run(session, run_id)))
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.rpc import decode_account_data
+from psyche.solana.errors import ChainError
 from psyche.solana.idl import IdlCodec
 from psyche.solana.peer_record import PeerRecordError, decode_peer_record
+from psyche.solana.rpc import decode_account_data
 
 __all__ = ["classify", "reachability"]
 
@@ -48,7 +48,7 @@ def reachability(idl: IdlCodec, program: Pubkey, run: Pubkey, signer: bytes, val
         record = decode_peer_record(idl, decode_account_data(value))
         if record.coordinator_instance != run or bytes(record.signer) != signer:
             raise PeerRecordError("names another run or wallet")
-    except (PeerRecordError, BackendError, ValueError) as e:
+    except (ChainError, ValueError) as e:  # PeerRecordError is a ChainError
         log.debug("peer record of %s: %s", signer.hex(), e)
         return "bad record"
     return classify(record.addrs)

@@ -26,14 +26,11 @@ from typing import Any
 from solders.pubkey import Pubkey
 from solders.transaction import VersionedTransaction
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.rpc import SolanaRpc, account_updates, decode_account_data
-from psyche.backends.solana.snapshot import AccountLayoutError
 from psyche.explorer import peers
 from psyche.explorer.observe import ClientRow, MetricObs, observe
 from psyche.explorer.sources import BadInput, SourceUnavailable
 from psyche.explorer.store import Store, TxRow
+from psyche.solana.errors import ChainError
 from psyche.solana.idl import IdlCodec, IdlError
 from psyche.solana.instructions import (
     ProgramClient,
@@ -41,6 +38,7 @@ from psyche.solana.instructions import (
     instance_pda,
     peer_record_pda,
 )
+from psyche.solana.layout import CoordinatorLayout
 from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
 from psyche.solana.programs.mining_pool.addresses import lender_pda, pool_pda
 from psyche.solana.programs.treasurer import (
@@ -49,6 +47,8 @@ from psyche.solana.programs.treasurer import (
     participant_pda,
     run_pda,
 )
+from psyche.solana.rpc import SolanaRpc, account_updates, decode_account_data
+from psyche.solana.snapshot import AccountLayoutError
 
 __all__ = ["SolanaSource", "SolanaTarget"]
 
@@ -102,7 +102,7 @@ class SolanaSource:
         self.calls += 1
         try:
             return await self.rpc.call(method, params)
-        except BackendError as e:
+        except ChainError as e:
             raise SourceUnavailable(str(e)) from None
 
     async def _read(self, key: Pubkey) -> bytes | None:
@@ -114,7 +114,7 @@ class SolanaSource:
             return None
         try:
             return decode_account_data(value)
-        except BackendError as e:
+        except ChainError as e:
             raise BadInput(str(e)) from None
 
     # --- live updates ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Why not anchorpy's coder: it builds ``construct`` parsers that turn every ``[u8; N]`` into a list
 of Python ints, and the ~170 KB zero-copy coordinator account is mostly such arrays (blooms,
 identities, strings), so decoding it that way is slow (measured in
-``tests/unit/backends/solana/test_idl_codec.py``; figures in docs/solana.md). This module walks
+``tests/unit/solana/test_idl_codec.py``; figures in docs/solana.md). This module walks
 the IDL's ``types`` once, compiles one small closure per type, and reads with ``struct`` on a
 ``memoryview``: ``u8`` arrays become ``bytes``, arrays of other primitives one ``unpack_from``.
 It is still "from the IDL": no layout is written here by hand.

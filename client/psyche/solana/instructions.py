@@ -5,7 +5,7 @@
 all come from the IDL, so only the *meaning* of each account is written here. An instruction whose
 IDL takes a single ``params`` struct gets its arguments wrapped into it, so both Anchor styles
 work. :class:`RunInstructions` binds one run's accounts and implements the client's
-:class:`~psyche.backends.solana.snapshot.ClientInstructions`, plus the wallet's peer record
+:class:`~psyche.solana.snapshot.ClientInstructions`, plus the wallet's peer record
 (``set_peer_addrs``, ``close_peer_record``; the account is read by
 :mod:`psyche.solana.peer_record`).
 """

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from solders.pubkey import Pubkey
 
@@ -50,6 +51,7 @@ __all__ = [
     "decode_peer_record",
     "is_local_ip",
     "never_a_peer",
+    "rpcs_are_local",
     "unroutable",
 ]
 
@@ -127,6 +129,27 @@ def is_local_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return any(ip in net for net in LOCAL_NETS if net.version == ip.version)
+
+
+def rpcs_are_local(urls: Iterable[str]) -> bool:
+    """Whether a chain reached through the RPC endpoints ``urls`` is on this machine or LAN:
+    each host is ``localhost`` or a loopback or private IP (at least one endpoint).
+    ``create-run``'s default for the run's ``local_run`` flag."""
+    hosts = [urlsplit(u).hostname for u in urls]
+    if not hosts:
+        return False
+    for host in hosts:
+        if host is None:
+            return False
+        if host == "localhost":
+            continue
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        if not is_local_ip(ip):
+            return False
+    return True
 
 
 def unroutable(addr: str, *, local: bool) -> bool:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from solders.keypair import Keypair
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.rpc import account_updates
-from psyche.backends.solana.session import Endpoints, Session
 from psyche.events import EventLog, state_event
+from psyche.solana.errors import ChainError
+from psyche.solana.rpc import account_updates
+from psyche.solana.session import Endpoints, Session
 
 __all__ = ["ChainFollower"]
 
@@ -85,7 +85,7 @@ class ChainFollower:
             async def read() -> None:
                 try:
                     data = await session.read(accounts.account)
-                except BackendError as e:
+                except ChainError as e:
                     log.warning("reading the coordinator account failed: %s", e)
                     return
                 if data is not None:
@@ -118,7 +118,7 @@ class ChainFollower:
         self._last = data
         try:
             snap = session.layout.decode_account(data)
-        except BackendError as e:
+        except ChainError as e:
             log.warning("ignored an undecodable coordinator account: %s", e)
             return
         if snap.nonce <= self._nonce:

@@ -161,7 +161,7 @@ class SolanaTestnet(LocalTestnet):
     def use_chain(self, rpc: str, ws_rpc: str | None) -> None:
         """An existing chain instead of the local SVM: every wallet is funded by the chain's
         faucet (``requestAirdrop``)."""
-        from psyche.backends.solana.session import resolve_rpc_url, websocket_url
+        from psyche.solana.session import resolve_rpc_url, websocket_url
 
         self.rpc_url = resolve_rpc_url(rpc)
         self.ws_url = ws_rpc or websocket_url(self.rpc_url)

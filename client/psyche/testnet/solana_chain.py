@@ -28,8 +28,8 @@ def program_ids() -> dict[str, str]:
 
 def request_airdrop(rpc_url: str, pubkey: str, lamports: int, timeout: float = 60.0) -> None:
     """Fund ``pubkey`` from the chain's faucet and wait until the airdrop is confirmed."""
-    from psyche.backends.base import BackendError
-    from psyche.backends.solana.rpc import SolanaRpc
+    from psyche.solana.errors import ChainError
+    from psyche.solana.rpc import SolanaRpc
 
     async def go() -> None:
         rpc = SolanaRpc(rpc_url)
@@ -41,5 +41,5 @@ def request_airdrop(rpc_url: str, pubkey: str, lamports: int, timeout: float = 6
 
     try:
         asyncio.run(go())
-    except BackendError as e:  # the launcher reports start-up failures as RuntimeError
+    except ChainError as e:  # the launcher reports start-up failures as RuntimeError
         raise RuntimeError(f"the airdrop to {pubkey} failed: {e}") from None

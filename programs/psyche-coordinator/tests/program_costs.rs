@@ -4,7 +4,7 @@
 //! and the largest peer record (created, overwritten, closed).
 //!
 //! Each transaction carries the compute-unit limit the Python client requests for that
-//! instruction (`client/psyche/backends/solana/compute_units.json`), so on the SBF build
+//! instruction (`client/psyche/solana/compute_units.json`), so on the SBF build
 //! (`PSYCHE_SBF=1`) an instruction over its budget fails the run. The test also asserts the
 //! margins documented in docs/solana.md ("Costs"): compute units at most 80 % of the requested
 //! limit (and the limit within the 1.4 M per-transaction cap), the program's heap at most half of
@@ -28,7 +28,7 @@ use psyche_coordinator::{CoordinatorAccount, PeerRecord};
 use solana_sdk::signature::Signer;
 
 const COMPUTE_UNITS_JSON: &str =
-    include_str!("../../../client/psyche/backends/solana/compute_units.json");
+    include_str!("../../../client/psyche/solana/compute_units.json");
 /// Solana's per-transaction compute cap.
 const MAX_TX_COMPUTE_UNITS: u64 = 1_400_000;
 /// SBF's default heap (the programs request no larger frame).

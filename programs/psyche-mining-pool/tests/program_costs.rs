@@ -29,7 +29,7 @@ const CU_LIMIT: u32 = 200_000;
 /// "Costs": code generation here differs from platform-tools').
 const CU_MARGIN: f64 = 0.8;
 const COMPUTE_UNITS_JSON: &str =
-    include_str!("../../../client/psyche/backends/solana/compute_units.json");
+    include_str!("../../../client/psyche/solana/compute_units.json");
 /// Searched for the worst bumps.
 const SEARCH: u64 = 4_096;
 

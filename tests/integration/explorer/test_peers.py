@@ -14,8 +14,6 @@ from solders.account import Account
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.snapshot import RunSnapshot
 from psyche.explorer.peers import classify
 from psyche.explorer.schema import open_engine
 from psyche.explorer.solana import SolanaSource, SolanaTarget
@@ -23,7 +21,9 @@ from psyche.explorer.store import Store
 from psyche.localsvm import LocalSvmThread
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import default_idl_dir, instance_pda, peer_record_pda
+from psyche.solana.layout import CoordinatorLayout
 from psyche.solana.peer_record import PEER_RECORD_SPACE
+from psyche.solana.snapshot import RunSnapshot
 from support.configs import four_client_config
 from unit.coordinator import support
 

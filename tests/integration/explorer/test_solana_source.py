@@ -15,8 +15,6 @@ from solders.account import Account
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.snapshot import RunSnapshot
 from psyche.explorer.schema import open_engine, states, transactions
 from psyche.explorer.solana import SolanaSource, SolanaTarget
 from psyche.explorer.sources import BadInput
@@ -24,6 +22,8 @@ from psyche.explorer.store import Store
 from psyche.localsvm import LocalSvmThread
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import default_idl_dir, instance_pda
+from psyche.solana.layout import CoordinatorLayout
+from psyche.solana.snapshot import RunSnapshot
 
 from ..support_explorer import count, make_coordinator
 

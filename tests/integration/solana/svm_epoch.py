@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 from solders.keypair import Keypair
 
-from psyche.backends.solana.session import Endpoints, Session
 from psyche.coordinator import RunState, Witness, WitnessMetadata
 from psyche.coordinator.types import ClientState
 from psyche.localsvm import LocalSvmThread
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.identity import NodeIdentity
+from psyche.solana.session import Endpoints, Session
 
 MAX_ROUNDS = 20
 

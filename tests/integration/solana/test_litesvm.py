@@ -31,8 +31,6 @@ def test_create_run_then_read_it_back() -> None:
     from solders.system_program import CreateAccountParams, create_account
     from solders.transaction import Transaction
 
-    from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
-    from psyche.backends.solana.snapshot import AccountLayoutError
     from psyche.coordinator import RunState
     from psyche.solana.idl import IdlCodec
     from psyche.solana.instructions import (
@@ -41,6 +39,8 @@ def test_create_run_then_read_it_back() -> None:
         RunInstructions,
         instance_pda,
     )
+    from psyche.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
+    from psyche.solana.snapshot import AccountLayoutError
 
     program = ProgramClient(IdlCodec.load(IDL))
     layout = CoordinatorLayout(program.idl)

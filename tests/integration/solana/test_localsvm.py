@@ -34,15 +34,6 @@ from solders.sysvar import CLOCK
 from solders.transaction import Transaction
 from websockets.asyncio.client import connect
 
-from psyche.backends.solana.layout import CoordinatorLayout, fixed_str
-from psyche.backends.solana.rpc import (
-    ProgramRejectedError,
-    RpcError,
-    SolanaRpc,
-    TxSender,
-    account_updates,
-)
-from psyche.backends.solana.run_account import metadata_arg
 from psyche.localsvm import LocalSvmThread
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import (
@@ -50,6 +41,15 @@ from psyche.solana.instructions import (
     RunAccounts,
     RunInstructions,
     instance_pda,
+)
+from psyche.solana.layout import CoordinatorLayout, fixed_str
+from psyche.solana.programs.coordinator import metadata_arg
+from psyche.solana.rpc import (
+    ProgramRejectedError,
+    RpcError,
+    SolanaRpc,
+    TxSender,
+    account_updates,
 )
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -30,16 +30,16 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.mining_pool import (
+from psyche.solana.programs.mining_pool import (
     MiningPoolInstructions,
     lender_pda,
     pool_collateral_pda,
     pool_pda,
     pool_redeemable_pda,
 )
-from psyche.backends.solana.rpc import ProgramRejectedError
-from psyche.backends.solana.session import Endpoints, Session
-from psyche.backends.solana.tokens import associated_token_address
+from psyche.solana.rpc import ProgramRejectedError
+from psyche.solana.session import Endpoints, Session
+from psyche.solana.tokens import associated_token_address
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV_BIN = ROOT / ".venv" / "bin"

@@ -21,10 +21,8 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
-from psyche.backends.solana.budget import ComputeBudget, load_limits
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.rpc import ProgramRejectedError, SolanaRpc, TxSender
 from psyche.localsvm import LocalSvmThread
+from psyche.solana.budget import ComputeBudget, load_limits
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import (
     ProgramClient,
@@ -33,6 +31,7 @@ from psyche.solana.instructions import (
     instance_pda,
     peer_record_pda,
 )
+from psyche.solana.layout import CoordinatorLayout
 from psyche.solana.peer_record import (
     MAX_PEER_ADDR_LEN,
     MAX_PEER_ADDRS,
@@ -42,6 +41,7 @@ from psyche.solana.peer_record import (
     check_peer_addrs,
     decode_peer_record,
 )
+from psyche.solana.rpc import ProgramRejectedError, SolanaRpc, TxSender
 
 ROOT = Path(__file__).resolve().parents[3]
 IDL = ROOT / "idl" / "psyche_coordinator.json"

@@ -29,10 +29,10 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana import treasurer
-from psyche.backends.solana.rpc import ProgramRejectedError
-from psyche.backends.solana.tokens import associated_token_address, decode_token_account
 from psyche.localsvm import LocalSvmThread
+from psyche.solana.programs import treasurer_commands as treasurer
+from psyche.solana.rpc import ProgramRejectedError
+from psyche.solana.tokens import associated_token_address, decode_token_account
 
 from . import svm_epoch
 from .test_documented_commands import _cli_env_names, write_keypair
@@ -308,8 +308,8 @@ def test_claims_pay_points_times_the_rate(flow: Flow) -> None:
 
 
 async def _escrow_short(flow: Flow, kp: Keypair) -> Pubkey:
-    from psyche.backends.solana.session import Endpoints, Session
-    from psyche.backends.solana.tokens import create_associated_account_ix
+    from psyche.solana.session import Endpoints, Session
+    from psyche.solana.tokens import create_associated_account_ix
 
     s = Session(Endpoints(flow.node.url, flow.node.ws_url), kp)
     try:
@@ -338,8 +338,8 @@ def test_the_program_refuses_what_the_client_checks(flow: Flow) -> None:
     flow.node.airdrop(stranger.pubkey(), LAMPORTS)
 
     async def go() -> None:
-        from psyche.backends.solana.session import Endpoints, Session
-        from psyche.backends.solana.tokens import create_associated_account_ix
+        from psyche.solana.session import Endpoints, Session
+        from psyche.solana.tokens import create_associated_account_ix
 
         s = Session(Endpoints(flow.node.url, flow.node.ws_url), flow.clients[0])
         try:
@@ -383,7 +383,7 @@ def test_rewards_json_reports_points_and_payments(flow: Flow) -> None:
     flow.epoch()
 
     async def go() -> dict[str, Any]:
-        from psyche.backends.solana.session import Endpoints, Session
+        from psyche.solana.session import Endpoints, Session
 
         s = Session(Endpoints(flow.node.url, flow.node.ws_url), Keypair())
         try:

@@ -11,8 +11,8 @@ from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
 from solders.transaction import Transaction
 
-from psyche.backends.solana.rpc import ProgramRejectedError, RpcError, SolanaRpc, TxSender
 from psyche.localsvm import LocalSvmThread
+from psyche.solana.rpc import ProgramRejectedError, RpcError, SolanaRpc, TxSender
 
 SOL = 1_000_000_000
 

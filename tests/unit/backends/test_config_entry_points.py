@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from psyche.backends.centralized.app import load_coordinator
 from psyche.backends.centralized.state_store import StateStore
-from psyche.backends.solana import admin
 from psyche.cli.server import server as server_cli
 from psyche.coordinator import state_json as serde
 from psyche.protocol.strict_obj import ConfigError
+from psyche.solana.programs import coordinator_commands as admin
 
 from .support import make_coordinator
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from psyche.backends.solana import authorization
-from psyche.backends.solana.session import Endpoints, resolve_rpc_url, websocket_url
 from psyche.cli.solana import solana
+from psyche.solana.programs import authorizer as authorization
+from psyche.solana.session import Endpoints, resolve_rpc_url, websocket_url
 
 PUBKEY = "11111111111111111111111111111112"
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from solders.keypair import Keypair
 
-from psyche.backends.solana import authorization
 from psyche.cli.solana import solana
 from psyche.cli.solana_options import unquote, unquote_environ
+from psyche.solana.programs import authorizer as authorization
 
 
 @pytest.mark.parametrize(

@@ -35,22 +35,28 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError, HealthCheckEntries
+from psyche.backends.base import BackendError, BackendProtocolError, HealthCheckEntries
 from psyche.backends.inbox import Inbox
 from psyche.backends.solana.discovery import ChainDirectory
 from psyche.backends.solana.peers import BootstrapDirectory
-from psyche.backends.solana.rpc import (
+from psyche.backends.solana.ticker import predicts_transition, tick_probability
+from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
+from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.locations import Checkpoint
+from psyche.solana.errors import ChainError
+from psyche.solana.rpc import (
     ProgramRejectedError,
     SolanaRpc,
     TxSender,
     account_updates,
     reconnect_delay,
 )
-from psyche.backends.solana.snapshot import ClientInstructions, CoordinatorCodec, RunSnapshot
-from psyche.backends.solana.ticker import predicts_transition, tick_probability
-from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
-from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.locations import Checkpoint
+from psyche.solana.snapshot import (
+    AccountLayoutError,
+    ClientInstructions,
+    CoordinatorCodec,
+    RunSnapshot,
+)
 
 __all__ = [
     "EXIT_LEFT_RUN",
@@ -59,6 +65,7 @@ __all__ = [
     "JoinNotAuthorizedError",
     "LeftRunError",
     "SolanaBackend",
+    "backend_error",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,6 +103,15 @@ class LeftRunError(BackendError):
     """
 
     exit_code = EXIT_LEFT_RUN
+
+
+def backend_error(error: ChainError) -> BackendError:
+    """``error``, raised by the chain layer (:mod:`psyche.solana`), as the Backend seam reports it:
+    the same message, as a ``BackendProtocolError`` when the account's bytes are unreadable. Only
+    ``BackendError`` leaves a backend (docs/architecture.md, "Layers")."""
+    if isinstance(error, AccountLayoutError):
+        return BackendProtocolError(str(error))
+    return BackendError(str(error))
 
 
 class SolanaBackend:
@@ -187,12 +203,16 @@ class SolanaBackend:
         for rpc in self.rpcs:
             try:
                 data = await rpc.get_account(self.account)
-            except BackendError as e:
+            except (BackendError, ChainError) as e:
                 last = e
                 continue
             if data is None:
                 raise BackendError(f"coordinator account {self.account} does not exist")
-            await self._accept(self.codec.decode_account(data))
+            try:
+                snap = self.codec.decode_account(data)
+            except ChainError as e:
+                raise backend_error(e) from e
+            await self._accept(snap)
             assert self.latest is not None
             return self.latest
         raise BackendError(f"no RPC endpoint answered: {last}")
@@ -291,13 +311,13 @@ class SolanaBackend:
         ):
             try:
                 await self._accept(self.codec.decode_account(data))
-            except BackendError as e:
+            except (BackendError, ChainError) as e:
                 log.warning("ignored an undecodable coordinator update from %s: %s", url, e)
 
     async def _refresh_quietly(self) -> None:
         try:
             await self.refresh()
-        except BackendError as e:
+        except (BackendError, ChainError) as e:
             log.warning("re-reading the coordinator account failed: %s", e)
 
     async def _accept(self, snap: RunSnapshot) -> bool:
@@ -363,7 +383,7 @@ class SolanaBackend:
             else:
                 log.warning("join_run for epoch %d failed (will retry): %s", epoch, e)
                 self._inbox.rejections.append(f"join_run: {e}")
-        except BackendError as e:
+        except (BackendError, ChainError) as e:
             log.warning("join_run for epoch %d failed (will retry): %s", epoch, e)
             self._inbox.rejections.append(f"join_run: {e}")
         finally:
@@ -376,7 +396,7 @@ class SolanaBackend:
     async def _send_now(self, ixs: list[Instruction], label: str) -> None:
         try:
             self._confirmed(label, await self.sender.send(ixs, label=label))
-        except BackendError as e:
+        except (BackendError, ChainError) as e:
             log.warning("%s transaction failed: %s", label, e)
             self._inbox.rejections.append(f"{label}: {e}")
             await self._inbox.notify()
@@ -398,7 +418,7 @@ class SolanaBackend:
                 self._maybe_join(snap)
                 self._maybe_tick(snap)
                 self._maybe_discover(snap)
-            except BackendError as e:
+            except (BackendError, ChainError) as e:
                 log.warning("tick loop: %s", e)
 
     def _maybe_discover(self, snap: RunSnapshot) -> None:
@@ -442,7 +462,7 @@ class SolanaBackend:
                 try:
                     await self.directory.refresh(rpc, members)
                     return
-                except BackendError as e:
+                except (BackendError, ChainError) as e:
                     log.debug("reading peer records from %s failed: %s", rpc.url, e)
         finally:
             self._discovering = False

@@ -27,8 +27,9 @@ What a reader trusts, and why:
   ``local_run`` flag, which the program applies to every ``set_peer_addrs`` by the same rules
   (so a reader only meets such targets in records written before the rules, or in a local
   run). ``create-run`` sets the flag by default when every Solana RPC endpoint it uses is on
-  loopback, ``localhost`` or a private address (:func:`rpcs_are_local`): a chain on this
-  machine or LAN (the local SVM, the testnets, the emulated internet) has its peers there too.
+  loopback, ``localhost`` or a private address (:func:`psyche.solana.peer_record.rpcs_are_local`):
+  a chain on this machine or LAN (the local SVM, the testnets, the emulated internet) has its
+  peers there too.
 
 Bad records are counted by reason in :attr:`ChainDirectory.rejected` and logged once per
 (wallet, reason); one bad record never hides the others.
@@ -46,7 +47,6 @@ from typing import Protocol
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.rpc import MAX_MULTIPLE_ACCOUNTS, SolanaRpc
 from psyche.net.multiaddrs import AddrError, advertised_addrs, is_circuit, peer_addr, record_addr
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
@@ -56,12 +56,12 @@ from psyche.solana.peer_record import (
     never_a_peer,
     unroutable,
 )
+from psyche.solana.rpc import MAX_MULTIPLE_ACCOUNTS, SolanaRpc
 
 __all__ = [
     "PEER_RECORD_TTL_S",
     "ChainDirectory",
     "PeerRecordLike",
-    "rpcs_are_local",
     "target_refusal",
 ]
 
@@ -93,29 +93,6 @@ def target_refusal(addr: str, local: bool) -> str | None:
         if not local and is_local_ip(ip):
             return f"{addr!r}: {ip} is loopback or private (only local runs may)"
     return None
-
-
-def rpcs_are_local(urls: Iterable[str]) -> bool:
-    """Whether a chain reached through the RPC endpoints ``urls`` is on this machine or LAN:
-    each host is ``localhost`` or a loopback or private IP (at least one endpoint).
-    ``create-run``'s default for the run's ``local_run`` flag."""
-    from urllib.parse import urlsplit
-
-    hosts = [urlsplit(u).hostname for u in urls]
-    if not hosts:
-        return False
-    for host in hosts:
-        if host is None:
-            return False
-        if host == "localhost":
-            continue
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
-            return False
-        if not is_local_ip(ip):
-            return False
-    return True
 
 
 class PeerRecordLike(Protocol):

@@ -11,8 +11,8 @@ list is the registered clients that joined for this epoch, as the program comput
 
 from __future__ import annotations
 
-from psyche.backends.solana.snapshot import RunSnapshot
 from psyche.coordinator import CoordinatorException, RunState
+from psyche.solana.snapshot import RunSnapshot
 
 __all__ = ["predicts_transition", "tick_probability"]
 

@@ -1,4 +1,7 @@
-"""One client module per Solana program, without a session: addresses, account records,
-instruction builders and the programs' pure rules. The coroutines that read the chain and send
-are in :mod:`psyche.backends.solana`.
+"""One client per Solana program: addresses, account records, instruction builders and the
+programs' pure rules (``coordinator``, ``treasurer``, the pure modules of ``mining_pool``), and
+beside them the coroutines that read the chain and send, each taking a
+:class:`~psyche.solana.session.Session` (``coordinator_commands``, ``authorizer``,
+``treasurer_commands``, ``mining_pool``'s ``reads``, ``commands`` and ``views``): what the
+``psyche-solana-client`` commands do.
 """

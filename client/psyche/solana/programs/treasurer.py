@@ -1,7 +1,7 @@
 """The Treasurer program's client without a session (docs/rewards.md, "Treasurer"): its
 addresses, the ``Run`` account, the instruction builders (bytes and account order from the IDL,
 so the cross-language vectors rebuild them with this code) and the share of points a wallet may
-still claim. What reads the chain and sends is :mod:`psyche.backends.solana.treasurer`.
+still claim. What reads the chain and sends is :mod:`psyche.solana.programs.treasurer_commands`.
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
 from psyche.backends.base import HealthCheckEntries
-from psyche.backends.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 from psyche.coordinator import Coordinator, Witness, WitnessMetadata
 from psyche.coordinator.state_json import from_obj_state, identity_obj, to_obj_state, witness_obj
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import Checkpoint
 from psyche.protocol.strict_obj import to_obj
+from psyche.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 
 PROGRAM = Pubkey.from_string("11111111111111111111111111111112")
 ACCOUNT = Pubkey.from_string("CoordAcct1111111111111111111111111111111111")

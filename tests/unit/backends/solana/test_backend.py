@@ -18,15 +18,15 @@ from psyche.backends.solana.backend import (
     LeftRunError,
     SolanaBackend,
 )
-from psyche.backends.solana.rpc import ProgramRejectedError, RpcError, SolanaRpc, TxSender
-from psyche.backends.solana.snapshot import RegisteredClient
 from psyche.coordinator import ClientState, Coordinator, RunState
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import HubCheckpoint, HubRepo
+from psyche.solana.rpc import ProgramRejectedError, RpcError, SolanaRpc, TxSender
+from psyche.solana.snapshot import RegisteredClient
 from support.configs import two_client_config
 
+from ...solana.rpc_double import SolanaRpcDouble
 from ..support import make_model
-from .rpc_double import SolanaRpcDouble
 from .support import (
     ACCOUNT,
     AUTH,

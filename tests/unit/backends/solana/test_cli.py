@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 from solders.keypair import Keypair
 
-from psyche.backends.solana.session import Endpoints, WalletError, load_wallet
 from psyche.cli.solana import solana
+from psyche.solana.session import Endpoints, WalletError, load_wallet
 
 COMMANDS = [
     "create-run",

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.cli.solana import solana
 from psyche.solana.instructions import JOIN_RUN_SCOPE, authorization_pda, instance_pda
+from psyche.solana.layout import CoordinatorLayout
 
-from .idl_support import (
+from ...solana.idl_support import (
     IDL_DIR,
     ROOT,
     VECTORS,

@@ -15,12 +15,12 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
-from psyche.backends.solana.layout import CoordinatorLayout
 from psyche.cli.solana import solana
 from psyche.coordinator import RunState
 from psyche.solana.instructions import instance_pda
+from psyche.solana.layout import CoordinatorLayout
 
-from .idl_support import (
+from ...solana.idl_support import (
     IDL_DIR,
     ROOT,
     authorizer_idl,
@@ -29,8 +29,8 @@ from .idl_support import (
     needs_coordinator_idl,
     vector_states,
 )
-from .rpc_double import SolanaRpcDouble
-from .test_layout import _snap
+from ...solana.rpc_double import SolanaRpcDouble
+from ...solana.test_layout import _snap
 
 pytestmark = [needs_coordinator_idl, needs_authorizer_idl]
 COMPUTE_BUDGET = "ComputeBudget111111111111111111111111111111"

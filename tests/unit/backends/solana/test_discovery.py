@@ -12,12 +12,11 @@ from solders.pubkey import Pubkey
 from psyche.backends.solana.discovery import (
     PEER_RECORD_TTL_S,
     ChainDirectory,
-    rpcs_are_local,
     target_refusal,
 )
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
-from psyche.solana.peer_record import check_peer_addrs
+from psyche.solana.peer_record import check_peer_addrs, rpcs_are_local
 
 PROGRAM = Pubkey.new_unique()
 INSTANCE = Pubkey.new_unique()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from psyche.backends.solana.peers import BootstrapDirectory, BootstrapError, parse_bootstrap_peers
-from psyche.backends.solana.snapshot import RegisteredClient, RunSnapshot
 from psyche.backends.solana.ticker import predicts_transition, tick_probability
 from psyche.coordinator import Coordinator, RunState
 from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.identity import NodeIdentity
+from psyche.solana.snapshot import RegisteredClient, RunSnapshot
 from support.configs import two_client_config
 
 from ..support import make_model

@@ -2,8 +2,8 @@
 authorizer program's accounts that let a wallet join a run (created by the run's join authority,
 delegated by the grantee) and the check ``join_run`` makes against them (``can-join``).
 
-See docs/solana.md, "Python side". Like :mod:`psyche.backends.solana.admin`, these take a
-:class:`~psyche.backends.solana.session.Session` and return JSON-able results.
+See docs/solana.md, "Python side". Like :mod:`psyche.solana.programs.coordinator_commands`,
+these take a :class:`~psyche.solana.session.Session` and return JSON-able results.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.session import Session
+from psyche.solana.errors import ChainError
 from psyche.solana.instructions import JOIN_RUN_SCOPE
+from psyche.solana.session import Session
 
 __all__ = [
     "can_join",
@@ -98,7 +98,7 @@ async def join_authorization_delegate(
     """The wallet (a grantee) sets the delegates that may join in its place: one transaction per
     :data:`DELEGATES_PER_TRANSACTION` delegates (the clear, if asked, goes with the first)."""
     if len(delegates_added) > MAX_DELEGATES:
-        raise BackendError(
+        raise ChainError(
             f"{len(delegates_added)} delegates: an authorization holds at most {MAX_DELEGATES}"
         )
     me = s.wallet.pubkey()
@@ -123,7 +123,7 @@ async def join_authorization_read(
     pda = s.join_authorization(join_authority, grantee)
     auth = await _read_authorization(s, pda)
     if auth is None:
-        raise BackendError(f"no authorization account at {pda}")
+        raise ChainError(f"no authorization account at {pda}")
     return _authorization_json(pda, auth)
 
 

@@ -8,16 +8,16 @@ from typing import Any
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.mining_pool.reads import read_lender, read_pool
-from psyche.backends.solana.session import Session
-from psyche.backends.solana.tokens import associated_token_address
+from psyche.solana.errors import ChainError
 from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
 from psyche.solana.programs.mining_pool.addresses import (
     pool_collateral_pda,
     pool_pda,
     pool_redeemable_pda,
 )
+from psyche.solana.programs.mining_pool.reads import read_lender, read_pool
+from psyche.solana.session import Session
+from psyche.solana.tokens import associated_token_address
 
 __all__ = [
     "dump_user",
@@ -109,7 +109,7 @@ async def run_registration_json(s: Session, run_id: str, user: Pubkey) -> dict[s
     accounts = await s.run_accounts(run_id)
     data = await s.read(accounts.account)
     if data is None:
-        raise BackendError(f"coordinator account {accounts.account} does not exist")
+        raise ChainError(f"coordinator account {accounts.account} does not exist")
     raw = s.coordinator.idl.decode_account("CoordinatorAccount", data)
     cs = raw["state"]["clients_state"]
     me = bytes(user)
@@ -138,7 +138,7 @@ async def treasurer_participant_json(
     """``user``'s standing with the Treasurer in run ``run_id`` (its ``Participant``: points
     claimed and still claimable, what they are worth; :func:`treasurer.rewards_json`), or None
     when the run was not created through the Treasurer."""
-    from psyche.backends.solana import treasurer
+    from psyche.solana.programs import treasurer_commands as treasurer
 
     rewards = await treasurer.rewards_json(s, run_id, user)
     return None if rewards.get("treasurer") is None else rewards

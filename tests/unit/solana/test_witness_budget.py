@@ -16,11 +16,11 @@ from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
-from psyche.backends.solana.budget import ComputeBudget
 from psyche.coordinator.types import MAX_EVALS, EvalResult, Verdict, Witness, WitnessMetadata
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.coordinator_config import RUN_ID_MAX_LEN
+from psyche.solana.budget import ComputeBudget
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import (
     ProgramClient,

@@ -4,7 +4,7 @@ numbers: each rule is pure (a pool's and a lender's state in, a refusal or None 
 
 from __future__ import annotations
 
-from psyche.backends.base import BackendError
+from psyche.solana.errors import ChainError
 from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 
-class PoolRefusal(BackendError):
+class PoolRefusal(ChainError):
     """What the client refuses before sending, because the program would: ``error`` is the
     program error (IDL name) the transaction would fail with; the message says the numbers."""
 

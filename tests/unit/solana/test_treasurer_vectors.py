@@ -3,12 +3,13 @@
 ``programs/psyche-treasurer/tests/program_scenario.rs``) against what the Python client sends.
 
 * Instructions: every ``psyche_treasurer`` instruction of the scenario is rebuilt from its
-  recorded ``args`` by the builders the commands use (:mod:`psyche.backends.solana.treasurer`:
-  ``run_create_ix``, ``run_update_ix``, ``participant_create_ix``, ``participant_claim_ix``),
-  the coordinator account's ``create_account`` as ``create_run_via_treasurer`` makes it, and
-  ``mint_to`` with ``tokens.mint_to_ix``: program id, data and account metas must be equal byte
-  for byte. PDAs (Run, run collateral, Participant, coordinator instance) are derived here; only
-  wallets, mints, token accounts and the coordinator account's key come from the file.
+  recorded ``args`` by the builders the commands use
+  (:mod:`psyche.solana.programs.treasurer_commands`: ``run_create_ix``, ``run_update_ix``,
+  ``participant_create_ix``, ``participant_claim_ix``), the coordinator account's
+  ``create_account`` as ``create_run_via_treasurer`` makes it, and ``mint_to`` with
+  ``tokens.mint_to_ix``: program id, data and account metas must be equal byte for byte. PDAs
+  (Run, run collateral, Participant, coordinator instance) are derived here; only wallets,
+  mints, token accounts and the coordinator account's key come from the file.
 * The file's PDA table and account snapshots: addresses derived in Python, ``Run`` and
   ``Participant`` decoded with the IDL to the recorded fields.
 * Errors: the file's table is the IDL's, and every refused step names its error by code.
@@ -29,13 +30,12 @@ from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.run_account import metadata_arg
-from psyche.backends.solana.tokens import TOKEN_PROGRAM_ID, mint_to_ix
 from psyche.protocol.run_file import load_run_config
 from psyche.protocol.strict_obj import to_obj
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import ProgramClient, instance_pda
+from psyche.solana.layout import CoordinatorLayout
+from psyche.solana.programs.coordinator import metadata_arg
 from psyche.solana.programs.treasurer import (
     TreasurerRun,
     participant_claim_ix,
@@ -48,6 +48,7 @@ from psyche.solana.programs.treasurer import (
     run_update_ix,
     run_wind_down_ix,
 )
+from psyche.solana.tokens import TOKEN_PROGRAM_ID, mint_to_ix
 
 from .idl_support import IDL_DIR, VECTORS
 from .test_solana_vectors import _toml

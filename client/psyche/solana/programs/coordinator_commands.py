@@ -1,18 +1,18 @@
 """What the ``psyche-solana-client`` run-administration commands do, one coroutine each: the
 coordinator program's run management (create, configure, pause, rates, tick, checkpoint, close,
-dump). The join-authorization commands are in :mod:`psyche.backends.solana.authorization`.
+dump). The join-authorization commands are in :mod:`psyche.solana.programs.authorizer`.
 
 A run created through the Treasurer (docs/rewards.md) has the Treasurer's ``Run`` as its
 coordinator's main authority: ``update_config``, ``set_paused`` and ``set_future_epoch_rates``
 then send the Treasurer's ``run_update`` (signed by the wallet as the Run's main authority)
-instead of the coordinator's instructions (:func:`psyche.backends.solana.treasurer.treasurer_run`
-decides: it reads the run's instance, and the main authority's account only when that key is off
-the curve, as PDAs are).
+instead of the coordinator's instructions
+(:func:`psyche.solana.programs.treasurer_commands.treasurer_run` decides: it reads the run's
+instance, and the main authority's account only when that key is off the curve, as PDAs are).
 
 See docs/solana.md, "Python side".
 
 The CLI (:mod:`psyche.cli.solana`) only parses flags and prints; these take a
-:class:`~psyche.backends.solana.session.Session` and return JSON-able results, so tests call them
+:class:`~psyche.solana.session.Session` and return JSON-able results, so tests call them
 directly or through the CLI against the RPC test double.
 """
 
@@ -25,22 +25,22 @@ from typing import Any
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana import treasurer
-from psyche.backends.solana.layout import fixed_str
-from psyche.backends.solana.run_account import (
-    create_coordinator_account_ix,
-    default_local_run,
-    metadata_arg,
-)
-from psyche.backends.solana.session import Session
-from psyche.backends.solana.snapshot import AccountLayoutError, RunSnapshot
 from psyche.coordinator import RunState
 from psyche.coordinator.state_json import identity_obj, to_obj_state
 from psyche.protocol.locations import HubCheckpoint, HubRepo, P2PCheckpoint
 from psyche.protocol.run_file import load_run_config
 from psyche.protocol.strict_obj import to_obj
+from psyche.solana.errors import ChainError
 from psyche.solana.instructions import RunAccounts, RunInstructions, instance_pda
+from psyche.solana.layout import fixed_str
+from psyche.solana.programs import treasurer_commands as treasurer
+from psyche.solana.programs.coordinator import (
+    create_coordinator_account_ix,
+    default_local_run,
+    metadata_arg,
+)
+from psyche.solana.session import Session
+from psyche.solana.snapshot import AccountLayoutError, RunSnapshot
 
 __all__ = [
     "checkpoint",
@@ -177,7 +177,7 @@ async def _current_metadata(s: Session, run: RunAccounts) -> dict[str, Any]:
     never configured cannot be)."""
     data = await s.read(run.account)
     if data is None:
-        raise BackendError(f"coordinator account {run.account} does not exist")
+        raise ChainError(f"coordinator account {run.account} does not exist")
     return _metadata_obj(s.coordinator.idl.decode_account("CoordinatorAccount", data))
 
 
@@ -219,7 +219,7 @@ async def set_future_epoch_rates(
     run = await treasurer.treasurer_run(s, run_id)
     if run is not None:
         if earning is None and slashing is None:
-            raise BackendError("give an earning rate, a slashing rate or both")
+            raise ChainError("give an earning rate, a slashing rate or both")
         fields = {
             "epoch_earning_rate_total_shared": earning,
             "epoch_slashing_rate_per_client": slashing,
@@ -244,7 +244,7 @@ async def tick(s: Session, run_id: str, ms_interval: int = 1000, count: int | No
         try:
             await sender.send([ixs.tick(s.wallet.pubkey())], label="tick")
             done += 1
-        except BackendError as e:
+        except ChainError as e:
             print(f"tick {sent}: {e}")
         if count is None or sent < count:
             await asyncio.sleep(ms_interval / 1000)
@@ -293,7 +293,7 @@ async def dump_run(s: Session, run_id: str) -> dict[str, Any]:
     accounts = await s.run_accounts(run_id)
     data = await s.read(accounts.account)
     if data is None:
-        raise BackendError(f"coordinator account {accounts.account} does not exist")
+        raise ChainError(f"coordinator account {accounts.account} does not exist")
     owners = await _owners_json(s, run_id)
     try:
         return {**owners, **run_json(s.layout.decode_account(data), accounts)}

@@ -21,9 +21,9 @@ from solders.compute_budget import set_compute_unit_limit
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.tokens import ASSOCIATED_TOKEN_PROGRAM_ID
 from psyche.solana.idl import IdlError
 from psyche.solana.instructions import ProgramClient
+from psyche.solana.tokens import ASSOCIATED_TOKEN_PROGRAM_ID
 
 __all__ = ["ASSOCIATED_TOKEN_UNITS", "MAX_TX_COMPUTE_UNITS", "ComputeBudget", "load_limits"]
 

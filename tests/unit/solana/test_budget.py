@@ -7,7 +7,7 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.system_program import TransferParams, transfer
 
-from psyche.backends.solana.budget import MAX_TX_COMPUTE_UNITS, ComputeBudget, load_limits
+from psyche.solana.budget import MAX_TX_COMPUTE_UNITS, ComputeBudget, load_limits
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import ProgramClient, default_idl_dir
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.session import Session
 from psyche.solana.programs.mining_pool.accounts import LenderState, PoolState
 from psyche.solana.programs.mining_pool.addresses import lender_pda, pool_pda
+from psyche.solana.session import Session
 
 __all__ = ["read_lender", "read_pool"]
 

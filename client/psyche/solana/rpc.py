@@ -33,7 +33,7 @@ from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
-from psyche.backends.base import BackendError
+from psyche.solana.errors import ChainError
 
 __all__ = [
     "AlreadyProcessedError",
@@ -52,11 +52,11 @@ MAX_MULTIPLE_ACCOUNTS = 100
 """The most keys one ``getMultipleAccounts`` takes (Solana's RPC limit)."""
 
 
-class RpcError(BackendError):
+class RpcError(ChainError):
     """An endpoint failed or answered with a JSON-RPC error (worth retrying elsewhere)."""
 
 
-class ProgramRejectedError(BackendError):
+class ProgramRejectedError(ChainError):
     """The program rejected the transaction (``code``: custom error, ``name``: its IDL name)."""
 
     def __init__(self, code: int | None, name: str | None, message: str) -> None:
@@ -232,7 +232,7 @@ class TxSender:
         prepare: Callable[[Sequence[Instruction]], list[Instruction]] | None = None,
     ) -> None:
         """``prepare`` rewrites each instruction list before signing (the session's
-        :class:`~psyche.backends.solana.budget.ComputeBudget` prepends the compute-unit limit)."""
+        :class:`~psyche.solana.budget.ComputeBudget` prepends the compute-unit limit)."""
         if not rpcs:
             raise ValueError("at least one RPC endpoint is needed")
         self.rpcs = list(rpcs)
@@ -281,7 +281,7 @@ class TxSender:
                 except ProgramRejectedError as e:
                     name = self._names(e.code) if e.code is not None else None
                     raise ProgramRejectedError(e.code, name, f"{label}: {e}") from None
-                except BackendError as e:
+                except ChainError as e:
                     last = e
                     log.warning(
                         "%s: attempt %d/%d on %s failed: %s",

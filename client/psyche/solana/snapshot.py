@@ -3,7 +3,7 @@
 The backend's logic (nonce gating, joining, tick prediction, sends) is written against two small
 protocols so it can be tested before and apart from the IDL: :class:`CoordinatorCodec` turns the
 coordinator account's bytes into a :class:`RunSnapshot`, and :class:`ClientInstructions` builds the
-instructions a client sends. :mod:`psyche.backends.solana.layout` implements both from the
+instructions a client sends. :mod:`psyche.solana.layout` implements both from the
 committed IDL; tests may inject others.
 """
 
@@ -16,10 +16,11 @@ from typing import Protocol
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendProtocolError, HealthCheckEntries
 from psyche.coordinator import Coordinator, Witness, WitnessMetadata
+from psyche.protocol.committee import CommitteeProof
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import Checkpoint
+from psyche.solana.errors import ChainError
 
 __all__ = [
     "AccountLayoutError",
@@ -30,9 +31,10 @@ __all__ = [
 ]
 
 
-class AccountLayoutError(BackendProtocolError):
+class AccountLayoutError(ChainError):
     """The coordinator account's bytes are not a coordinator account we can read (size,
-    discriminator, version or a value out of range)."""
+    discriminator, version or a value out of range). The Solana backend reports it across the
+    Backend seam as a ``BackendProtocolError``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,9 @@ class ClientInstructions(Protocol):
 
     def warmup_witness(self, user: Pubkey, witness: Witness) -> Instruction: ...
 
-    def health_check(self, user: Pubkey, checks: HealthCheckEntries) -> list[Instruction]: ...
+    def health_check(
+        self, user: Pubkey, checks: Sequence[tuple[NodeIdentity, CommitteeProof]]
+    ) -> list[Instruction]: ...
 
     def checkpoint(self, user: Pubkey, index: int, checkpoint: Checkpoint) -> Instruction: ...
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from psyche.backends.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 from psyche.coordinator import Coordinator, RunState
 from psyche.coordinator.state_json import from_obj_state, to_obj_state
 from psyche.protocol.bloom import Bloom
@@ -25,6 +24,7 @@ from psyche.protocol.model import Model
 from psyche.protocol.strict_obj import ConfigError, to_obj
 from psyche.solana.idl import IdlCodec, IdlError
 from psyche.solana.instructions import bloom_dict
+from psyche.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 
 __all__ = ["ACCOUNT_VERSION", "CoordinatorLayout", "fixed_str", "model_from_obj_idl"]
 

@@ -1,7 +1,7 @@
-"""The Treasurer's client side (client/psyche/backends/solana/treasurer.py, cli/solana_treasurer.py)
-against the RPC test double with the real IDLs: PDAs and the default index, which commands go
-through ``run_update`` (and which do not), the flags and their env twins, and the errors a user
-sees before anything is sent. The real programs run in
+"""The Treasurer's client side (client/psyche/solana/programs/treasurer_commands.py,
+cli/solana_treasurer.py) against the RPC test double with the real IDLs: PDAs and the default
+index, which commands go through ``run_update`` (and which do not), the flags and their env
+twins, and the errors a user sees before anything is sent. The real programs run in
 tests/integration/solana/test_treasurer_svm.py."""
 
 from __future__ import annotations
@@ -23,24 +23,15 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana import admin, treasurer
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.session import Endpoints, Session
-from psyche.backends.solana.snapshot import RegisteredClient
-from psyche.backends.solana.tokens import (
-    ACCOUNT_LEN,
-    ASSOCIATED_TOKEN_PROGRAM_ID,
-    MINT_LEN,
-    TOKEN_PROGRAM_ID,
-    associated_token_address,
-)
-from psyche.backends.solana.treasurer import run_pda
 from psyche.cli.solana import solana
 from psyche.cli.solana_treasurer import parse_mint_to
 from psyche.protocol.identity import NodeIdentity
+from psyche.solana.errors import ChainError
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import instance_pda
+from psyche.solana.layout import CoordinatorLayout
+from psyche.solana.programs import coordinator_commands as admin
+from psyche.solana.programs import treasurer_commands as treasurer
 from psyche.solana.programs.treasurer import (
     TREASURER_PARTICIPANT_SEED,
     TREASURER_RUN_COLLATERAL_SEED,
@@ -48,6 +39,16 @@ from psyche.solana.programs.treasurer import (
     default_treasurer_index,
     participant_pda,
     run_collateral_pda,
+)
+from psyche.solana.programs.treasurer_commands import run_pda
+from psyche.solana.session import Endpoints, Session
+from psyche.solana.snapshot import RegisteredClient
+from psyche.solana.tokens import (
+    ACCOUNT_LEN,
+    ASSOCIATED_TOKEN_PROGRAM_ID,
+    MINT_LEN,
+    TOKEN_PROGRAM_ID,
+    associated_token_address,
 )
 
 from .idl_support import IDL_DIR, ROOT, coordinator_idl, vector_states
@@ -101,7 +102,7 @@ def test_pdas_are_derived_from_the_documented_seeds() -> None:
     )
     max_index = run_pda(program, 2**64 - 1)
     assert max_index == Pubkey.find_program_address([b"Run", b"\xff" * 8], program)[0]
-    with pytest.raises(BackendError, match="not a u64"):
+    with pytest.raises(ChainError, match="not a u64"):
         run_pda(program, 2**64)
 
 
@@ -380,7 +381,7 @@ def test_set_future_epoch_rates_of_a_treasurer_run(node: Node) -> None:
     assert name == "run_update"
     assert args["params"]["epoch_earning_rate_total_shared"] == 3000
     assert args["params"]["epoch_slashing_rate_per_client"] is None
-    with pytest.raises(BackendError, match="earning rate, a slashing rate or both"):
+    with pytest.raises(ChainError, match="earning rate, a slashing rate or both"):
         node.run(wallet, lambda s: admin.set_future_epoch_rates(s, "r1", None, None))
 
 
@@ -399,7 +400,7 @@ def test_a_run_of_another_coordinator_instance_is_not_routed(node: Node) -> None
 def test_only_the_runs_main_authority_may_update(node: Node) -> None:
     owner, stranger = Keypair(), Keypair()
     sv = serve_run(node, owner)
-    with pytest.raises(BackendError) as e:
+    with pytest.raises(ChainError) as e:
         node.run(stranger, lambda s: admin.set_paused(s, "r1", True))
     assert f"only its main authority {owner.pubkey()} can update it" in str(e.value)
     assert str(sv.run) in str(e.value)
@@ -427,10 +428,10 @@ def registered(who: Keypair, earned: int, slashed: int = 0) -> RegisteredClient:
 def test_claim_with_an_escrow_too_small_says_how_much_is_needed(node: Node) -> None:
     wallet = Keypair()
     serve_run(node, wallet, rate=7, clients=[registered(wallet, 10)], escrow=5)
-    with pytest.raises(BackendError) as e:
+    with pytest.raises(ChainError) as e:
         node.run(wallet, lambda s: treasurer.claim_rewards(s, "r1", 3))
     assert "holds 5 base units; 3 points × 7 need 21 (16 short)" in str(e.value)
-    with pytest.raises(BackendError, match="cannot claim 11 points: 10 are claimable"):
+    with pytest.raises(ChainError, match="cannot claim 11 points: 10 are claimable"):
         node.run(wallet, lambda s: treasurer.claim_rewards(s, "r1", 11))
     assert node.double.transactions == []
 
@@ -438,9 +439,9 @@ def test_claim_with_an_escrow_too_small_says_how_much_is_needed(node: Node) -> N
 def test_claim_with_nothing_claimable(node: Node) -> None:
     wallet, stranger = Keypair(), Keypair()
     serve_run(node, wallet, clients=[registered(wallet, 10, slashed=10)], escrow=1000)
-    with pytest.raises(BackendError, match=r"nothing to claim .* earned 10, slashed 10"):
+    with pytest.raises(ChainError, match=r"nothing to claim .* earned 10, slashed 10"):
         node.run(wallet, lambda s: treasurer.claim_rewards(s, "r1"))
-    with pytest.raises(BackendError, match="not registered in the run"):
+    with pytest.raises(ChainError, match="not registered in the run"):
         node.run(stranger, lambda s: treasurer.claim_rewards(s, "r1"))
 
 
@@ -472,9 +473,9 @@ def test_claim_sends_participant_create_token_account_and_claim(node: Node) -> N
 def test_claim_and_top_up_of_a_plain_run_are_refused(node: Node) -> None:
     wallet = Keypair()
     serve_run(node, wallet, through_treasurer=False)
-    with pytest.raises(BackendError, match="was not created through the Treasurer"):
+    with pytest.raises(ChainError, match="was not created through the Treasurer"):
         node.run(wallet, lambda s: treasurer.claim_rewards(s, "r1"))
-    with pytest.raises(BackendError, match="was not created through the Treasurer"):
+    with pytest.raises(ChainError, match="was not created through the Treasurer"):
         node.run(wallet, lambda s: treasurer.top_up_rewards(s, "r1", 5))
 
 
@@ -483,7 +484,7 @@ def test_top_up_beyond_the_wallets_balance_is_refused(node: Node) -> None:
     sv = serve_run(node, wallet)
     source = associated_token_address(wallet.pubkey(), sv.mint)
     node.set(source, token_account(sv.mint, wallet.pubkey(), 4), TOKEN_PROGRAM_ID)
-    with pytest.raises(BackendError, match=f"{source} of mint {sv.mint} holds 4 base units; 5"):
+    with pytest.raises(ChainError, match=f"{source} of mint {sv.mint} holds 4 base units; 5"):
         node.run(wallet, lambda s: treasurer.top_up_rewards(s, "r1", 5))
     node.run(wallet, lambda s: treasurer.top_up_rewards(s, "r1", 4))
     (tx,) = node.double.transactions

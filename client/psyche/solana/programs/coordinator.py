@@ -1,8 +1,8 @@
 """A coordinator run's account as its creator builds it, shared by the two ways to create a run:
-directly (:func:`psyche.backends.solana.admin.create_run`) and through the Treasurer
-(:func:`psyche.backends.solana.treasurer.create_run_via_treasurer`). Kept apart from both so
-that neither client imports the other (admin reads Treasurer runs; the Treasurer creates
-coordinator accounts).
+directly (:func:`psyche.solana.programs.coordinator_commands.create_run`) and through the
+Treasurer (:func:`psyche.solana.programs.treasurer_commands.create_run_via_treasurer`). Kept apart
+from both so that neither client imports the other (the coordinator's commands read Treasurer
+runs; the Treasurer creates coordinator accounts).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.system_program import CreateAccountParams, create_account
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.session import Session
+from psyche.solana.errors import ChainError
+from psyche.solana.peer_record import rpcs_are_local
+from psyche.solana.session import Session
 
 __all__ = [
     "METADATA_DESCRIPTION_BYTES",
@@ -41,7 +42,7 @@ def metadata_arg(
     for key, text, size in fields:
         raw = text.encode()
         if len(raw) > size:
-            raise BackendError(f"the run's {key} is {len(raw)} bytes; at most {size} fit on chain")
+            raise ChainError(f"the run's {key} is {len(raw)} bytes; at most {size} fit on chain")
         out[key] = {"bytes": raw.ljust(size, b"\0")}
     return {**out, "num_parameters": num_parameters, "vocab_size": vocab_size}
 
@@ -64,6 +65,4 @@ async def create_coordinator_account_ix(s: Session, account: Keypair) -> Instruc
 def default_local_run(s: Session) -> bool:
     """A new run's ``local_run`` flag when its creator does not choose: local when every RPC
     endpoint of the session is on this machine or LAN (the chain's clients are there too)."""
-    from psyche.backends.solana.discovery import rpcs_are_local
-
     return rpcs_are_local(s.endpoints.rpc_urls)

@@ -27,7 +27,7 @@ from spl.token.instructions import (
     transfer,
 )
 
-from psyche.backends.base import BackendError
+from psyche.solana.errors import ChainError
 
 __all__ = [
     "ACCOUNT_LEN",
@@ -62,7 +62,7 @@ class MintInfo:
 def decode_token_account(data: bytes) -> TokenAccountInfo:
     """A classic SPL token account (165 bytes: mint, owner, amount, …)."""
     if len(data) != ACCOUNT_LEN:
-        raise BackendError(f"not an SPL token account: {len(data)} bytes, expected {ACCOUNT_LEN}")
+        raise ChainError(f"not an SPL token account: {len(data)} bytes, expected {ACCOUNT_LEN}")
     (amount,) = struct.unpack_from("<Q", data, 64)
     return TokenAccountInfo(Pubkey.from_bytes(data[:32]), Pubkey.from_bytes(data[32:64]), amount)
 
@@ -70,7 +70,7 @@ def decode_token_account(data: bytes) -> TokenAccountInfo:
 def decode_mint(data: bytes) -> MintInfo:
     """A classic SPL mint (82 bytes: authority option, supply, decimals, initialized, …)."""
     if len(data) != MINT_LEN or data[45] != 1:
-        raise BackendError(f"not an initialized SPL mint ({len(data)} bytes)")
+        raise ChainError(f"not an initialized SPL mint ({len(data)} bytes)")
     (supply,) = struct.unpack_from("<Q", data, 36)
     return MintInfo(supply, data[44])
 

@@ -20,22 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.layout import CoordinatorLayout
-from psyche.backends.solana.rpc import (
-    COMMITMENT,
-    RpcError,
-    SolanaRpc,
-    TxSender,
-    decode_account_data,
-)
-from psyche.backends.solana.snapshot import RunSnapshot
-from psyche.backends.solana.tokens import (
-    MintInfo,
-    TokenAccountInfo,
-    decode_mint,
-    decode_token_account,
-)
+from psyche.solana.errors import ChainError
 from psyche.solana.idl import IdlCodec
 from psyche.solana.instructions import (
     JOIN_RUN_SCOPE,
@@ -45,6 +30,21 @@ from psyche.solana.instructions import (
     authorization_pda,
     default_idl_dir,
     instance_pda,
+)
+from psyche.solana.layout import CoordinatorLayout
+from psyche.solana.rpc import (
+    COMMITMENT,
+    RpcError,
+    SolanaRpc,
+    TxSender,
+    decode_account_data,
+)
+from psyche.solana.snapshot import RunSnapshot
+from psyche.solana.tokens import (
+    MintInfo,
+    TokenAccountInfo,
+    decode_mint,
+    decode_token_account,
 )
 
 __all__ = [
@@ -72,7 +72,7 @@ class WalletError(ValueError):
     """The wallet key could not be read."""
 
 
-class RunNotFoundError(BackendError):
+class RunNotFoundError(ChainError):
     """No run of that id on this cluster (under this coordinator program): the user's to fix,
     so the command exits 2 (``exit_code``) and the image's entry point does not restart it."""
 
@@ -204,7 +204,7 @@ class Session:
         return CoordinatorLayout(self.coordinator.idl)
 
     def sender(self, program: ProgramClient) -> TxSender:
-        from psyche.backends.solana.budget import ComputeBudget
+        from psyche.solana.budget import ComputeBudget
 
         # Every transaction asks for the compute its instructions need at their worst case.
         budget = ComputeBudget(
@@ -221,9 +221,9 @@ class Session:
         for rpc in self.rpcs:
             try:
                 return await rpc.get_account(key)
-            except BackendError as e:
+            except ChainError as e:
                 last = e
-        raise BackendError(f"no RPC endpoint answered: {last}")
+        raise ChainError(f"no RPC endpoint answered: {last}")
 
     async def read_with_owner(self, key: Pubkey) -> tuple[Pubkey, bytes] | None:
         """(owner, data) of the account at ``key``, None if there is none."""
@@ -240,7 +240,7 @@ class Session:
                 except ValueError:
                     raise RpcError(f"{rpc.url}: getAccountInfo: bad owner") from None
                 return owner, decode_account_data(value)
-            except BackendError as e:
+            except ChainError as e:
                 last = e
         raise RpcError(f"no RPC endpoint answered: {last}")
 
@@ -252,7 +252,7 @@ class Session:
     async def mint(self, key: Pubkey) -> MintInfo:
         data = await self.read(key)
         if data is None:
-            raise BackendError(f"mint {key} does not exist")
+            raise ChainError(f"mint {key} does not exist")
         return decode_mint(data)
 
     async def run_accounts(self, run_id: str) -> RunAccounts:
@@ -267,7 +267,7 @@ class Session:
         accounts = await self.run_accounts(run_id)
         data = await self.read(accounts.account)
         if data is None:
-            raise BackendError(f"coordinator account {accounts.account} does not exist")
+            raise ChainError(f"coordinator account {accounts.account} does not exist")
         return RunInstructions(self.coordinator, accounts), self.layout.decode_account(data)
 
     async def instance(self, run_id: str) -> dict[str, Any]:

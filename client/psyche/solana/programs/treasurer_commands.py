@@ -5,11 +5,11 @@ this module reads the chain and sends.
 
 * :func:`treasurer_run` tells whether a run is the Treasurer's: its coordinator's
   ``main_authority`` is an account owned by the Treasurer that decodes as a ``Run`` of this very
-  coordinator instance. :mod:`psyche.backends.solana.admin` routes the owner's commands through
-  ``run_update`` when it is.
+  coordinator instance. :mod:`psyche.solana.programs.coordinator_commands` routes the owner's
+  commands through ``run_update`` when it is.
 * Coroutines the CLI calls (:mod:`psyche.cli.solana_treasurer`, ``create-run
   --treasurer-collateral-mint``), each taking a
-  :class:`~psyche.backends.solana.session.Session` and returning JSON-able results:
+  :class:`~psyche.solana.session.Session` and returning JSON-able results:
   :func:`create_run_via_treasurer`, :func:`claim_rewards`, :func:`top_up_rewards`,
   :func:`rewards_json`, :func:`create_test_mint`, :func:`wind_down_run`, :func:`close_run`.
 """
@@ -23,26 +23,16 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.budget import ComputeBudget
-from psyche.backends.solana.rpc import TxSender
-from psyche.backends.solana.run_account import (
+from psyche.solana.budget import ComputeBudget
+from psyche.solana.errors import ChainError
+from psyche.solana.idl import IdlError
+from psyche.solana.instructions import instance_pda
+from psyche.solana.programs import treasurer as programs_treasurer
+from psyche.solana.programs.coordinator import (
     create_coordinator_account_ix,
     default_local_run,
     metadata_arg,
 )
-from psyche.backends.solana.session import Session
-from psyche.backends.solana.tokens import (
-    MINT_LEN,
-    associated_token_address,
-    create_associated_account_ix,
-    create_mint_ixs,
-    mint_to_ix,
-    transfer_ix,
-)
-from psyche.solana.idl import IdlError
-from psyche.solana.instructions import instance_pda
-from psyche.solana.programs import treasurer as programs_treasurer
 from psyche.solana.programs.treasurer import (
     RUN_CLOSE_GRACE_SECONDS,
     U64_MAX,
@@ -58,6 +48,16 @@ from psyche.solana.programs.treasurer import (
     run_create_ix,
     run_update_ix,
     run_wind_down_ix,
+)
+from psyche.solana.rpc import TxSender
+from psyche.solana.session import Session
+from psyche.solana.tokens import (
+    MINT_LEN,
+    associated_token_address,
+    create_associated_account_ix,
+    create_mint_ixs,
+    mint_to_ix,
+    transfer_ix,
 )
 
 __all__ = [
@@ -79,13 +79,13 @@ __all__ = [
 
 def _u64(value: int) -> int:
     if not 0 <= value <= U64_MAX:
-        raise BackendError(f"{value} is not a u64")
+        raise ChainError(f"{value} is not a u64")
     return value
 
 
 def run_pda(program: Pubkey, index: int) -> Pubkey:
     """:func:`psyche.solana.programs.treasurer.run_pda`, refusing a non-u64 index as every
-    command here does (a ``BackendError``, which the commands report with their exit code)."""
+    command here does (a ``ChainError``, which the commands report with their exit code)."""
     return programs_treasurer.run_pda(program, _u64(index))
 
 
@@ -114,7 +114,7 @@ async def treasurer_run(
 async def _require_run(s: Session, run_id: str) -> TreasurerRun:
     run = await treasurer_run(s, run_id)
     if run is None:
-        raise BackendError(
+        raise ChainError(
             f"run {run_id!r} was not created through the Treasurer (its coordinator's "
             "main_authority is not a Treasurer Run): it pays no rewards"
         )
@@ -143,9 +143,9 @@ async def _new_run_addresses(s: Session, run_id: str, index: int, run: Pubkey) -
     """The run's coordinator instance, once neither it nor the Treasurer's Run exists yet."""
     instance = instance_pda(s.coordinator.program_id, run_id)
     if await s.read(instance) is not None:
-        raise BackendError(f"run {run_id!r} exists already (coordinator instance {instance})")
+        raise ChainError(f"run {run_id!r} exists already (coordinator instance {instance})")
     if await s.read(run) is not None:
-        raise BackendError(
+        raise ChainError(
             f"the Treasurer's Run of index {index} ({run}) exists already: "
             "choose another --treasurer-index"
         )
@@ -168,11 +168,11 @@ async def create_run_via_treasurer(
     """Create the zero-copy coordinator account (system ``create_account``) and ``run_create``
     in one transaction: the Treasurer's ``Run`` becomes the coordinator's main authority and the
     wallet the Run's. A name or description goes in the same transaction (``run_update``).
-    ``local_run`` as in :func:`~psyche.backends.solana.admin.create_run`."""
+    ``local_run`` as in :func:`~psyche.solana.programs.coordinator_commands.create_run`."""
     local = default_local_run(s) if local_run is None else local_run
 
     if collateral_per_point <= 0:
-        raise BackendError("collateral per point must be at least 1 base unit")
+        raise ChainError("collateral per point must be at least 1 base unit")
     index = default_treasurer_index(run_id) if index is None else _u64(index)
     _u64(collateral_per_point)
     mint = await s.mint(collateral_mint)  # refuses a missing or non-SPL mint before paying
@@ -231,7 +231,7 @@ async def send_run_update(
     """One ``run_update`` signed by the wallet (which must be the Run's main authority)."""
     me = s.wallet.pubkey()
     if me != run.main_authority:
-        raise BackendError(
+        raise ChainError(
             f"the run is the Treasurer's ({run.address}); only its main authority "
             f"{run.main_authority} can update it, not {me}"
         )
@@ -244,7 +244,7 @@ async def _standing(
 ) -> tuple[Claimable, dict[str, Any] | None]:
     data = await s.read(run.coordinator_account)
     if data is None:
-        raise BackendError(f"coordinator account {run.coordinator_account} does not exist")
+        raise ChainError(f"coordinator account {run.coordinator_account} does not exist")
     account = s.coordinator.idl.decode_account("CoordinatorAccount", data)
     pdata = await s.read(participant_pda(s.treasurer.program_id, run.address, user))
     participant = None if pdata is None else s.treasurer.idl.decode_account("Participant", pdata)
@@ -292,7 +292,7 @@ async def claim_rewards(s: Session, run_id: str, points: int | None = None) -> d
     c, participant = await _standing(s, run, me)
     available = c.points
     if available == 0:
-        raise BackendError(
+        raise ChainError(
             f"nothing to claim in run {run_id!r} for {me}: "
             + (
                 f"earned {c.earned}, slashed {c.slashed}, already paid for {c.claimed_points}"
@@ -303,13 +303,13 @@ async def claim_rewards(s: Session, run_id: str, points: int | None = None) -> d
     if points is None:
         points = available
     if not 1 <= points <= available:
-        raise BackendError(f"cannot claim {points} points: {available} are claimable")
+        raise ChainError(f"cannot claim {points} points: {available} are claimable")
     rate = run.collateral_per_point
     needed = points * rate
     escrow = run.collateral(program)
     held = await _balance(s, escrow)
     if held < needed:
-        raise BackendError(
+        raise ChainError(
             f"the run's escrow {escrow} holds {held} base units; {points} points × {rate} "
             f"need {needed} ({needed - held} short): top it up (treasurer-top-up-rewards) "
             "and claim again"
@@ -338,13 +338,13 @@ async def top_up_rewards(s: Session, run_id: str, amount: int) -> dict[str, Any]
     """Move ``amount`` base units from the wallet's associated token account of the run's
     collateral mint into the run's escrow (a plain SPL ``transfer``)."""
     if amount <= 0:
-        raise BackendError("the amount must be at least 1 base unit")
+        raise ChainError("the amount must be at least 1 base unit")
     run = await _require_run(s, run_id)
     me = s.wallet.pubkey()
     source = associated_token_address(me, run.collateral_mint)
     have = await _balance(s, source)
     if have < amount:
-        raise BackendError(
+        raise ChainError(
             f"the wallet's token account {source} of mint {run.collateral_mint} holds {have} "
             f"base units; {amount} asked"
         )
@@ -366,7 +366,7 @@ async def top_up_rewards(s: Session, run_id: str, amount: int) -> dict[str, Any]
 def _require_main_authority(s: Session, run: TreasurerRun, what: str) -> Pubkey:
     me = s.wallet.pubkey()
     if me != run.main_authority:
-        raise BackendError(
+        raise ChainError(
             f"only the run's main authority {run.main_authority} can {what} it, not {me}"
         )
     return me
@@ -379,7 +379,7 @@ async def wind_down_run(s: Session, run_id: str) -> dict[str, Any]:
     run = await _require_run(s, run_id)
     _require_main_authority(s, run, "wind down")
     if run.wind_down_at:
-        raise BackendError(
+        raise ChainError(
             f"run {run_id!r} has been winding down since unix time {run.wind_down_at}; "
             f"treasurer-close-run is allowed from {run.wind_down_at + RUN_CLOSE_GRACE_SECONDS}"
         )
@@ -415,14 +415,14 @@ async def close_run(s: Session, run_id: str) -> dict[str, Any]:
     run = await _require_run(s, run_id)
     me = _require_main_authority(s, run, "close")
     if not run.wind_down_at:
-        raise BackendError(
+        raise ChainError(
             f"run {run_id!r} is not winding down: run treasurer-wind-down first, then wait "
             f"{RUN_CLOSE_GRACE_SECONDS // 86400} days"
         )
     opens = run.wind_down_at + RUN_CLOSE_GRACE_SECONDS
     now = await _cluster_time(s)
     if now is not None and now < opens:
-        raise BackendError(
+        raise ChainError(
             f"run {run_id!r} can be closed from unix time {opens} ({opens - now} s from now)"
         )
     escrow = run.collateral(s.treasurer.program_id)
@@ -454,7 +454,7 @@ async def create_test_mint(
     ``amount`` base units minted to each holder's associated token account (created if needed).
     For local testnets: whoever holds the wallet can mint more."""
     if not 0 <= decimals <= 255:
-        raise BackendError(f"decimals must be 0..=255, not {decimals}")
+        raise ChainError(f"decimals must be 0..=255, not {decimals}")
     me = s.wallet.pubkey()
     mint = Keypair()
     rent = await s.rpcs[0].minimum_balance(MINT_LEN)

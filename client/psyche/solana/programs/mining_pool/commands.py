@@ -1,5 +1,5 @@
 """One coroutine per ``mining-pool-*`` command, taking a
-:class:`~psyche.backends.solana.session.Session`: read the pool, refuse what the program
+:class:`~psyche.solana.session.Session`: read the pool, refuse what the program
 would, send, and answer with the pool and lender after.
 """
 
@@ -10,9 +10,12 @@ from typing import Any
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError
-from psyche.backends.solana.mining_pool.reads import read_lender, read_pool
-from psyche.backends.solana.mining_pool.refusals import (
+from psyche.solana.errors import ChainError
+from psyche.solana.programs.mining_pool.accounts import PoolState
+from psyche.solana.programs.mining_pool.addresses import pool_collateral_pda, pool_pda
+from psyche.solana.programs.mining_pool.instructions import MiningPoolInstructions
+from psyche.solana.programs.mining_pool.reads import read_lender, read_pool
+from psyche.solana.programs.mining_pool.refusals import (
     claim_refusal,
     deposit_refusal,
     extract_refusal,
@@ -20,13 +23,10 @@ from psyche.backends.solana.mining_pool.refusals import (
     refuse,
     update_refusal,
 )
-from psyche.backends.solana.mining_pool.views import lender_json, pool_json
-from psyche.backends.solana.session import Session
-from psyche.backends.solana.tokens import associated_token_address, create_associated_account_ix
-from psyche.solana.programs.mining_pool.accounts import PoolState
-from psyche.solana.programs.mining_pool.addresses import pool_collateral_pda, pool_pda
-from psyche.solana.programs.mining_pool.instructions import MiningPoolInstructions
 from psyche.solana.programs.mining_pool.shares import U64_MAX
+from psyche.solana.programs.mining_pool.views import lender_json, pool_json
+from psyche.solana.session import Session
+from psyche.solana.tokens import associated_token_address, create_associated_account_ix
 
 __all__ = [
     "claim",
@@ -42,14 +42,14 @@ async def _pool(s: Session, index: int) -> PoolState:
     pool = await read_pool(s, index)
     if pool is None:
         where = pool_pda(s.mining_pool.program_id, index)
-        raise BackendError(f"mining pool {index} does not exist (no account at {where})")
+        raise ChainError(f"mining pool {index} does not exist (no account at {where})")
     return pool
 
 
 def _check_authority(s: Session, pool: PoolState, what: str) -> None:
     me = s.wallet.pubkey()
     if me != pool.authority:
-        raise BackendError(
+        raise ChainError(
             f"only mining pool {pool.index}'s authority {pool.authority} may {what}; "
             f"the wallet is {me}"
         )
@@ -57,7 +57,7 @@ def _check_authority(s: Session, pool: PoolState, what: str) -> None:
 
 def _check_amount(amount: int, what: str) -> None:
     if not 1 <= amount <= U64_MAX:
-        raise BackendError(f"{what} must be 1..{U64_MAX} base units, not {amount}")
+        raise ChainError(f"{what} must be 1..{U64_MAX} base units, not {amount}")
 
 
 async def _balance(s: Session, account: Pubkey) -> int:
@@ -79,20 +79,20 @@ async def pool_create(
 ) -> dict[str, Any]:
     """Create pool ``index`` with the wallet as payer and authority."""
     if not 0 <= index <= U64_MAX:
-        raise BackendError(f"the pool index must be 0..{U64_MAX}, not {index}")
+        raise ChainError(f"the pool index must be 0..{U64_MAX}, not {index}")
     if not 0 <= max_deposit <= U64_MAX:
-        raise BackendError(f"the maximum deposit must be 0..{U64_MAX}, not {max_deposit}")
+        raise ChainError(f"the maximum deposit must be 0..{U64_MAX}, not {max_deposit}")
     existing = await read_pool(s, index)
     if existing is not None:
-        raise BackendError(
+        raise ChainError(
             f"mining pool {index} already exists at {existing.address} "
             f"(authority {existing.authority})"
         )
     for role, mint in (("collateral", collateral_mint), ("redeemable", redeemable_mint)):
         try:
             await s.mint(mint)
-        except BackendError as e:
-            raise BackendError(f"{role} mint {mint}: {e}") from None
+        except ChainError as e:
+            raise ChainError(f"{role} mint {mint}: {e}") from None
     me = s.wallet.pubkey()
     ix = _ixs(s).pool_create(me, me, index, collateral_mint, redeemable_mint, max_deposit)
     sig = await _send(s, [ix], "mining-pool-create")
@@ -104,11 +104,11 @@ async def pool_update(
 ) -> dict[str, Any]:
     """Set the cap and/or freeze (one-way) pool ``index``; the wallet must be its authority."""
     if max_deposit is None and freeze is None:
-        raise BackendError("nothing to update: give a new maximum deposit or freeze")
+        raise ChainError("nothing to update: give a new maximum deposit or freeze")
     pool = await _pool(s, index)
     _check_authority(s, pool, "update it")
     if max_deposit is not None and not 0 <= max_deposit <= U64_MAX:
-        raise BackendError(f"the maximum deposit must be 0..{U64_MAX}, not {max_deposit}")
+        raise ChainError(f"the maximum deposit must be 0..{U64_MAX}, not {max_deposit}")
     refuse(update_refusal(pool, max_deposit, freeze))
     ix = _ixs(s).pool_update(s.wallet.pubkey(), index, max_deposit, freeze)
     sig = await _send(s, [ix], "mining-pool-update")
@@ -125,7 +125,7 @@ async def deposit(s: Session, index: int, amount: int) -> dict[str, Any]:
     source = associated_token_address(me, pool.collateral_mint)
     held = await _balance(s, source)
     if held < amount:
-        raise BackendError(
+        raise ChainError(
             f"the wallet's collateral account {source} holds {held} of mint "
             f"{pool.collateral_mint}, less than the {amount} to deposit"
         )
@@ -167,7 +167,7 @@ async def redeemable_deposit(s: Session, index: int, amount: int) -> dict[str, A
     source = associated_token_address(me, pool.redeemable_mint)
     held = await _balance(s, source)
     if held < amount:
-        raise BackendError(
+        raise ChainError(
             f"the wallet's redeemable account {source} holds {held} of mint "
             f"{pool.redeemable_mint}, less than the {amount} to deposit"
         )
@@ -186,7 +186,7 @@ async def claim(s: Session, index: int, amount: int | None = None) -> dict[str, 
     me = s.wallet.pubkey()
     lender = await read_lender(s, pool.address, me)
     if lender is None:
-        raise BackendError(f"{me} never deposited in mining pool {index}: nothing to claim")
+        raise ChainError(f"{me} never deposited in mining pool {index}: nothing to claim")
     refuse(claim_refusal(pool, lender, amount))
     if amount is None:
         amount = lender.claimable(pool)

@@ -3,7 +3,7 @@
 with program, name, args, data hex and account metas) against what the Python client sends.
 
 Every mining-pool instruction of the file is rebuilt from its recorded ``args`` by
-:class:`~psyche.backends.solana.mining_pool.MiningPoolInstructions` (the builders the
+:class:`~psyche.solana.programs.mining_pool.MiningPoolInstructions` (the builders the
 ``mining-pool-*`` commands send through) and must equal the recorded one byte for byte: program
 id, data, account metas. The pool's addresses are derived here from the index of its
 ``pool_create`` (the pool, its two token accounts, each lender); only what a user chooses (payer,
@@ -29,7 +29,9 @@ from typing import Any
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.mining_pool import (
+from psyche.solana.idl import IdlCodec
+from psyche.solana.instructions import ProgramClient
+from psyche.solana.programs.mining_pool import (
     LenderState,
     MiningPoolInstructions,
     PoolRefusal,
@@ -44,8 +46,6 @@ from psyche.backends.solana.mining_pool import (
     redeemable_deposit_refusal,
     update_refusal,
 )
-from psyche.solana.idl import IdlCodec
-from psyche.solana.instructions import ProgramClient
 
 from .idl_support import IDL_DIR, VECTORS
 

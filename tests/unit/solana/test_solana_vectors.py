@@ -36,11 +36,6 @@ from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 from solders.system_program import CreateAccountParams, create_account
 
-from psyche.backends.solana import admin, authorization
-from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
-from psyche.backends.solana.rpc import custom_error_code
-from psyche.backends.solana.session import Endpoints, Session
-from psyche.backends.solana.snapshot import AccountLayoutError, RunSnapshot
 from psyche.coordinator import CoordinatorErrorCode, EvalResult, Witness, WitnessMetadata
 from psyche.coordinator.state_json import identity_obj, to_obj_state
 from psyche.coordinator.types import Verdict
@@ -58,6 +53,7 @@ from psyche.solana.instructions import (
     instance_pda,
     peer_record_pda,
 )
+from psyche.solana.layout import ACCOUNT_VERSION, CoordinatorLayout, fixed_str
 from psyche.solana.peer_record import (
     MAX_PEER_ADDR_LEN,
     MAX_PEER_ADDRS,
@@ -66,6 +62,11 @@ from psyche.solana.peer_record import (
     check_peer_addrs,
     decode_peer_record,
 )
+from psyche.solana.programs import authorizer as authorization
+from psyche.solana.programs import coordinator_commands as admin
+from psyche.solana.rpc import custom_error_code
+from psyche.solana.session import Endpoints, Session
+from psyche.solana.snapshot import AccountLayoutError, RunSnapshot
 
 from .idl_support import IDL_DIR, VECTORS
 from .test_layout import _f32

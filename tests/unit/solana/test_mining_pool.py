@@ -20,7 +20,9 @@ from click.testing import CliRunner
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.solana.mining_pool import (
+from psyche.cli.solana import solana
+from psyche.solana.idl import IdlCodec
+from psyche.solana.programs.mining_pool import (
     LENDER_SEED,
     POOL_COLLATERAL_SEED,
     POOL_REDEEMABLE_SEED,
@@ -33,18 +35,16 @@ from psyche.backends.solana.mining_pool import (
     pool_pda,
     pool_redeemable_pda,
 )
-from psyche.backends.solana.tokens import (
+from psyche.solana.tokens import (
     ACCOUNT_LEN,
     ASSOCIATED_TOKEN_PROGRAM_ID,
     MINT_LEN,
     TOKEN_PROGRAM_ID,
     associated_token_address,
 )
-from psyche.cli.solana import solana
-from psyche.solana.idl import IdlCodec
 
+from ..backends.solana.test_cli_e2e import Node
 from .idl_support import IDL_DIR
-from .test_cli_e2e import Node
 
 PROGRAM = Pubkey.from_string("3t2pGdtAW3UPetWp5aQhBQa8iZ7vokYP6mJGsbHVAYGR")
 COMPUTE_BUDGET = Pubkey.from_string("ComputeBudget111111111111111111111111111111")
@@ -581,10 +581,10 @@ def test_each_transaction_asks_for_the_compute_its_instructions_need() -> None:
     """The session's sender prepends compute_units.json's rows for the pool's instructions and
     budget.py's allowance for an associated token account's creation (the 20,000 default is
     less than pool_create, a claim or that creation needs)."""
-    from psyche.backends.solana.budget import ASSOCIATED_TOKEN_UNITS, ComputeBudget, load_limits
-    from psyche.backends.solana.mining_pool import MiningPoolInstructions
-    from psyche.backends.solana.session import Endpoints, Session
-    from psyche.backends.solana.tokens import create_associated_account_ix
+    from psyche.solana.budget import ASSOCIATED_TOKEN_UNITS, ComputeBudget, load_limits
+    from psyche.solana.programs.mining_pool import MiningPoolInstructions
+    from psyche.solana.session import Endpoints, Session
+    from psyche.solana.tokens import create_associated_account_ix
 
     s = Session(Endpoints("http://127.0.0.1:9"), Keypair(), idl_dir=IDL_DIR)  # never contacted
     me, mint = Keypair().pubkey(), Keypair().pubkey()
@@ -603,7 +603,7 @@ def test_each_transaction_asks_for_the_compute_its_instructions_need() -> None:
 
 
 def test_refusals_name_the_program_errors_in_the_programs_order() -> None:
-    from psyche.backends.solana.mining_pool import (
+    from psyche.solana.programs.mining_pool import (
         LenderState,
         PoolState,
         claim_refusal,

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from psyche.backends.solana.layout import ACCOUNT_VERSION, CoordinatorLayout
-from psyche.backends.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 from psyche.coordinator import CoordinatorErrorCode
 from psyche.coordinator.state_json import to_obj_state
 from psyche.protocol.identity import NodeIdentity
+from psyche.solana.layout import ACCOUNT_VERSION, CoordinatorLayout
+from psyche.solana.snapshot import AccountLayoutError, RegisteredClient, RunSnapshot
 
 from .idl_support import coordinator_idl, needs_coordinator_idl, vector_states
 

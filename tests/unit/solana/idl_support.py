@@ -11,7 +11,7 @@ from psyche.coordinator import Coordinator
 from psyche.coordinator.state_json import from_obj_state
 from psyche.solana.idl import IdlCodec
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[3]
 IDL_DIR = ROOT / "idl"
 VECTORS = ROOT / "tests" / "vectors"
 

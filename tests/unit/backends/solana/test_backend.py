@@ -12,7 +12,7 @@ import pytest
 from solders.keypair import Keypair
 from solders.transaction import Transaction
 
-from psyche.backends.base import Backend
+from psyche.backends.base import Backend, BackendError, BackendProtocolError
 from psyche.backends.solana.backend import (
     ClientVersionMismatchError,
     LeftRunError,
@@ -21,8 +21,9 @@ from psyche.backends.solana.backend import (
 from psyche.coordinator import ClientState, Coordinator, RunState
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.locations import HubCheckpoint, HubRepo
+from psyche.solana.errors import ChainError
 from psyche.solana.rpc import ProgramRejectedError, RpcError, SolanaRpc, TxSender
-from psyche.solana.snapshot import RegisteredClient
+from psyche.solana.snapshot import AccountLayoutError, RegisteredClient
 from support.configs import two_client_config
 
 from ...solana.rpc_double import SolanaRpcDouble
@@ -310,6 +311,28 @@ def test_all_endpoints_down_raises_rpc_error() -> None:
             with pytest.raises(RpcError):
                 await sender.send([FakeInstructions().tick(wallet.pubkey())], label="tick")
 
+    run(go)
+
+
+def test_chain_errors_cross_the_seam_as_backend_errors() -> None:
+    """The chain layer raises ChainError; what leaves the backend is a BackendError with the same
+    message (an unreadable account: a BackendProtocolError)."""
+
+    async def go() -> None:
+        async with SolanaRpcDouble() as node:
+            await node.set_account(ACCOUNT, b"not a coordinator account")
+            env = Env([node])
+            with pytest.raises(BackendProtocolError, match="not JSON") as e:
+                await env.backend.connect()
+            assert not isinstance(e.value, ChainError)
+            assert isinstance(e.value.__cause__, AccountLayoutError)
+            node.fail_next_http = 100
+            with pytest.raises(BackendError, match="no RPC endpoint answered") as e2:
+                await env.backend.refresh()
+            assert not isinstance(e2.value, ChainError)
+            await env.backend.close()
+
+    assert not issubclass(RpcError, BackendError) and issubclass(RpcError, ChainError)
     run(go)
 
 

@@ -24,7 +24,7 @@ pub const MAX_HEALTH_CHECKS_PER_INSTRUCTION: usize = 8;
 
 // --- peer records (`set_peer_addrs`, `close_peer_record`) -----------------------------------
 // `#[constant]` puts these three in the IDL's `constants`, where the Python client's copies are
-// checked against them (tests/unit/backends/solana/test_peer_record.py).
+// checked against them (tests/unit/solana/test_peer_record.py).
 
 /// First seed of the `PeerRecord` PDA `["peer", coordinator_instance, signer]`.
 #[anchor_lang::constant]

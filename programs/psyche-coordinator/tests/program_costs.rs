@@ -27,8 +27,7 @@ use psyche_coordinator::core::{
 use psyche_coordinator::{CoordinatorAccount, PeerRecord};
 use solana_sdk::signature::Signer;
 
-const COMPUTE_UNITS_JSON: &str =
-    include_str!("../../../client/psyche/solana/compute_units.json");
+const COMPUTE_UNITS_JSON: &str = include_str!("../../../client/psyche/solana/compute_units.json");
 /// Solana's per-transaction compute cap.
 const MAX_TX_COMPUTE_UNITS: u64 = 1_400_000;
 /// SBF's default heap (the programs request no larger frame).

@@ -165,10 +165,9 @@ async fn sixteen_rejected_results_fit_one_tick() {
 }
 
 fn compute_limit(instruction: &str) -> u32 {
-    let json: serde_json::Value = serde_json::from_str(include_str!(
-        "../../../client/psyche/solana/compute_units.json"
-    ))
-    .unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(include_str!("../../../client/psyche/solana/compute_units.json"))
+            .unwrap();
     json["limits"][instruction].as_u64().unwrap() as u32
 }
 

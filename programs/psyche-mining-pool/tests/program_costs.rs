@@ -28,8 +28,7 @@ const CU_LIMIT: u32 = 200_000;
 /// On SBF, a worst case may use at most this share of the limit the client requests (docs/solana.md,
 /// "Costs": code generation here differs from platform-tools').
 const CU_MARGIN: f64 = 0.8;
-const COMPUTE_UNITS_JSON: &str =
-    include_str!("../../../client/psyche/solana/compute_units.json");
+const COMPUTE_UNITS_JSON: &str = include_str!("../../../client/psyche/solana/compute_units.json");
 /// Searched for the worst bumps.
 const SEARCH: u64 = 4_096;
 

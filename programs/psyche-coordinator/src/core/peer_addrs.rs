@@ -1,6 +1,6 @@
 //! The rules a peer record's addresses must follow (`set_peer_addrs`). Pure: no accounts, no
 //! clock. The Python client applies the same rules, in the same order, before it sends
-//! (`psyche.backends.solana.peer_record.check_peer_addrs`).
+//! (`psyche.solana.peer_record.check_peer_addrs`).
 //!
 //! The program does not parse whole multiaddrs: it bounds what a record may hold (count,
 //! length), keeps out bytes that could confuse a reader (whitespace, control characters,

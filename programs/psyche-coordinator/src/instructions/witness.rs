@@ -11,8 +11,8 @@ use crate::state::unix_now;
 /// plus statistics (`metadata`, not stored: indexers read it from the transaction), then the run
 /// ticks. The
 /// arguments are the compact layout the client builds from the IDL
-/// (`client/psyche/backends/solana/instructions.py`); the largest such transaction fits the
-/// 1232-byte limit (tests/program_tx_size.rs, tests/unit/backends/solana/test_witness_budget.py). Accounts:
+/// (`client/psyche/solana/instructions.py`); the largest such transaction fits the
+/// 1232-byte limit (tests/program_tx_size.rs, tests/unit/solana/test_witness_budget.py). Accounts:
 /// `PermissionlessCoordinatorAccounts` (`user` must be a registered client).
 pub fn witness_processor(
     ctx: Context<PermissionlessCoordinatorAccounts>,

@@ -79,7 +79,8 @@ TOKEN_SHARE = 1 / 8
 ESCALATE_SHARE = 1 / 2
 """Share of a sampled batch a verifier recomputes before it may vote "mismatch" (at least the
 sub-batch): on the tiny model at 8 samples per trainer, 1 sample scored honest results as low as
-−0.14, and half the batch rescored those no lower than +0.11 (bench/README.md, "Escalation")."""
+−0.14, and half the batch scored honest results no lower than +0.079 (bench/README.md,
+"Escalation")."""
 TIME_SHARE = 0.25
 """Share of ``max_round_train_time`` the recompute may take before the remaining slots are left
 unchecked, so that a slow verifier still trains its own batch in time."""

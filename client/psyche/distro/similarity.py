@@ -37,9 +37,10 @@ MISMATCH_BELOW = 0.025
 the accused with a quorum, and the accuser when a quorum of matches outvotes it, so a verifier
 accuses only on strong evidence: the daemon votes "mismatch" only on a gradient of half the
 batch (``psyche.daemon.verifying.ESCALATE_SHARE``), where honest results scored no lower than
-+0.11 and random payloads no higher than +0.018 at 8 samples per trainer, while one sample scored
-honest results as low as −0.14 (bench/README.md, "Escalation"). Every direction-changing attack
-scores below 0. A cheater that lands in the gap escapes that one check, not the next."""
++0.079 and random payloads no higher than +0.030 at 8 samples per trainer, while one sample
+scored honest results as low as −0.14 (bench/README.md, "Escalation"). Every
+direction-changing attack scores below 0. A cheater that lands in the gap escapes that one
+check, not the next."""
 
 Z_THRESHOLD = 3.0
 """A result whose ``Score.z`` is below this fails ``Score.passed``. Not used by the daemon's

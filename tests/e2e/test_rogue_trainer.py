@@ -50,13 +50,25 @@ pytestmark = pytest.mark.slow
 ROGUE = Path(__file__).with_name("rogue_trainer.py")
 
 
+@pytest.mark.parametrize(
+    ("batch", "accused_on"), [(6, 0), (24, 3)], ids=["1-2-samples", "6-samples-escalated"]
+)
 def test_a_sign_flipping_trainer_is_ejected_and_slashed(
-    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+    tmp_path: Path,
+    local_inputs: tuple[Path, Path],
+    reap_children: list,
+    batch: int,
+    accused_on: int,
 ) -> None:
+    """With 6 samples per trainer a verifier recomputes 1 of them, finds the flipped result far
+    below τ and recomputes 3 (half the batch) before it accuses: the escalation runs in the real
+    daemon, with the rogue's result already downloaded at the verifier's round start."""
     cfg = write_run_dir(
         tmp_path / "cfg",
         local_inputs,
         data_port=free_port(),
+        global_batch_size_start=batch,
+        global_batch_size_end=batch,
         total_steps=5,
         init_min_clients=4,
         min_clients=3,
@@ -83,7 +95,7 @@ def test_a_sign_flipping_trainer_is_ejected_and_slashed(
         return net.spawn(label, [sys.executable, str(ROGUE), *args], env=_client_env(net, label))
 
     net._spawn = spawn_rogue  # type: ignore[method-assign]
-    rogue, honest = _rogue_caught(net, net.run(lambda n: None).to_json())
+    rogue, honest = _rogue_caught(net, net.run(lambda n: None).to_json(), accused_on=accused_on)
 
     # The epoch's end pays the honest clients and slashes the rogue: the state saved at that end.
     loaded = StateStore(saved, "tiny").load_newest()
@@ -167,12 +179,14 @@ def _rogue_paid_nothing(net: Any, svm: LocalSvmThread) -> None:
     assert balance(svm, keypair(wallets[4]).pubkey(), mint) == 0, claim.stdout + claim.stderr
 
 
-def _rogue_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:
+def _rogue_caught(net: Any, s: dict[str, Any], accused_on: int = 0) -> tuple[str, set[str]]:
     """What both backends' runs must show: the epoch finished; the rogue (client-4) forged its
     results, was removed from the epoch by the end of round 1 (the round whose verifiers judged its
     round-0 result); every honest verifier voted mismatch on it (a quorum of the three) and match
     on every honest result, so no honest client was ever accused; the honest clients held
-    identical weights after every apply. Returns the rogue's and the honest clients' short ids."""
+    identical weights after every apply. With ``accused_on`` samples per verifier and trainer
+    (``⌈B/2⌉``, an escalation), every accusation was made on that many samples. Returns the
+    rogue's and the honest clients' short ids."""
     assert s["final_state"] == "Finished", s
     logs = net.out / "logs"
     assert "rogue: flip result step=1" in (logs / "client-4.log").read_text(errors="replace")
@@ -190,15 +204,16 @@ def _rogue_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:
 
     verdicts = "".join((logs / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
     scores = re.findall(
-        r"verified step \d+ slot \d+ (\w+): (-?[\d.]+) on \d+ samples (\w+)", verdicts
+        r"verified step \d+ slot \d+ (\w+): (-?[\d.]+) on (\d+) samples (\w+)", verdicts
     )
     assert scores, verdicts[-3000:]
-    for trainer, score, word in scores:
+    for trainer, score, samples, word in scores:
         if trainer == rogue:
             assert word == "MISMATCH" and float(score) < 0, (trainer, score)
+            assert not accused_on or int(samples) == accused_on, (trainer, samples)
         else:
             assert word != "MISMATCH", (trainer, score)  # no honest client is ever accused
-    assert sum(1 for t, _, _ in scores if t == rogue) >= 2  # a quorum of the three verifiers
+    assert sum(1 for t, *_ in scores if t == rogue) >= 2  # a quorum of the three verifiers
 
     rounds = s["rounds"]
     assert all(len(set(r["model_hash"].values())) <= 1 for r in rounds)

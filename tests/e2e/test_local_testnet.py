@@ -253,22 +253,14 @@ def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weig
     trains = [e for e in joiner if isinstance(e, TrainEvent)]
     assert trains and min(e.step for e in trains) >= join_step
     later = [r for r in s["rounds"] if r["step"] >= join_step]
-    assert later
-    # It held the servers' weights when it loaded them ...
+    assert later and all("client-4" in r["model_hash"] for r in later)
+    # Its weights equal the servers' from its first round on, and stay equal.
     first = min(later, key=lambda r: r["step"])
     assert loaded[0].model_hash in first["model_hash"].values()
-    # ... hashed its weights before it first trained, and every round from then on, but the
-    # last: the run stops as soon as the hook sees Cooldown, which under load can come before
-    # the joiner logs that round's hash (and its load can end after a round began).
-    hashed = [r["step"] for r in later if "client-4" in r["model_hash"]]
-    assert hashed and hashed[0] <= min(e.step for e in trains), (hashed, trains)
-    missing = [r["step"] for r in later if r["step"] > hashed[0] and r["step"] not in hashed]
-    assert missing in ([], [later[-1]["step"]]), (missing, hashed)
-    assert hashes_agree(s["rounds"])  # and they equal the servers' wherever it logged them
+    assert hashes_agree(s["rounds"])
     if optimizer == "sparseloco":
         # Applies with the momentum took place after it joined (the weights moved) ...
-        mine = {r["model_hash"]["client-4"] for r in later if "client-4" in r["model_hash"]}
-        assert len(mine) > 2, later
+        assert len({r["model_hash"]["client-4"] for r in later}) > 2, later
         # ... and the state also rides with every saved checkpoint.
         saved = list(opts.checkpoint_dir.glob("*/optimizer_state.safetensors"))
         assert saved, list(opts.checkpoint_dir.iterdir())

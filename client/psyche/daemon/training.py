@@ -37,7 +37,7 @@ from psyche.events import ApplyEvent, OptimStatsEvent, TrainEvent
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment, sign_announcement
 from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
-from psyche.training.errors import TrainingCancelled
+from psyche.training.errors import NonFiniteGradient, TrainingCancelled
 from psyche.training.hashing import model_hash
 from psyche.training.trainer import Trainer
 
@@ -201,6 +201,11 @@ class TrainingStep:
                     raise TrainingCancelled("cancelled during --dummy-training-delay-secs")
         except TrainingCancelled:
             log.warning("training of step %d cancelled; lookahead undone", state.step)
+            return
+        except NonFiniteGradient as e:
+            # The trainer restored its weights; with no result the health checks treat this
+            # client like any that did not finish, and a warning beats a task's traceback.
+            log.warning("training of step %d dropped: %s", state.step, e)
             return
         self.self_result = out.self_result
         digest = payload_hash(state.step, batch.start, batch.end, out.payload)

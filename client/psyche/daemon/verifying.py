@@ -27,6 +27,7 @@ trainer cannot tell which of its samples will be recomputed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import threading
@@ -144,6 +145,9 @@ class SlotGradient:
     grads: tuple[torch.Tensor, ...] | None = None
     may_accuse: bool = False
     """Whether ``grads`` is of the escalation's samples: only then may a low score accuse."""
+    score: float | None = None
+    """``grads``' score of the held result when the recompute already took it (to decide on
+    escalating), so the verdict does not decode and score the result again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +214,9 @@ def recompute(
     cancel = threading.Event()
     timer = threading.Timer(budget_s, cancel.set)
     timer.start()
-    run = _Recompute(trainer, data, judgement, judged, deadline, cancel)
+    params = tuple(p for _, p in sorted(trainer.model.named_parameters(), key=lambda i: i[0]))
+    devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
+    run = _Recompute(trainer, data, judgement, judged, deadline, cancel, params, devices)
     try:
         out = tuple(run.slot(s) for s in judgement.slots)
     finally:
@@ -228,6 +234,10 @@ class _Recompute:
     judged: RoundState | None
     deadline: float
     cancel: threading.Event
+    params: tuple[torch.nn.Parameter, ...]
+    """The model's parameters in the payload's order (ascending name)."""
+    devices: list[int]
+    """The CUDA devices whose RNG state the recompute forks."""
 
     def slot(self, s: SlotGradient) -> SlotGradient:
         if time.monotonic() >= self.deadline:
@@ -252,7 +262,10 @@ class _Recompute:
         payload = held_payload(self.judged, done, self.judgement.fmt)
         assert done.grads is not None
         first = None if payload is None else _score(payload, done.grads, self.judgement.chunk)
-        if first is None or first >= THRESHOLD or time.monotonic() >= self.deadline:
+        if first is None:
+            return done
+        done = dataclasses.replace(done, score=first)
+        if first >= THRESHOLD or time.monotonic() >= self.deadline:
             return done
         wider = done.sub.escalated()
         try:
@@ -274,15 +287,13 @@ class _Recompute:
 
     def _gradient(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
         model = self.trainer.model
-        params = [p for _, p in sorted(model.named_parameters(), key=lambda item: item[0])]
-        devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
         try:
-            with torch.random.fork_rng(devices=devices):
+            with torch.random.fork_rng(devices=self.devices):
                 model.zero_grad(set_to_none=True)
                 self.trainer.accumulate_gradients(tokens, self.cancel)
             return tuple(
                 p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-                for p in params
+                for p in self.params
             )
         finally:
             model.zero_grad(set_to_none=True)
@@ -335,10 +346,7 @@ def verdict_of(judgement: Judgement, judged: RoundState | None) -> Verdict:
     if judged is None or judged.height != judgement.judged_height:
         return Verdict()
     for s in judgement.slots:
-        payload = held_payload(judged, s, judgement.fmt)
-        if s.grads is None or payload is None:
-            continue
-        score = _score(payload, s.grads, judgement.chunk)
+        score = s.score if s.score is not None else _held_score(judged, s, judgement)
         if score is None:
             continue
         vote = verdict_on(score)
@@ -359,6 +367,15 @@ def verdict_of(judgement: Judgement, judged: RoundState | None) -> Verdict:
         if not vote:
             mismatch |= 1 << s.slot
     return Verdict(checked, mismatch)
+
+
+def _held_score(judged: RoundState, s: SlotGradient, judgement: Judgement) -> float | None:
+    """``s``'s gradient's score of its result as this client now holds it; None when there is no
+    gradient, the result is not held verified, or it cannot be scored."""
+    if s.grads is None:
+        return None
+    payload = held_payload(judged, s, judgement.fmt)
+    return None if payload is None else _score(payload, s.grads, judgement.chunk)
 
 
 def _score(payload: Payload, grads: Sequence[torch.Tensor], chunk: int) -> float | None:

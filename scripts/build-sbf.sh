@@ -47,6 +47,35 @@ exec 9>"$SBF_WORK/.lock"
 flock 9 # a second build waits for the first instead of sharing half-written caches
 T0=$SECONDS
 
+# 0. The .so files of these sources, built before (here or in another clone): the build is
+#    reproducible (no machine paths: see --remap-path-prefix below), so the same sources give the
+#    same bytes, and a fresh clone need not rebuild what another clone built (~2.5 min on 2 cores).
+#    The key covers every input of the build: the programs, the shim, the workspace, this script
+#    and its kit, and the rustc found.
+sources_key() {
+  (
+    cd "$ROOT"
+    find programs shims scripts/sbf Cargo.toml Cargo.lock scripts/build-sbf.sh -type f \
+      -not -path '*/target/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+    "$RUSTC" --version 2>/dev/null || echo "no rustc"
+  ) | sha256sum | cut -d' ' -f1
+}
+KEY="$(sources_key)"
+CACHED="$SBF_WORK/deploy-cache/$KEY"
+have_all() {
+  local pkg
+  for pkg in "${PROGRAMS[@]}"; do [ -s "$1/${pkg//-/_}.so" ] || return 1; done
+}
+if have_all "$CACHED"; then
+  for pkg in "${PROGRAMS[@]}"; do
+    lib="${pkg//-/_}"
+    cp "$CACHED/$lib.so" "$SBF_OUT/$lib.so.tmp" && mv -f "$SBF_OUT/$lib.so.tmp" "$SBF_OUT/$lib.so"
+  done
+  say "the programs of these sources were built before: copied from $CACHED"
+  say "done in $((SECONDS - T0)) s (sBPF v0 test build, not for deployment)"
+  exit 0
+fi
+
 # 1. Debian packages.
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -181,4 +210,7 @@ for pkg in "${PROGRAMS[@]}"; do
   so="$SBF_OUT/${pkg//-/_}.so"
   say "$so: $(stat -c %s "$so") bytes"
 done
+mkdir -p "$CACHED.tmp"
+for pkg in "${PROGRAMS[@]}"; do cp "$SBF_OUT/${pkg//-/_}.so" "$CACHED.tmp/"; done
+rm -rf "$CACHED" && mv "$CACHED.tmp" "$CACHED"
 say "done in $((SECONDS - T0)) s (sBPF v0 test build, not for deployment)"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from psyche.cli.checks import bind_address, device_name
+from psyche.cli.paths import AbsolutePath, absolute
 
 if TYPE_CHECKING:  # imported when used: they pull in torch, which a --help need not load
     from psyche.daemon.checkpointing import CheckpointOptions
@@ -121,7 +122,7 @@ def daemon_options(*, p2p_host: str = "0.0.0.0") -> Callable[[F], F]:
             "--write-gradients-dir",
             default=None,
             envvar="WRITE_GRADIENTS_DIR",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=AbsolutePath(file_okay=False),
             help="Write every verified payload (peers' and our own) to this directory.",
         ),
         click.option(
@@ -161,7 +162,7 @@ def daemon_options(*, p2p_host: str = "0.0.0.0") -> Callable[[F], F]:
             "--write-log",
             default=None,
             envvar="WRITE_LOG",
-            type=click.Path(dir_okay=False, path_type=Path),
+            type=AbsolutePath(dir_okay=False),
             help="Also write the log to this file.",
         ),
         click.option(
@@ -233,7 +234,9 @@ def daemon_options(*, p2p_host: str = "0.0.0.0") -> Callable[[F], F]:
 def take_checkpoint_and_sharing(kw: dict[str, Any]) -> tuple[CheckpointOptions, SharingOptions]:
     """Pop the checkpoint and sharing flags from ``kw``, check them, and build their options
     (checked before the options' modules, which bring torch, are imported)."""
+    # The Hub upload runs in a child process: it gets the folder as an absolute path.
     checkpoint_dir = kw.pop("checkpoint_dir")
+    checkpoint_dir = str(absolute(checkpoint_dir)) if checkpoint_dir else None
     hub_repo = kw.pop("hub_repo")
     requests = kw.pop("max_concurrent_parameter_requests")
     timeout = kw.pop("parameter_request_timeout")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from psyche.cli.paths import AbsolutePath, absolute
+
 
 @click.group("explorer")
 def explorer() -> None:
@@ -62,7 +64,7 @@ def explorer() -> None:
     type=click.FloatRange(0.1, 3600), help="Seconds between polls.",
 )  # fmt: skip
 @click.option(
-    "--ready-file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+    "--ready-file", default=None, type=AbsolutePath(dir_okay=False),
     envvar="EXPLORER_READY_FILE", help="Write the page's URL here once it listens.",
 )  # fmt: skip
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
@@ -91,6 +93,8 @@ def serve_cmd(
         stream=sys.stderr,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll is noise
+    if "://" not in database:
+        database = str(absolute(database))  # a bare path: a SQLite file, named absolutely
     from psyche.explorer.serve import ExplorerSettings, serve
 
     if rpc and ws_rpc is None:

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
+from psyche.cli.paths import AbsolutePath
 
 if TYPE_CHECKING:
     from psyche.testnet.base import LocalTestnet
@@ -58,7 +59,7 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
             default=str(default_config),
             show_default=True,
             envvar="CONFIG_PATH",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=AbsolutePath(file_okay=False),
             help="Directory with state.toml (and data.toml for a Server data location).",
         ),
         click.option("--random-kill-num", default=0, show_default=True, envvar="RANDOM_KILL_NUM"),
@@ -82,14 +83,14 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
         click.option(
             "--summary",
             default=None,
-            type=click.Path(dir_okay=False, path_type=Path),
+            type=AbsolutePath(dir_okay=False),
             envvar="SUMMARY_PATH",
             help="Summary JSON path (PNG written beside it).",
         ),
         click.option(
             "--out",
             default=None,
-            type=click.Path(file_okay=False, path_type=Path),
+            type=AbsolutePath(file_okay=False),
             envvar="TESTNET_OUT",
             help="Logs, keys and events (default runs/<run>-testnet).",
         ),
@@ -133,7 +134,7 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
         click.option(
             "--write-distro-data",
             default=None,
-            type=click.Path(file_okay=False, path_type=Path),
+            type=AbsolutePath(file_okay=False),
             help="Each client writes every payload to <dir>/<client>/.",
         ),
     ]

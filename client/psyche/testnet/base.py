@@ -78,6 +78,18 @@ class NetOptions:
     """``--first-client-checkpoint``: the Hub repo the run's model is loaded from (replaces the
     config's checkpoint; see :func:`psyche.testnet.inputs.state_with_checkpoint`)."""
 
+    def __post_init__(self) -> None:
+        # Every path is absolute from here on (the CLI parses them so already): the children
+        # get these paths, and one may run in another working directory (issue 37).
+        for name in PATH_OPTIONS:
+            value = getattr(self, name)
+            if value is not None and not value.is_absolute():
+                object.__setattr__(self, name, Path(os.path.abspath(value)))
+
+
+PATH_OPTIONS = ("config_path", "out_dir", "summary_path", "checkpoint_dir", "write_distro_data")
+"""The :class:`NetOptions` fields that are paths."""
+
 
 @dataclass
 class Proc:

@@ -158,7 +158,8 @@ class Testnet(LocalTestnet):
 def make_testnet(options: TestnetOptions, log: Callable[[str], None] = print) -> Testnet:
     state = options.config_path / "state.toml"
     run = load_run_config(state, require_run_id=True)
-    out = options.out_dir or Path("runs") / f"{run.run_id}-testnet"
+    # The default, like every path the launcher hands its children, is absolute.
+    out = options.out_dir or Path.cwd() / "runs" / f"{run.run_id}-testnet"
     for sub in ("logs", "events", "keys"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     for old in [*(out / "events").glob("*.jsonl"), out / "server-events.jsonl"]:

@@ -213,7 +213,6 @@ class SolanaTestnet(LocalTestnet):
                 list(argv),
                 capture_output=True,
                 env=container_env(env or {}),
-                cwd=self.keys,
                 timeout=120,
             )
         except subprocess.TimeoutExpired:
@@ -260,15 +259,18 @@ class SolanaTestnet(LocalTestnet):
         create = scripts / "join-authorization-create.sh"
         self.setup(
             f"join-authorization-create.sh (grantor {grantor} → grantee {grantee})",
-            ["sh", str(create), self.rpc_url, "grantor.json", str(grantee)],
+            ["sh", str(create), self.rpc_url, str(self.keys / "grantor.json"), str(grantee)],
             tools,
         )
-        delegates = sorted(p.name for p in self.keys.glob("delegate*.json"))
-        delegates += [f"joiner{i}.json" for i in range(1, o.joiners + 1)]
+        delegates = sorted(str(p) for p in self.keys.glob("delegate*.json"))
+        delegates += [str(self.keys / f"joiner{i}.json") for i in range(1, o.joiners + 1)]
         set_delegates = scripts / "join-authorization-set-delegates.sh"
         self.setup(
             f"join-authorization-set-delegates.sh ({len(delegates)} client wallets)",
-            ["sh", str(set_delegates), self.rpc_url, str(grantor), "grantee.json", *delegates],
+            [
+                *("sh", str(set_delegates), self.rpc_url, str(grantor)),
+                *(str(self.keys / "grantee.json"), *delegates),
+            ],
             tools,
         )
         rate = o.earning_rate
@@ -473,7 +475,8 @@ def make_solana_testnet(
             f"{options.config_path / 'state.toml'}: a Server data location needs a data server, "
             "and a Solana run has none; use Local token files (see config/tiny-solana)"
         )
-    out = options.out_dir or Path("runs") / f"{run_id}-testnet"
+    # The default, like every path the launcher hands its children, is absolute.
+    out = options.out_dir or Path.cwd() / "runs" / f"{run_id}-testnet"
     for sub in ("logs", "events", "keys", "env"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     for old in [*(out / "events").glob("*.jsonl"), out / "chain-events.jsonl"]:

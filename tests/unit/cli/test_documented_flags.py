@@ -39,7 +39,7 @@ TRAIN_FLAGS: list[tuple[list[str], str, Any]] = [
     (["--data-parallelism", "2"], "data_parallelism", 2),
     (["--tensor-parallelism", "4"], "tensor_parallelism", 4),
     (["--micro-batch-size", "8"], "micro_batch_size", 8),
-    (["--write-gradients-dir", "grads"], "write_gradients_dir", Path("grads")),
+    (["--write-gradients-dir", "grads"], "write_gradients_dir", Path("grads").absolute()),
     (["--eval-tasks", "hellaswag,arc_easy"], "eval_tasks", "hellaswag,arc_easy"),
     (["--eval-fewshot", "5"], "eval_fewshot", 5),
     (["--eval-seed", "7"], "eval_seed", 7),
@@ -50,7 +50,7 @@ TRAIN_FLAGS: list[tuple[list[str], str, Any]] = [
     (["--wandb-run", "r"], "wandb_run", "r"),
     (["--wandb-group", "g"], "wandb_group", "g"),
     (["--wandb-entity", "e"], "wandb_entity", "e"),
-    (["--write-log", "client.log"], "write_log", Path("client.log")),
+    (["--write-log", "client.log"], "write_log", Path("client.log").absolute()),
     (["--optim-stats-steps", "10"], "optim_stats_steps", 10),
     (["--grad-accum-in-fp32"], "grad_accum_in_fp32", True),
     (["--dummy-training-delay-secs", "3"], "dummy_training_delay_secs", 3.0),
@@ -211,8 +211,8 @@ def test_server_port_defaults_to_a_free_port(tmp_path: Path) -> None:
 
 TESTNET_FLAGS: list[tuple[list[str], str, Any]] = [
     (["--num-clients", "2"], "num_clients", 2),
-    (["--config-path", "cfg"], "config_path", Path("cfg")),
-    (["--write-distro-data", "distro"], "write_distro_data", Path("distro")),
+    (["--config-path", "cfg"], "config_path", Path("cfg").absolute()),
+    (["--write-distro-data", "distro"], "write_distro_data", Path("distro").absolute()),
     (["--tui", "false"], "tui", False),
     (["--random-kill-num", "1"], "random_kill_num", 1),
     (["--allowed-to-kill", "1,2"], "allowed_to_kill", "1,2"),
@@ -260,7 +260,7 @@ def test_training_flags_become_options() -> None:
     assert flags.daemon.optim_stats_steps == 4
     assert flags.daemon.training_delay_s == 1.5
     assert flags.daemon.max_concurrent_downloads == 3
-    assert flags.daemon.gradients_dir == Path("g")
+    assert flags.daemon.gradients_dir == Path("g").absolute()
     assert (flags.data_parallelism, flags.tensor_parallelism, flags.grad_accum_fp32) == (2, 2, True)
 
 

@@ -51,6 +51,7 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
     summary = tmp_path / "summary.json"
     write_synthetic_task(tmp_path / "task", docs=8, seed=0)
     net = tmp_path / "net"
+    # Every path relative to the folder it runs in, as a user there would type them (issue 37).
     cmd = [
         sys.executable,
         "-m",
@@ -58,13 +59,13 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
         "centralized-local-testnet",
         "start",
         "--config-path",
-        str(cfg),
+        "cfg",
         "--tui",
         "false",
         "--out",
-        str(net),
+        "net",
         "--summary",
-        str(summary),
+        "summary.json",
         "--timeout",
         "400",
         "--wandb-project",
@@ -72,12 +73,12 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
         "--wandb-group",
         "ci",
         "--eval-tasks",
-        str(tmp_path / "task"),
+        "task",
         "--write-log",
         "--optim-stats",
         "3",
         "--write-distro-data",
-        str(tmp_path / "distro"),
+        "distro",
         "--log",
         "warn,psyche.status=info",
         # The explorer's browser checks ride on this run (tests/e2e/explorer_browser.py).
@@ -92,7 +93,9 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
         WANDB_CACHE_DIR=str(wandb_home / "cache"),
         WANDB_DATA_DIR=str(wandb_home / "data"),
     )
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=tmp_path
+    )
     reap_children.append(proc)
     with BrowserWatch(net, "tiny", "centralized") as browser:
         out, _ = proc.communicate(timeout=450)

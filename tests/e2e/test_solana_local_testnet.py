@@ -68,12 +68,19 @@ def solana_config(
 def run_solana_testnet(cfg: Path, out: Path, summary: Path, *extra: str) -> tuple[int, str]:
     """``psyche-solana-local-testnet start`` with 3 clients for one epoch (plus ``extra``
     flags); its exit code and output. It runs in its own session, so whatever happens the
-    launcher and every process it started are stopped."""
+    launcher and every process it started are stopped. It runs in ``out``'s parent folder and
+    is given every path relative to it, as a user in that folder would type them (issue 37: the
+    run creator's steps once read key paths against another working directory)."""
+    cwd = out.parent
+
+    def rel(path: Path) -> str:
+        return os.path.relpath(path, cwd)
+
     cmd = [
         str(Path(sys.executable).parent / "psyche-solana-local-testnet"),
         "start",
         "--config-path",
-        str(cfg),
+        rel(cfg),
         "--num-clients",
         "3",
         "--epochs",
@@ -81,16 +88,16 @@ def run_solana_testnet(cfg: Path, out: Path, summary: Path, *extra: str) -> tupl
         "--tui",
         "false",
         "--out",
-        str(out),
+        rel(out),
         "--summary",
-        str(summary),
+        rel(summary),
         "--timeout",
         "420",
         *extra,
     ]
     started = time.monotonic()
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
     )
     try:
         output, _ = proc.communicate(timeout=480)

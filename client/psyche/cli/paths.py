@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-__all__ = ["AbsolutePath", "absolute"]
+__all__ = ["AbsolutePath", "absolute", "absolute_entries"]
 
 
 def absolute(path: str | os.PathLike[str]) -> Path:
@@ -37,3 +37,12 @@ class AbsolutePath(click.Path):
         if checked == "-" or checked == b"-":
             return checked  # click's stdin/stdout marker
         return absolute(checked)
+
+
+def absolute_entries(value: str | None) -> str | None:
+    """A comma-separated list of names and paths (``--eval-tasks``) with each entry that names
+    an existing file or folder made absolute; names (``hellaswag``) stay as they are."""
+    if not value:
+        return value
+    entries = [e.strip() for e in value.split(",")]
+    return ",".join(str(absolute(e)) if e and os.path.exists(e) else e for e in entries)

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
-from psyche.cli.paths import AbsolutePath
+from psyche.cli.paths import AbsolutePath, absolute_entries
 
 if TYPE_CHECKING:
     from psyche.testnet.base import LocalTestnet
@@ -180,7 +180,7 @@ def net_options(kw: dict[str, Any]) -> dict[str, Any]:
         "wandb_project": kw.pop("wandb_project"),
         "wandb_group": kw.pop("wandb_group"),
         "wandb_entity": kw.pop("wandb_entity"),
-        "eval_tasks": kw.pop("eval_tasks"),
+        "eval_tasks": absolute_entries(kw.pop("eval_tasks")),
         "optim_stats": kw.pop("optim_stats"),
         "write_distro_data": kw.pop("write_distro_data"),
         "explorer_port": kw.pop("explorer"),

@@ -1,0 +1,162 @@
+"""The README's and docs/'s commands, run verbatim from a fresh copy of the repository (issue 37).
+
+The scenes run in the order the documentation reads, in one fresh copy (``fresh_copy``: what
+git tracks, no ``.venv``, ``target/`` or ``runs/``), so a later scene finds what the reader's
+earlier commands made (``bash scripts/run.sh`` installs ``.venv`` and makes ``runs/tiny``). Each
+command is checked for its exit code and one line of its output; one that keeps running (a
+server, a client) is checked for a line, then stopped as its user would stop it and checked for
+the clean exit the README's Troubleshooting promises (143 on SIGTERM). No flag is added to any
+command: each testnet here is already one epoch. What the catalog lists as needing what this
+machine lacks is in ``catalog.CANNOT_RUN_HERE`` with its reason.
+
+The default output folders (``runs/<run>-testnet`` under the folder the launcher starts in) are
+checked here; relative ones by the e2e testnet tests, which run in their temporary folder with
+every path relative.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .shell import Shell
+
+pytestmark = pytest.mark.slow
+
+ShellFor = Callable[[str], Shell]
+DONE = r"^done: 1 epoch\(s\), \d+ rounds, .*weights identical after every apply: True"
+CLEAN_STOP = "shut down cleanly"
+
+
+def identical_weights(summary: Path) -> None:
+    s = json.loads(summary.read_text())
+    assert s["epochs_completed"] >= 1, s["epochs"]
+    assert all(len(set(r["model_hash"].values())) <= 1 for r in s["rounds"]), s["rounds"]
+    assert summary.with_suffix(".png").stat().st_size > 1000
+
+
+def test_quick_start(shell_for: ShellFor, fresh_copy: Path) -> None:
+    """README "Quick start": install and a centralized run, then the Solana one, whose programs
+    the fresh copy lacks (built first, with a progress line). ``bash scripts/test.sh`` is CI."""
+    sh = shell_for("quick start")
+    out = sh.run("bash scripts/run.sh", DONE, timeout=420)
+    assert "explorer: http://127.0.0.1:8080/" in out
+    identical_weights(fresh_copy / "runs" / "tiny-testnet" / "summary.json")
+    assert not (fresh_copy / "target" / "deploy").exists()
+    out = sh.run("bash scripts/solana-testnet.sh", DONE, timeout=600)
+    assert "[solana-testnet] building the SBF programs" in out
+    assert "[build-sbf] done in" in out
+    identical_weights(fresh_copy / "runs" / "tiny-solana-testnet" / "summary.json")
+    sh.ran_all()
+
+
+def test_pieces_by_hand(shell_for: ShellFor, fresh_copy: Path) -> None:
+    """README "Running the pieces by hand": the server and two clients that join it (config/tiny
+    needs three to start, so both wait in WaitingForMembers and are stopped), then the model,
+    data and eval commands."""
+    sh = shell_for("pieces by hand")
+    cmds = iter(sh_texts("pieces by hand"))
+    sh.run(next(cmds), r"data server")
+    server, _ = sh.start(next(cmds), r"run 'tiny': listening on .*:20000")
+    sh.run(next(cmds), None)
+    assert (fresh_copy / "client1.key").stat().st_size == 32
+    client1, _ = sh.start(next(cmds), r"joining run 'tiny' at 127\.0\.0\.1:20000", timeout=180)
+    sh.run(next(cmds), r"^12D3Koo\w+$")
+    sh.run(next(cmds), r"wrote runs/evals/alphabet/validation\.jsonl")
+    client2, _ = sh.start(next(cmds), r"joining run 'tiny' at 127\.0\.0\.1:20000", timeout=180)
+    client1.stop(signal.SIGTERM, 143, CLEAN_STOP)
+    client2.stop(signal.SIGTERM, 143, CLEAN_STOP)
+    assert (fresh_copy / "runs" / "client.log").stat().st_size > 0
+    server.stop(signal.SIGTERM, 143)
+    sh.run(next(cmds), r"wrote tiny Llama")
+    sh.run(next(cmds), r"wrote \d+ documents")
+    sh.run(next(cmds), r"\d+ samples of 64")
+    serve, _ = sh.start(next(cmds), r"serving \d+ samples of 64 tokens")
+    serve.stop(signal.SIGTERM, 0)
+    sh.run(next(cmds), r"alphabet")
+    sh.run(next(cmds), r"summary", timeout=420)
+    sh.ran_all()
+
+
+def test_solana_local_testnet(shell_for: ShellFor, fresh_copy: Path) -> None:
+    """README "Solana local testnet" and docs/explorer.md: the default output folder."""
+    sh = shell_for("solana local testnet")
+    cmds = iter(sh_texts("solana local testnet"))
+    sh.run(next(cmds), DONE, timeout=420)
+    identical_weights(fresh_copy / "runs" / "tiny-solana-testnet" / "summary.json")
+    out = sh.run(next(cmds), DONE, timeout=420)
+    assert "explorer: http://127.0.0.1:8081/" in out
+    assert (fresh_copy / "runs" / "tiny-solana-testnet" / "explorer.sqlite").is_file()
+    sh.ran_all()
+
+
+def test_just_recipes(shell_for: ShellFor, fresh_copy: Path) -> None:
+    """README "`just` recipes": the centralized testnet, then the localnet run with one client of
+    its own and a joiner started by hand with the line the launcher printed; both stop by
+    themselves when the run finishes. docs/explorer.md's cost command follows that run."""
+    sh = shell_for("just recipes")
+    cmds = iter(sh_texts("just recipes"))
+    sh.run(next(cmds), r"Available recipes")
+    sh.run(next(cmds), DONE, timeout=420)
+    launcher, m = sh.start(
+        next(cmds),
+        r"joiner 1: RPC=http://127\.0\.0\.1:8899 WALLET_FILE=(\S+) AUTHORIZER=(\w+) just",
+        timeout=180,
+    )
+    assert Path(m.group(1)).resolve() == (fresh_copy / "runs/try-testnet/keys/joiner1.json")
+    joiner, _ = sh.start(next(cmds), r"joining|join", env={"GRANTEE": m.group(2)}, timeout=120)
+    sh.run(next(cmds), r'"calls_solana"', timeout=120)
+    launcher.finish(300, 0, DONE)
+    joiner.finish(120, 0)
+    sh.run(next(cmds), r"unchanged|formatted", timeout=120)
+    sh.ran_all()
+
+
+def test_explorer_and_local_svm(shell_for: ShellFor, fresh_copy: Path, tmp_path: Path) -> None:
+    """docs/explorer.md by hand (a centralized server with ``--status-port 20002``, its database
+    the default ``explorer.sqlite`` of the folder it starts in), docs/localsvm.md's four ways to
+    start the SVM, and docs/docker.md's one command that needs no Docker daemon."""
+    import subprocess
+
+    sh = shell_for("explorer and local SVM")
+    cmds = iter(sh_texts("explorer and local SVM"))
+    server = subprocess.Popen(
+        [str(fresh_copy / ".venv/bin/psyche-centralized-server"), "run", "--state",
+         "config/tiny/state.toml", "--data-config", "config/tiny/data.toml", "--server-port",
+         "0", "--status-port", "20002", "--tui", "false"],
+        cwd=fresh_copy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        explorer, _ = sh.start(next(cmds), r"http://127\.0\.0\.1:8080", timeout=120)
+        explorer.stop(signal.SIGTERM, 0)
+        assert (fresh_copy / "explorer.sqlite").is_file()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    sh.run(next(cmds), r'"database_solana"', timeout=180)
+    from solders.keypair import Keypair
+
+    pubkey = str(Keypair().pubkey())
+    ids = {
+        "PUBKEY": pubkey,
+        "PROGRAM_ID": "9jg3qZJhRk3LRFtgFPCKAm9ZnGcYqG2cLPny5681vyff",
+    }
+    for n in range(4):
+        svm, _ = sh.start(next(cmds), r"RPC URL: http://127\.0\.0\.1:\d+", env=ids, timeout=120)
+        svm.stop(signal.SIGTERM, 0)
+        if n == 1:
+            ready = json.loads(Path("/tmp/svm.json").read_text())
+            assert ready["rpc"].startswith("http://127.0.0.1:")
+    sh.run(next(cmds), None)
+    assert (fresh_copy / ".env").read_text() == (fresh_copy / ".env.example").read_text()
+    sh.ran_all()
+
+
+def sh_texts(scene: str) -> list[str]:
+    from .catalog import SCENES
+
+    return list(SCENES[scene])

@@ -32,6 +32,7 @@ from psyche.daemon.rounds import (
     RoundState,
     copied_from,
     decode_verified,
+    result_sketch,
 )
 from psyche.events import DownloadEvent
 from psyche.p2p.messages import Finished, ModelAvailable, TrainingResult, open_announcement
@@ -205,19 +206,21 @@ class GossipRouter:
             detail = f"batch {res.batch} of step {state.step}"
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return
-        fingerprint = kit.format.fingerprint(decoded)
+        # Sketched once here, looked up once against the held results' index (O(1) whatever
+        # the round's size; psyche.distro.copy_index).
+        sk = result_sketch(decoded, kit.format)
         recent = [s for s in view.rounds.values() if state.height - 1 <= s.height <= state.height]
         # At LR 0 (a cold-start epoch's first round) every residual is empty, so honest results
         # are alike: nothing is checked for copies then.
         zero_lr = state.lrs.lr == 0
-        original = None if zero_lr else copied_from(fingerprint, recent, decoded, kit.format)
+        original = None if zero_lr else copied_from(sk, recent, decoded, kit.format)
         if original is not None:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
             # docs/protocol.md, "Threat model and result verification".
             detail = f"batch {res.batch} of step {state.step} repeats batch {original.batch}"
             self.parts.rejections.record(Rejection.copy_payload, peer, detail)
             return
-        state.results[res.batch] = dataclasses.replace(full, fingerprint=fingerprint)
+        state.hold(dataclasses.replace(full, fingerprint=sk.fingerprint), sk)
         write_gradient(self.parts, state.step, res.batch, res.trainer.p2p_identity, data)
         self.parts.wake()
 

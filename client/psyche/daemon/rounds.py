@@ -20,6 +20,7 @@ from psyche.coordinator.consensus import (
     trainer_healthy,
 )
 from psyche.distro import Payload, PayloadError
+from psyche.distro.copy_index import COUNTS, CopyIndex, CopySketch, sketch
 from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import ResultFormat, distro_fingerprint
 from psyche.protocol.bloom import Bloom
@@ -70,6 +71,15 @@ class RoundState:
     judgement: Judgement | None = None
     """As a verifier of this round: the previous round's sampled results and the gradients
     recomputed for them, until the witness carries the verdict (``psyche.daemon.verifying``)."""
+    copies: CopyIndex[ReceivedResult] = field(default_factory=CopyIndex, compare=False, repr=False)
+    """The sketches of the verified results held (:meth:`hold`), for the copy check."""
+
+    def hold(self, result: ReceivedResult, sk: CopySketch) -> None:
+        """Keep a verified ``result`` (its fingerprint set) whose copy-check sketch is ``sk``
+        (:func:`result_sketch`): later results of this round and the next are checked against
+        it (:func:`copied_from`)."""
+        self.results[result.batch] = result
+        self.copies.add(result, sk)
 
     def batch_of(self, trainer: NodeIdentity) -> BatchId | None:
         for batch, who in self.assignment.items():
@@ -178,18 +188,56 @@ def result_fingerprint(payload: Payload) -> bytes:
     return distro_fingerprint(payload)
 
 
+def result_sketch(decoded: Any, fmt: ResultFormat, salt: int | None = None) -> CopySketch:
+    """The copy check's sketch of a decoded result, made once when it arrives
+    (``psyche.distro.copy_index``); its ``fingerprint`` is ``fmt.fingerprint(decoded)``."""
+    return sketch(fmt.fingerprint(decoded), fmt.copy_keys(decoded), salt)
+
+
 def copied_from(
+    sk: CopySketch,
+    rounds: Iterable[RoundState],
+    payload: Any | None = None,
+    fmt: ResultFormat | None = None,
+) -> ReceivedResult | None:
+    """A verified result held in ``rounds`` (this round and the previous one) whose content
+    repeats the result sketched by ``sk``: an honest trainer subtracts what it sent from its
+    residual, so no two honest results (nor one trainer's two rounds) carry the same content.
+    Given the decoded ``payload`` and the run's format ``fmt``, also one that ``payload`` nearly
+    duplicates (for DisTrO ``psyche.distro.overlap.near_duplicate``: a copy with a few
+    coefficients changed).
+
+    The rounds' indexes (:attr:`RoundState.copies`) name the candidates in O(1) whatever the
+    number of held results; each candidate is then decoded and measured exactly, so the decision
+    is :func:`copied_from_reference`'s but for the probabilities in ``psyche.distro.copy_index``
+    (a copy at the threshold escapes with probability ≤ 1.7·10⁻⁷)."""
+    rounds = list(rounds)
+    COUNTS.checks += 1
+    for state in rounds:
+        for other in state.copies.exact(sk):
+            if state.results.get(other.batch) is other:
+                return other
+    if payload is None or fmt is None:
+        return None
+    for state in rounds:
+        for other in state.copies.near(sk):
+            if state.results.get(other.batch) is not other:
+                continue
+            COUNTS.confirmations += 1
+            held = decode_verified(other, state.step, fmt)
+            if held is not None and fmt.near_duplicate(payload, held):
+                return other
+    return None
+
+
+def copied_from_reference(
     fingerprint: bytes,
     rounds: Iterable[RoundState],
     payload: Any | None = None,
     fmt: ResultFormat | None = None,
 ) -> ReceivedResult | None:
-    """A verified result in ``rounds`` (this round and the previous one) whose content
-    ``fingerprint`` repeats: an honest trainer subtracts what it sent from its residual, so no two
-    honest results (nor one trainer's two rounds) carry the same content. Given the decoded
-    ``payload`` and the run's format ``fmt``, also one that ``payload`` nearly duplicates
-    (for DisTrO ``psyche.distro.overlap.near_duplicate``: a copy with a few coefficients
-    changed)."""
+    """REFERENCE ONLY, for the tests: the copy check as it was, comparing with every held result
+    (O(K) decodes per result, O(K²) per round). :func:`copied_from` must agree with it."""
     rounds = list(rounds)
     for state in rounds:
         for other in state.results.values():

@@ -27,6 +27,7 @@ from psyche.daemon.rounds import (
     ReceivedResult,
     RoundState,
     consensus_results_missing,
+    result_sketch,
     results_to_apply,
 )
 from psyche.daemon.verifying import judge_previous
@@ -213,10 +214,8 @@ class TrainingStep:
         blob = parts.transport.serve(out.payload)
         commitment = make_commitment(parts.key, digest)
         # Its fingerprint lets this client refuse a peer's copy of it (docs/protocol.md).
-        fingerprint = kit.format.fingerprint(kit.format.decode(out.payload))
-        state.results[batch] = ReceivedResult(
-            parts.identity, batch, digest, out.payload, fingerprint
-        )
+        sk = result_sketch(kit.format.decode(out.payload), kit.format)
+        state.hold(ReceivedResult(parts.identity, batch, digest, out.payload, sk.fingerprint), sk)
         ann = TrainingResult(
             step=state.step,
             batch_start=batch.start,

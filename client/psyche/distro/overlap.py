@@ -33,8 +33,9 @@ REPEAT_MIN_TILES = 4
 weights, one tile of a small matrix) honest results repeat their few coefficients by chance."""
 
 
-def _keys(idx: torch.Tensor, val: torch.Tensor, totalk: int) -> torch.Tensor:
-    """One int64 per chosen coefficient: tile number, index and sign together."""
+def signed_keys(idx: torch.Tensor, val: torch.Tensor, totalk: int) -> torch.Tensor:
+    """One int64 per chosen coefficient of one tensor: tile number, index and sign together
+    (also what ``psyche.distro.copy_index`` sketches)."""
     flat_idx = idx.reshape(-1, idx.shape[-1]).long()
     tile = torch.arange(flat_idx.shape[0], dtype=torch.int64).unsqueeze(-1)
     positive = (val.reshape(flat_idx.shape) > 0).long()
@@ -49,8 +50,8 @@ def tensor_overlaps(a: Payload, b: Payload) -> tuple[float, ...]:
         if ra.idx.shape != rb.idx.shape or ra.totalk != rb.totalk:
             out.append(0.0)
             continue
-        ka = _keys(ra.idx, ra.val, ra.totalk)
-        kb = _keys(rb.idx, rb.val, rb.totalk)
+        ka = signed_keys(ra.idx, ra.val, ra.totalk)
+        kb = signed_keys(rb.idx, rb.val, rb.totalk)
         out.append(float(torch.isin(ka, kb).sum()) / max(1, ka.numel()))
     return tuple(out)
 

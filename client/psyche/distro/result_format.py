@@ -3,7 +3,8 @@
 A client downloads, checks and applies its peers' results without caring whether they are DisTrO
 payloads or SparseLoCo ones; it needs only: the exact size bound to download against, a strict
 decoder, the content fingerprint the copy check compares (what a result says, without its header,
-so a replayed or relabelled copy has its original's fingerprint), and the near-duplicate test.
+so a replayed or relabelled copy has its original's fingerprint), the near-duplicate test, and
+the keys the copy check's sketch is made of (``psyche.distro.copy_index``).
 :class:`DistroFormat` and :class:`SparseLoCoFormat` are the two answers (docs/distro.md).
 """
 
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
+from psyche.distro.copy_index import CopyKeys, distro_keys
 from psyche.distro.overlap import near_duplicate
 from psyche.distro.payload import Payload, PayloadSpec, decode_payload
 from psyche.distro.sparseloco_payload import SparseLoCoPayload, SparseLoCoSettings
@@ -50,6 +52,11 @@ class ResultFormat(Protocol):
         """Whether ``a`` is refused as a copy of ``b`` with a few entries changed."""
         ...
 
+    def copy_keys(self, decoded: Any) -> CopyKeys | None:
+        """The keys ``near_duplicate`` compares, for the copy check's sketch; None when
+        ``near_duplicate`` is never true (only exact copies are refused)."""
+        ...
+
 
 def distro_fingerprint(payload: Payload) -> bytes:
     """Every tensor's indices and value signs (docs/protocol.md, "Threat model and result
@@ -79,6 +86,9 @@ class DistroFormat:
 
     def near_duplicate(self, a: Payload, b: Payload) -> bool:
         return near_duplicate(a, b)
+
+    def copy_keys(self, decoded: Payload) -> CopyKeys:
+        return distro_keys(decoded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,3 +125,6 @@ class SparseLoCoFormat:
         # The near-duplicate measure is defined on DisTrO's DCT coefficients; for SparseLoCo
         # only exact copies (equal fingerprints) are refused (docs/distro.md, "SparseLoCo").
         return False
+
+    def copy_keys(self, decoded: SparseLoCoPayload) -> None:
+        return None

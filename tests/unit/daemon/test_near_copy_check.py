@@ -12,7 +12,6 @@ from psyche.daemon.rounds import (
     ReceivedResult,
     RoundLRs,
     RoundState,
-    copied_from,
     result_fingerprint,
 )
 from psyche.distro import Distro, DistroConfig, DistroResult, Payload, encode_payload
@@ -22,6 +21,7 @@ from psyche.protocol.data_selection import BatchId
 from psyche.training import init_model, llama_config
 
 from ..training.helpers import TINY, batch_of
+from .copy_helpers import copied, hold
 
 LRS = RoundLRs(lr=1e-3, prev_lr=1e-3, zero_optim=False)
 """Any positive LRs: these tests do not depend on their value."""
@@ -48,10 +48,10 @@ def test_near_duplicates_are_refused_and_honest_results_are_not() -> None:
         digest = payload_hash(state.step, b.start, b.end, data)
         fp = result_fingerprint(p)
         if i == 0:  # the first is held; the second arrives
-            state.results[b] = ReceivedResult(sim_identity(i), b, digest, data, fp)
+            hold(state, ReceivedResult(sim_identity(i), b, digest, data, fp), p, DistroFormat(spec))
         sent.append(p)
     honest = sent[1]
-    assert copied_from(result_fingerprint(honest), [state], honest, DistroFormat(spec)) is None
+    assert copied(result_fingerprint(honest), [state], honest, DistroFormat(spec)) is None
     # A copy of the held result with one sign flipped in every tensor: another fingerprint.
     res = []
     for r in sent[0].results:
@@ -61,6 +61,6 @@ def test_near_duplicates_are_refused_and_honest_results_are_not() -> None:
     near = dataclasses.replace(sent[0], results=tuple(res), batch_start=4, batch_end=7)
     fp = result_fingerprint(near)
     assert fp != result_fingerprint(sent[0])
-    assert copied_from(fp, [state]) is None  # the exact check alone misses it
-    found = copied_from(fp, [state], near, DistroFormat(spec))
+    assert copied(fp, [state]) is None  # the exact check alone misses it
+    found = copied(fp, [state], near, DistroFormat(spec))
     assert found is not None and found.trainer == sim_identity(0)

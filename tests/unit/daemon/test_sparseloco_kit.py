@@ -13,7 +13,7 @@ from psyche.checkpoint.manifest import SHARED_FILES
 from psyche.coordinator.scripted_clients import sim_identity
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.loader import _load_optimizer_state
-from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState, copied_from, decode_verified
+from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState, decode_verified
 from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.protocol.data_selection import BatchId
@@ -25,6 +25,7 @@ from psyche.training.errors import ModelLoadError
 from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
 
 from ..training.helpers import TINY, batch_of
+from .copy_helpers import copied, hold
 
 CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny-sparseloco" / "state.toml"
 
@@ -68,11 +69,11 @@ def test_a_relabelled_copy_has_its_originals_fingerprint_and_is_refused() -> Non
         trains=True,
         assignment={batch: sim_identity(0)},
         lrs=RoundLRs(lr=4e-3, prev_lr=4e-3, zero_optim=False),
-        results={batch: held},
     )
-    found = copied_from(fmt.fingerprint(relabelled), [state], relabelled, fmt)
+    hold(state, held, original, fmt)
+    found = copied(fmt.fingerprint(relabelled), [state], relabelled, fmt)
     assert found is held
-    assert copied_from(fmt.fingerprint(fmt.decode(b)), [state], fmt.decode(b), fmt) is None
+    assert copied(fmt.fingerprint(fmt.decode(b)), [state], fmt.decode(b), fmt) is None
     # A result must match its commitment and decode strictly under the run's format.
     assert decode_verified(held, 3, fmt) is not None
     assert decode_verified(dataclasses.replace(held, payload=a[:-1]), 3, fmt) is None

@@ -1,0 +1,280 @@
+"""The copy check at a cost per result that does not grow with the round: a sketch of each result,
+made once when it arrives, and an index of the held results' sketches.
+
+See docs/protocol.md, "Threat model and result verification" (copy checks). The decision rule is
+unchanged: a result is refused when its content fingerprint equals a held result's, or when
+``psyche.distro.overlap.near_duplicate`` holds against one (signed overlap ``|A ∩ B| / |A|`` at
+least ``NEAR_DUPLICATE`` = 0.75, or a tensor of at least ``REPEAT_MIN_TILES`` tiles repeated
+exactly). Comparing a download with every held result made a client's round O(K²) for K
+results (issue 38); the index instead names the few held results that can meet the rule, and only
+those are decoded and measured exactly.
+
+What a sketch holds (:func:`sketch`), from the result's keys — one per chosen coefficient,
+(tensor, tile, index, sign), as the overlap counts them:
+
+- the **fingerprint**, looked up in a dict: exact copies, found with certainty;
+- per tensor of at least ``REPEAT_MIN_TILES`` tiles, an order-free **hash of its key set**, looked
+  up in a dict: a repeated tensor is found with certainty. (Under a run's format every tensor has
+  its fixed ``tiles · k`` coefficients, distinct within a tile — the decoder refuses anything
+  else — so "all of A's keys of the tensor are B's" is "the two key sets are equal".)
+- ``BINS`` = ``BANDS`` × ``ROWS`` = 204 × 5 = 1020 **MinHash** values (one-permutation hashing:
+  keys hashed once per pass into ``B`` bins, ``B`` such that a bin gets ``FILL`` = 8 keys on
+  average, as many passes as make 1020 bins; a bin is then empty with probability at most
+  e⁻⁸ = 3.4·10⁻⁴), and the **LSH band keys**: one per band of 5 bins, looked up in a dict of
+  buckets.
+
+Two bins agree with probability J · P(bin not empty), J the Jaccard similarity ``|A∩B|/|A∪B|``.
+For two results of one format (equal sizes) a signed overlap o is J = o / (2 − o), so the
+threshold 0.75 is J = 0.6 (the overlap is asymmetric only when sizes differ, which a run's format
+rules out). Treating bins as independent:
+
+- a pair at overlap 0.75 shares no band with probability (1 − (0.6 · (1 − e⁻⁸))⁵)²⁰⁴ ≤ 7.0·10⁻⁸;
+- a band candidate must then agree in at least ``AGREE_MIN`` = 530 of the 1020 bins (J ≈ 0.52)
+  before it is measured exactly; a pair at 0.75 falls short with probability ≤ 9.2·10⁻⁸ (binomial
+  tail at p = 0.6). So a copy at the threshold escapes the sketch with probability ≤ 1.7·10⁻⁷, and
+  one further above it with less;
+- honest pairs become band candidates with probability 8.2·10⁻⁵ at overlap 0.1 (what different
+  trainers share once training has moved), 3.4·10⁻³ at 0.2 and 3.4·10⁻² at 0.3; at overlap 0.64
+  (honest results of a first round trained from one shared model) with probability 0.99, but
+  such a pair passes the bin count with probability 9.6·10⁻⁴, so it is hardly ever decoded. In
+  that round a download costs one vectorised comparison of 1020 values per held result.
+
+Per held result the index keeps the 1020 values (8 KiB), 204 band entries and one entry per large
+tensor, about 19 KB in all (measured with tracemalloc) — not the decoded payload: a candidate is
+decoded again from its bytes, which the round holds anyway. Making a sketch costs about
+``max(N, 8 · 1020)`` hashes for N keys (0.7 ms for the tiny model's 296 keys, 0.2 s for 2·10⁶).
+
+The hashes are keyed by ``SALT``, drawn at random once per process and never sent: a free rider
+who knew which coefficients decide the bins could change just those and escape with a copy.
+Decisions stay those of the exact rule; the sketch only decides what is measured.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from psyche.distro.overlap import REPEAT_MIN_TILES, signed_keys
+from psyche.distro.payload import Payload
+
+__all__ = [
+    "AGREE_MIN",
+    "BANDS",
+    "BINS",
+    "COUNTS",
+    "ROWS",
+    "CopyCounts",
+    "CopyIndex",
+    "CopyKeys",
+    "CopySketch",
+    "distro_keys",
+    "jaccard_at",
+    "sketch",
+]
+
+ROWS = 5
+"""MinHash values per LSH band."""
+BANDS = 204
+"""LSH bands: a held result is a candidate when one band of its values equals the new one's."""
+BINS = ROWS * BANDS
+"""MinHash values per sketch."""
+FILL = 8
+"""Keys per bin on average at least, so that a bin is empty with probability at most e⁻⁸."""
+AGREE_MIN = 530
+"""Of the ``BINS`` values, how many a band candidate must share before it is measured exactly:
+a pair at the threshold (J = 0.6) shares fewer with probability ≤ 9.2·10⁻⁸."""
+
+SALT = secrets.randbits(64)
+"""This process's secret hash key (see the module docstring)."""
+
+EMPTY = np.uint64(2**64 - 1)
+"""An empty bin's value."""
+
+U64 = npt.NDArray[np.uint64]
+_G = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: U64) -> U64:
+    """splitmix64's finaliser, elementwise (wrapping uint64 arithmetic)."""
+    z = x + _G
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def _mixed(*values: int) -> U64:
+    """One uint64 per value, each hashed: the per-tensor, per-pass and per-band constants."""
+    return _mix(np.array([v % 2**64 for v in values], dtype=np.uint64))
+
+
+def jaccard_at(overlap: float) -> float:
+    """The Jaccard similarity of two equal-sized sets whose overlap ``|A∩B| / |A|`` is
+    ``overlap``."""
+    return overlap / (2.0 - overlap)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyKeys:
+    """What the near-duplicate rule compares, per tensor: its chosen coefficients as int64 keys
+    (``psyche.distro.overlap.signed_keys``), and whether it is large enough for the exact-repeat
+    rule."""
+
+    tensors: tuple[npt.NDArray[np.int64], ...]
+    repeatable: tuple[bool, ...]
+
+
+def distro_keys(payload: Payload) -> CopyKeys:
+    """A DisTrO payload's keys."""
+    tensors = tuple(signed_keys(r.idx, r.val, r.totalk).numpy() for r in payload.results)
+    repeatable = tuple(r.idx.numel() // max(1, r.k) >= REPEAT_MIN_TILES for r in payload.results)
+    return CopyKeys(tensors, repeatable)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CopySketch:
+    """What the copy check keeps of one result (see the module docstring)."""
+
+    fingerprint: bytes
+    scheme: tuple[int, int] = (0, 0)
+    """(salt, number of keys): sketches of another scheme are never compared by their bins."""
+    bins: U64 | None = None
+    """``BINS`` MinHash values (``EMPTY`` for an empty bin); None for a format without a
+    near-duplicate rule."""
+    bands: tuple[int, ...] = ()
+    """The band keys of the bands without an empty bin."""
+    tensors: tuple[int, ...] = ()
+    """The key-set hash of each tensor the exact-repeat rule covers."""
+
+
+def _minhash(keys: U64, salt: int) -> U64:
+    """``BINS`` one-permutation MinHash values of ``keys`` (already hashed per tensor)."""
+    n = keys.size
+    per_pass = max(1, min(BINS, n // FILL))
+    passes = math.ceil(BINS / per_pass)
+    consts = _mixed(*(salt ^ (0x5EED << 20) ^ p for p in range(passes)))
+    h = _mix(keys[None, :] ^ consts[:, None])  # passes x n
+    local = ((h >> np.uint64(32)) * np.uint64(per_pass)) >> np.uint64(32)
+    slot = local.astype(np.int64) + (np.arange(passes, dtype=np.int64) * per_pass)[:, None]
+    out = np.full(passes * per_pass, EMPTY, dtype=np.uint64)
+    np.minimum.at(out, slot.reshape(-1), h.reshape(-1))
+    return out[:BINS]
+
+
+def _band_keys(bins: U64, salt: int, n: int) -> tuple[int, ...]:
+    rows = bins.reshape(BANDS, ROWS)
+    key = _mixed(*(salt ^ (n << 16) ^ j for j in range(BANDS)))
+    for i in range(ROWS):
+        key = _mix(key ^ rows[:, i])
+    full = ~(rows == EMPTY).any(axis=1)
+    return tuple(int(k) for k in key[full])
+
+
+def sketch(fingerprint: bytes, keys: CopyKeys | None, salt: int | None = None) -> CopySketch:
+    """The sketch of a result with content ``fingerprint`` and ``keys`` (None: a format whose
+    only copy rule is the fingerprint), under ``salt`` (default: this process's ``SALT``)."""
+    if keys is None:
+        return CopySketch(fingerprint)
+    salt = SALT if salt is None else salt
+    consts = _mixed(*(salt + 1 + n for n in range(len(keys.tensors))))
+    hashed = [_mix(k.astype(np.uint64) ^ c) for k, c in zip(keys.tensors, consts, strict=True)]
+    all_keys = np.concatenate(hashed) if hashed else np.zeros(0, dtype=np.uint64)
+    n = int(all_keys.size)
+    bins = _minhash(all_keys, salt)
+    tensors = tuple(
+        int(_mixed(int(np.sum(_mix(h), dtype=np.uint64)) ^ (h.size << 1) ^ salt)[0])
+        for h, big in zip(hashed, keys.repeatable, strict=True)
+        if big and h.size
+    )
+    return CopySketch(fingerprint, (salt, n), bins, _band_keys(bins, salt, n), tensors)
+
+
+@dataclass
+class CopyCounts:
+    """Work done by the copy check in this process, for tests and benchmarks."""
+
+    checks: int = 0
+    """Results checked (``psyche.daemon.rounds.copied_from`` calls)."""
+    band_candidates: int = 0
+    """Held results that shared an LSH band with a checked one."""
+    candidates: int = 0
+    """Held results handed back for the exact measure."""
+    confirmations: int = 0
+    """Exact measures taken (a held result decoded and compared)."""
+
+    def reset(self) -> None:
+        self.checks = self.band_candidates = self.candidates = self.confirmations = 0
+
+
+COUNTS = CopyCounts()
+"""This process's copy-check counts."""
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class CopyIndex(Generic[T]):
+    """The sketches of one round's held results, looked up in O(1) per result."""
+
+    entries: list[T] = field(default_factory=list)
+    """The held results, in the order they were added."""
+    _exact: dict[bytes, list[int]] = field(default_factory=dict)
+    _bands: dict[int, int] = field(default_factory=dict)
+    """Band key → the first entry with it (most buckets hold one); the rest in ``_more``."""
+    _more: dict[int, list[int]] = field(default_factory=dict)
+    _tensors: dict[int, list[int]] = field(default_factory=dict)
+    _schemes: list[tuple[int, int] | None] = field(default_factory=list)
+    _bins: U64 = field(default_factory=lambda: np.empty((0, BINS), dtype=np.uint64))
+
+    def add(self, entry: T, sk: CopySketch) -> None:
+        """Hold ``entry``, whose sketch is ``sk``."""
+        seq = len(self.entries)
+        self.entries.append(entry)
+        self._exact.setdefault(sk.fingerprint, []).append(seq)
+        for key in sk.bands:
+            if self._bands.setdefault(key, seq) != seq:
+                self._more.setdefault(key, []).append(seq)
+        for key in sk.tensors:
+            self._tensors.setdefault(key, []).append(seq)
+        self._schemes.append(sk.scheme if sk.bins is not None else None)
+        if seq >= self._bins.shape[0]:
+            grown = np.full((max(8, 2 * seq), BINS), EMPTY, dtype=np.uint64)
+            grown[:seq] = self._bins[:seq]
+            self._bins = grown
+        if sk.bins is not None:
+            self._bins[seq] = sk.bins
+
+    def exact(self, sk: CopySketch) -> list[T]:
+        """The held entries with ``sk``'s fingerprint, in the order they were added."""
+        return [self.entries[i] for i in self._exact.get(sk.fingerprint, ())]
+
+    def near(self, sk: CopySketch) -> list[T]:
+        """The held entries that may be near duplicates of ``sk``'s result, in the order they
+        were added: those sharing a large tensor's key set, and those sharing an LSH band and
+        at least ``AGREE_MIN`` bins. Every entry the exact rule accepts is among them, but for
+        the probabilities in the module docstring."""
+        found = set(_union(self._tensors, sk.tensors))
+        banded = {self._bands[k] for k in sk.bands if k in self._bands}
+        banded.update(_union(self._more, sk.bands))
+        banded -= found
+        COUNTS.band_candidates += len(banded)
+        if banded and sk.bins is not None:
+            same = [i for i in sorted(banded) if self._schemes[i] == sk.scheme]
+            if same:
+                rows = self._bins[np.array(same, dtype=np.int64)]
+                agree = ((rows == sk.bins) & (sk.bins != EMPTY)).sum(axis=1)
+                found.update(i for i, a in zip(same, agree.tolist(), strict=True) if a >= AGREE_MIN)
+        COUNTS.candidates += len(found)
+        return [self.entries[i] for i in sorted(found)]
+
+
+def _union(buckets: dict[int, list[int]], keys: Iterable[int]) -> Iterable[int]:
+    for key in keys:
+        yield from buckets.get(key, ())

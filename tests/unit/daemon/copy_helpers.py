@@ -1,0 +1,41 @@
+"""The copy check as the tests call it: the indexed check (``psyche.daemon.rounds.copied_from``)
+and the old compare-with-everything one (``copied_from_reference``) must give the same answer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psyche.daemon.rounds import (
+    ReceivedResult,
+    RoundState,
+    copied_from,
+    copied_from_reference,
+    result_sketch,
+)
+from psyche.distro.copy_index import CopySketch
+from psyche.distro.result_format import ResultFormat
+
+
+def hold(state: RoundState, res: ReceivedResult, decoded: Any, fmt: ResultFormat) -> None:
+    """Hold ``res`` in ``state`` as the daemon does: with the sketch of its decoded content."""
+    state.hold(res, result_sketch(decoded, fmt))
+
+
+def copied(
+    fingerprint: bytes,
+    states: Sequence[RoundState],
+    payload: Any | None = None,
+    fmt: ResultFormat | None = None,
+) -> ReceivedResult | None:
+    """What both checks find for a result of content ``fingerprint`` (and, given them, its
+    decoded ``payload`` under ``fmt``); they must agree."""
+    if payload is not None and fmt is not None:
+        sk = result_sketch(payload, fmt)
+        assert sk.fingerprint == fingerprint
+    else:
+        sk = CopySketch(fingerprint)
+    new = copied_from(sk, states, payload, fmt)
+    old = copied_from_reference(fingerprint, states, payload, fmt)
+    assert new is old, (new, old)
+    return new

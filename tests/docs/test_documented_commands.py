@@ -17,6 +17,7 @@ every path relative.
 from __future__ import annotations
 
 import json
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -108,10 +109,15 @@ def test_just_recipes(shell_for: ShellFor, fresh_copy: Path) -> None:
         timeout=180,
     )
     assert Path(m.group(1)).resolve() == (fresh_copy / "runs/try-testnet/keys/joiner1.json")
-    joiner, _ = sh.start(next(cmds), r"joining|join", env={"GRANTEE": m.group(2)}, timeout=120)
+    joiner, _ = sh.start(next(cmds), r"joined epoch 0", env={"GRANTEE": m.group(2)}, timeout=180)
     sh.run(next(cmds), r'"calls_solana"', timeout=120)
-    launcher.finish(300, 0, DONE)
-    joiner.finish(120, 0)
+    # The run needs both clients (init_min_clients = 2) and reaches its last step; the joiner
+    # trains its rounds, sees the run finish and stops by itself, with no error on the way.
+    out = launcher.finish(300, 0, DONE)
+    assert re.search(r"epoch 0 step +3 ", out), out[-3000:]
+    out = joiner.finish(120, 0, r"run 'try' finished")
+    assert re.search(r"step 1 . loss", out) and re.search(r"step 2 . loss", out), out[-3000:]
+    assert " ERROR " not in out and "Traceback" not in out, out[-3000:]
     sh.run(next(cmds), r"unchanged|formatted", timeout=120)
     sh.ran_all()
 

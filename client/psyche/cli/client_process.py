@@ -69,6 +69,9 @@ async def run_client(
     make_backend: Callable[[SecretKey], ClientBackend] | None = None,
 ) -> int:
     """``key`` and ``make_backend`` default to the key file and the centralized backend."""
+    # First: a SIGTERM while the metric sinks start (W&B takes seconds) is a clean stop too;
+    # the cancellation it asks for lands at the first await inside the ``try`` below.
+    terminated = _cancel_on_sigterm()
     key = key or secret_key_from_env_or_file(options.key_path, options.raw_key)
     me = key.node_identity()
     log.info("client %s joining run %r at %s", me.hex(), options.run_id, options.coordinator_addr)
@@ -81,7 +84,6 @@ async def run_client(
     flags = options.training
     events = EventLog(options.event_log, me.hex(), sinks=metric_sinks(options, me.hex()))
     kits: list[ModelKit] = []
-    terminated = _cancel_on_sigterm()
     try:
         try:
             parts = client_parts(

@@ -19,10 +19,11 @@ CMD = [sys.executable, "-m", "psyche.cli.main", "explorer", "serve"]
 
 
 def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
+    # Relative paths, against the folder it starts in (issue 37).
     ready = tmp_path / "url.txt"
-    args = ["--database", str(tmp_path / "db.sqlite"), "--port", "0", "--ready-file", str(ready)]
+    args = ["--database", "db.sqlite", "--port", "0", "--ready-file", "url.txt"]
     args += ["--centralized", "http://127.0.0.1:9", "--interval", "0.2"]
-    proc = subprocess.Popen([*CMD, *args], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([*CMD, *args], stderr=subprocess.PIPE, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 60
         while not (ready.exists() and ready.read_text().strip()):
@@ -41,6 +42,7 @@ def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
     assert sum("unavailable" in line for line in lines) == 1, lines
     assert any("calls in" in line and "per minute" in line for line in lines), lines
     assert "Traceback" not in err.decode()
+    assert (tmp_path / "db.sqlite").is_file()
 
 
 def test_bad_invocations_exit_2_with_one_line(tmp_path: Path) -> None:

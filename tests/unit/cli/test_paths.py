@@ -59,3 +59,21 @@ def test_eval_task_paths_are_absolute_and_names_stay(
     (tmp_path / "task").mkdir()
     assert absolute_entries("hellaswag,task") == f"hellaswag,{tmp_path / 'task'}"
     assert absolute_entries(None) is None
+
+
+def test_a_clients_checkpoint_folder_is_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hub upload runs in a child process: it gets the folder as an absolute path."""
+    from psyche.cli.daemon_options import take_checkpoint_and_sharing
+
+    monkeypatch.chdir(tmp_path)
+    kw = {
+        "checkpoint_dir": "ckpt",
+        "hub_repo": None,
+        "max_concurrent_parameter_requests": 8,
+        "parameter_request_timeout": 30.0,
+        "keep_steps": 3,
+    }
+    checkpoint, _ = take_checkpoint_and_sharing(kw)
+    assert checkpoint.checkpoint_dir == str(tmp_path / "ckpt")

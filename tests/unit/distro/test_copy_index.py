@@ -9,7 +9,9 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
+from psyche.distro import DistroResult
 from psyche.distro.copy_index import (
     AGREE_MIN,
     BANDS,
@@ -20,10 +22,12 @@ from psyche.distro.copy_index import (
     CopyIndex,
     CopyKeys,
     CopySketch,
+    distro_keys,
     jaccard_at,
     sketch,
 )
-from psyche.distro.overlap import NEAR_DUPLICATE
+from psyche.distro.overlap import NEAR_DUPLICATE, signed_keys
+from psyche.distro.payload import Payload
 
 
 def _binom_below(n: int, p: float, t: int) -> float:
@@ -59,7 +63,7 @@ def _pair(rng: np.random.Generator, n: int, overlap: float) -> tuple[CopyKeys, C
     a = rng.choice(2**40, n, replace=False).astype(np.int64)
     shared = round(overlap * n)
     b = np.concatenate([a[:shared], rng.choice(2**40, n - shared, replace=False) + 2**41])
-    return CopyKeys((a,), (False,)), CopyKeys((b,), (False,))
+    return CopyKeys.of([a], [False]), CopyKeys.of([b], [False])
 
 
 def _found(held: CopyKeys, new: CopyKeys, salt: int) -> bool:
@@ -87,7 +91,7 @@ def test_a_repeated_tensor_is_found_whatever_the_rest() -> None:
 
     def keys(first: np.ndarray) -> CopyKeys:
         rest = rng.choice(2**40, 248, replace=False).astype(np.int64)
-        return CopyKeys((first, rest), (True, False))
+        return CopyKeys.of([first, rest], [True, False])
 
     index: CopyIndex[str] = CopyIndex()
     index.add("held", sketch(b"held", keys(big), 5))
@@ -96,20 +100,20 @@ def test_a_repeated_tensor_is_found_whatever_the_rest() -> None:
     changed[0] += 1
     assert index.near(sketch(b"other", keys(changed), 5)) == []
     # Too small for the repeat rule: not indexed.
-    small = CopyKeys((big, rng.choice(2**40, 248, replace=False)), (False, False))
+    small = CopyKeys.of([big, rng.choice(2**40, 248, replace=False)], [False, False])
     assert sketch(b"s", small, 5).tensors == ()
 
 
 def test_exact_copies_and_formats_without_keys() -> None:
     index: CopyIndex[str] = CopyIndex()
     index.add("a", CopySketch(b"a"))
-    index.add("b", sketch(b"b", CopyKeys((np.arange(100, dtype=np.int64),), (True,)), 3))
+    index.add("b", sketch(b"b", CopyKeys.of([np.arange(100, dtype=np.int64)], [True]), 3))
     assert index.exact(CopySketch(b"a")) == ["a"] and index.exact(CopySketch(b"c")) == []
     assert index.near(CopySketch(b"c")) == []  # no keys: nothing but the fingerprint
     # Another salt: never compared by bins (its hashes mean something else).
-    twin = sketch(b"d", CopyKeys((np.arange(100, dtype=np.int64),), (False,)), 4)
+    twin = sketch(b"d", CopyKeys.of([np.arange(100, dtype=np.int64)], [False]), 4)
     assert index.near(twin) == []
-    empty = sketch(b"e", CopyKeys((np.zeros(0, dtype=np.int64),), (True,)), 3)
+    empty = sketch(b"e", CopyKeys.of([np.zeros(0, dtype=np.int64)], [True]), 3)
     assert empty.bands == () and empty.tensors == () and index.near(empty) == []
 
 
@@ -122,7 +126,7 @@ def test_a_lookup_does_not_grow_with_the_held_results() -> None:
     def honest() -> CopyKeys:
         own = rng.choice(2**40, n, replace=False) + 2**41
         keep = rng.random(n) < 0.3
-        return CopyKeys((np.where(keep, base, own).astype(np.int64),), (False,))
+        return CopyKeys.of([np.where(keep, base, own).astype(np.int64)], [False])
 
     counts = []
     for k in (4, 256):
@@ -136,3 +140,24 @@ def test_a_lookup_does_not_grow_with_the_held_results() -> None:
         counts.append((len(fresh), len(copy), COUNTS.band_candidates))
         assert fresh == [] and copy == [k // 2]
     assert counts[0] == counts[1] == (0, 1, 1)
+
+
+def test_the_keys_are_the_overlaps_keys() -> None:
+    """``distro_keys`` (numpy) makes the keys ``signed_keys`` (torch) makes, tensor by tensor;
+    a tensor's position changes its hashes, so the same keys in another tensor do not repeat it."""
+    g = torch.Generator().manual_seed(0)
+    results = []
+    for tiles, totalk in ((6, 2816), (1, 64), (4, 4096)):
+        idx = torch.stack([torch.randperm(totalk, generator=g)[:8] for _ in range(tiles)])
+        val = torch.randn(tiles, 8, generator=g).to(torch.bfloat16)
+        results.append(
+            DistroResult(
+                idx.reshape(tiles, 1, 8), val.reshape(tiles, 1, 8), (tiles, 1, 64, 64), totalk
+            )
+        )
+    keys = distro_keys(Payload(1, 0, 1, 0, False, tuple(results)))
+    want = [signed_keys(r.idx, r.val, r.totalk).numpy() for r in results]
+    assert keys.sizes == tuple(w.size for w in want) and keys.repeatable == (True, False, True)
+    assert np.array_equal(keys.keys, np.concatenate(want))
+    swapped = CopyKeys.of([want[2], want[1], want[0]], [True, False, True])
+    assert not set(sketch(b"a", keys, 1).tensors) & set(sketch(b"b", swapped, 1).tensors)

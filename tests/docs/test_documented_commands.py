@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e.explorer_browser import BrowserWatch, check_run_watched
+
 from .shell import Shell
 
 pytestmark = pytest.mark.slow
@@ -72,7 +74,8 @@ def test_pieces_by_hand(shell_for: ShellFor, fresh_copy: Path) -> None:
     client1.stop(signal.SIGTERM, 143, CLEAN_STOP)
     client2.stop(signal.SIGTERM, 143, CLEAN_STOP)
     assert (fresh_copy / "runs" / "client.log").stat().st_size > 0
-    server.stop(signal.SIGTERM, 143)
+    # A server's SIGTERM is its normal stop (exit 0, as the explorer's and the SVM's).
+    server.stop(signal.SIGTERM, 0, r"shutting down")
     sh.run(next(cmds), r"wrote tiny Llama")
     sh.run(next(cmds), r"wrote \d+ documents")
     sh.run(next(cmds), r"\d+ samples of 64")
@@ -87,12 +90,47 @@ def test_solana_local_testnet(shell_for: ShellFor, fresh_copy: Path) -> None:
     """README "Solana local testnet" and docs/explorer.md: the default output folder."""
     sh = shell_for("solana local testnet")
     cmds = iter(sh_texts("solana local testnet"))
+    net = fresh_copy / "runs" / "tiny-solana-testnet"
     sh.run(next(cmds), DONE, timeout=420)
-    identical_weights(fresh_copy / "runs" / "tiny-solana-testnet" / "summary.json")
-    out = sh.run(next(cmds), DONE, timeout=420)
+    identical_weights(net / "summary.json")
+    # The explorer's browser checks ride on the documented explorer run.
+    with BrowserWatch(net, "tiny-solana", "solana") as browser:
+        out = sh.run(next(cmds), DONE, timeout=420)
     assert "explorer: http://127.0.0.1:8081/" in out
-    assert (fresh_copy / "runs" / "tiny-solana-testnet" / "explorer.sqlite").is_file()
+    assert (net / "explorer.sqlite").is_file()
+    summary = json.loads((net / "summary.json").read_text())
+    assert any(r["end_reason"] == "opportunistic" for r in summary["rounds"]), summary["rounds"]
+    assert re.search(r"epoch 0 step +\d+ round +\d+ +[\d.]+s \(opportunistic", out), out
+    seen = browser.result()
+    if seen is not None:
+        check_run_watched(seen, summary, total_steps=10)
+    program_calls_of_a_run(net, clients=3)
     sh.ran_all()
+
+
+def program_calls_of_a_run(net: Path, clients: int) -> None:
+    """Every instruction the clients sent ran in the coordinator's SBF program on the SVM: the
+    launcher looked each confirmed transaction up (getTransaction) and read the programs' logs
+    into ``program-calls.json``."""
+    calls = json.loads((net / "program-calls.json").read_text())
+    assert calls["not_found"] == 0 and calls["failed"] == 0, calls
+    coordinator = calls["calls"]["psyche_coordinator"]
+    assert coordinator["JoinRun"] == clients, calls
+    for name in ("Tick", "Witness", "WarmupWitness"):
+        assert coordinator.get(name, 0) >= 1, (name, calls)
+    # Metered by the SBF VM: a real program execution reports the compute units it consumed.
+    assert calls["compute_units"]["psyche_coordinator"]["Witness"] > 1000, calls
+    # The run creator's documented flow ran through both programs.
+    assert {"InitCoordinator", "Update", "SetPaused"} <= set(coordinator), calls
+    # No client was handed another's address: each wrote its peer record and read the others'.
+    for env in sorted((net / "env").glob("client-*.env")):
+        assert "BOOTSTRAP_PEERS" not in env.read_text(), env
+    assert coordinator.get("SetPeerAddrs", 0) >= clients, calls
+    assert calls["calls"]["psyche_authorizer"] == {
+        "AuthorizationCreate": 1,
+        "AuthorizationGrantorUpdate": 1,
+        "AuthorizationGranteeUpdate": 1,
+    }, calls
 
 
 def test_just_recipes(shell_for: ShellFor, fresh_copy: Path) -> None:

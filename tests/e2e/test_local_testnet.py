@@ -47,7 +47,7 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
     run: W&B (offline: no key, nothing leaves the machine), evals at cooldown, log files,
     optimizer statistics and the DisTrO payloads written to disk. The server's port is left to
     the testnet (a free one)."""
-    cfg = write_run_dir(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=9)
+    write_run_dir(tmp_path / "cfg", local_inputs, data_port=free_port(), total_steps=9)
     summary = tmp_path / "summary.json"
     write_synthetic_task(tmp_path / "task", docs=8, seed=0)
     net = tmp_path / "net"

@@ -24,10 +24,8 @@ from pathlib import Path
 import pytest
 
 from psyche.events import TrainEvent, read_events
-from support.net import free_port
 
 from .conftest import ROOT
-from .explorer_browser import BrowserWatch, check_run_watched
 
 SOLANA_CONFIG = ROOT / "config" / "tiny-solana"
 
@@ -108,59 +106,6 @@ def run_solana_testnet(cfg: Path, out: Path, summary: Path, *extra: str) -> tupl
     text = output.decode()
     print(f"psyche-solana-local-testnet took {time.monotonic() - started:.0f} s\n{text[-4000:]}")
     return proc.returncode, text
-
-
-def test_three_solana_clients_train_an_epoch_through_the_sbf_program(
-    tmp_path: Path, local_inputs: tuple[Path, Path]
-) -> None:
-    cfg = solana_config(tmp_path / "cfg", local_inputs, total_steps=6)
-    summary = tmp_path / "summary.json"
-    out = tmp_path / "net"
-    # The explorer's browser checks ride on this run (tests/e2e/explorer_browser.py).
-    with BrowserWatch(out, "tiny-solana", "solana") as browser:
-        rc, text = run_solana_testnet(cfg, out, summary, "--explorer", str(free_port()))
-    assert rc == 0, text[-4000:]
-
-    s = json.loads(summary.read_text())
-    rounds = s["rounds"]
-    assert s["epochs_completed"] >= 1, s["epochs"]
-    trained = [r for r in rounds if r["loss"]]
-    assert len(trained) >= 4, rounds
-    # Every client applied every round, and all three held the same weights after each apply.
-    assert all(len(r["model_hash"]) == 3 for r in trained), trained
-    assert all(len(set(r["model_hash"].values())) == 1 for r in rounds), rounds
-    assert any(r["end_reason"] == "opportunistic" for r in rounds), rounds
-    assert "weights identical after every apply: True" in text
-    assert summary.with_suffix(".png").stat().st_size > 1000
-    # The per-round lines the centralized testnet prints, from the coordinator account.
-    assert re.search(r"epoch 0 step +\d+ round +\d+ +[\d.]+s \(opportunistic", text), text
-    seen = browser.result()
-    if seen is not None:
-        assert "explorer: http://127.0.0.1:" in text
-        check_run_watched(seen, s, total_steps=6)
-
-    # Every instruction the clients sent ran in the coordinator's SBF program on the SVM: the
-    # launcher looked each confirmed transaction up (getTransaction) and read the programs' logs.
-    calls = json.loads((out / "program-calls.json").read_text())
-    assert calls["not_found"] == 0 and calls["failed"] == 0, calls
-    coordinator = calls["calls"]["psyche_coordinator"]
-    assert coordinator["JoinRun"] == 3, calls
-    for name in ("Tick", "Witness", "WarmupWitness"):
-        assert coordinator.get(name, 0) >= 1, (name, calls)
-    # Metered by the SBF VM: a real program execution reports the compute units it consumed.
-    assert calls["compute_units"]["psyche_coordinator"]["Witness"] > 1000, calls
-    # The run creator's documented flow ran through both programs.
-    assert {"InitCoordinator", "Update", "SetPaused"} <= set(coordinator), calls
-    # No client was handed another's address: each wrote its peer record and read the others'.
-    for env in sorted((out / "env").glob("client-*.env")):
-        assert "BOOTSTRAP_PEERS" not in env.read_text(), env
-    assert coordinator.get("SetPeerAddrs", 0) >= 3, calls
-    authorizer = calls["calls"]["psyche_authorizer"]
-    assert authorizer == {
-        "AuthorizationCreate": 1,
-        "AuthorizationGrantorUpdate": 1,
-        "AuthorizationGranteeUpdate": 1,
-    }, calls
 
 
 def test_three_solana_clients_train_an_epoch_with_sparseloco(

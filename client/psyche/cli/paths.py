@@ -36,7 +36,7 @@ class AbsolutePath(click.Path):
         checked = super().convert(value, param, ctx)
         if checked == "-" or checked == b"-":
             return checked  # click's stdin/stdout marker
-        return absolute(checked)
+        return absolute(os.fsdecode(checked))
 
 
 def absolute_entries(value: str | None) -> str | None:

@@ -36,6 +36,8 @@ from psyche.protocol.identity import SecretKey, secret_key_from_env_or_file
 log = logging.getLogger("psyche.client")
 
 EXIT_JOIN_REJECTED = EXIT_CONFIG
+TERMINATED_LINE = "terminated (SIGTERM); shut down cleanly"
+"""What a client logs when SIGTERM stopped it (exit 143), wherever it was waiting."""
 
 
 class ClientBackend(Backend, PeerDirectory, Protocol):
@@ -67,11 +69,15 @@ async def run_client(
     *,
     key: SecretKey | None = None,
     make_backend: Callable[[SecretKey], ClientBackend] | None = None,
+    terminated: asyncio.Event | None = None,
 ) -> int:
-    """``key`` and ``make_backend`` default to the key file and the centralized backend."""
+    """``key`` and ``make_backend`` default to the key file and the centralized backend;
+    ``terminated``: the event of a SIGTERM handler the caller installed already
+    (:func:`cancel_on_sigterm`, before its own network waits)."""
     # First: a SIGTERM while the metric sinks start (W&B takes seconds) is a clean stop too;
     # the cancellation it asks for lands at the first await inside the ``try`` below.
-    terminated = _cancel_on_sigterm()
+    if terminated is None:
+        terminated = cancel_on_sigterm()
     key = key or secret_key_from_env_or_file(options.key_path, options.raw_key)
     me = key.node_identity()
     log.info("client %s joining run %r at %s", me.hex(), options.run_id, options.coordinator_addr)
@@ -127,11 +133,10 @@ async def run_client(
     except asyncio.CancelledError:
         if not terminated.is_set():
             raise
-        log.warning("terminated (SIGTERM); shut down cleanly")
+        log.warning(TERMINATED_LINE)
         return EXIT_TERMINATED
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+        remove_sigterm_handler()
         for kit in kits:
             _close_trainer(kit)  # first: nothing below may keep the workers waiting
         try:
@@ -152,7 +157,7 @@ def _backend_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return found if found is not None else group
 
 
-def _cancel_on_sigterm() -> asyncio.Event:
+def cancel_on_sigterm() -> asyncio.Event:
     """SIGTERM cancels the calling task, so ``run_client`` unwinds through its ``finally`` (the
     data-parallel workers stopped, the checkpoint upload awaited, peers told) instead of dying
     where it stands. Returns the event set when that happened."""
@@ -167,6 +172,13 @@ def _cancel_on_sigterm() -> asyncio.Event:
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
     return terminated
+
+
+def remove_sigterm_handler() -> None:
+    """Undo :func:`cancel_on_sigterm` (SIGTERM kills again): once the client has stopped, a
+    second SIGTERM must not cancel what is left of its shutdown."""
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
 
 
 def _close_trainer(kit: ModelKit) -> None:

@@ -19,8 +19,15 @@ from solders.pubkey import Pubkey
 from psyche.backends.solana.backend import SolanaBackend
 from psyche.backends.solana.discovery import ChainDirectory
 from psyche.backends.solana.peers import parse_bootstrap_peers
-from psyche.cli.client_process import ClientOptions, run_client
+from psyche.cli.client_process import (
+    TERMINATED_LINE,
+    ClientOptions,
+    cancel_on_sigterm,
+    remove_sigterm_handler,
+    run_client,
+)
 from psyche.cli.daemon_options import TrainingFlags
+from psyche.cli.exit_codes import EXIT_TERMINATED
 from psyche.daemon.checkpointing import CheckpointOptions
 from psyche.daemon.sharing import SharingOptions
 from psyche.events import EventLog, TransactionEvent
@@ -94,6 +101,29 @@ async def _until_reachable(read: Callable[[], Awaitable[T]]) -> T:
             delay = min(RETRY_MAX_S, delay * 2)
 
 
+def _directory(
+    session: Session,
+    instance: Pubkey,
+    local: bool,
+    bootstrap_peers: str | None,
+    p2p_announce_addrs: str | None,
+) -> ChainDirectory:
+    """The run's peer records on the chain: where the client finds its peers and publishes
+    its own addresses."""
+    program_id = session.coordinator.program_id
+    return ChainDirectory(
+        program_id=program_id,
+        instance=instance,
+        record_address=lambda wallet: peer_record_pda(program_id, instance, wallet),
+        decode=functools.partial(decode_peer_record, session.coordinator.idl),
+        local=local,
+        bootstrap=parse_bootstrap_peers(bootstrap_peers),
+        announce=(p2p_announce_addrs or "").replace(",", " ").split(),
+        max_addrs=MAX_PEER_ADDRS,
+        max_addr_len=MAX_PEER_ADDR_LEN,
+    )
+
+
 async def train_on_solana(
     session: Session,
     *,
@@ -111,21 +141,25 @@ async def train_on_solana(
     event_log: str | None = None,
     training: TrainingFlags | None = None,
 ) -> int:
-    ixs, _ = await _until_reachable(lambda: session.run(run_id))
-    inst = await _until_reachable(lambda: session.instance(run_id))
+    # First, before any wait on the network: a SIGTERM while no RPC answers is a clean stop
+    # (issue 42, item 5). The handler stays for run_client, which takes its event.
+    terminated = cancel_on_sigterm()
+    try:
+        ixs, _ = await _until_reachable(lambda: session.run(run_id))
+        inst = await _until_reachable(lambda: session.instance(run_id))
+    except asyncio.CancelledError:
+        remove_sigterm_handler()
+        if not terminated.is_set():
+            raise
+        log.warning(TERMINATED_LINE)
+        return EXIT_TERMINATED
+    except BaseException:
+        remove_sigterm_handler()  # a run that does not exist: the caller explains and exits
+        raise
     join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
     key = SecretKey.from_bytes(session.wallet.secret())
-    program_id = session.coordinator.program_id
-    directory = ChainDirectory(
-        program_id=program_id,
-        instance=ixs.run.instance,
-        record_address=lambda wallet: peer_record_pda(program_id, ixs.run.instance, wallet),
-        decode=functools.partial(decode_peer_record, session.coordinator.idl),
-        local=bool(inst["local_run"]),
-        bootstrap=parse_bootstrap_peers(bootstrap_peers),
-        announce=(p2p_announce_addrs or "").replace(",", " ").split(),
-        max_addrs=MAX_PEER_ADDRS,
-        max_addr_len=MAX_PEER_ADDR_LEN,
+    directory = _directory(
+        session, ixs.run.instance, bool(inst["local_run"]), bootstrap_peers, p2p_announce_addrs
     )
     # The daemon's event log also names each confirmed transaction, so what a client did on the
     # chain can be looked up there (getTransaction) after the run.
@@ -166,4 +200,4 @@ async def train_on_solana(
         event_log=event_log,
         training=training,
     )
-    return await run_client(options, key=key, make_backend=make_backend)
+    return await run_client(options, key=key, make_backend=make_backend, terminated=terminated)

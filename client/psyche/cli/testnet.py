@@ -213,7 +213,9 @@ def start(tui: bool | None, **kw: Any) -> None:
 
 def run_and_report(net: LocalTestnet, console: Console, tui: bool | None) -> None:
     """Run the testnet, print one line per round (or the TUI), then one per epoch and the end;
-    write the summary and the plot. Exits 1 if the run failed or timed out."""
+    write the summary and the plot. Exits 1 if the run failed or timed out; when a child the
+    testnet needs failed (the server, the local SVM, a setup step), its own last error line is
+    printed and its exit code is the launcher's."""
     from psyche.testnet.base import finish
 
     # SIGTERM (a supervisor, a test's cleanup) unwinds like Ctrl-C, so every child is stopped.
@@ -245,7 +247,7 @@ def run_and_report(net: LocalTestnet, console: Console, tui: bool | None) -> Non
             result = net.run(lines)
     except (RuntimeError, TimeoutError) as e:
         console.print(f"[bold red]testnet failed[/]: {e}")
-        sys.exit(1)
+        sys.exit(_failure_code(e, console))
     path, png = finish(net, result)
     for ep in result.epochs:
         if not ep["steps"] and not ep["kills"]:
@@ -274,6 +276,18 @@ def run_and_report(net: LocalTestnet, console: Console, tui: bool | None) -> Non
         f"final loss {result.final_loss}, weights identical after every apply: {agree}; "
         f"rejected from peers: {rejections_text(result.rejections)}; wrote {path} and {png}"
     )
+
+
+def _failure_code(error: Exception, console: Console) -> int:
+    """A child that failed (:class:`~psyche.testnet.failures.ChildFailed`) has its own error
+    line printed and its exit code returned; anything else is exit 1."""
+    from psyche.testnet.failures import ChildFailed
+
+    if not isinstance(error, ChildFailed):
+        return 1
+    if error.detail:
+        console.print(error.detail, markup=False, highlight=False)
+    return error.exit_code
 
 
 def rejections_text(counts: dict[str, int]) -> str:

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from psyche.events import EventTail, StateEvent
 from psyche.protocol.run_file import RunConfig
+from psyche.testnet.failures import ChildFailed, log_error_line
 from psyche.testnet.summary import ClientTally, Summary, build_summary, plot_losses
 
 CLIENT_EXIT_GRACE_S = 20.0
@@ -96,6 +97,18 @@ class Proc:
     label: str
     popen: subprocess.Popen[bytes]
     log: IO[bytes]
+    offset: int = 0
+    """Where this run of the child began in its log (restarts append to the same file)."""
+
+    def failed(self, what: str) -> ChildFailed:
+        """``what`` (``the server exited``) as the error that ends the testnet: the child's exit
+        code and its own last error line, and where its log is."""
+        code = self.popen.poll()
+        path = Path(self.log.name)
+        status = f" (exit {code})" if code is not None and code >= 0 else ""
+        return ChildFailed(
+            f"{what}{status}; see {path}", code=code, detail=log_error_line(path, self.offset)
+        )
 
 
 @dataclass
@@ -169,13 +182,14 @@ class LocalTestnet:
     ) -> Proc:
         """Start ``argv`` with its output in ``logs/<label>.log`` (appended: restarts share it)."""
         log = (self.out / "logs" / f"{label}.log").open("ab")
+        offset = log.seek(0, os.SEEK_END)
         base = dict(os.environ) if env is None else dict(env)
         # Every child is one of many sharing the cores: one BLAS thread each keeps them fair.
         base.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
         popen = subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, env=base, cwd=cwd
         )
-        return Proc(label, popen, log)
+        return Proc(label, popen, log, offset)
 
     def start_client(self, slot: int) -> None:
         label = f"client-{slot}"

@@ -98,7 +98,7 @@ class Testnet(LocalTestnet):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.server.popen.poll() is not None:
-                raise RuntimeError(f"the server exited; see {self.out / 'logs' / 'server.log'}")
+                raise self.server.failed("the server exited")
             with (
                 contextlib.suppress(OSError),
                 socket.create_connection(("127.0.0.1", o.server_port), timeout=1),
@@ -114,7 +114,7 @@ class Testnet(LocalTestnet):
 
     def check_coordinator_side(self) -> None:
         if self.server is not None and self.server.popen.poll() is not None:
-            raise RuntimeError("the server exited unexpectedly; see logs/server.log")
+            raise self.server.failed("the server exited unexpectedly")
 
     def infrastructure(self) -> list[Proc]:
         return [self.server] if self.server is not None else []

@@ -54,6 +54,7 @@ from psyche.protocol.run_file import load_run_config
 from psyche.testnet.base import LocalTestnet, NetOptions, Proc
 from psyche.testnet.chain import ChainFollower
 from psyche.testnet.envfile import read_env_file, write_env_file
+from psyche.testnet.failures import ChildFailed, error_line
 from psyche.testnet.inputs import prepare_local_inputs, state_with_checkpoint
 from psyche.testnet.internet import EmulatedInternet, InternetOptions
 from psyche.testnet.processes import console_script, container_env, free_port
@@ -193,7 +194,7 @@ class SolanaTestnet(LocalTestnet):
         deadline = time.monotonic() + 120
         while not ready.exists():
             if self.svm.popen.poll() is not None:
-                raise RuntimeError(f"the local SVM exited; see {self.out / 'logs' / 'svm.log'}")
+                raise self.svm.failed("the local SVM exited")
             if time.monotonic() > deadline:
                 raise RuntimeError("the local SVM was not ready within 120 s")
             time.sleep(0.2)
@@ -222,7 +223,11 @@ class SolanaTestnet(LocalTestnet):
             f.write(f"$ {shlex.join(argv)}\n{output}")
         self.setup_signatures += SIGNATURE.findall(res.stdout.decode(errors="replace"))
         if res.returncode != 0:
-            raise RuntimeError(f"{what} failed (exit {res.returncode}); see {log}")
+            raise ChildFailed(
+                f"{what} failed (exit {res.returncode}); see {log}",
+                code=res.returncode,
+                detail=error_line(res.stderr.decode(errors="replace")) or error_line(output),
+            )
         return res.stdout.decode(errors="replace")
 
     def create_run(self) -> None:
@@ -264,13 +269,11 @@ class SolanaTestnet(LocalTestnet):
         )
         delegates = sorted(str(p) for p in self.keys.glob("delegate*.json"))
         delegates += [str(self.keys / f"joiner{i}.json") for i in range(1, o.joiners + 1)]
+        grantee_and_delegates = [str(self.keys / "grantee.json"), *delegates]
         set_delegates = scripts / "join-authorization-set-delegates.sh"
         self.setup(
             f"join-authorization-set-delegates.sh ({len(delegates)} client wallets)",
-            [
-                *("sh", str(set_delegates), self.rpc_url, str(grantor)),
-                *(str(self.keys / "grantee.json"), *delegates),
-            ],
+            ["sh", str(set_delegates), self.rpc_url, str(grantor), *grantee_and_delegates],
             tools,
         )
         rate = o.earning_rate
@@ -396,7 +399,7 @@ class SolanaTestnet(LocalTestnet):
 
     def check_coordinator_side(self) -> None:
         if self.svm is not None and self.svm.popen.poll() is not None:
-            raise RuntimeError("the local SVM exited unexpectedly; see logs/svm.log")
+            raise self.svm.failed("the local SVM exited unexpectedly")
         if self.follower is not None and not self.follower.alive:
             raise RuntimeError(f"the chain follower stopped: {self.follower.error}")
 

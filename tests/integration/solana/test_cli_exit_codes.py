@@ -158,6 +158,7 @@ def test_an_unauthorized_joiner_is_told_which_key_to_delegate_and_not_restarted(
         "permissionless" in flat
     ), out[-3000:]
     assert "`psyche-solana-client join-authorization-create` without --authorizer" in flat
+    assert flat.count(f"wallet {joiner.pubkey()} may not join") == 1, out[-3000:]  # logged once
 
 
 def test_a_joiner_its_grantee_has_not_delegated_is_told_the_command(run: Run) -> None:
@@ -172,6 +173,27 @@ def test_a_joiner_its_grantee_has_not_delegated_is_told_the_command(run: Run) ->
         f"delegates this key with `psyche-solana-client join-authorization-delegate "
         f"--join-authority {run.owner.pubkey()} --delegates-added {joiner.pubkey()}`" in flat
     ), out[-3000:]
+    assert flat.count("nor one of its delegates") == 1, out[-3000:]  # logged once
+
+
+def test_a_joiner_of_another_version_exits_10_said_once_and_not_restarted(run: Run) -> None:
+    """The run, paused, requires another client version for a while (the version gate comes
+    before any join, so no authorization is needed); then it is resumed as it was."""
+
+    def owner(*args: str) -> None:
+        res = run.owner_cli([args[0], "--run-id", RUN_ID, *args[1:]])
+        assert res.returncode == 0, res.stderr
+
+    owner("set-paused", "pause")
+    owner("update-config", "--client-version", "0.0.0-needed")
+    try:
+        out = _finish(run.container(run.joiner()), 240)
+    finally:
+        owner("update-config", "--client-version", "test")
+        owner("set-paused", "resume")
+    assert "client exited with code 10" in out and out.count("starting:") == 1, out[-3000:]
+    flat = " ".join(out.split())
+    assert flat.count("but the run requires '0.0.0-needed'") == 1, out[-3000:]  # logged once
 
 
 def test_a_joiner_the_coordinator_withdraws_exits_3_without_a_traceback(run: Run) -> None:
@@ -191,7 +213,8 @@ def test_a_joiner_the_coordinator_withdraws_exits_3_without_a_traceback(run: Run
     assert res.returncode == 0, res.stderr
     out = "".join(seen) + _finish(proc, 120)
     assert "client exited with code 3" in out
-    assert [line for line in out.splitlines() if " ERROR " in line or "error:" in line]
+    errors = [line for line in out.splitlines() if " ERROR " in line or "error:" in line]
+    assert len(errors) == 1, errors  # the withdrawal, logged once
 
 
 def test_sigterm_to_the_container_stops_a_joiner_cleanly(run: Run) -> None:

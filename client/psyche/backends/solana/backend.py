@@ -297,8 +297,10 @@ class SolanaBackend:
         task.add_done_callback(self._tasks.discard)
 
     async def _fail(self, error: BackendError) -> None:
+        # Raised to the client by the next wait, which logs it once with its exit code (issue 42,
+        # item 5: it was logged here too, so each refusal appeared twice).
         if await self._inbox.fail(error):
-            log.error("%s", error)
+            log.debug("failing with: %s", error)
 
     async def _follow(self, url: str) -> None:
         # After every (re)subscription, re-read the account once: an update published while

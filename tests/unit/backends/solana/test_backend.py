@@ -4,6 +4,7 @@ reconnects, fallback, retries and tick prediction (JSON fakes stand in for the I
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -161,7 +162,7 @@ def test_joins_once_per_epoch_in_waiting_for_members() -> None:
 
 
 @pytest.mark.parametrize("case", ["omitted", "dropped", "paused"])
-def test_exit_conditions_after_joining(case: str) -> None:
+def test_exit_conditions_after_joining(case: str, caplog: pytest.LogCaptureFixture) -> None:
     async def go() -> None:
         async with SolanaRpcDouble() as node:
             await node.set_account(ACCOUNT, encode(snapshot(wfm(0), 1, client_version="v1")))
@@ -185,6 +186,13 @@ def test_exit_conditions_after_joining(case: str) -> None:
             await env.backend.close()
 
     run(go)
+    assert_not_logged_as_error(caplog)
+
+
+def assert_not_logged_as_error(caplog: pytest.LogCaptureFixture) -> None:
+    """The backend raises its verdict and does not log it: the client logs it once, with its
+    exit code (issue 42, item 5: each refusal appeared twice)."""
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_selected_client_keeps_running() -> None:
@@ -207,7 +215,9 @@ def test_selected_client_keeps_running() -> None:
 @pytest.mark.parametrize(
     ("mine", "theirs", "ok"), [("v1", "v1", True), ("v1", "test", True), ("v1", "v2", False)]
 )
-def test_client_version_gate(mine: str, theirs: str, ok: bool) -> None:
+def test_client_version_gate(
+    mine: str, theirs: str, ok: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     async def go() -> None:
         async with SolanaRpcDouble() as node:
             c, env = await paused_run(node, version=theirs, client_version=mine)
@@ -223,6 +233,7 @@ def test_client_version_gate(mine: str, theirs: str, ok: bool) -> None:
             await env.backend.close()
 
     run(go)
+    assert_not_logged_as_error(caplog)
 
 
 def test_websocket_reconnects_after_a_drop() -> None:

@@ -40,7 +40,6 @@ SCENES: dict[str, list[str]] = {
         ".venv/bin/psyche demo",
     ],
     "solana local testnet": [
-        ".venv/bin/psyche-solana-local-testnet start",
         "psyche-solana-local-testnet start --explorer 8081",
     ],
     "just recipes": [

@@ -61,3 +61,19 @@ def test_show_identity_prefers_env_then_file(tmp_path: Path) -> None:
     assert show_identity(str(path), env) == VECTORS[0][1]
     with pytest.raises(ValueError, match="no identity"):
         show_identity(None, {ENV_SECRET_KEY: "  "})
+
+
+def test_a_members_peer_id_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every download names each member's peer id: the base58 encoding runs once per key, not
+    once per download (issue 38)."""
+    import psyche.p2p.peer_id as pid
+
+    calls = []
+    real = pid._b58encode
+    monkeypatch.setattr(pid, "_b58encode", lambda data: calls.append(data) or real(data))
+    pid._peer_id.cache_clear()
+    key = bytes(range(32))
+    first = pid.peer_id_for(key)
+    assert all(pid.peer_id_for(key) == first for _ in range(100))
+    assert pid.peer_id_for(bytearray(key)) == first
+    assert len(calls) == 1

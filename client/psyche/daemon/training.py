@@ -32,6 +32,7 @@ from psyche.daemon.rounds import (
 )
 from psyche.daemon.verifying import judge_previous
 from psyche.daemon.witnessing import report_unhealthy, send_witness
+from psyche.data.provider import DataError
 from psyche.distro import Payload
 from psyche.distro.payload import payload_hash
 from psyche.events import ApplyEvent, OptimStatsEvent, TrainEvent
@@ -207,6 +208,11 @@ class TrainingStep:
             # The trainer restored its weights; with no result the health checks treat this
             # client like any that did not finish, and a warning beats a task's traceback.
             log.warning("training of step %d dropped: %s", state.step, e)
+            return
+        except DataError as e:
+            # The batch could not be had (the data server refuses a round that moved on, a file
+            # went missing): like a dropped round, a warning, not a task's unretrieved traceback.
+            log.warning("training of step %d skipped: %s", state.step, e)
             return
         self.self_result = out.self_result
         digest = payload_hash(state.step, batch.start, batch.end, out.payload)

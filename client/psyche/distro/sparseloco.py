@@ -150,10 +150,14 @@ def quantize(
     else:
         hi = mag > mean
         n_hi = hi.sum(dim=1, keepdim=True)
-        lo_mean = torch.where(hi, 0.0, mag).sum(1, keepdim=True) / (group.k - n_hi)
+        # k equal magnitudes (a fresh inner AdamW moves every weight by the same lr) can all
+        # compare above their float32 mean, which rounds below them about one time in four: no
+        # lo group then, and its mean would be 0/0, a NaN scale that dropped the round (issue 40).
+        n_lo = group.k - n_hi
+        lo_mean = torch.where(hi, 0.0, mag).sum(1, keepdim=True) / n_lo.clamp(min=1)
         hi_mean = torch.where(hi, mag, 0.0).sum(1, keepdim=True) / n_hi.clamp(min=1)
         lo_b, hi_b = _bf16_bits(lo_mean), _bf16_bits(hi_mean)
-        one_level = (n_hi == 0) | (lo_b == hi_b)
+        one_level = (n_hi == 0) | (n_lo == 0) | (lo_b == hi_b)
         mean_b = _bf16_bits(mean)
         lo_b = torch.where(one_level, mean_b, lo_b)
         hi_b = torch.where(one_level, mean_b, hi_b)

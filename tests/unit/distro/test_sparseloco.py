@@ -368,3 +368,28 @@ def test_header_fields_are_checked(wires: dict[int, bytes]) -> None:
     w = bytearray(wires[2])
     struct.pack_into("<B", w, 3, 2)  # version
     assert _refused(bytes(w), 2)
+
+
+def test_equal_magnitudes_whose_mean_rounds_below_them_quantize_to_one_finite_level() -> None:
+    """Issue 40's dropped round: k equal magnitudes (a fresh inner AdamW moves every weight by
+    the same lr) whose float32 mean rounds below them all compare above it, so the 2-bit lo
+    group was empty and its mean 0/0: a NaN scale and a NonFiniteGradient. Now: one level."""
+    import torch
+
+    from psyche.distro.sparseloco_payload import ChunkGroup
+
+    k = 8
+    for i in range(1, 10_000):
+        v = i * 1.37e-7
+        x = torch.full((1, k), v, dtype=torch.float32)
+        if bool((x > x.mean(dim=1, keepdim=True)).all()):
+            break
+    else:
+        pytest.fail("no magnitude whose mean of 8 rounds below it")
+    x = torch.cat([x, torch.zeros(1, 56)], dim=1) * torch.tensor([1.0, -1.0] * 32)
+    _, _, mags, scales, values = sl.quantize(x, ChunkGroup(0, 1, 64, k), 2)
+    assert bool(torch.isfinite(values).all())
+    assert int(scales[0, 0]) == int(scales[0, 1])  # one level
+    assert mags.sum() == 0
+    assert torch.equal(values.abs(), torch.full((1, k), float(values.abs()[0, 0])))
+    assert float(values.abs()[0, 0]) == pytest.approx(v, rel=1e-2)

@@ -23,10 +23,6 @@ ALLOWED_FUNCTIONS = {
     "cli/daemon_options.py:daemon_options": "one click decorator stack of every documented "
     "client flag (the seeds' table); a declaration, not logic",
     "cli/testnet.py:testnet_options": "the testnet launchers' click option stack, likewise",
-    "p2p/host/fetch.py:fetch_blob": "the blob fetch state machine (peers, retries, "
-    "verification); issue 27 item 2 splits it with the host",
-    "testnet/summary.py:build_summary": "the launcher summary's one pass over the events; "
-    "to split by section",
 }
 
 

@@ -16,7 +16,6 @@ clients.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -78,32 +77,39 @@ def _copy(t: ClientTally) -> ClientTally:
     return replace(t, started_at=list(t.started_at), killed_at=list(t.killed_at), rejections={})
 
 
-def build_summary(
-    server_events: Path, client_logs: dict[str, Path], tallies: dict[str, ClientTally]
-) -> Summary:
-    """``client_logs`` maps a launcher label (client-1 …) to its event log; ``tallies`` holds
-    the launcher's own counts of process starts and kills, by the same label."""
-    states = [e for e in read_events(server_events) if isinstance(e, StateEvent)]
-    train: dict[tuple[int, str], TrainEvent] = {}
-    apply: dict[tuple[int, str], str] = {}
-    ids: dict[str, str] = {}
-    loads: list[tuple[str, ModelLoadedEvent]] = []
-    rejected: dict[str, dict[tuple[int, float], dict[str, int]]] = defaultdict(dict)
-    evals: list[dict[str, Any]] = []
+@dataclass
+class _ClientLogs:
+    """What the clients' event logs say, indexed for the summary."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    """Client id (as the coordinator names it) → launcher label."""
+    train: dict[tuple[int, str], TrainEvent] = field(default_factory=dict)
+    apply: dict[tuple[int, str], str] = field(default_factory=dict)
+    """(step, client id) → the model hash right after that step's apply."""
+    loads: list[tuple[str, ModelLoadedEvent]] = field(default_factory=list)
+    rejected: dict[str, dict[tuple[int, float], dict[str, int]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    """Label → (pid, since) → the process's last cumulative rejection counts."""
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _read_client_logs(client_logs: dict[str, Path]) -> _ClientLogs:
+    logs = _ClientLogs()
     for label, path in client_logs.items():
         for e in read_events(path):
-            ids[e.client] = label
+            logs.ids[e.client] = label
             if isinstance(e, RejectionsEvent):
                 # Cumulative per process: the last event of each process counts.
-                rejected[label][(e.pid, e.since)] = e.counts
+                logs.rejected[label][(e.pid, e.since)] = e.counts
             elif isinstance(e, ModelLoadedEvent):
-                loads.append((label, e))
+                logs.loads.append((label, e))
             elif isinstance(e, TrainEvent):
-                train[(e.step, e.client)] = e
+                logs.train[(e.step, e.client)] = e
             elif isinstance(e, ApplyEvent):
-                apply[(e.step, e.client)] = e.model_hash
+                logs.apply[(e.step, e.client)] = e.model_hash
             elif isinstance(e, EvalEvent):
-                evals.append(
+                logs.evals.append(
                     {
                         "client": label,
                         "step": e.step,
@@ -114,19 +120,55 @@ def build_summary(
                         "complete": e.complete,
                     }
                 )
+    return logs
+
+
+def build_summary(
+    server_events: Path, client_logs: dict[str, Path], tallies: dict[str, ClientTally]
+) -> Summary:
+    """``client_logs`` maps a launcher label (client-1 …) to its event log; ``tallies`` holds
+    the launcher's own counts of process starts and kills, by the same label."""
+    states = [e for e in read_events(server_events) if isinstance(e, StateEvent)]
+    logs = _read_client_logs(client_logs)
     # Copies: drops are counted here, and the launcher rebuilds the summary while the run goes
     # on; counting into its own tallies would add the same drops again at every rebuild.
     out = Summary(
         clients={label: _copy(tallies.get(label, ClientTally())) for label in client_logs},
-        evals=evals,
+        evals=logs.evals,
     )
-    for label, per_process in rejected.items():
+    for label, per_process in logs.rejected.items():
         out.clients[label].rejections = merge_counts(per_process.values())
     out.rejections = merge_counts(t.rejections for t in out.clients.values())
-    rounds: dict[tuple[int, int], dict[str, Any]] = {}
-    order: list[tuple[int, int]] = []
+    _follow_states(states, logs.ids, out)
+    out.rounds = _round_entries(states, logs)
+    trained = [r for r in out.rounds if r["loss"]]
+    if trained:
+        out.final_loss = statistics.fmean(trained[-1]["loss"].values())
+    out.epochs = epoch_entries(states, out.rounds, logs.loads, logs.ids, out.clients)
+    return out
+
+
+def _follow_states(states: list[StateEvent], ids: dict[str, str], out: Summary) -> None:
+    """The run's course in ``out``: the epochs completed (each Cooldown left), each client's
+    drops (a Healthy client that is no longer) and the last run state."""
     prev_state: str | None = None
     prev_clients: dict[str, str] = {}
+    for e in states:
+        if prev_state == "Cooldown" and e.run_state != "Cooldown":
+            out.epochs_completed += 1
+        for cid, st in e.clients.items():
+            if st != "Healthy" and prev_clients.get(cid) == "Healthy" and cid in ids:
+                out.clients[ids[cid]].drops += 1
+        prev_clients = e.clients
+        prev_state = e.run_state
+        out.final_state = e.run_state
+
+
+def _server_rounds(states: list[StateEvent]) -> list[dict[str, Any]]:
+    """Each round as the server logged it, in order: it starts at its first RoundTrain and ends
+    ``opportunistic``-ally when its RoundWitness began with the full witness count. The private
+    ``_target`` and ``_ended_at`` are for :func:`_round_entries`."""
+    rounds: dict[tuple[int, int], dict[str, Any]] = {}
     for e in states:
         key = (e.epoch, e.step)
         if e.run_state == "RoundTrain" and key not in rounds:
@@ -140,7 +182,6 @@ def build_summary(
                 "retries": [list(b) for b in e.retries],
                 "_target": e.witness_target,
             }
-            order.append(key)
         if e.run_state in ("RoundTrain", "RoundWitness") and key in rounds:
             r = rounds[key]
             r["witnesses"] = max(r["witnesses"], e.witnesses)
@@ -148,30 +189,29 @@ def build_summary(
                 r["_ended_at"] = e.t
                 if e.witnesses >= r["_target"]:
                     r["end_reason"] = "opportunistic"
-        if prev_state == "Cooldown" and e.run_state != "Cooldown":
-            out.epochs_completed += 1
-        for cid, st in e.clients.items():
-            if st != "Healthy" and prev_clients.get(cid) == "Healthy" and cid in ids:
-                out.clients[ids[cid]].drops += 1
-        prev_clients = e.clients
-        prev_state = e.run_state
-        out.final_state = e.run_state
-    next_start = {k: rounds[n]["started_at"] for k, n in itertools.pairwise(order)}
+    return list(rounds.values())
+
+
+def _round_entries(states: list[StateEvent], logs: _ClientLogs) -> list[dict[str, Any]]:
+    """One entry per round: the server's view joined with what its clients trained and applied.
+    A round lasts until the next one starts (or until its witness phase, or the last state)."""
+    rounds = _server_rounds(states)
     last_t = states[-1].t if states else 0.0
+    ids = logs.ids
     # Index the client events by step once (the summary is rebuilt while a run goes on).
     train_at: dict[int, list[tuple[str, TrainEvent]]] = defaultdict(list)
-    for (s, c), t in train.items():
+    for (s, c), t in logs.train.items():
         train_at[s].append((c, t))
     apply_at: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for (s, c), h in apply.items():
+    for (s, c), h in logs.apply.items():
         apply_at[s].append((c, h))
-    for key in order:
-        r = rounds[key]
-        end = next_start.get(key, r.get("_ended_at", last_t))
+    entries = []
+    for i, r in enumerate(rounds):
+        end = rounds[i + 1]["started_at"] if i + 1 < len(rounds) else r.get("_ended_at", last_t)
         step = r["step"]
         losses = {ids[c]: t.loss for c, t in train_at[step] if c in ids}
         compute = [t.compute_s for _, t in train_at[step]]
-        out.rounds.append(
+        entries.append(
             {
                 "epoch": r["epoch"],
                 "step": step,
@@ -187,11 +227,7 @@ def build_summary(
                 "model_hash": dict(sorted((ids[c], h) for c, h in apply_at[step] if c in ids)),
             }
         )
-    trained = [r for r in out.rounds if r["loss"]]
-    if trained:
-        out.final_loss = statistics.fmean(trained[-1]["loss"].values())
-    out.epochs = epoch_entries(states, out.rounds, loads, ids, out.clients)
-    return out
+    return entries
 
 
 def epoch_entries(
@@ -227,31 +263,6 @@ def epoch_entries(
         in_window = [
             (label, ld) for label, ld in loads if ld.t >= start and (end is None or ld.t < end)
         ]
-        joiners = []
-        for label, ld in sorted(in_window, key=lambda x: x[1].t):
-            starts = [t for t in tallies.get(label, ClientTally()).started_at if t <= ld.t]
-            # A founder is a client's first process, started before the run's first Warmup. A
-            # restart is a joiner even when it came back before that Warmup (a kill while the
-            # run still waited for members, as a slow machine makes likely): its kill counts in
-            # this epoch, so its load must too.
-            if not starts or (len(starts) == 1 and starts[0] <= first_t):
-                continue
-            joiners.append(
-                {
-                    "client": label,
-                    "source": ld.source,
-                    "peers": len(ld.peers),
-                    "ready_s": round(ld.t - max(starts), 3),
-                    "ready_after_warmup_s": round(ld.t - warmup, 3) if warmup is not None else None,
-                    "fetch_s": ld.seconds,
-                }
-            )
-        kills = sorted(
-            (round(t - start, 3), label)
-            for label, tally in tallies.items()
-            for t in tally.killed_at
-            if t >= start and (end is None or t < end)
-        )
         out.append(
             {
                 "epoch": epoch,
@@ -261,14 +272,58 @@ def epoch_entries(
                 "clients": members,
                 "checkpoint": es[0].checkpoint,
                 "model_sources": {label: ld.source for label, ld in in_window},
-                "joiners": joiners,
-                "kills": [{"client": label, "after_s": dt} for dt, label in kills],
+                "joiners": _joiners(in_window, tallies, first_t, warmup),
+                "kills": _kills(tallies, start, end),
                 "checkpoint_after": (
                     by_epoch[epochs[i + 1]][0].checkpoint if i + 1 < len(epochs) else None
                 ),
             }
         )
     return out
+
+
+def _joiners(
+    in_window: list[tuple[str, ModelLoadedEvent]],
+    tallies: dict[str, ClientTally],
+    first_t: float,
+    warmup: float | None,
+) -> list[dict[str, Any]]:
+    """The epoch's loads by clients that joined after the run had started (``first_t``, its
+    first Warmup), in load order, with how long each took to become ready."""
+    joiners = []
+    for label, ld in sorted(in_window, key=lambda x: x[1].t):
+        starts = [t for t in tallies.get(label, ClientTally()).started_at if t <= ld.t]
+        # A founder is a client's first process, started before the run's first Warmup. A
+        # restart is a joiner even when it came back before that Warmup (a kill while the
+        # run still waited for members, as a slow machine makes likely): its kill counts in
+        # this epoch, so its load must too.
+        if not starts or (len(starts) == 1 and starts[0] <= first_t):
+            continue
+        joiners.append(
+            {
+                "client": label,
+                "source": ld.source,
+                "peers": len(ld.peers),
+                "ready_s": round(ld.t - max(starts), 3),
+                "ready_after_warmup_s": round(ld.t - warmup, 3) if warmup is not None else None,
+                "fetch_s": ld.seconds,
+            }
+        )
+    return joiners
+
+
+def _kills(
+    tallies: dict[str, ClientTally], start: float, end: float | None
+) -> list[dict[str, Any]]:
+    """The launcher's kills inside the window [start, end), in time order, as seconds after its
+    start."""
+    kills = sorted(
+        (round(t - start, 3), label)
+        for label, tally in tallies.items()
+        for t in tally.killed_at
+        if t >= start and (end is None or t < end)
+    )
+    return [{"client": label, "after_s": dt} for dt, label in kills]
 
 
 def plot_losses(summary: Summary, path: Path, title: str) -> None:

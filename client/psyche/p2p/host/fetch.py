@@ -179,89 +179,165 @@ async def fetch_blob(
     a whole attempt timeout before anyone else is asked; after a ``BUSY`` answer, the rest of
     that pass asks only connected peers (the busy holder will serve us soon).
     """
-    start = trio.current_time()
-    deadline = start + req.timeout
-    failures: deque[FetchFailure] = deque(maxlen=MAX_REPORTED_FAILURES)
-    liars = set() if liars is None else liars
-    for peer in dict.fromkeys(req.peers):
-        if peer in liars:
-            failures.append(FetchFailure(peer, "served wrong bytes for this blob before"))
-    excluded: set[str] = set(liars)
-    too_large = False
-    last_pass: list[str] = []
-    backoff = 0.25
-    part = blob_dir / f"{req.blob_hash.hex()}.{req.req_id}.part"
+    fetch = _Fetch(
+        req,
+        blob_dir=blob_dir,
+        table=table,
+        is_allowed=is_allowed,
+        open_stream=open_stream,
+        rejections=rejections,
+        liars=set() if liars is None else liars,
+        connected=connected,
+    )
+    return await fetch.run()
 
-    def done(kind: FetchErrorKind, error: str) -> FetchDone:
-        seconds = trio.current_time() - start
-        return FetchDone(req.req_id, None, None, 0, seconds, list(failures), kind=kind, error=error)
 
-    def fail(peer: str, reason: str, *, exclude: bool, penalize: bool = True) -> None:
-        if penalize:
-            table.record_failure(peer)
-        failures.append(FetchFailure(peer, reason))
-        last_pass.append(reason)
-        if exclude:
-            excluded.add(peer)
+class _Fetch:
+    """One fetch: passes over the candidate peers until one serves a verified copy, every peer
+    is excluded, or the deadline passes. What the passes learn (failures, excluded peers, a
+    blob too large) is kept here; ``last_pass`` and ``busy_seen`` describe the current pass."""
 
-    try:
-        while trio.current_time() < deadline:
-            candidates = [p for p in table.order(req.peers) if p not in excluded]
-            reachable = None if connected is None else connected()
-            if reachable is not None:
-                candidates.sort(key=lambda p: p not in reachable)  # stable: ranking kept within
-            last_pass = []
-            busy_seen = False
-            for peer in candidates:
-                remaining = deadline - trio.current_time()
-                if remaining <= 0:
-                    break
-                if busy_seen and reachable is not None and peer not in reachable:
-                    # A holder told us BUSY: it (or a peer it handed the blob to) will serve us
-                    # on the next pass, while a dial of a peer we are not connected to may cost
-                    # a whole attempt timeout. Such peers are asked only in a pass nobody was
-                    # busy in.
-                    continue
-                if not is_allowed(peer):
-                    fail(peer, "not in our allow-list", exclude=True, penalize=False)
-                    continue
-                with trio.move_on_after(min(req.attempt_timeout, remaining)) as scope:
-                    try:
-                        size, seconds = await _attempt(
-                            open_stream, peer, req.blob_hash, req.max_size, part
+    def __init__(
+        self,
+        req: FetchRequest,
+        *,
+        blob_dir: Path,
+        table: PeerTable,
+        is_allowed: Callable[[str], bool],
+        open_stream: Callable[[str], Awaitable[ByteStream]],
+        rejections: Rejections | None,
+        liars: set[str],
+        connected: Callable[[], set[str]] | None,
+    ) -> None:
+        self.req = req
+        self.blob_dir = blob_dir
+        self.table = table
+        self.is_allowed = is_allowed
+        self.open_stream = open_stream
+        self.rejections = rejections
+        self.liars = liars
+        self.connected = connected
+        self.start = trio.current_time()
+        self.deadline = self.start + req.timeout
+        self.failures: deque[FetchFailure] = deque(maxlen=MAX_REPORTED_FAILURES)
+        for peer in dict.fromkeys(req.peers):
+            if peer in liars:
+                self.failures.append(FetchFailure(peer, "served wrong bytes for this blob before"))
+        self.excluded: set[str] = set(liars)
+        self.too_large = False
+        self.last_pass: list[str] = []
+        self.busy_seen = False
+        self.part = blob_dir / f"{req.blob_hash.hex()}.{req.req_id}.part"
+
+    async def run(self) -> FetchDone:
+        backoff = 0.25
+        try:
+            while trio.current_time() < self.deadline:
+                got = await self._pass()
+                if got is not None:
+                    return got
+                if all(p in self.excluded for p in self.req.peers):
+                    if self.too_large:
+                        return self._done(
+                            FetchErrorKind.too_large, "the blob is larger than max_size"
                         )
-                    except _AttemptFailed as e:
-                        too_large |= e.too_large
-                        busy_seen |= e.busy
-                        fail(peer, str(e), exclude=e.exclude, penalize=e.penalize)
-                        if e.rejection is Rejection.blob_hash_mismatch:
-                            liars.add(peer)
-                        if e.rejection is not None and rejections is not None:
-                            rejections.record(e.rejection, peer, f"blob {req.blob_hash.hex()[:16]}")
-                        continue
-                    except Exception as e:  # dial errors, resets, truncation: try elsewhere
-                        fail(peer, f"transfer failed: {type(e).__name__}: {e}", exclude=False)
-                        continue
-                    final = blob_path(blob_dir, req.blob_hash)
-                    os.replace(part, final)
-                    table.record_transfer(peer, size, seconds)
-                    elapsed = trio.current_time() - start
-                    return FetchDone(req.req_id, str(final), peer, size, elapsed, list(failures))
-                if scope.cancelled_caught:
-                    fail(peer, f"no complete blob within {req.attempt_timeout:g} s", exclude=False)
-            if all(p in excluded for p in req.peers):
-                if too_large:
-                    return done(FetchErrorKind.too_large, "the blob is larger than max_size")
-                return done(FetchErrorKind.not_found, "no asked peer can serve a verified copy")
-            # A busy holder is free again (or has handed the blob to others) within moments;
-            # peers that lack the blob are given more and more time to get it.
-            pause = BUSY_RETRY_S if busy_seen else backoff
-            await trio.sleep(min(pause, max(deadline - trio.current_time(), 0.0)))
-            if not busy_seen:
-                backoff = min(backoff * 2, 4.0)
-        if last_pass and all(r == _STATUS_FAILURE[Status.NOT_FOUND][0] for r in last_pass):
-            return done(FetchErrorKind.not_found, "no asked peer had the blob before the deadline")
-        return done(FetchErrorKind.timeout, f"no verified copy within {req.timeout:g} s")
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            part.unlink()
+                    return self._done(
+                        FetchErrorKind.not_found, "no asked peer can serve a verified copy"
+                    )
+                # A busy holder is free again (or has handed the blob to others) within moments;
+                # peers that lack the blob are given more and more time to get it.
+                pause = BUSY_RETRY_S if self.busy_seen else backoff
+                await trio.sleep(min(pause, max(self.deadline - trio.current_time(), 0.0)))
+                if not self.busy_seen:
+                    backoff = min(backoff * 2, 4.0)
+            not_found = _STATUS_FAILURE[Status.NOT_FOUND][0]
+            if self.last_pass and all(r == not_found for r in self.last_pass):
+                return self._done(
+                    FetchErrorKind.not_found, "no asked peer had the blob before the deadline"
+                )
+            return self._done(
+                FetchErrorKind.timeout, f"no verified copy within {self.req.timeout:g} s"
+            )
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.part.unlink()
+
+    def _candidates(self) -> tuple[list[str], set[str] | None]:
+        """This pass's peers in asking order, and the peers we are connected to (if known)."""
+        candidates = [p for p in self.table.order(self.req.peers) if p not in self.excluded]
+        reachable = None if self.connected is None else self.connected()
+        if reachable is not None:
+            candidates.sort(key=lambda p: p not in reachable)  # stable: ranking kept within
+        return candidates, reachable
+
+    async def _pass(self) -> FetchDone | None:
+        """Ask each candidate once, in order; the fetch's result if one served the blob."""
+        candidates, reachable = self._candidates()
+        self.last_pass = []
+        self.busy_seen = False
+        for peer in candidates:
+            remaining = self.deadline - trio.current_time()
+            if remaining <= 0:
+                break
+            if self.busy_seen and reachable is not None and peer not in reachable:
+                # A holder told us BUSY: it (or a peer it handed the blob to) will serve us
+                # on the next pass, while a dial of a peer we are not connected to may cost
+                # a whole attempt timeout. Such peers are asked only in a pass nobody was
+                # busy in.
+                continue
+            if not self.is_allowed(peer):
+                self._fail(peer, "not in our allow-list", exclude=True, penalize=False)
+                continue
+            got = await self._ask(peer, remaining)
+            if got is not None:
+                return got
+        return None
+
+    async def _ask(self, peer: str, remaining: float) -> FetchDone | None:
+        """One attempt at ``peer``, within the attempt timeout: the fetch's result if the peer
+        served a verified copy (renamed into place), else ``None`` with the failure recorded."""
+        req = self.req
+        with trio.move_on_after(min(req.attempt_timeout, remaining)) as scope:
+            try:
+                size, seconds = await _attempt(
+                    self.open_stream, peer, req.blob_hash, req.max_size, self.part
+                )
+            except _AttemptFailed as e:
+                self._refused(peer, e)
+                return None
+            except Exception as e:  # dial errors, resets, truncation: try elsewhere
+                self._fail(peer, f"transfer failed: {type(e).__name__}: {e}", exclude=False)
+                return None
+            final = blob_path(self.blob_dir, req.blob_hash)
+            os.replace(self.part, final)
+            self.table.record_transfer(peer, size, seconds)
+            elapsed = trio.current_time() - self.start
+            return FetchDone(req.req_id, str(final), peer, size, elapsed, list(self.failures))
+        if scope.cancelled_caught:
+            self._fail(peer, f"no complete blob within {req.attempt_timeout:g} s", exclude=False)
+        return None
+
+    def _refused(self, peer: str, e: _AttemptFailed) -> None:
+        """A peer answered without a usable blob: note why, and a dishonest answer as such."""
+        self.too_large |= e.too_large
+        self.busy_seen |= e.busy
+        self._fail(peer, str(e), exclude=e.exclude, penalize=e.penalize)
+        if e.rejection is Rejection.blob_hash_mismatch:
+            self.liars.add(peer)
+        if e.rejection is not None and self.rejections is not None:
+            self.rejections.record(e.rejection, peer, f"blob {self.req.blob_hash.hex()[:16]}")
+
+    def _fail(self, peer: str, reason: str, *, exclude: bool, penalize: bool = True) -> None:
+        if penalize:
+            self.table.record_failure(peer)
+        self.failures.append(FetchFailure(peer, reason))
+        self.last_pass.append(reason)
+        if exclude:
+            self.excluded.add(peer)
+
+    def _done(self, kind: FetchErrorKind, error: str) -> FetchDone:
+        """The fetch's failure result."""
+        seconds = trio.current_time() - self.start
+        return FetchDone(
+            self.req.req_id, None, None, 0, seconds, list(self.failures), kind=kind, error=error
+        )

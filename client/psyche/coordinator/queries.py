@@ -30,7 +30,7 @@ from psyche.protocol.committee import CommitteeSelection, CommitteeSelectionErro
 from psyche.protocol.coordinator_config import CoordinatorConfig
 from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.model import LLM, Model
-from psyche.protocol.shuffle import compute_shuffled_index
+from psyche.protocol.shuffle import shuffled_positions
 
 E = CoordinatorErrorCode
 
@@ -195,7 +195,7 @@ class CoordinatorState:
         seed = sha256v(
             sha256(self.current_round().random_seed.to_bytes(8, "little")), b"checkpointer"
         )
-        return [i for i in range(n) if compute_shuffled_index(i, n, seed) < want]
+        return [i for i, p in enumerate(shuffled_positions(range(n), n, seed)) if p < want]
 
     def trainer_healthy(self, who: NodeIdentity) -> bool:
         prev = self.previous_round()

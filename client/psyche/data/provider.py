@@ -45,7 +45,7 @@ import torch
 
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.locations import DontShuffle, SeededShuffle, Shuffle
-from psyche.protocol.shuffle import SHUFFLE_ROUNDS
+from psyche.protocol.shuffle import shuffled_positions
 
 __all__ = [
     "SHUFFLE_DOMAIN",
@@ -54,12 +54,10 @@ __all__ = [
     "DummyDataProvider",
     "SampleIndex",
     "shuffle_key",
-    "shuffled_positions",
     "tokens_to_tensor",
 ]
 
 SHUFFLE_DOMAIN = b"psyche-data-shuffle"
-_U32_MASK = (1 << 32) - 1
 
 
 class DataError(Exception):
@@ -90,30 +88,6 @@ def shuffle_key(seed32: bytes) -> bytes:
     if len(seed32) != 32:
         raise ValueError(f"shuffle seed must be 32 bytes, got {len(seed32)}")
     return hashlib.sha256(bytes(seed32) + SHUFFLE_DOMAIN).digest()
-
-
-def shuffled_positions(indices: Sequence[int], n: int, key: bytes) -> list[int]:
-    """``[compute_shuffled_index(i, n, key) for i in indices]``, computed a round at a time."""
-    if any(not 0 <= i < n for i in indices):
-        raise ValueError(f"indices must be in [0, {n})")
-    out = list(indices)
-    for r in range(SHUFFLE_ROUNDS):
-        prefix = hashlib.sha256(key)
-        prefix.update(bytes((r,)))
-        pivot = int.from_bytes(prefix.copy().digest()[:8], "little") % n
-        sources: dict[int, bytes] = {}
-        for k, index in enumerate(out):
-            flip = (pivot + n - index) % n
-            pos = max(index, flip)
-            block = (pos // 256) & _U32_MASK
-            digest = sources.get(block)
-            if digest is None:
-                h = prefix.copy()
-                h.update(block.to_bytes(4, "little"))
-                digest = sources[block] = h.digest()
-            if (digest[(pos % 256) // 8] >> (pos % 8)) & 1:
-                out[k] = flip
-    return out
 
 
 class SampleIndex:

@@ -28,7 +28,7 @@ from typing import TypeGuard
 
 from psyche.protocol.commitment import sha256, sha256v
 from psyche.protocol.identity import NodeIdentity
-from psyche.protocol.shuffle import compute_shuffled_index
+from psyche.protocol.shuffle import compute_shuffled_index, shuffled_positions
 
 __all__ = [
     "COMMITTEE_SALT",
@@ -181,6 +181,18 @@ class CommitteeSelection:
     def get_committee(self, index: int) -> CommitteeProof:
         position = self._position(index, self._committee_seed)
         return CommitteeProof(self._committee_at(position), position, index)
+
+    def get_committees(self, count: int) -> list[CommitteeProof]:
+        """``[get_committee(i) for i in range(count)]`` with the shuffle's hashes shared between
+        indices (:func:`~psyche.protocol.shuffle.shuffled_positions`): every client computes the
+        whole round's assignment, so this is O(count) arithmetic instead of O(count) × 180
+        hashes."""
+        if not _is_index(count) or count > self._total_nodes:
+            raise CommitteeSelectionError(
+                f"{count} clients are out of range for {self._total_nodes} nodes"
+            )
+        positions = shuffled_positions(range(count), self._total_nodes, self._committee_seed)
+        return [CommitteeProof(self._committee_at(p), p, i) for i, p in enumerate(positions)]
 
     def get_witness(self, index: int) -> WitnessProof:
         position = self._position(index, self._witness_seed)

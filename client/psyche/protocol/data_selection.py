@@ -172,8 +172,9 @@ def assign_data_for_state(
     preconditions in the module docstring.
     """
     trainers: list[NodeIdentity] = []
+    proofs = selection.get_committees(len(clients))
     for index, client in enumerate(clients):
-        committee = selection.get_committee(index).committee
+        committee = proofs[index].committee
         if committee is not Committee.Trainer:
             raise ValueError(
                 f"client {index} ({client.hex()}) was selected as {committee.name}, which is not "

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from psyche.data.local import LocalDataProvider
-from psyche.data.provider import DataError, SampleIndex, shuffle_key, shuffled_positions
+from psyche.data.provider import DataError, SampleIndex, shuffle_key
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.locations import DontShuffle, SeededShuffle, TokenSize
-from psyche.protocol.shuffle import compute_shuffled_index
+from psyche.protocol.shuffle import compute_shuffled_index, shuffled_positions
 
 from .helpers import write_npy, write_raw
 

@@ -235,3 +235,26 @@ def test_verification_rejects_wrong_proof_types() -> None:
     committee = SEL.get_committee(0)
     assert not SEL.verify_committee(witness, CLIENTS[0], CLIENTS)  # type: ignore[arg-type]
     assert not SEL.verify_witness(committee, CLIENTS[0], CLIENTS)  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    total=st.integers(min_value=1, max_value=300),
+    tb=st.integers(min_value=0, max_value=3),
+    vp=st.sampled_from([0, 25, 100]),
+    seed=st.integers(min_value=0, max_value=(1 << 64) - 1),
+)
+def test_every_committee_at_once_matches_one_at_a_time(
+    total: int, tb: int, vp: int, seed: int
+) -> None:
+    sel = CommitteeSelection(
+        tie_breaker_nodes=min(tb, total),
+        witness_nodes=0,
+        verification_percent=vp,
+        total_nodes=total,
+        seed=seed,
+    )
+    assert sel.get_committees(total) == [sel.get_committee(i) for i in range(total)]
+    assert sel.get_committees(total // 2) == [sel.get_committee(i) for i in range(total // 2)]
+    with pytest.raises(CommitteeSelectionError):
+        sel.get_committees(total + 1)

@@ -262,3 +262,34 @@ def test_retries_that_break_the_preconditions_are_rejected(
 def test_no_retries_and_no_trainers_is_still_empty() -> None:
     assert assign_data_for_state([], selection(0, 1), 0, 16, 1, []) == {}
     assert get_batch_ids_for_round(0, 16, 0, []) == []
+
+
+# --- cost at scale (issue 38) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [4, 64, 256])
+def test_assignment_hashes_grow_with_blocks_of_256_not_with_clients(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every client computes the whole round's assignment; at 180 hashes per client (one index of
+    # the swap-or-not shuffle at a time) that was 46,080 hashes per client and round at 256.
+    import hashlib
+
+    import psyche.protocol.shuffle as shuffle
+
+    calls = 0
+    real = hashlib.sha256
+
+    def counting(*args: bytes) -> hashlib._Hash:
+        nonlocal calls
+        calls += 1
+        return real(*args)
+
+    nodes, sel = clients(n), selection(n, 7)
+    monkeypatch.setattr(shuffle.hashlib, "sha256", counting)
+    got = assign_data_for_state(nodes, sel, 0, 2 * n, 7)
+    monkeypatch.undo()
+    assert len(got) == n
+    # One hash per shuffle round, whatever n: the pivot's and the bit-source blocks' hashes
+    # continue copies of it (at most 1 + ⌈n/256⌉ digests per round).
+    assert calls == shuffle.SHUFFLE_ROUNDS

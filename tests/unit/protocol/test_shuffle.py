@@ -14,6 +14,7 @@ from psyche.protocol.shuffle import (
     Lcg,
     compute_shuffled_index,
     deterministic_shuffle,
+    shuffled_positions,
 )
 
 U64_MAX = (1 << 64) - 1
@@ -184,3 +185,29 @@ def test_deterministic_shuffle_is_a_stable_permutation(items: list[int], seed: i
 def test_deterministic_shuffle_rejects_bad_seed() -> None:
     with pytest.raises(ValueError):
         deterministic_shuffle([1, 2], -1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=700),
+    seed=st.binary(min_size=32, max_size=32),
+    data=st.data(),
+)
+def test_whole_permutation_at_once_matches_one_index_at_a_time(
+    n: int, seed: bytes, data: st.DataObject
+) -> None:
+    # Sizes past 256 put positions in several bit-source blocks.
+    indices = data.draw(st.lists(st.integers(min_value=0, max_value=n - 1), max_size=40))
+    assert shuffled_positions(indices, n, seed) == [
+        compute_shuffled_index(i, n, seed) for i in indices
+    ]
+    whole = shuffled_positions(range(n), n, seed)
+    assert sorted(whole) == list(range(n))
+
+
+def test_whole_permutation_refuses_what_one_index_refuses() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        shuffled_positions([0], 4, b"short")
+    with pytest.raises(ValueError, match=r"\[0, 4\)"):
+        shuffled_positions([4], 4, bytes(32))
+    assert shuffled_positions([], 0, bytes(32)) == []

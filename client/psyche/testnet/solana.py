@@ -29,8 +29,9 @@ of the run is looked up on it and ``program-calls.json`` tallies the instruction
 executed (:mod:`psyche.testnet.program_calls`).
 
 This module holds the launcher (:class:`SolanaTestnet`: the chain, the run creator's flow, the
-joiners' env files and processes); the programs and the faucet are in
-:mod:`psyche.testnet.solana_chain`, how a process is started in :mod:`psyche.testnet.processes`.
+joiners' env files and processes); its options are in :mod:`psyche.testnet.solana_options`, the
+programs and the faucet in :mod:`psyche.testnet.solana_chain`, how a process is started in
+:mod:`psyche.testnet.processes`.
 """
 
 from __future__ import annotations
@@ -51,66 +52,22 @@ from psyche.p2p.peer_id import peer_id_for
 from psyche.protocol.locations import ServerData
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import load_run_config
-from psyche.testnet.base import LocalTestnet, NetOptions, Proc
+from psyche.testnet.base import LocalTestnet, Proc
 from psyche.testnet.chain import ChainFollower
 from psyche.testnet.envfile import read_env_file, write_env_file
 from psyche.testnet.failures import ChildFailed, error_line
 from psyche.testnet.inputs import prepare_local_inputs, state_with_checkpoint
-from psyche.testnet.internet import EmulatedInternet, InternetOptions
+from psyche.testnet.internet import EmulatedInternet
 from psyche.testnet.processes import console_script, container_env, free_port
 from psyche.testnet.program_calls import SIGNATURE, tally_program_calls
 from psyche.testnet.solana_chain import LAMPORTS, PROGRAMS, ROOT, program_ids, request_airdrop
+from psyche.testnet.solana_options import (
+    DEFAULT_EARNING_RATE,
+    TEST_MINT_DECIMALS,
+    SolanaTestnetOptions,
+)
 
 __all__ = ["SolanaTestnet", "SolanaTestnetOptions", "make_solana_testnet"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SolanaTestnetOptions(NetOptions):
-    rpc_port: int = 0
-    """The SVM's JSON-RPC port; 0 picks a free one."""
-    ws_port: int = 0
-    """Its websocket port; 0 is the RPC port + 1, as a validator's (with ``rpc_port`` 0 the SVM
-    picks a free pair)."""
-    p2p_base_port: int = 0
-    """Client N listens for P2P on base + N; 0 picks a free port per client."""
-    rpc: str | None = None
-    """An existing chain's JSON-RPC URL (e.g. ``solana-test-validator``, which must hold both
-    programs at their ids): no local SVM is started and the wallets are funded by
-    ``requestAirdrop``."""
-    ws_rpc: str | None = None
-    """Its websocket URL; default: derived from ``rpc`` as the Solana tools do."""
-    run_id: str | None = None
-    """Default: the config's run_id."""
-    bootstrap_peers: bool = False
-    """Also hand every client the others' multiaddrs (``PSYCHE_BOOTSTRAP_PEERS``); by default the
-    clients find each other only through their peer records on the chain."""
-    internet: InternetOptions | None = None
-    """Run every client in its own network namespace of an emulated internet (some behind NAT,
-    shaped links; :mod:`psyche.testnet.internet`); the local SVM listens on its gateway."""
-    joiners: int = 0
-    """Extra wallets (``keys/joinerK.json``), funded and named delegates like the clients', for
-    clients started by hand (``just start-training-localnet-client``); not started here."""
-    name: str = "local testnet"
-    description: str = "psyche-solana-local-testnet"
-    treasurer: bool = False
-    """Create the run through the Treasurer, paying a test SPL mint (made by the run creator with
-    ``create-test-mint``) per point; the escrow is topped up with ``treasurer_top_up`` base units
-    and the mint and Run are written to ``<out>/treasurer.json``."""
-    earning_rate: int | None = None
-    """Points the Healthy clients share per successful epoch (``set-future-epoch-rates`` before
-    the run starts); default: none set, or with the Treasurer ``DEFAULT_EARNING_RATE``."""
-    slashing_rate: int | None = None
-    """Points slashed from each client ejected in an epoch (``set-future-epoch-rates
-    --slashing-rate-per-client``); default: the run's (0). Not a launcher flag: tests set it."""
-    collateral_per_point: int = 1
-    """With the Treasurer: token base units paid per point."""
-    treasurer_top_up: int = 10**12
-    """With the Treasurer: base units the run creator puts into the escrow."""
-
-
-DEFAULT_EARNING_RATE = 3_000
-"""Points per epoch with ``--treasurer`` and no ``--earning-rate``: 1000 each for 3 clients."""
-TEST_MINT_DECIMALS = 6
 
 
 @dataclass
@@ -231,19 +188,22 @@ class SolanaTestnet(LocalTestnet):
         return res.stdout.decode(errors="replace")
 
     def create_run(self) -> None:
-        """The run creator's documented flow, one subprocess per step."""
+        """The run creator's documented flow, one subprocess per step: create the run (with the
+        Treasurer, paying in a fresh test mint), configure it, authorize the clients, set the
+        epoch rates, fund the Treasurer's escrow, resume; then say how extra joiners join."""
         o = self.opts
         cli = console_script("psyche-solana-client")
         endpoints = ["--rpc", self.rpc_url, "--ws-rpc", self.ws_url]
-        grantor = self.wallet("grantor").pubkey()
-        grantee = self.wallet("grantee").pubkey()
         creator = {
             "WALLET_PRIVATE_KEY_PATH": str(self.keys / "creator.json"),
             # The creator (main authority) names the grantor as the run's join authority.
-            "JOIN_AUTHORITY": str(grantor),
+            "JOIN_AUTHORITY": str(self.wallet("grantor").pubkey()),
         }
-        run = ["--run-id", self.run_id]
-        create_run = [cli, "create-run", *endpoints, *run, "--name", o.name]
+
+        def on_run(command: str, *args: str) -> list[str]:
+            return [cli, command, *endpoints, "--run-id", self.run_id, *args]
+
+        create_run = on_run("create-run", "--name", o.name)
         # Every client is on this machine (or the emulated LAN): say so, so peer records may
         # name loopback and private addresses (issue 26, finding 5).
         create_run += ["--description", o.description, "--local-run"]
@@ -254,11 +214,26 @@ class SolanaTestnet(LocalTestnet):
             create_run += ["--treasurer-collateral-per-point", str(o.collateral_per_point)]
         self.setup(f"create-run {self.run_id!r}", create_run, creator)
         config = self.state_toml
-        self.setup(
-            f"update-config from {config}",
-            [cli, "update-config", *endpoints, *run, "--config-path", str(config.resolve())],
-            creator,
-        )
+        update = on_run("update-config", "--config-path", str(config.resolve()))
+        self.setup(f"update-config from {config}", update, creator)
+        self.authorize_clients(cli)
+        rate = self.set_epoch_rates(on_run("set-future-epoch-rates"), creator)
+        if mint is not None:
+            self.fund_treasurer(on_run("treasurer-top-up-rewards"), creator, mint, rate)
+        self.setup("set-paused resume", on_run("set-paused", "resume"), creator)
+        grantee = self.wallet("grantee").pubkey()
+        for i in range(1, o.joiners + 1):
+            wallet = (self.keys / f"joiner{i}.json").resolve()
+            self.log_line(
+                f"joiner {i}: RPC={self.rpc_url} WALLET_FILE={wallet} AUTHORIZER={grantee} "
+                f"just start-training-localnet-client run_id={self.run_id}"
+            )
+
+    def authorize_clients(self, cli: str) -> None:
+        """The documented join authorization scripts: the grantor authorizes the grantee, whose
+        delegates are every client's wallet and the extra joiners'."""
+        grantor = self.wallet("grantor").pubkey()
+        grantee = self.wallet("grantee").pubkey()
         scripts = ROOT / "scripts"
         tools = {"PSYCHE_SOLANA_CLIENT": cli}
         create = scripts / "join-authorization-create.sh"
@@ -268,7 +243,7 @@ class SolanaTestnet(LocalTestnet):
             tools,
         )
         delegates = sorted(str(p) for p in self.keys.glob("delegate*.json"))
-        delegates += [str(self.keys / f"joiner{i}.json") for i in range(1, o.joiners + 1)]
+        delegates += [str(self.keys / f"joiner{i}.json") for i in range(1, self.opts.joiners + 1)]
         grantee_and_delegates = [str(self.keys / "grantee.json"), *delegates]
         set_delegates = scripts / "join-authorization-set-delegates.sh"
         self.setup(
@@ -276,39 +251,40 @@ class SolanaTestnet(LocalTestnet):
             ["sh", str(set_delegates), self.rpc_url, str(grantor), *grantee_and_delegates],
             tools,
         )
+
+    def set_epoch_rates(self, rates: list[str], creator: Mapping[str, str]) -> int | None:
+        """``set-future-epoch-rates`` (the ``rates`` command line) when a rate is asked for, or
+        the Treasurer pays points; the earning rate set, if any."""
+        o = self.opts
         rate = o.earning_rate
         if rate is None and o.treasurer:
             rate = DEFAULT_EARNING_RATE
         if rate is not None or o.slashing_rate is not None:
-            rates = [cli, "set-future-epoch-rates", *endpoints, *run]
             if rate is not None:
                 rates += ["--earning-rate-total-shared", str(rate)]
             if o.slashing_rate is not None:
                 rates += ["--slashing-rate-per-client", str(o.slashing_rate)]
             what = f"{rate} points per epoch, {o.slashing_rate or 0} slashed per ejection"
             self.setup(f"set-future-epoch-rates ({what})", rates, creator)
-        if mint is not None:
-            top_up = [cli, "treasurer-top-up-rewards", *endpoints, *run]
-            top_up += ["--amount", str(o.treasurer_top_up)]
-            self.setup(
-                f"treasurer-top-up-rewards ({o.treasurer_top_up} base units)", top_up, creator
-            )
-            info = {
-                "mint": mint,
-                "decimals": TEST_MINT_DECIMALS,
-                "collateral_per_point": o.collateral_per_point,
-                "earning_rate_total_shared": rate,
-                "top_up": o.treasurer_top_up,
-                "creator": str(self.wallet("creator").pubkey()),
-            }
-            (self.out / "treasurer.json").write_text(json.dumps(info, indent=1) + "\n")
-        self.setup("set-paused resume", [cli, "set-paused", *endpoints, *run, "resume"], creator)
-        for i in range(1, o.joiners + 1):
-            wallet = (self.keys / f"joiner{i}.json").resolve()
-            self.log_line(
-                f"joiner {i}: RPC={self.rpc_url} WALLET_FILE={wallet} AUTHORIZER={grantee} "
-                f"just start-training-localnet-client run_id={self.run_id}"
-            )
+        return rate
+
+    def fund_treasurer(
+        self, top_up: list[str], creator: Mapping[str, str], mint: str, rate: int | None
+    ) -> None:
+        """Top the Treasurer's escrow up (the ``top_up`` command line) and write what the run
+        pays in to ``treasurer.json``."""
+        o = self.opts
+        top_up += ["--amount", str(o.treasurer_top_up)]
+        self.setup(f"treasurer-top-up-rewards ({o.treasurer_top_up} base units)", top_up, creator)
+        info = {
+            "mint": mint,
+            "decimals": TEST_MINT_DECIMALS,
+            "collateral_per_point": o.collateral_per_point,
+            "earning_rate_total_shared": rate,
+            "top_up": o.treasurer_top_up,
+            "creator": str(self.wallet("creator").pubkey()),
+        }
+        (self.out / "treasurer.json").write_text(json.dumps(info, indent=1) + "\n")
 
     def create_test_mint(
         self, cli: str, endpoints: Sequence[str], creator: Mapping[str, str]

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -243,58 +243,22 @@ async def fetch_snapshot(
     """Fetch and verify the manifest ``choice`` names and everything it lists."""
     t0 = time.perf_counter()
     pool = PeerPool([peer_id_for(k) for k in choice.peers], max_errors=max_peer_errors)
-    data = await _fetch_one(
-        node,
-        pool,
-        choice.manifest_hash,
-        choice.manifest_size,
-        what="the manifest",
-        timeout=request_timeout,
-    )
-    try:
-        manifest = decode_manifest(data, step=step)
-    except ManifestError as e:
-        raise PeerFetchError(f"the agreed manifest is invalid: {e}") from e
-    stream = bytearray(manifest.total_bytes)
 
-    def _unserve(blob_hash: bytes) -> None:
+    def unserve(blob_hash: bytes) -> None:
         # A fetched blob is served from then on; this client serves its own copy after its
         # first cooldown instead (and keeps any blob it already served itself).
         if blob_hash not in keep:
             node.unserve(blob_hash)
 
+    manifest = await _fetch_manifest(node, pool, choice, step=step, timeout=request_timeout)
     # At most PER_PEER_REQUESTS requests per offering peer: more would split a peer's uplink
     # into slices too thin for the request timeout (a 20 Mbit/s home uplink serving four 8 MiB
     # pieces at once gives each 0.6 MB/s, and every piece timed out on the emulated internet).
-    gate = asyncio.Semaphore(max(1, min(max_concurrent, PER_PEER_REQUESTS * len(choice.peers))))
-    files: dict[str, bytes] = {}
-
-    async def piece(i: int) -> None:
-        entry = manifest.pieces[i]
-        async with gate:
-            blob = await _fetch_one(
-                node, pool, entry.sha256, entry.size, what=f"piece {i}", timeout=request_timeout
-            )
-        start = i * manifest.piece_size
-        stream[start : start + len(blob)] = blob
-        _unserve(entry.sha256)
-
-    async def file(name: str, sha: bytes, size: int) -> None:
-        async with gate:
-            files[name] = await _fetch_one(
-                node, pool, sha, size, what=f"file {name}", timeout=request_timeout
-            )
-        _unserve(sha)
-
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for i in range(len(manifest.pieces)):
-                tg.create_task(piece(i))
-            for f in manifest.files:
-                tg.create_task(file(f.name, f.sha256, f.size))
-    except* PeerFetchError as group:
-        raise group.exceptions[0] from None
-    _unserve(choice.manifest_hash)
+    concurrent = max(1, min(max_concurrent, PER_PEER_REQUESTS * len(choice.peers)))
+    stream, files = await _fetch_contents(
+        node, pool, manifest, concurrent=concurrent, timeout=request_timeout, unserve=unserve
+    )
+    unserve(choice.manifest_hash)
     try:
         tensors = await asyncio.to_thread(tensors_from_stream, manifest, stream)
     except ManifestError as e:
@@ -308,3 +272,60 @@ async def fetch_snapshot(
         failures=dict(pool.errors),
         seconds=time.perf_counter() - t0,
     )
+
+
+async def _fetch_manifest(
+    node: Transport, pool: PeerPool, choice: Choice, *, step: int, timeout: float
+) -> Manifest:
+    """The manifest ``choice`` names, from any agreeing peer, decoded and checked for ``step``."""
+    data = await _fetch_one(
+        node, pool, choice.manifest_hash, choice.manifest_size, what="the manifest", timeout=timeout
+    )
+    try:
+        return decode_manifest(data, step=step)
+    except ManifestError as e:
+        raise PeerFetchError(f"the agreed manifest is invalid: {e}") from e
+
+
+async def _fetch_contents(
+    node: Transport,
+    pool: PeerPool,
+    manifest: Manifest,
+    *,
+    concurrent: int,
+    timeout: float,
+    unserve: Callable[[bytes], None],
+) -> tuple[bytearray, dict[str, bytes]]:
+    """Every piece (into the tensor stream) and file the manifest lists, at most ``concurrent``
+    requests at once; each blob is ``unserve``-d once received. The first failure cancels the
+    rest and is raised."""
+    stream = bytearray(manifest.total_bytes)
+    gate = asyncio.Semaphore(concurrent)
+    files: dict[str, bytes] = {}
+
+    async def piece(i: int) -> None:
+        entry = manifest.pieces[i]
+        async with gate:
+            blob = await _fetch_one(
+                node, pool, entry.sha256, entry.size, what=f"piece {i}", timeout=timeout
+            )
+        start = i * manifest.piece_size
+        stream[start : start + len(blob)] = blob
+        unserve(entry.sha256)
+
+    async def file(name: str, sha: bytes, size: int) -> None:
+        async with gate:
+            files[name] = await _fetch_one(
+                node, pool, sha, size, what=f"file {name}", timeout=timeout
+            )
+        unserve(sha)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for i in range(len(manifest.pieces)):
+                tg.create_task(piece(i))
+            for f in manifest.files:
+                tg.create_task(file(f.name, f.sha256, f.size))
+    except* PeerFetchError as group:
+        raise group.exceptions[0] from None
+    return stream, files

@@ -25,6 +25,7 @@ import time
 import weakref
 from datetime import timedelta
 from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 
 import torch
@@ -48,6 +49,19 @@ _active: weakref.ref[WorkerGroup] | None = None
 """The open group of this process, if any (see module doc)."""
 
 
+def _close_the_previous_group() -> None:
+    """Only one group per process: close this process's open one, if any (see module doc)."""
+    previous = _active() if _active is not None else None
+    if previous is not None and not previous.closed:
+        log.warning("closing the previous parallel trainer's workers to start new ones")
+        previous.close()
+    if dist.is_initialized():
+        raise RuntimeError(
+            "torch.distributed is already initialised in this process: close the previous "
+            "parallel trainer before building another"
+        )
+
+
 class WorkerGroup:
     """Ranks 1..N·M−1 as processes, and rank 0's side of the process group (this process)."""
 
@@ -62,15 +76,7 @@ class WorkerGroup:
         startup_timeout_s: float = 300.0,
     ) -> None:
         global _active
-        previous = _active() if _active is not None else None
-        if previous is not None and not previous.closed:
-            log.warning("closing the previous parallel trainer's workers to start new ones")
-            previous.close()
-        if dist.is_initialized():
-            raise RuntimeError(
-                "torch.distributed is already initialised in this process: close the previous "
-                "parallel trainer before building another"
-            )
+        _close_the_previous_group()
         self.layout = layout
         self._lock = threading.Lock()
         self._closed = False
@@ -92,7 +98,6 @@ class WorkerGroup:
         )
         try:
             for rank in range(1, layout.world_size):
-                receiver, sender = spawn.Pipe(duplex=False)
                 args = WorkerArgs(
                     rank=rank,
                     layout=layout,
@@ -103,17 +108,7 @@ class WorkerGroup:
                     timeout_s=timeout_s,
                     seed=seed,
                 )
-                proc = spawn.Process(
-                    target=worker_main,
-                    args=(args, sender, self._cancel),
-                    name=f"psyche-parallel-rank{rank}",
-                    daemon=True,
-                )
-                proc.start()
-                sender.close()
-                self._pids.append(proc.pid or 0)
-                self._procs.append(proc)
-                self._conns.append(receiver)
+                self._start_worker(spawn, args)
             self._await_ready(time.monotonic() + startup_timeout_s)
             self.ctx = join_group(
                 0, layout, store, devices[0], spec, timeout_s=timeout_s, canonical=canonical
@@ -127,6 +122,21 @@ class WorkerGroup:
             raise
         self._store = store  # rank 0 hosts the rendezvous; it must live as long as the group
         _active = weakref.ref(self)
+
+    def _start_worker(self, spawn: SpawnContext, args: WorkerArgs) -> None:
+        """Start one rank's process, with the pipe it reports over (startup, errors)."""
+        receiver, sender = spawn.Pipe(duplex=False)
+        proc = spawn.Process(
+            target=worker_main,
+            args=(args, sender, self._cancel),
+            name=f"psyche-parallel-rank{args.rank}",
+            daemon=True,
+        )
+        proc.start()
+        sender.close()
+        self._pids.append(proc.pid or 0)
+        self._procs.append(proc)
+        self._conns.append(receiver)
 
     @property
     def closed(self) -> bool:

@@ -303,29 +303,7 @@ class Chain:
         keys = list(dict.fromkeys(msg.account_keys))
         payer = msg.account_keys[0]
         pre = self._snapshot(keys)
-        # Simulate first: the rent rule must see the post-state before anything is committed,
-        # and LiteSVM cannot roll a committed transaction back.
-        sim = self.svm.simulate_transaction(tx)
-        meta: dict[str, Any]
-        if isinstance(sim, FailedTransactionMetadata):
-            # Execution failed: LiteSVM commits the fee only, as a bank does (unless the failure
-            # was in loading, which leaves the payer untouched: then nothing is committed).
-            res = self.svm.send_transaction(tx)
-            if isinstance(res, FailedTransactionMetadata):
-                err, meta = failure(res)
-            else:
-                meta = meta_fields(res)
-        else:
-            index = rent_violation(msg, pre, dict(sim.post_accounts()), fee, self.minimum_balance)
-            if index is None:
-                res = self.svm.send_transaction(tx)
-                if isinstance(res, FailedTransactionMetadata):
-                    err, meta = failure(res)
-                else:
-                    meta = meta_fields(res)
-            else:
-                err, meta = rent_error(index), meta_fields(sim.meta())
-                self._charge(payer, fee.base)
+        err, meta = self._execute(tx, pre, fee)
         before = pre[payer]
         committed = err is None or (
             before is not None and self.balance(payer) <= before.lamports - fee.base
@@ -334,8 +312,51 @@ class Chain:
             return Execution(sig, err, self.slot, **meta)
         if fee.prioritization:
             self._charge(payer, fee.prioritization)
-        record = TxRecord(
-            signature=sig,
+        record = self._record(tx, err, meta, fee, pre)
+        self.history.add(record, protect_from=self.slot - MAX_PROCESSING_AGE)
+        for key in keys:
+            if key in self.watched:
+                after = self.get_account(key)
+                if _changed(pre[key], after):
+                    self._emit(self.account_listeners, self.slot, key, after)
+        self._emit(self.tx_listeners, record)
+        return Execution(sig, err, self.slot, fee=fee.total, committed=True, **meta)
+
+    def _execute(
+        self, tx: VersionedTransaction, pre: Mapping[Pubkey, Account | None], fee: FeeDetails
+    ) -> tuple[TxErr, dict[str, Any]]:
+        """Run ``tx`` through LiteSVM: its error (``None`` if it succeeded) and its metadata.
+
+        Simulated first: the rent rule must see the post-state before anything is committed, and
+        LiteSVM cannot roll a committed transaction back. A rent violation commits the base fee
+        only (charged here); a failed execution is left to LiteSVM, which commits the fee only,
+        as a bank does (unless the failure was in loading, which leaves the payer untouched:
+        then nothing is committed)."""
+        sim = self.svm.simulate_transaction(tx)
+        if not isinstance(sim, FailedTransactionMetadata):
+            post = dict(sim.post_accounts())
+            index = rent_violation(tx.message, pre, post, fee, self.minimum_balance)
+            if index is not None:
+                self._charge(tx.message.account_keys[0], fee.base)
+                return rent_error(index), meta_fields(sim.meta())
+        res = self.svm.send_transaction(tx)
+        if isinstance(res, FailedTransactionMetadata):
+            return failure(res)
+        return None, meta_fields(res)
+
+    def _record(
+        self,
+        tx: VersionedTransaction,
+        err: TxErr,
+        meta: dict[str, Any],
+        fee: FeeDetails,
+        pre: Mapping[Pubkey, Account | None],
+    ) -> TxRecord:
+        """The committed transaction as ``getTransaction`` reports it (balances before and
+        after, in the message's account order)."""
+        msg = tx.message
+        return TxRecord(
+            signature=tx.signatures[0],
             slot=self.slot,
             block_time=self.unix_timestamp,
             wire=bytes(tx),
@@ -351,14 +372,6 @@ class Chain:
             inner_instructions=meta["inner_instructions"],
             return_data=meta["return_data"],
         )
-        self.history.add(record, protect_from=self.slot - MAX_PROCESSING_AGE)
-        for key in keys:
-            if key in self.watched:
-                after = self.get_account(key)
-                if _changed(pre[key], after):
-                    self._emit(self.account_listeners, self.slot, key, after)
-        self._emit(self.tx_listeners, record)
-        return Execution(sig, err, self.slot, fee=fee.total, committed=True, **meta)
 
     def transaction(self, signature: Signature) -> TxRecord | None:
         return self.history.get(signature)

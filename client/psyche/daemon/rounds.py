@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psyche.coordinator import Coordinator, Round, Witness
 from psyche.coordinator.consensus import (
@@ -19,6 +19,7 @@ from psyche.coordinator.consensus import (
     select_consensus_commitment,
     trainer_healthy,
 )
+from psyche.daemon.judgement import Judgement
 from psyche.distro import Payload, PayloadError
 from psyche.distro.copy_index import COUNTS, CopyIndex, CopySketch, sketch
 from psyche.distro.payload import payload_hash
@@ -29,9 +30,6 @@ from psyche.protocol.committee import WitnessProof
 from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.schedule import lr_for_step, prev_lr_for_step
-
-if TYPE_CHECKING:
-    from psyche.daemon.verifying import Judgement
 
 APPLY_LAG = 2
 """Results of round h are applied at the start of round h + 2, by the consensus of round h + 1's

@@ -41,6 +41,7 @@ from psyche.coordinator import Coordinator
 from psyche.coordinator.types import Verdict
 from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
 from psyche.daemon.epoch import EpochView
+from psyche.daemon.judgement import Judgement, SlotGradient, SubBatch
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.daemon.rounds import RoundState, decode_verified
@@ -49,8 +50,6 @@ from psyche.distro import Payload
 from psyche.distro.result_format import ResultFormat
 from psyche.distro.similarity import THRESHOLD, captured_mass, verdict_on
 from psyche.protocol.commitment import sha256v
-from psyche.protocol.data_selection import BatchId
-from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.optimizers import DistroOptimizer
 from psyche.protocol.shuffle import compute_shuffled_index
 from psyche.training.errors import TrainingCancelled
@@ -60,9 +59,6 @@ __all__ = [
     "ESCALATE_SHARE",
     "TIME_SHARE",
     "TOKEN_SHARE",
-    "Judgement",
-    "SlotGradient",
-    "SubBatch",
     "held_payload",
     "judge_previous",
     "recompute",
@@ -85,26 +81,6 @@ sub-batch): on the tiny model at 8 samples per trainer, 1 sample scored honest r
 TIME_SHARE = 0.25
 """Share of ``max_round_train_time`` the recompute may take before the remaining slots are left
 unchecked, so that a slow verifier still trains its own batch in time."""
-
-
-@dataclass(frozen=True, slots=True)
-class SubBatch:
-    """Which samples of a batch are recomputed (offsets in the batch, ascending): ``rows`` first,
-    ``escalation`` (a superset) before an accusation."""
-
-    rows: tuple[int, ...]
-    escalation: tuple[int, ...] = ()
-
-    def of(self, tokens: torch.Tensor) -> torch.Tensor:
-        return tokens[list(self.rows)]
-
-    @property
-    def escalates(self) -> bool:
-        """Whether escalating recomputes more samples than ``rows``."""
-        return len(self.escalation) > len(self.rows)
-
-    def escalated(self) -> SubBatch:
-        return SubBatch(self.escalation, self.escalation)
 
 
 def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatch:
@@ -131,33 +107,6 @@ def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatc
         return tuple(sorted(compute_shuffled_index(p, batch_size, key) for p in positions))
 
     return SubBatch(picked(rows), picked(wider))
-
-
-@dataclass(frozen=True, slots=True)
-class SlotGradient:
-    """One sampled result this verifier judges, and the gradient it recomputed for it (None
-    until recomputed, and when the time budget ran out first)."""
-
-    slot: int
-    trainer: NodeIdentity
-    batch: BatchId
-    sub: SubBatch
-    grads: tuple[torch.Tensor, ...] | None = None
-    may_accuse: bool = False
-    """Whether ``grads`` is of the escalation's samples: only then may a low score accuse."""
-    score: float | None = None
-    """``grads``' score of the held result when the recompute already took it (to decide on
-    escalating), so the verdict does not decode and score the result again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Judgement:
-    """What a verifier of the current round needs at witness time."""
-
-    judged_height: int
-    slots: tuple[SlotGradient, ...]
-    fmt: ResultFormat
-    chunk: int
 
 
 def slots_to_judge(

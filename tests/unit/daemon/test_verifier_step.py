@@ -14,6 +14,7 @@ import torch
 from psyche.coordinator import Coordinator
 from psyche.coordinator.scripted_clients import Sim
 from psyche.coordinator.types import CoordinatorException, Verdict
+from psyche.daemon.judgement import Judgement, SlotGradient
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundLRs,
@@ -24,8 +25,6 @@ from psyche.daemon.rounds import (
 from psyche.daemon.verifying import (
     ESCALATE_SHARE,
     TOKEN_SHARE,
-    Judgement,
-    SlotGradient,
     recompute,
     slots_to_judge,
     sub_batch,

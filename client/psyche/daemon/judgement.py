@@ -1,0 +1,67 @@
+"""What a verifier of a round holds between its recompute and its witness.
+
+``psyche.daemon.verifying`` fills a :class:`Judgement` at the start of round ``r + 1`` and reads
+it back when the witness is sent; in between it rides in the round's
+``psyche.daemon.rounds.RoundState``. The record lives apart from both so that the round state can
+carry it without depending on the verifier, which itself works on round states: neither module
+imports the other's way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from psyche.distro.result_format import ResultFormat
+from psyche.protocol.data_selection import BatchId
+from psyche.protocol.identity import NodeIdentity
+
+__all__ = ["Judgement", "SlotGradient", "SubBatch"]
+
+
+@dataclass(frozen=True, slots=True)
+class SubBatch:
+    """Which samples of a batch are recomputed (offsets in the batch, ascending): ``rows`` first,
+    ``escalation`` (a superset) before an accusation."""
+
+    rows: tuple[int, ...]
+    escalation: tuple[int, ...] = ()
+
+    def of(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens[list(self.rows)]
+
+    @property
+    def escalates(self) -> bool:
+        """Whether escalating recomputes more samples than ``rows``."""
+        return len(self.escalation) > len(self.rows)
+
+    def escalated(self) -> SubBatch:
+        return SubBatch(self.escalation, self.escalation)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotGradient:
+    """One sampled result this verifier judges, and the gradient it recomputed for it (None
+    until recomputed, and when the time budget ran out first)."""
+
+    slot: int
+    trainer: NodeIdentity
+    batch: BatchId
+    sub: SubBatch
+    grads: tuple[torch.Tensor, ...] | None = None
+    may_accuse: bool = False
+    """Whether ``grads`` is of the escalation's samples: only then may a low score accuse."""
+    score: float | None = None
+    """``grads``' score of the held result when the recompute already took it (to decide on
+    escalating), so the verdict does not decode and score the result again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What a verifier of the current round needs at witness time."""
+
+    judged_height: int
+    slots: tuple[SlotGradient, ...]
+    fmt: ResultFormat
+    chunk: int

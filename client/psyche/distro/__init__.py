@@ -1,9 +1,12 @@
 """DisTrO: compress each client's optimizer update to a few DCT coefficients and exchange them.
 
-Modules, bottom up: `dct` (chunked orthonormal DCT-II), `compress` (top-k per tile, aggregation,
-1-bit signs), `payload` (the validated wire format and its commitment hash), `optimizer` (the
-per-client `Distro` state machine: lookahead, generate, apply). docs/distro.md is the contract;
-the module docstrings say where and why this implementation departs from the reference.
+Modules, bottom up: `dct_exact` (the DCT basis computed exactly, and the integer grids on which the
+apply's sign decode is the same bits everywhere), `sign_bound` (that decode's fast path, a float
+evaluation with a proven bound), `dct` (chunked orthonormal DCT-II), `compress` (top-k per tile,
+aggregation, 1-bit signs), `payload` (the validated wire format and its commitment hash),
+`optimizer` (the per-client `Distro` state machine: lookahead, generate, apply). docs/distro.md is
+the contract; the module docstrings say where and why this implementation departs from the
+reference.
 
 Imports only torch, numpy and the standard library.
 """

@@ -1,16 +1,16 @@
 """The fast path of `decode_sign`: a float inverse DCT with a proven bound, exact where needed.
 
-`dct.decode_sign_exact` evaluates the apply's inverse DCT on integer grids in float64 so that its
-sign is the same bits everywhere, at 5–8× the cost of the float matmul it replaced. Almost every
-element is far from zero, where any float evaluation already has the right sign. This module
+`dct_exact.decode_sign_exact` evaluates the apply's inverse DCT on integer grids in float64 so that
+its sign is the same bits everywhere, at 5–8× the cost of the float matmul it replaced. Almost
+every element is far from zero, where any float evaluation already has the right sign. This module
 evaluates the same sum as a plain float32 matmul pair (with the grid basis, which float32 holds
 exactly) and bounds, per tile (per chunk in 1-D), how far that float value can be from the exact
 grid value, whatever the kernel's summation order, blocking or FMA use, and with or without
-flush-to-zero. Where `|float value| > bound` the two have the same sign, so the float sign is
-the exact sign; the remaining elements (about 1 in 2,000 on random payloads) are recomputed
-exactly, column by column, with the exact path's own functions. The derivation of the bound is in
-docs/distro.md ("Fast path: a float evaluation with a proven bound"); `tile_bound_constant` and
-`row_bound_constant` are its formulas.
+flush-to-zero. Where `|float value| > bound` the two have the same sign, so the float sign is the
+exact sign; the remaining elements (about 1 in 2,000 on random payloads) are recomputed exactly,
+column by column, with the exact path's own functions (`psyche.distro.dct_exact`, which `dct`
+imports too). The derivation of the bound is in docs/distro.md ("Fast path: a float evaluation with
+a proven bound"); `tile_bound_constant` and `row_bound_constant` are its formulas.
 
 Where float32 matmuls may run in reduced precision (TF32 on CUDA, bf16 on oneDNN), the fast
 evaluation runs in float64 with float64's unit roundoff instead.
@@ -27,14 +27,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from psyche.distro.dct import (
-    _exact_rows_times_basis,
-    _int_basis,
-    _normalise,
-    _pow2,
+from psyche.distro.dct_exact import (
     basis_scale,
     coefficient_bits,
     decode_sign_exact,
+    exact_rows_times_basis,
+    int_basis,
+    normalise_device,
+    pow2,
 )
 
 __all__ = [
@@ -55,7 +55,7 @@ _SAFETY = 1.0 + 2.0**-20
 @functools.lru_cache(maxsize=128)
 def basis_max(size: int) -> float:
     """`μ`: the largest `|Q̂|` entry of the grid basis (exact)."""
-    rows = _int_basis(size, torch.device("cpu")).to(torch.int64).tolist()
+    rows = int_basis(size, torch.device("cpu")).to(torch.int64).tolist()
     return max(abs(q) for row in rows for q in row) * 2.0 ** -basis_scale(size)
 
 
@@ -66,7 +66,7 @@ def basis_norms(size: int) -> tuple[float, float]:
     `Q̂ = Q·2^-e` with `Q` integers, so the row sums are exact integers; `ρ` rounds the square
     root up (`isqrt + 1`). Both are exact powers-of-two multiples of integers below 2^53.
     """
-    rows = _int_basis(size, torch.device("cpu")).to(torch.int64).tolist()
+    rows = int_basis(size, torch.device("cpu")).to(torch.int64).tolist()
     scale = 2.0 ** -basis_scale(size)
     l1 = max(sum(abs(q) for q in row) for row in rows)
     l2sq = max(sum(q * q for q in row) for row in rows)
@@ -245,7 +245,7 @@ def _rows_fast(encoded: torch.Tensor, clock: _Clock) -> torch.Tensor:
     fast = x.to(dtype)
     c = x.shape[-1]
     k, a = row_bound_constant(c, u, tiny)
-    approx = fast @ _grid_basis(c, dtype, _normalise(x.device)).T
+    approx = fast @ _grid_basis(c, dtype, normalise_device(x.device)).T
     clock.lap("float")
     bound, zero = _bound(fast, (-1,), k, a, u, tiny)
     undecided = ~(approx.abs() > bound)  # not `<=`: NaN and ∞ (overflow) are undecided too
@@ -257,7 +257,7 @@ def _rows_fast(encoded: torch.Tensor, clock: _Clock) -> torch.Tensor:
     if undecided.any():
         rows, cols = undecided.nonzero(as_tuple=True)
         uniq, inv = torch.unique(rows, return_inverse=True)
-        ints, _ = _exact_rows_times_basis(x[uniq], c)
+        ints, _ = exact_rows_times_basis(x[uniq], c)
         out[rows, cols] = torch.sign(ints[inv, cols]).to(out.dtype) + 0.0  # −0 → +0
         clock.lap("exact")
     return out.reshape(-1)
@@ -276,7 +276,7 @@ def _tiles_fast(
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
     *lead, ny, nx, h, w = x.shape
     tiles = x.to(dtype).reshape(-1, h, w)
-    dev = _normalise(x.device)
+    dev = normalise_device(x.device)
     first = tiles @ _grid_basis(w, dtype, dev).T  # one GEMM over all rows of all tiles
     # `bmm` on the basis expanded with stride 0: `matmul` would copy it once per tile.
     approx = torch.bmm(_grid_basis(h, dtype, dev).expand(first.shape[0], h, h), first)
@@ -335,7 +335,7 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=128)
 def _grid_basis(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """`Q̂ = Q·2^−e`, the grid basis, in `dtype` (exact: integers below 2^22 times a power of 2)."""
-    return _int_basis(size, device).to(dtype) * 2.0 ** -basis_scale(size)
+    return int_basis(size, device).to(dtype) * 2.0 ** -basis_scale(size)
 
 
 class _Clock:
@@ -374,20 +374,20 @@ def _fill_exact(todos: list[_Pending]) -> None:
     row = torch.cat([todo.row for todo in todos])
     col = torch.cat([todo.col for todo in todos])
     count, h, w = tiles.shape
-    dev = _normalise(tiles.device)
+    dev = normalise_device(tiles.device)
     flat = _flat_nonzero(tiles != 0)
     values = tiles.view(-1)[flat]
     line = flat // w  # tile · h + row: the exact path's first-axis rows
     peak = values.new_zeros(count * h).scatter_reduce_(0, line, values.abs(), "amax")
-    _, peak_exp = torch.frexp(peak)  # as `_to_grid`: 0 for an all-zero row
+    _, peak_exp = torch.frexp(peak)  # as the exact path's grids: 0 for an all-zero row
     shift = coefficient_bits(w) - peak_exp.to(torch.int64)
-    ints = (values * _pow2(shift[line])).round_()
+    ints = (values * pow2(shift[line])).round_()
     # Integer products ≤ 2^52 and integer partial sums ≤ 2^52: exact in any order.
-    products = ints * _int_basis(w, dev)[col[line // h], flat % w]
+    products = ints * int_basis(w, dev)[col[line // h], flat % w]
     first = torch.zeros(count * h, dtype=torch.float64, device=tiles.device)
     first.index_add_(0, line, products)
-    first.mul_(_pow2(-shift - basis_scale(w)))
-    second, _ = _exact_rows_times_basis(first.view(count, h), h)
+    first.mul_(pow2(-shift - basis_scale(w)))
+    second, _ = exact_rows_times_basis(first.view(count, h), h)
     exact = torch.sign(second.gather(1, row.unsqueeze(1)).squeeze(1)) + 0.0  # −0 → +0
     start = 0
     for todo in todos:

@@ -26,7 +26,7 @@ from psyche.distro import (
     decode_sign,
     encode_payload,
 )
-from psyche.distro.dct import BASIS_BITS, SUM_BITS, _int_basis, basis_scale, coefficient_bits
+from psyche.distro.dct_exact import BASIS_BITS, SUM_BITS, basis_scale, coefficient_bits, int_basis
 
 CHUNK, TOPK, LR = 64, 8, 0.01
 CPU = torch.device("cpu")
@@ -70,14 +70,14 @@ def test_decode_sign_is_the_sign_of_the_inverse_dct(shape: tuple[int, ...]) -> N
 def test_basis_is_exact_where_the_cosine_is_zero_or_one() -> None:
     # cos(π/2) is 6e-17 in float arithmetic; the decimal construction makes it exactly 0.
     assert dct_basis(3, torch.float64)[1, 1].item() == 0.0
-    assert _int_basis(3, CPU)[1, 1].item() == 0.0
+    assert int_basis(3, CPU)[1, 1].item() == 0.0
     assert dct_basis(12, torch.float64)[1, 4].item() == 0.0  # (2·1+1)·4 = 12
     assert dct_basis(64, torch.float64)[0, 0].item() == 0.125  # √(1/64)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 12, 29, 44, 64, 96, 128, 257, 512])
 def test_grids_keep_every_partial_sum_exact_in_float64(size: int) -> None:
-    basis = _int_basis(size, CPU)
+    basis = int_basis(size, CPU)
     assert torch.equal(basis, basis.round()) and basis.abs().max() <= 2**BASIS_BITS
     # Worst case: every coefficient at the grid's largest magnitude with the basis entry's sign.
     assert size * 2 ** coefficient_bits(size) * basis.abs().max().item() <= 2**SUM_BITS

@@ -16,13 +16,8 @@ from hypothesis import strategies as st
 
 from psyche.distro import DistroResult, aggregate, decode_sign, encoded_shape
 from psyche.distro.compress import chunk_shape, totalk_of
-from psyche.distro.dct import (
-    _exact_rows_times_basis,
-    _int_basis,
-    basis_scale,
-    decode_sign_exact,
-    decode_sign_many,
-)
+from psyche.distro.dct import decode_sign_exact, decode_sign_many
+from psyche.distro.dct_exact import basis_scale, exact_rows_times_basis, int_basis
 from psyche.distro.sign_bound import (
     l1_bound_coefficients,
     row_bound_constant,
@@ -230,14 +225,14 @@ def test_l1_coefficients_cover_the_bound_and_its_two_roundings() -> None:
 def exact_values(tile: torch.Tensor) -> torch.Tensor:
     """The exact path's grid sum as float64 values (integers times powers of two: exact)."""
     h, w = tile.shape
-    ints, exp = _exact_rows_times_basis(tile, w)
+    ints, exp = exact_rows_times_basis(tile, w)
     values = (ints * torch.pow(2.0, exp.double())).T
-    ints2, exp2 = _exact_rows_times_basis(values, h)
+    ints2, exp2 = exact_rows_times_basis(values, h)
     return (ints2 * torch.pow(2.0, exp2.double())).T
 
 
 def grid_basis(size: int) -> torch.Tensor:
-    return (_int_basis(size, torch.device("cpu")) * 2.0 ** -basis_scale(size)).float()
+    return (int_basis(size, torch.device("cpu")) * 2.0 ** -basis_scale(size)).float()
 
 
 def serial(a: torch.Tensor, b: torch.Tensor, reverse: bool) -> torch.Tensor:

@@ -1,11 +1,15 @@
-"""Imports between psyche's subpackages point one way.
+"""Imports between psyche's subpackages, and between the modules of one, point one way.
 
 Every module under ``client/psyche`` is parsed (not imported), and every ``import`` in it counts:
 top-level ones, those inside functions and those under ``if TYPE_CHECKING:``. A lazy import hides a
 dependency from the interpreter, not from the architecture. Each import is mapped to the
 subpackage it names (``psyche.backends.solana.backend`` → ``backends``; top-level modules such as
 ``psyche.events`` are their own unit) and checked against :data:`ALLOWED`; the subpackage graph
-must also have no cycle. Only the libp2p host's package (:data:`HOST_PROCESS`) imports trio or
+must also have no cycle. Inside each subpackage the module graph must have no cycle either (issue
+42: ``daemon.rounds`` ↔ ``daemon.verifying`` and ``distro.dct`` ↔ ``distro.sign_bound`` were
+circles, closed by a type-checking and a lazy import); an import names the module it imports from
+(``from psyche.distro import Payload`` names the package's ``__init__``), not the parents the
+interpreter loads on the way. Only the libp2p host's package (:data:`HOST_PROCESS`) imports trio or
 libp2p. Run ``python tests/unit/test_layering.py`` to print the real graph.
 """
 
@@ -134,15 +138,28 @@ def unit_of(dotted: str) -> str | None:
     return parts[1] if len(parts) > 1 else "psyche"
 
 
-def edges() -> set[tuple[str, str]]:
-    """(importing module, imported module) pairs between different units."""
+def module_pairs() -> set[tuple[str, str]]:
+    """(importing module, imported module) pairs of psyche modules, a module's own name aside."""
     out = set()
     for path in sorted(ROOT.rglob("*.py")):
         src = module_name(path)
-        for dst in imports_of(path):
-            if unit_of(dst) not in (None, unit_of(src)):
-                out.add((src, dst))
+        out.update((src, dst) for dst in imports_of(path) if unit_of(dst) and dst != src)
     return out
+
+
+def edges() -> set[tuple[str, str]]:
+    """(importing module, imported module) pairs between different units."""
+    return {(src, dst) for src, dst in module_pairs() if unit_of(src) != unit_of(dst)}
+
+
+def module_cycles(pairs: set[tuple[str, str]]) -> list[list[str]]:
+    """The module cycles among ``pairs`` that stay inside one unit (one per module on a cycle);
+    a cycle through two units is the unit graph's to report."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for src, dst in pairs:
+        if unit_of(src) == unit_of(dst):
+            graph[src].add(dst)
+    return cycles(graph)
 
 
 def allowed(src: str, dst: str) -> bool:
@@ -223,6 +240,14 @@ def test_no_cycle_between_subpackages() -> None:
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
 
 
+def test_no_cycle_between_modules_of_a_subpackage() -> None:
+    found = module_cycles(module_pairs())
+    assert not found, (
+        "import cycles inside a subpackage (move what both sides share into a module both "
+        "import):\n" + "\n".join("  " + " -> ".join(c) for c in found)
+    )
+
+
 def test_the_checker_sees_lazy_and_type_checking_imports() -> None:
     code = (
         "from typing import TYPE_CHECKING\n"
@@ -238,6 +263,17 @@ def test_the_checker_sees_lazy_and_type_checking_imports() -> None:
     }
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
     assert not cycles({"a": {"b"}, "b": set()})
+    circle = {
+        ("psyche.distro.dct", "psyche.distro.sign_bound"),
+        ("psyche.distro.sign_bound", "psyche.distro.dct"),
+        ("psyche.daemon.rounds", "psyche.distro.dct"),
+    }
+    assert module_cycles(circle) == [
+        ["psyche.distro.dct", "psyche.distro.sign_bound", "psyche.distro.dct"]
+    ]
+    assert not module_cycles(
+        {("psyche.daemon.a", "psyche.net.b"), ("psyche.net.b", "psyche.daemon.a")}
+    )
     assert not allowed("psyche.daemon.engine", "psyche.backends.centralized.backend")
     assert allowed("psyche.daemon.engine", "psyche.backends.base")
     assert host_only("psyche.p2p.node", "trio") and host_only("psyche.daemon.engine", "libp2p.abc")

@@ -18,6 +18,7 @@ import enum
 import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar, Union, get_args, get_origin
 
@@ -111,61 +112,13 @@ def from_obj(tp: Any, obj: Any, path: str = "$") -> Any:
         meta = tuple(rest)
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
-        args = get_args(tp)
-        if obj is None and type(None) in args:
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) == 1:
-            return from_obj(non_none[0] if not meta else Annotated[non_none[0], *meta], obj, path)
-        raise ConfigError(f"{path}: unsupported union type")
+        return _optional_from_obj(tp, meta, obj, path)
     if tp is Any:
         return obj
-    if tp is bool:
-        if not isinstance(obj, bool):
-            raise ConfigError(f"{path}: expected true or false, got {_describe(obj)}")
-        return obj
-    if tp is int:
-        if isinstance(obj, bool) or not isinstance(obj, int):
-            raise ConfigError(f"{path}: expected an integer, got {_describe(obj)}")
-        for m in meta:
-            if isinstance(m, IntRange) and not m.lo <= obj <= m.hi:
-                raise ConfigError(f"{path}: {obj} is out of range for {m.name} ({m.lo}..{m.hi})")
-        return obj
-    if tp is float:
-        if isinstance(obj, bool) or not isinstance(obj, int | float):
-            raise ConfigError(f"{path}: expected a number, got {_describe(obj)}")
-        try:
-            return float(obj)
-        except OverflowError:
-            raise ConfigError(f"{path}: integer too large for a float") from None
-    if tp is str:
-        if not isinstance(obj, str):
-            raise ConfigError(f"{path}: expected a string, got {_describe(obj)}")
-        for m in meta:
-            if isinstance(m, MaxBytes) and len(obj.encode()) > m.n:
-                raise ConfigError(f"{path}: {obj!r} is longer than {m.n} bytes")
-        return obj
-    if tp is bytes:
-        if not isinstance(obj, str):
-            raise ConfigError(f"{path}: expected a hex string, got {_describe(obj)}")
-        try:
-            return bytes.fromhex(obj)
-        except ValueError:
-            raise ConfigError(f"{path}: {_describe(obj)} is not valid hex") from None
+    if isinstance(tp, type) and tp in _SCALARS:
+        return _SCALARS[tp](obj, meta, path)
     if origin in (list, tuple):
-        if not isinstance(obj, list | tuple):
-            raise ConfigError(f"{path}: expected an array, got {_describe(obj)}")
-        args = get_args(tp)
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(obj) != len(args):
-                raise ConfigError(f"{path}: expected {len(args)} elements, got {len(obj)}")
-            return tuple(
-                from_obj(a, v, f"{path}[{i}]")
-                for i, (a, v) in enumerate(zip(args, obj, strict=True))
-            )
-        elem = args[0] if args else Any
-        items = [from_obj(elem, v, f"{path}[{i}]") for i, v in enumerate(obj)]
-        return tuple(items) if origin is tuple else items
+        return _array_from_obj(tp, obj, path)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         if not isinstance(obj, str) or obj not in tp.__members__:
             allowed = ", ".join(tp.__members__)
@@ -176,6 +129,91 @@ def from_obj(tp: Any, obj: Any, path: str = "$") -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _struct_from_obj(tp, obj, path)
     raise ConfigError(f"{path}: cannot convert to {tp!r}")  # pragma: no cover - programming error
+
+
+def _optional_from_obj(tp: Any, meta: tuple[Any, ...], obj: Any, path: str) -> Any:
+    """``X | None`` (the only union supported): ``None``, or ``obj`` as an ``X`` (with the
+    annotation's ``meta``)."""
+    args = get_args(tp)
+    if obj is None and type(None) in args:
+        return None
+    non_none = [a for a in args if a is not type(None)]
+    if len(non_none) == 1:
+        return from_obj(non_none[0] if not meta else Annotated[non_none[0], *meta], obj, path)
+    raise ConfigError(f"{path}: unsupported union type")
+
+
+def _bool_from_obj(obj: Any, meta: tuple[Any, ...], path: str) -> bool:
+    if not isinstance(obj, bool):
+        raise ConfigError(f"{path}: expected true or false, got {_describe(obj)}")
+    return obj
+
+
+def _int_from_obj(obj: Any, meta: tuple[Any, ...], path: str) -> int:
+    """An integer (not a bool) within every :class:`IntRange` of ``meta``."""
+    if isinstance(obj, bool) or not isinstance(obj, int):
+        raise ConfigError(f"{path}: expected an integer, got {_describe(obj)}")
+    for m in meta:
+        if isinstance(m, IntRange) and not m.lo <= obj <= m.hi:
+            raise ConfigError(f"{path}: {obj} is out of range for {m.name} ({m.lo}..{m.hi})")
+    return obj
+
+
+def _float_from_obj(obj: Any, meta: tuple[Any, ...], path: str) -> float:
+    """A number (an integer too, if a float can hold it)."""
+    if isinstance(obj, bool) or not isinstance(obj, int | float):
+        raise ConfigError(f"{path}: expected a number, got {_describe(obj)}")
+    try:
+        return float(obj)
+    except OverflowError:
+        raise ConfigError(f"{path}: integer too large for a float") from None
+
+
+def _str_from_obj(obj: Any, meta: tuple[Any, ...], path: str) -> str:
+    """A string within every :class:`MaxBytes` of ``meta`` (UTF-8)."""
+    if not isinstance(obj, str):
+        raise ConfigError(f"{path}: expected a string, got {_describe(obj)}")
+    for m in meta:
+        if isinstance(m, MaxBytes) and len(obj.encode()) > m.n:
+            raise ConfigError(f"{path}: {obj!r} is longer than {m.n} bytes")
+    return obj
+
+
+def _bytes_from_obj(obj: Any, meta: tuple[Any, ...], path: str) -> bytes:
+    """Bytes, written as a hex string."""
+    if not isinstance(obj, str):
+        raise ConfigError(f"{path}: expected a hex string, got {_describe(obj)}")
+    try:
+        return bytes.fromhex(obj)
+    except ValueError:
+        raise ConfigError(f"{path}: {_describe(obj)} is not valid hex") from None
+
+
+_SCALARS: dict[type, Callable[[Any, tuple[Any, ...], str], Any]] = {
+    bool: _bool_from_obj,
+    int: _int_from_obj,
+    float: _float_from_obj,
+    str: _str_from_obj,
+    bytes: _bytes_from_obj,
+}
+"""The scalar types' converters: ``(obj, the annotation's metadata, path) -> value``."""
+
+
+def _array_from_obj(tp: Any, obj: Any, path: str) -> list[Any] | tuple[Any, ...]:
+    """``list[X]``, ``tuple[X, ...]`` or a fixed-length ``tuple[X, Y, …]`` from an array."""
+    origin = get_origin(tp)
+    if not isinstance(obj, list | tuple):
+        raise ConfigError(f"{path}: expected an array, got {_describe(obj)}")
+    args = get_args(tp)
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(obj) != len(args):
+            raise ConfigError(f"{path}: expected {len(args)} elements, got {len(obj)}")
+        return tuple(
+            from_obj(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, obj, strict=True))
+        )
+    elem = args[0] if args else Any
+    items = [from_obj(elem, v, f"{path}[{i}]") for i, v in enumerate(obj)]
+    return tuple(items) if origin is tuple else items
 
 
 def _struct_from_obj(cls: type[T], obj: Any, path: str) -> T:

@@ -71,7 +71,26 @@ class CoordinatorConfig:
     reference configs omit it)."""
 
     def check(self) -> None:
-        """Validate in the reference's order, naming the key and the rule."""
+        """Validate in the reference's order, naming the key and the rule: the groups below are
+        consecutive runs of ``CoordinatorConfig::check``'s rules."""
+        self._check_phase_times()
+        self._check_clients_and_batches()
+        self._check_counter_limits()
+        self._check_witnesses()
+        c = self
+        rule(c.cooldown_time > 0, "config.cooldown_time must be greater than 0")
+        rule(
+            c.waiting_for_members_extra_time > 0,
+            "config.waiting_for_members_extra_time must be greater than 0",
+        )
+        rule(
+            c.verification_percent <= 100,
+            f"config.verification_percent ({c.verification_percent}) must be at most 100",
+        )
+
+    def _check_phase_times(self) -> None:
+        """An epoch longer than Warmup and than a round's training; every phase of a round
+        lasts."""
         c = self
         rule(c.epoch_time > 0, "config.epoch_time must be greater than 0")
         rule(
@@ -86,6 +105,11 @@ class CoordinatorConfig:
             f"config.epoch_time ({c.epoch_time})",
         )
         rule(c.round_witness_time > 0, "config.round_witness_time must be greater than 0")
+
+    def _check_clients_and_batches(self) -> None:
+        """Client counts within the coordinator's room, a batch-size ramp that grows, a run that
+        trains."""
+        c = self
         rule(c.min_clients > 0, "config.min_clients must be greater than 0")
         rule(
             c.init_min_clients >= c.min_clients,
@@ -104,6 +128,11 @@ class CoordinatorConfig:
             f"config.global_batch_size_start ({c.global_batch_size_start})",
         )
         rule(c.total_steps > 0, "config.total_steps must be greater than 0")
+
+    def _check_counter_limits(self) -> None:
+        """Nothing the on-chain counters cannot reach: time limits within the u64 clock, steps
+        within the u32 step counter, epochs within the u16 epoch counter."""
+        c = self
         for key in _TIME_LIMITS:
             value = getattr(c, key)
             rule(
@@ -123,6 +152,10 @@ class CoordinatorConfig:
             f"epoch takes {c.slowest_epoch_steps()} steps, and the epoch counter (u16) holds "
             f"{EPOCH_MAX} epochs",
         )
+
+    def _check_witnesses(self) -> None:
+        """No more witnesses than the fewest clients, nor than the coordinator holds."""
+        c = self
         rule(
             c.witness_nodes <= c.min_clients,
             f"config.witness_nodes ({c.witness_nodes}) must be at most "
@@ -131,15 +164,6 @@ class CoordinatorConfig:
         rule(
             c.witness_nodes <= MAX_WITNESSES,
             f"config.witness_nodes ({c.witness_nodes}) must be at most {MAX_WITNESSES}",
-        )
-        rule(c.cooldown_time > 0, "config.cooldown_time must be greater than 0")
-        rule(
-            c.waiting_for_members_extra_time > 0,
-            "config.waiting_for_members_extra_time must be greater than 0",
-        )
-        rule(
-            c.verification_percent <= 100,
-            f"config.verification_percent ({c.verification_percent}) must be at most 100",
         )
 
     def slowest_epoch_steps(self) -> int:

@@ -5,6 +5,7 @@ does not grow with the number of held results."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -28,6 +29,7 @@ from psyche.distro.copy_index import (
 )
 from psyche.distro.overlap import NEAR_DUPLICATE, signed_keys
 from psyche.distro.payload import Payload
+from psyche.distro.result_format import distro_fingerprint
 
 
 def _binom_below(n: int, p: float, t: int) -> float:
@@ -161,3 +163,33 @@ def test_the_keys_are_the_overlaps_keys() -> None:
     assert np.array_equal(keys.keys, np.concatenate(want))
     swapped = CopyKeys.of([want[2], want[1], want[0]], [True, False, True])
     assert not set(sketch(b"a", keys, 1).tensors) & set(sketch(b"b", swapped, 1).tensors)
+
+
+def test_the_fingerprint_hashes_each_tensors_indices_then_its_signs() -> None:
+    """``distro_fingerprint`` converts every tensor in one concatenation; what it hashes is still
+    each tensor's int64 indices then its value signs, tensor after tensor (a pinned definition:
+    peers' fingerprints of one result must agree, and old sketches compare with new ones)."""
+    g = torch.Generator().manual_seed(3)
+    results = []
+    for tiles, totalk, dtype in (
+        (3, 64, torch.int64),
+        (1, 4096, torch.int32),
+        (2, 256, torch.int16),
+    ):
+        idx = torch.stack([torch.randperm(totalk, generator=g)[:8] for _ in range(tiles)])
+        val = torch.randn(tiles, 8, generator=g).to(torch.bfloat16)
+        results.append(
+            DistroResult(
+                idx.to(dtype).reshape(tiles, 1, 8),
+                val.reshape(tiles, 1, 8),
+                (tiles, 1, 8, 8),
+                totalk,
+            )
+        )
+    payload = Payload(1, 0, 1, 0, False, tuple(results))
+    h = hashlib.sha256()
+    for r in results:
+        h.update(r.idx.to(torch.int64).contiguous().numpy().tobytes())
+        h.update(torch.signbit(r.val.float()).contiguous().numpy().tobytes())
+    assert distro_fingerprint(payload) == h.digest()
+    assert distro_fingerprint(Payload(1, 0, 1, 0, False, ())) == hashlib.sha256().digest()

@@ -24,6 +24,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from psyche.coordinator import Coordinator
 from psyche.daemon.epoch import EARLY_STEPS_AHEAD, Early, EpochView
 from psyche.daemon.gradients import write_gradient
 from psyche.daemon.parts import ClientParts, Holdings
@@ -40,6 +41,7 @@ from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import Rejection
 from psyche.protocol.commitment import verify_commitment
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.identity import NodeIdentity
 
 __all__ = ["GossipRouter"]
 
@@ -67,48 +69,58 @@ class GossipRouter:
         coord, view = self.held.coord, self.held.epoch
         if coord is None or view is None:
             return
-        rejections = self.parts.rejections
         # Coordinators refuse a P2P key held by two wallets, but should an epoch list it twice
         # (a coordinator from before that rule), list order must not decide whose it is: a
         # result counts for the holder its batch is assigned to (docs/protocol.md item 16).
         holders = [c.id for c in coord.epoch_state.clients if c.id.p2p_identity == sender]
         if not holders:
-            rejections.record(Rejection.not_epoch_client, peer, type(payload).__name__)
+            self.parts.rejections.record(Rejection.not_epoch_client, peer, type(payload).__name__)
             return
         if isinstance(payload, ModelAvailable):
             self.parts.sharing.on_offer(sender, payload, coord)
-            return
-        if isinstance(payload, Finished):
-            if payload.warmup:
-                view.ready.add(sender)
-            else:
-                view.stragglers.difference_update(holders)
-                state = _round_of(view, payload.step)
-                if state is not None:
-                    state.finished.update(holders)
-                elif not view.dropped:
-                    # Its round has not started here yet: kept for it (over the bounds, or for
-                    # a round already gone, it is ignored as before).
-                    self._hold_early(view, Early(sender, payload, peer))
+        elif isinstance(payload, Finished):
+            self._on_finished(view, holders, sender, payload, peer)
             self.parts.wake()
+        elif isinstance(payload, TrainingResult) and not view.dropped:
+            # A client sitting the epoch out takes no results, and refuses none either.
+            self._on_result(coord, view, holders, sender, payload, peer)
+
+    def _on_finished(
+        self,
+        view: EpochView,
+        holders: list[NodeIdentity],
+        sender: bytes,
+        payload: Finished,
+        peer: str,
+    ) -> None:
+        if payload.warmup:
+            view.ready.add(sender)
             return
-        if not isinstance(payload, TrainingResult) or view.dropped:
-            return  # a client sitting the epoch out takes no results, and refuses none either
+        view.stragglers.difference_update(holders)
+        state = _round_of(view, payload.step)
+        if state is not None:
+            state.finished.update(holders)
+        elif not view.dropped:
+            # Its round has not started here yet: kept for it (over the bounds, or for a round
+            # already gone, it is ignored as before).
+            self._hold_early(view, Early(sender, payload, peer))
+
+    def _on_result(
+        self,
+        coord: Coordinator,
+        view: EpochView,
+        holders: list[NodeIdentity],
+        sender: bytes,
+        payload: TrainingResult,
+        peer: str,
+    ) -> None:
+        """Take a peer's ``TrainingResult`` for its round and start its download, or hold it
+        for a round not started here yet, or refuse it."""
+        rejections = self.parts.rejections
         state = _round_of(view, payload.step)
         batch = BatchId(payload.batch_start, payload.batch_end)
         if state is None:
-            # A result for a round this client has not started yet is held until it starts
-            # (a few steps ahead at most, bounded per sender and in total); one further ahead
-            # or over the bounds is refused (future), and so is one for a round already
-            # forgotten (stale).
-            if self._hold_early(view, Early(sender, payload, peer)):
-                return
-            newest = max((s.step for s in view.rounds.values()), default=-1)
-            kind = Rejection.future_result if payload.step > newest else Rejection.stale_result
-            detail = f"step {payload.step}; this client is at step {coord.progress.step}"
-            if kind is Rejection.future_result:
-                detail += f" (results are held up to {EARLY_STEPS_AHEAD} steps ahead, bounded)"
-            rejections.record(kind, peer, detail)
+            self._early_result(coord, view, Early(sender, payload, peer))
             return
         assigned = state.assignment.get(batch)
         if assigned is None or assigned not in holders:
@@ -127,6 +139,19 @@ class GossipRouter:
         state.results[batch] = res
         task = asyncio.create_task(self._download(view, state, res, payload, peer))
         view.downloads[(state.height, batch)] = task
+
+    def _early_result(self, coord: Coordinator, view: EpochView, item: Early) -> None:
+        """A result for a round this client has not started yet is held until it starts (a few
+        steps ahead at most, bounded per sender and in total); one further ahead or over the
+        bounds is refused (future), and so is one for a round already forgotten (stale)."""
+        if self._hold_early(view, item):
+            return
+        newest = max((s.step for s in view.rounds.values()), default=-1)
+        kind = Rejection.future_result if item.step > newest else Rejection.stale_result
+        detail = f"step {item.step}; this client is at step {coord.progress.step}"
+        if kind is Rejection.future_result:
+            detail += f" (results are held up to {EARLY_STEPS_AHEAD} steps ahead, bounded)"
+        self.parts.rejections.record(kind, item.peer, detail)
 
     def _hold_early(self, view: EpochView, item: Early) -> bool:
         """Keep ``item`` for its round if that round may still start here: later than every
@@ -169,6 +194,22 @@ class GossipRouter:
         ann: TrainingResult,
         peer: str,
     ) -> None:
+        data = await self._fetch(view, state, res, ann, peer)
+        if data is not None:
+            self._take(
+                view, state, ReceivedResult(res.trainer, res.batch, res.data_hash, data), peer
+            )
+
+    async def _fetch(
+        self,
+        view: EpochView,
+        state: RoundState,
+        res: ReceivedResult,
+        ann: TrainingResult,
+        peer: str,
+    ) -> bytes | None:
+        """The announced blob's bytes, from its publisher or another member; None
+        (and the result forgotten, so a repeat announcement may try again) when it fails."""
         coord, kit = self.held.coord, self.held.kit
         assert coord is not None and kit is not None
         me = self.parts.identity
@@ -185,25 +226,30 @@ class GossipRouter:
         except Exception as e:
             log.warning("download of %s (step %d) failed: %s", res.batch, state.step, e)
             state.results.pop(res.batch, None)
-            return
+            return None
         finally:
             if view.downloads.get((state.height, res.batch)) is asyncio.current_task():
                 del view.downloads[(state.height, res.batch)]
-        data = got.data
         self.parts.events.write(
             DownloadEvent(
                 step=state.step,
                 height=state.height,
                 producer=peer,
                 from_peer=got.from_peer,
-                bytes=len(data),
+                bytes=len(got.data),
                 seconds=round(got.seconds, 4),
             )
         )
-        full = ReceivedResult(res.trainer, res.batch, res.data_hash, data)
+        return got.data
+
+    def _take(self, view: EpochView, state: RoundState, full: ReceivedResult, peer: str) -> None:
+        """Hold a downloaded result if its payload verifies against its commitment and copies
+        no result held for this round or the previous one; refuse it otherwise."""
+        kit = self.held.kit
+        assert kit is not None and full.payload is not None
         decoded = decode_verified(full, state.step, kit.format)
         if decoded is None:
-            detail = f"batch {res.batch} of step {state.step}"
+            detail = f"batch {full.batch} of step {state.step}"
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return
         # Sketched once here, looked up once against the held results' index (O(1) whatever
@@ -217,11 +263,11 @@ class GossipRouter:
         if original is not None:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
             # docs/protocol.md, "Threat model and result verification".
-            detail = f"batch {res.batch} of step {state.step} repeats batch {original.batch}"
+            detail = f"batch {full.batch} of step {state.step} repeats batch {original.batch}"
             self.parts.rejections.record(Rejection.copy_payload, peer, detail)
             return
         state.hold(dataclasses.replace(full, fingerprint=sk.fingerprint), sk)
-        write_gradient(self.parts, state.step, res.batch, res.trainer.p2p_identity, data)
+        write_gradient(self.parts, state.step, full.batch, full.trainer.p2p_identity, full.payload)
         self.parts.wake()
 
 

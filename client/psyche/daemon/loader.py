@@ -68,39 +68,15 @@ def model_loader(
 
     def load(coord: Coordinator, received: ReceivedModel | None) -> ModelKit:
         llm = coord.llm
-        if not isinstance(llm.optimizer, DistroOptimizer | SparseLoCoOptimizer):
-            raise ModelLoadError(
-                f"multi-client runs need the Distro or SparseLoCo optimizer, not "
-                f"{type(llm.optimizer).TAG}"
-            )
-        if isinstance(llm.optimizer, SparseLoCoOptimizer) and layout.is_parallel:
-            raise ModelLoadError(
-                "the SparseLoCo optimizer trains on one device per client; run without "
-                "--data-parallelism/--tensor-parallelism"
-            )
+        _check_optimizer(llm, layout)
         model, files, source = _model_and_files(llm, received, dev, resolve)
         try:
             check_tp_compatible(model.config, layout.tp)
         except ValueError as e:
             raise ModelLoadError(f"this run's model cannot be tensor-parallel here: {e}") from e
-        trainer: Trainer | SparseLoCoTrainer
-        fmt: ResultFormat
-        if isinstance(llm.optimizer, SparseLoCoOptimizer):
-            trainer = SparseLoCoTrainer(model, llm.optimizer, micro_batch_size=micro_batch_size)
-            _load_optimizer_state(trainer, files)
-            fmt = trainer.format
-        else:
-            distro = Distro(model.named_parameters(), distro_config(llm.optimizer))
-            trainer = build_trainer(
-                model,
-                distro,
-                micro_batch_size=micro_batch_size,
-                device=dev,
-                data_parallelism=layout.dp,
-                tensor_parallelism=layout.tp,
-                grad_accum_fp32=grad_accum_fp32,
-            )
-            fmt = DistroFormat(distro.payload_spec)
+        trainer, fmt = _trainer_and_format(
+            llm, model, files, dev, layout, micro_batch_size, grad_accum_fp32
+        )
         data = provider_for_location(llm.data_location, llm.max_seq_len, secret_key=key)
         log.info(
             "model loaded on %s (data parallelism %d, tensor parallelism %d); "
@@ -113,6 +89,50 @@ def model_loader(
         return ModelKit(trainer=trainer, format=fmt, data=data, files=files, source=source)
 
     return load
+
+
+def _check_optimizer(llm: LLM, layout: ParallelLayout) -> None:
+    """Refuse a run this client cannot train before any checkpoint is read: an optimizer that
+    exchanges no compressed results, or SparseLoCo across devices."""
+    if not isinstance(llm.optimizer, DistroOptimizer | SparseLoCoOptimizer):
+        raise ModelLoadError(
+            f"multi-client runs need the Distro or SparseLoCo optimizer, not "
+            f"{type(llm.optimizer).TAG}"
+        )
+    if isinstance(llm.optimizer, SparseLoCoOptimizer) and layout.is_parallel:
+        raise ModelLoadError(
+            "the SparseLoCo optimizer trains on one device per client; run without "
+            "--data-parallelism/--tensor-parallelism"
+        )
+
+
+def _trainer_and_format(
+    llm: LLM,
+    model: PreTrainedModel,
+    files: dict[str, bytes],
+    dev: torch.device,
+    layout: ParallelLayout,
+    micro_batch_size: int,
+    grad_accum_fp32: bool,
+) -> tuple[Trainer | SparseLoCoTrainer, ResultFormat]:
+    """The trainer of the run's optimizer around ``model``, and the format of its results.
+    SparseLoCo takes its run-global state out of ``files``."""
+    if isinstance(llm.optimizer, SparseLoCoOptimizer):
+        sparseloco = SparseLoCoTrainer(model, llm.optimizer, micro_batch_size=micro_batch_size)
+        _load_optimizer_state(sparseloco, files)
+        return sparseloco, sparseloco.format
+    assert isinstance(llm.optimizer, DistroOptimizer)  # _check_optimizer let no other through
+    distro = Distro(model.named_parameters(), distro_config(llm.optimizer))
+    trainer = build_trainer(
+        model,
+        distro,
+        micro_batch_size=micro_batch_size,
+        device=dev,
+        data_parallelism=layout.dp,
+        tensor_parallelism=layout.tp,
+        grad_accum_fp32=grad_accum_fp32,
+    )
+    return trainer, DistroFormat(distro.payload_spec)
 
 
 def _model_and_files(

@@ -41,7 +41,7 @@ from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
 from psyche.training.hashing import model_hash
-from psyche.training.trainer import Trainer
+from psyche.training.trainer import Trainer, TrainOutput
 
 __all__ = ["MissingConsensusResult", "TrainingStep"]
 
@@ -180,9 +180,21 @@ class TrainingStep:
     # --- train --------------------------------------------------------------------------------
 
     async def _train(self, coord: Coordinator, batch: BatchId, prev_self: Payload | None) -> None:
-        parts, state, kit = self.parts, self.state, self.kit
-        lrs = state.lrs
         t0 = time.perf_counter()
+        out = await self._train_step(batch, prev_self)
+        if out is None:
+            return
+        self.self_result = out.self_result
+        await self._publish(batch, out.payload)
+        self._record(batch, out, t0)
+        every = self.parts.options.optim_stats_steps
+        if every and self.state.step % every == 0:
+            await self._optim_stats(self.state.step)
+
+    async def _train_step(self, batch: BatchId, prev_self: Payload | None) -> TrainOutput | None:
+        """The trainer's step on ``batch`` in a worker thread; None when the round ends with no
+        result of this client's (cancelled, non-finite, or the batch could not be had)."""
+        state, kit, lrs = self.state, self.kit, self.state.lrs
         try:
             tokens = await asyncio.to_thread(kit.data.get_samples, batch)
             out = await asyncio.to_thread(
@@ -196,43 +208,52 @@ class TrainingStep:
                 cancel=self._cancel,
                 batch_id=(batch.start, batch.end),
             )
-            delay = parts.options.training_delay_s
+            delay = self.parts.options.training_delay_s
             if delay > 0:
                 await asyncio.sleep(delay)
                 if self._cancel.is_set():
                     raise TrainingCancelled("cancelled during --dummy-training-delay-secs")
         except TrainingCancelled:
             log.warning("training of step %d cancelled; lookahead undone", state.step)
-            return
+            return None
         except NonFiniteGradient as e:
             # The trainer restored its weights; with no result the health checks treat this
             # client like any that did not finish, and a warning beats a task's traceback.
             log.warning("training of step %d dropped: %s", state.step, e)
-            return
+            return None
         except DataError as e:
             # The batch could not be had (the data server refuses a round that moved on, a file
             # went missing): like a dropped round, a warning, not a task's unretrieved traceback.
             log.warning("training of step %d skipped: %s", state.step, e)
-            return
-        self.self_result = out.self_result
-        digest = payload_hash(state.step, batch.start, batch.end, out.payload)
-        write_gradient(parts, state.step, batch, parts.identity.p2p_identity, out.payload)
-        blob = parts.transport.serve(out.payload)
+            return None
+        return out
+
+    async def _publish(self, batch: BatchId, payload: bytes) -> None:
+        """Serve this client's result as a blob, hold it as received, and announce it."""
+        parts, state, kit = self.parts, self.state, self.kit
+        digest = payload_hash(state.step, batch.start, batch.end, payload)
+        write_gradient(parts, state.step, batch, parts.identity.p2p_identity, payload)
+        blob = parts.transport.serve(payload)
         commitment = make_commitment(parts.key, digest)
         # Its fingerprint lets this client refuse a peer's copy of it (docs/protocol.md).
-        sk = result_sketch(kit.format.decode(out.payload), kit.format)
-        state.hold(ReceivedResult(parts.identity, batch, digest, out.payload, sk.fingerprint), sk)
+        sk = result_sketch(kit.format.decode(payload), kit.format)
+        state.hold(ReceivedResult(parts.identity, batch, digest, payload, sk.fingerprint), sk)
         ann = TrainingResult(
             step=state.step,
             batch_start=batch.start,
             batch_end=batch.end,
             commitment=WireCommitment.of(commitment),
             blob_hash=blob,
-            blob_size=len(out.payload),
+            blob_size=len(payload),
             nonce=0,
         )
         await parts.transport.announce(sign_announcement(parts.key, ann))
         parts.wake()
+
+    def _record(self, batch: BatchId, out: TrainOutput, t0: float) -> None:
+        """The step's loss and throughput for the status line, and its ``TrainEvent`` (its
+        ``seconds`` from ``t0``, the step's start, to the announcement)."""
+        parts, state = self.parts, self.state
         parts.stats.loss = out.loss
         parts.stats.tokens_per_sec = out.tokens / out.seconds if out.seconds > 0 else 0.0
         parts.events.write(
@@ -243,13 +264,10 @@ class TrainingStep:
                 seconds=round(time.perf_counter() - t0, 4),
                 compute_s=round(out.seconds, 4),
                 payload_bytes=len(out.payload),
-                lr=lrs.lr,
+                lr=state.lrs.lr,
                 tokens=out.tokens,
             )
         )
-        every = parts.options.optim_stats_steps
-        if every and state.step % every == 0:
-            await self._optim_stats(state.step)
 
     async def _optim_stats(self, step: int) -> None:
         from psyche.metrics import optim_stats

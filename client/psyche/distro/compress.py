@@ -140,47 +140,75 @@ def aggregate(
     if totalk_of(xshape) != totalk:
         raise ValueError(f"totalk {totalk} does not match xshape {xshape}")
     device = first.idx.device if device is None else device
-    total = torch.zeros((*grid, totalk), dtype=dtype, device=device)
-    count: torch.Tensor | None = None
-    scratch: torch.Tensor | None = None
+    acc = _PeerSum(torch.zeros((*grid, totalk), dtype=dtype, device=device))
     for n, result in enumerate(results):
-        if result.xshape != xshape or result.totalk != totalk:
-            raise ValueError(
-                f"result {n} has xshape {result.xshape}/totalk {result.totalk}, "
-                f"expected {xshape}/{totalk}"
-            )
-        if tuple(result.idx.shape[:-1]) != grid or result.idx.shape != result.val.shape:
-            raise ValueError(
-                f"result {n}: idx {tuple(result.idx.shape)} / val {tuple(result.val.shape)} "
-                f"do not fit the tile grid {grid}"
-            )
+        _check_fits(n, result, xshape, totalk, grid)
         idx = result.idx.to(device=device, dtype=torch.int64)
         val = result.val.to(device=device, dtype=dtype)
         if not distinct and _has_duplicates(idx):
             # Only hand-built inputs get here (decoded payloads are checked): one peer, one vote.
-            if scratch is None:
-                scratch = torch.empty_like(total)
-            part = scratch.zero_().scatter_reduce(-1, idx, val, "mean", include_self=False)
-            chosen = torch.zeros_like(total).scatter_(-1, idx, 1.0)
-            total += part
-        else:
-            # Distinct indices: each chosen coefficient gets exactly one addition from this peer
-            # (no collisions, so no atomics order on accelerators) and the others none, which
-            # is bit-identical to adding the dense scatter: `total` is never −0.0, so `x + 0.0`
-            # would have left it unchanged.
-            total.scatter_add_(-1, idx, val)
-            chosen = None
-        if len(results) == 1 and chosen is None:
+            acc.add_repeating(idx, val)
+        elif len(results) == 1:
             # One peer: its mean is its own values (count 1 where chosen, 0 elsewhere).
-            return total.reshape(xshape)
-        if count is None:
-            count = torch.zeros_like(total)
-        if chosen is None:
-            count.scatter_add_(-1, idx, torch.ones_like(val))
+            return acc.total.scatter_add_(-1, idx, val).reshape(xshape)
         else:
-            count += chosen
-    assert count is not None
-    return (total / count.clamp_min(1.0)).reshape(xshape)
+            acc.add_distinct(idx, val)
+    return acc.mean().reshape(xshape)
+
+
+def _check_fits(
+    n: int, result: DistroResult, xshape: tuple[int, ...], totalk: int, grid: tuple[int, ...]
+) -> None:
+    """Raise unless result ``n`` has the first result's shapes."""
+    if result.xshape != xshape or result.totalk != totalk:
+        raise ValueError(
+            f"result {n} has xshape {result.xshape}/totalk {result.totalk}, "
+            f"expected {xshape}/{totalk}"
+        )
+    if tuple(result.idx.shape[:-1]) != grid or result.idx.shape != result.val.shape:
+        raise ValueError(
+            f"result {n}: idx {tuple(result.idx.shape)} / val {tuple(result.val.shape)} "
+            f"do not fit the tile grid {grid}"
+        )
+
+
+class _PeerSum:
+    """The peers' values summed per coefficient, and how many peers chose each, added one peer
+    at a time in the caller's order (the module docstring says why)."""
+
+    def __init__(self, total: torch.Tensor) -> None:
+        self.total = total
+        self._count: torch.Tensor | None = None
+        self._scratch: torch.Tensor | None = None
+
+    def add_distinct(self, idx: torch.Tensor, val: torch.Tensor) -> None:
+        """A peer whose indices are distinct within each tile: each chosen coefficient gets
+        exactly one addition from it (no collisions, so no atomics order on accelerators) and the
+        others none, which is bit-identical to adding the dense scatter: ``total`` is never −0.0,
+        so ``x + 0.0`` would have left it unchanged."""
+        self.total.scatter_add_(-1, idx, val)
+        self._counts().scatter_add_(-1, idx, torch.ones_like(val))
+
+    def add_repeating(self, idx: torch.Tensor, val: torch.Tensor) -> None:
+        """A peer that repeats an index within a tile: its repeats are averaged first, so it
+        still counts once."""
+        if self._scratch is None:
+            self._scratch = torch.empty_like(self.total)
+        part = self._scratch.zero_().scatter_reduce(-1, idx, val, "mean", include_self=False)
+        chosen = torch.zeros_like(self.total).scatter_(-1, idx, 1.0)
+        self.total += part
+        self._counts().add_(chosen)
+
+    def mean(self) -> torch.Tensor:
+        """Per coefficient, the sum over the peers that chose it divided by their number (0
+        where none did)."""
+        assert self._count is not None
+        return self.total / self._count.clamp_min(1.0)
+
+    def _counts(self) -> torch.Tensor:
+        if self._count is None:
+            self._count = torch.zeros_like(self.total)
+        return self._count
 
 
 def _has_duplicates(idx: torch.Tensor) -> bool:

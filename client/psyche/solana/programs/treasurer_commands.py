@@ -3,10 +3,8 @@ its coordinator points in an SPL token, and the commands around it. Its addresse
 account, instruction builders and claim arithmetic are :mod:`psyche.solana.programs.treasurer`;
 this module reads the chain and sends.
 
-* :func:`treasurer_run` tells whether a run is the Treasurer's: its coordinator's
-  ``main_authority`` is an account owned by the Treasurer that decodes as a ``Run`` of this very
-  coordinator instance. :mod:`psyche.solana.programs.coordinator_commands` routes the owner's
-  commands through ``run_update`` when it is.
+* :func:`treasurer_run` tells whether a run is the Treasurer's (re-exported from
+  :mod:`psyche.solana.programs.treasurer_runs`, with the checks the commands share).
 * Coroutines the CLI calls (:mod:`psyche.cli.solana_treasurer`, ``create-run
   --treasurer-collateral-mint``), each taking a
   :class:`~psyche.solana.session.Session` and returning JSON-able results:
@@ -25,9 +23,7 @@ from solders.pubkey import Pubkey
 
 from psyche.solana.budget import ComputeBudget
 from psyche.solana.errors import ChainError
-from psyche.solana.idl import IdlError
 from psyche.solana.instructions import instance_pda
-from psyche.solana.programs import treasurer as programs_treasurer
 from psyche.solana.programs.coordinator import (
     create_coordinator_account_ix,
     default_local_run,
@@ -35,7 +31,6 @@ from psyche.solana.programs.coordinator import (
 )
 from psyche.solana.programs.treasurer import (
     RUN_CLOSE_GRACE_SECONDS,
-    U64_MAX,
     Claimable,
     TreasurerRun,
     claimable,
@@ -49,6 +44,7 @@ from psyche.solana.programs.treasurer import (
     run_update_ix,
     run_wind_down_ix,
 )
+from psyche.solana.programs.treasurer_runs import as_u64, require_run, run_pda, treasurer_run
 from psyche.solana.rpc import TxSender
 from psyche.solana.session import Session
 from psyche.solana.tokens import (
@@ -75,50 +71,6 @@ __all__ = [
     "treasurer_run",
     "wind_down_run",
 ]
-
-
-def _u64(value: int) -> int:
-    if not 0 <= value <= U64_MAX:
-        raise ChainError(f"{value} is not a u64")
-    return value
-
-
-def run_pda(program: Pubkey, index: int) -> Pubkey:
-    """:func:`psyche.solana.programs.treasurer.run_pda`, refusing a non-u64 index as every
-    command here does (a ``ChainError``, which the commands report with their exit code)."""
-    return programs_treasurer.run_pda(program, _u64(index))
-
-
-async def treasurer_run(
-    s: Session, run_id: str, instance: Mapping[str, Any] | None = None
-) -> TreasurerRun | None:
-    """The Treasurer's ``Run`` that owns ``run_id``'s coordinator, or None when the run's
-    ``main_authority`` is not one (a wallet, as for a run made by plain ``create-run``).
-    ``instance``: the decoded ``CoordinatorInstance`` if the caller has read it already."""
-    inst = instance if instance is not None else await s.instance(run_id)
-    authority = Pubkey.from_bytes(bytes(inst["main_authority"]))
-    if authority.is_on_curve():
-        return None  # a wallet's key: PDAs are off the curve
-    found = await s.read_with_owner(authority)
-    if found is None or found[0] != s.treasurer.program_id:
-        return None
-    try:
-        run = TreasurerRun.decode(s.treasurer, authority, found[1])
-    except (IdlError, ValueError, KeyError, IndexError):
-        return None
-    if run.coordinator_instance != instance_pda(s.coordinator.program_id, run_id):
-        return None
-    return run
-
-
-async def _require_run(s: Session, run_id: str) -> TreasurerRun:
-    run = await treasurer_run(s, run_id)
-    if run is None:
-        raise ChainError(
-            f"run {run_id!r} was not created through the Treasurer (its coordinator's "
-            "main_authority is not a Treasurer Run): it pays no rewards"
-        )
-    return run
 
 
 # --- compute budget -----------------------------------------------------------------------------
@@ -173,8 +125,8 @@ async def create_run_via_treasurer(
 
     if collateral_per_point <= 0:
         raise ChainError("collateral per point must be at least 1 base unit")
-    index = default_treasurer_index(run_id) if index is None else _u64(index)
-    _u64(collateral_per_point)
+    index = default_treasurer_index(run_id) if index is None else as_u64(index)
+    as_u64(collateral_per_point)
     mint = await s.mint(collateral_mint)  # refuses a missing or non-SPL mint before paying
     me = s.wallet.pubkey()
     program = s.treasurer.program_id
@@ -182,32 +134,14 @@ async def create_run_via_treasurer(
     instance = await _new_run_addresses(s, run_id, index, run)
     account = Keypair()
     size = s.layout.size
-    create = await create_coordinator_account_ix(s, account)
-    init = run_create_ix(
-        s.treasurer,
-        s.coordinator.program_id,
-        payer=me,
-        main_authority=me,
-        index=index,
-        run_id=run_id,
-        client_version=client_version,
-        join_authority=join_authority or me,
-        collateral_per_point=collateral_per_point,
-        collateral_mint=collateral_mint,
-        coordinator_account=account.pubkey(),
-        local_run=local,
-    )
-    ixs = [create, init]
+    created = TreasurerRun(
+        run, index, me, join_authority or me, instance,
+        account.pubkey(), collateral_mint, collateral_per_point, 0, 0, 0,
+    )  # fmt: skip
+    metadata = None
     if name is not None or description is not None:
-        created = TreasurerRun(
-            run, index, me, join_authority or me, instance,
-            account.pubkey(), collateral_mint, collateral_per_point, 0, 0, 0,
-        )  # fmt: skip
-        meta = metadata_arg(name or "", description or "")
-        update = run_update_ix(
-            s.treasurer, created, me, s.coordinator.program_id, {"metadata": meta}
-        )
-        ixs.append(update)
+        metadata = metadata_arg(name or "", description or "")
+    ixs = await _create_run_ixs(s, created, account, run_id, client_version, local, metadata)
     sig = await _cpi_sender(s).send(ixs, [account], label="create-run (treasurer)")
     return {
         "run_id": run_id,
@@ -223,6 +157,39 @@ async def create_run_via_treasurer(
         "local_run": local,
         "signature": sig,
     }
+
+
+async def _create_run_ixs(
+    s: Session,
+    created: TreasurerRun,
+    account: Keypair,
+    run_id: str,
+    client_version: str,
+    local_run: bool,
+    metadata: dict[str, Any] | None,
+) -> list[Instruction]:
+    """The one transaction that creates the Run ``created`` describes: the coordinator account,
+    ``run_create`` and, for a name or description (``metadata``), ``run_update``."""
+    me = created.main_authority
+    init = run_create_ix(
+        s.treasurer,
+        s.coordinator.program_id,
+        payer=me,
+        main_authority=me,
+        index=created.index,
+        run_id=run_id,
+        client_version=client_version,
+        join_authority=created.join_authority,
+        collateral_per_point=created.collateral_per_point,
+        collateral_mint=created.collateral_mint,
+        coordinator_account=account.pubkey(),
+        local_run=local_run,
+    )
+    ixs = [await create_coordinator_account_ix(s, account), init]
+    if metadata is not None:
+        fields = {"metadata": metadata}
+        ixs.append(run_update_ix(s.treasurer, created, me, s.coordinator.program_id, fields))
+    return ixs
 
 
 async def send_run_update(
@@ -286,7 +253,7 @@ async def claim_rewards(s: Session, run_id: str, points: int | None = None) -> d
     """Claim ``points`` (everything claimable if None) for the wallet, paid into its associated
     token account of the run's collateral mint. Creates the ``Participant`` and that token
     account first if they are missing, in the same transaction."""
-    run = await _require_run(s, run_id)
+    run = await require_run(s, run_id)
     me = s.wallet.pubkey()
     program = s.treasurer.program_id
     c, participant = await _standing(s, run, me)
@@ -339,7 +306,7 @@ async def top_up_rewards(s: Session, run_id: str, amount: int) -> dict[str, Any]
     collateral mint into the run's escrow (a plain SPL ``transfer``)."""
     if amount <= 0:
         raise ChainError("the amount must be at least 1 base unit")
-    run = await _require_run(s, run_id)
+    run = await require_run(s, run_id)
     me = s.wallet.pubkey()
     source = associated_token_address(me, run.collateral_mint)
     have = await _balance(s, source)
@@ -349,7 +316,7 @@ async def top_up_rewards(s: Session, run_id: str, amount: int) -> dict[str, Any]
             f"base units; {amount} asked"
         )
     escrow = run.collateral(s.treasurer.program_id)
-    ix = transfer_ix(source, escrow, me, _u64(amount))
+    ix = transfer_ix(source, escrow, me, as_u64(amount))
     sig = await s.sender(s.treasurer).send([ix], label="treasurer-top-up-rewards")
     return {
         "run_id": run_id,
@@ -376,7 +343,7 @@ async def wind_down_run(s: Session, run_id: str) -> dict[str, Any]:
     """``run_wind_down``: the coordinator pauses for good (``run_update`` is refused from then
     on), participants keep claiming, and ``close-run`` is allowed
     :data:`RUN_CLOSE_GRACE_SECONDS` later."""
-    run = await _require_run(s, run_id)
+    run = await require_run(s, run_id)
     _require_main_authority(s, run, "wind down")
     if run.wind_down_at:
         raise ChainError(
@@ -385,7 +352,7 @@ async def wind_down_run(s: Session, run_id: str) -> dict[str, Any]:
         )
     ix = run_wind_down_ix(s.treasurer, run, s.coordinator.program_id)
     sig = await _cpi_sender(s).send([ix], label="treasurer-wind-down")
-    after = await _require_run(s, run_id)
+    after = await require_run(s, run_id)
     return {
         "run_id": run_id,
         "treasurer_run": str(run.address),
@@ -412,7 +379,7 @@ async def close_run(s: Session, run_id: str) -> dict[str, Any]:
     authority's associated token account (created if missing) and the rent of the escrow and of
     the coordinator's accounts to the main authority. Points not claimed by then are no longer
     payable."""
-    run = await _require_run(s, run_id)
+    run = await require_run(s, run_id)
     me = _require_main_authority(s, run, "close")
     if not run.wind_down_at:
         raise ChainError(
@@ -470,7 +437,7 @@ async def create_test_mint(
         for owner, amount in mint_to[i : i + HOLDERS_PER_TRANSACTION]:
             dest = associated_token_address(owner, mint.pubkey())
             ixs.append(create_associated_account_ix(me, owner, mint.pubkey()))
-            ixs.append(mint_to_ix(mint.pubkey(), dest, me, _u64(amount)))
+            ixs.append(mint_to_ix(mint.pubkey(), dest, me, as_u64(amount)))
             holders.append((owner, dest))
         sigs.append(await sender.send(ixs, label="create-test-mint: mint-to"))
     return {

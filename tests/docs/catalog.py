@@ -16,6 +16,8 @@ from .catalog_solana import SOLANA_SCENES
 SCENES: dict[str, list[str]] = {
     "quick start": [
         "bash scripts/run.sh",
+        # docs/explorer.md: the run just made, reopened from its database alone (read-only).
+        "psyche explorer serve --database runs/tiny-testnet/explorer.sqlite",
         "bash scripts/solana-testnet.sh",
     ],
     "pieces by hand": [

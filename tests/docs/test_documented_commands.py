@@ -49,6 +49,17 @@ def test_quick_start(shell_for: ShellFor, fresh_copy: Path) -> None:
     out = sh.run("bash scripts/run.sh", DONE, timeout=420)
     assert "explorer: http://127.0.0.1:8080/" in out
     identical_weights(fresh_copy / "runs" / "tiny-testnet" / "summary.json")
+    # docs/explorer.md: that run's explorer reopened from its database alone, which it must not
+    # write (tests/e2e/test_explorer_history.py checks the page in Chromium).
+    db = fresh_copy / "runs" / "tiny-testnet" / "explorer.sqlite"
+    stored = db.read_bytes()
+    history, _ = sh.start(
+        "psyche explorer serve --database runs/tiny-testnet/explorer.sqlite",
+        r"explorer at http://127\.0\.0\.1:8080/: the history in .*read-only",
+        timeout=120,
+    )
+    history.stop(signal.SIGTERM, 0)
+    assert db.read_bytes() == stored
     assert not (fresh_copy / "target" / "deploy").exists()
     out = sh.run("bash scripts/solana-testnet.sh", DONE, timeout=600)
     assert "[solana-testnet] building the SBF programs" in out

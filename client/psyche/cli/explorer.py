@@ -9,10 +9,14 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from psyche.cli.paths import AbsolutePath, absolute
+
+if TYPE_CHECKING:
+    from psyche.explorer.serve import ExplorerSettings
 
 
 @click.group("explorer")
@@ -26,7 +30,8 @@ def explorer() -> None:
     default="explorer.sqlite",
     show_default=True,
     envvar="EXPLORER_DATABASE",
-    help="SQLite file (or sqlite:///path), or a postgresql://user:pass@host/db URL.",
+    help="SQLite file (or sqlite:///path), or a postgresql://user:pass@host/db URL. With no"
+    " source to follow, the stored runs to serve (read-only; the file must exist).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="EXPLORER_HOST")
 @click.option(
@@ -82,20 +87,28 @@ def serve_cmd(
     ready_file: Path | None,
     verbose: bool,
 ) -> None:
-    """Index the runs named by --centralized / --run-id and serve the explorer on HOST:PORT."""
+    """Serve the explorer on HOST:PORT, following runs; with no source, the history in --database.
+
+    The runs --centralized and --run-id name are followed into --database (created if missing).
+    With neither, the database must exist: it is opened read-only, nothing is followed, and the
+    page is marked "history: not followed live"."""
     if run_ids and not rpc:
         raise click.UsageError("--run-id needs --rpc")
-    if not centralized and not run_ids:
-        raise click.UsageError("nothing to follow: give --centralized URL or --rpc and --run-id")
+    if not centralized and not run_ids and (rpc or ws_rpc or pools):
+        raise click.UsageError(
+            "--rpc, --ws-rpc and --pool follow a Solana run: give --run-id too (with no source,"
+            " the runs stored in --database are served read-only)"
+        )
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll is noise
+    given = database
     if "://" not in database:
         database = str(absolute(database))  # a bare path: a SQLite file, named absolutely
-    from psyche.explorer.serve import ExplorerSettings, serve
+    from psyche.explorer.serve import ExplorerSettings
 
     if rpc and ws_rpc is None:
         from psyche.solana.session import websocket_url
@@ -114,16 +127,27 @@ def serve_cmd(
         interval=interval,
         ready_file=ready_file,
     )
+    _serve(settings, given)
+
+
+def _serve(settings: ExplorerSettings, given: str) -> None:
+    """Run the explorer; its errors are one line and an exit code (docs/explorer.md)."""
+    from psyche.explorer.readonly import NotServable, shown_url
+    from psyche.explorer.serve import serve
+
     try:
         asyncio.run(serve(settings))
     except KeyboardInterrupt:
         pass
+    except NotServable as e:  # no source: a stored database that cannot be served read-only
+        click.echo(f"error: --database {shown_url(given)}: {e}", err=True)
+        sys.exit(2)
     except OSError as e:
-        click.echo(f"explorer: cannot listen on {host}:{port}: {e}", err=True)
+        click.echo(f"explorer: cannot listen on {settings.host}:{settings.port}: {e}", err=True)
         sys.exit(1)
     except Exception as e:  # a database URL it cannot open, a schema from the future
         if type(e).__module__.startswith("sqlalchemy") or isinstance(e, RuntimeError):
-            click.echo(f"explorer: database {database!r}: {e}", err=True)
+            click.echo(f"explorer: database {settings.database!r}: {e}", err=True)
             sys.exit(2)
         raise
 

@@ -2,7 +2,8 @@
 
 :func:`serve` opens (and migrates) the database, starts uvicorn on ``host:port`` and follows every
 source until SIGINT/SIGTERM. The web app reads the database in uvicorn's thread pool, so a slow
-page never holds up indexing.
+page never holds up indexing. With no source it serves the database's history: opened read-only
+(:mod:`psyche.explorer.readonly`), no indexer, and the page says it is not followed live.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from psyche.explorer.indexer import follow_all
+from psyche.explorer.readonly import open_read_only, shown_url
+from psyche.explorer.schema import open_engine
 from psyche.explorer.sources import Source
 from psyche.explorer.store import Store
 
@@ -40,6 +45,11 @@ class ExplorerSettings:
     cluster: str = ""
     ready_file: Path | None = field(default=None)
 
+    @property
+    def follows(self) -> bool:
+        """Whether a source is named; with none, the database's history is served read-only."""
+        return bool(self.centralized or self.run_ids)
+
 
 def build_sources(store: Store, s: ExplorerSettings) -> list[Source]:
     sources: list[Source] = []
@@ -61,16 +71,16 @@ def build_sources(store: Store, s: ExplorerSettings) -> list[Source]:
 
 
 async def serve(s: ExplorerSettings) -> None:
+    """Serve until SIGINT/SIGTERM: following ``s``'s sources, or, given none, the database's
+    history read-only (:class:`~psyche.explorer.readonly.NotServable` if it cannot be)."""
     import uvicorn
 
-    from psyche.explorer.schema import open_engine
     from psyche.explorer.web import make_app
 
-    store = Store(open_engine(s.database))
+    store = Store(_open(s))
     sources = build_sources(store, s)
-    config = uvicorn.Config(
-        make_app(store), host=s.host, port=s.port, log_level="warning", lifespan="off"
-    )
+    app = make_app(store, live=s.follows)
+    config = uvicorn.Config(app, host=s.host, port=s.port, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     # Bound here, so a taken port is an OSError before anything starts and port 0 has a number.
     sock = socket.create_server((s.host, s.port))
@@ -82,21 +92,41 @@ async def serve(s: ExplorerSettings) -> None:
             return
         await asyncio.sleep(0.05)
     url = f"http://{s.host}:{port}/"
-    log.info("explorer at %s (%d source(s), database %s)", url, len(sources), s.database)
+    if s.follows:
+        log.info("explorer at %s (%d source(s), database %s)", url, len(sources), s.database)
+    else:
+        log.info("explorer at %s: the history in %s, read-only (not followed live)", url,
+                 shown_url(s.database))  # fmt: skip
     if s.ready_file is not None:
         s.ready_file.write_text(url + "\n")
-    indexing = asyncio.create_task(follow_all(sources, s.interval))
-    # Ours, not uvicorn's: uvicorn re-raises the signal once it has stopped, which would end the
-    # process before the indexer has closed its sources (and logged what they cost).
+    indexing = asyncio.create_task(follow_all(sources, s.interval)) if s.follows else None
+    running = [web] if indexing is None else [web, indexing]
+    try:
+        await _until_stopped(running)
+    finally:
+        if indexing is not None:
+            indexing.cancel()
+        server.should_exit = True
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+def _open(s: ExplorerSettings) -> Engine:
+    """The database: migrated for following, or opened read-only to serve its history."""
+    return open_engine(s.database) if s.follows else open_read_only(s.database)
+
+
+async def _until_stopped(tasks: list[asyncio.Task[None]]) -> None:
+    """Until SIGINT/SIGTERM or the first of ``tasks`` ends.
+
+    Our own handlers, not uvicorn's: uvicorn re-raises the signal once it has stopped, which would
+    end the process before the indexer has closed its sources (and logged what they cost)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     stopping = asyncio.create_task(stop.wait())
     try:
-        await asyncio.wait({web, indexing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({*tasks, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        indexing.cancel()
         stopping.cancel()
-        server.should_exit = True
-        await asyncio.gather(web, indexing, stopping, return_exceptions=True)
+        await asyncio.gather(stopping, return_exceptions=True)

@@ -4,13 +4,14 @@ server-sent event stream that tells the page when to refresh.
 
 Every API read is bounded: ``limit`` is 1‥1000 (default 200), ``offset`` ≤ 1,000,000, unknown or
 malformed parameters are a 400, an unknown run a 404, a query string over 2 KiB a 414, and any
-method but GET a 405. Nothing here writes to the database.
+method but GET a 405. Nothing here writes to the database; serving a stored database's history
+(no indexer), it is opened read-only besides (:mod:`psyche.explorer.readonly`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ MAX_OFFSET = 1_000_000
 
 API: dict[str, str] = {
     "/api/": "this index",
+    "/api/explorer": "live (an indexer follows runs) or history (a stored database, read-only)",
     "/api/runs?limit&offset": "runs, latest update first",
     "/api/runs/{id}": "one run: phase, progress, latest state's detail (clients, checkpoint)",
     "/api/runs/{id}/steps?after&limit": "per trained step: mean loss, tokens/s, evals",
@@ -73,18 +75,25 @@ def _limit(request: Request) -> int:
     return _int(request, "limit", 200, 1, MAX_LIMIT)
 
 
-def make_app(store: Store, *, poll: float = 1.0) -> Starlette:
-    def endpoint(allowed: set[str], fn: Callable[[Request], Any]) -> Callable[[Request], Response]:
-        # Sync on purpose: Starlette runs it in its thread pool, so a database read never
-        # blocks the event loop (the indexer runs on it).
-        def call(request: Request) -> Response:
-            try:
-                _check(request, allowed)
-                return JSONResponse(fn(request))
-            except BadRequest as e:
-                return JSONResponse({"error": str(e)}, status_code=e.status)
+def _endpoint(allowed: set[str], fn: Callable[[Request], Any]) -> Callable[[Request], Response]:
+    """A JSON endpoint taking the query parameters ``allowed``; a :class:`BadRequest` becomes its
+    status and message.
 
-        return call
+    Sync on purpose: Starlette runs it in its thread pool, so a database read never blocks the
+    event loop (the indexer runs on it)."""
+
+    def call(request: Request) -> Response:
+        try:
+            _check(request, allowed)
+            return JSONResponse(fn(request))
+        except BadRequest as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+
+    return call
+
+
+def _run_routes(store: Store) -> list[Route]:
+    """``/api/runs`` and one run's reads."""
 
     def existing_run(request: Request) -> tuple[int, Any]:
         """The run the path names and its row; 404 for a malformed or unknown id."""
@@ -101,6 +110,24 @@ def make_app(store: Store, *, poll: float = 1.0) -> Starlette:
         run, _ = existing_run(request)
         after = _int(request, "after", -1, -1, 2**32)
         return store.steps(run, _limit(request), after)
+
+    def runs(request: Request) -> Any:
+        return store.runs(_limit(request), _int(request, "offset", 0, 0, MAX_OFFSET))
+
+    lim = {"limit"}
+    return [
+        Route("/api/runs", _endpoint({"limit", "offset"}, runs)),
+        Route("/api/runs/{run}", _endpoint(set(), lambda r: existing_run(r)[1])),
+        Route("/api/runs/{run}/steps", _endpoint({"limit", "after"}, steps)),
+        Route("/api/runs/{run}/rounds", _endpoint(lim, per_run(store.rounds))),
+        Route("/api/runs/{run}/states", _endpoint(lim, per_run(store.states))),
+        Route("/api/runs/{run}/transactions", _endpoint(lim, per_run(store.transactions))),
+        Route("/api/runs/{run}/checkpoints", _endpoint(lim, per_run(store.checkpoints))),
+    ]
+
+
+def _events(store: Store, poll: float) -> Callable[[Request], Awaitable[Response]]:
+    """``/api/events``: a ``change`` event whenever the database's version moves."""
 
     async def events(request: Request) -> Response:
         async def stream() -> AsyncIterator[bytes]:
@@ -119,31 +146,32 @@ def make_app(store: Store, *, poll: float = 1.0) -> Starlette:
             stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
         )
 
-    def index(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+    return events
 
-    lim, page = {"limit"}, {"limit", "offset"}
+
+def _index(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    return JSONResponse({"error": getattr(exc, "detail", "not found")}, status_code=status)
+
+
+def make_app(store: Store, *, poll: float = 1.0, live: bool = True) -> Starlette:
+    """The page and the API over ``store``. ``live``: an indexer is following runs into it;
+    ``False`` when serving a stored database's history (``/api/explorer`` says which, and the
+    page shows it)."""
+    lim = {"limit"}
+    explorer = {"live": live, "read_only": not live}
     routes = [
-        Route("/", index),
-        Route("/api/", endpoint(set(), lambda r: {"endpoints": API})),
-        Route(
-            "/api/runs",
-            endpoint(page, lambda r: store.runs(_limit(r), _int(r, "offset", 0, 0, MAX_OFFSET))),
-        ),
-        Route("/api/runs/{run}", endpoint(set(), lambda r: existing_run(r)[1])),
-        Route("/api/runs/{run}/steps", endpoint({"limit", "after"}, steps)),
-        Route("/api/runs/{run}/rounds", endpoint(lim, per_run(store.rounds))),
-        Route("/api/runs/{run}/states", endpoint(lim, per_run(store.states))),
-        Route("/api/runs/{run}/transactions", endpoint(lim, per_run(store.transactions))),
-        Route("/api/runs/{run}/checkpoints", endpoint(lim, per_run(store.checkpoints))),
-        Route("/api/pools", endpoint(lim, lambda r: store.accounts("pool", _limit(r)))),
-        Route("/api/treasurers", endpoint(lim, lambda r: store.accounts("treasurer", _limit(r)))),
-        Route("/api/events", events),
+        Route("/", _index),
+        Route("/api/", _endpoint(set(), lambda r: {"endpoints": API})),
+        Route("/api/explorer", _endpoint(set(), lambda r: explorer)),
+        *_run_routes(store),
+        Route("/api/pools", _endpoint(lim, lambda r: store.accounts("pool", _limit(r)))),
+        Route("/api/treasurers", _endpoint(lim, lambda r: store.accounts("treasurer", _limit(r)))),
+        Route("/api/events", _events(store, poll)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        status = getattr(exc, "status_code", 404)
-        return JSONResponse({"error": getattr(exc, "detail", "not found")}, status_code=status)
-
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    return Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})

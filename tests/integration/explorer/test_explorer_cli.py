@@ -46,8 +46,13 @@ def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
 
 
 def test_bad_invocations_exit_2_with_one_line(tmp_path: Path) -> None:
+    # No source: the database's history, which must exist (tests/integration/explorer/
+    # test_history.py has the rest).
     res = subprocess.run([*CMD, "--database", str(tmp_path / "a.sqlite")], capture_output=True)
-    assert res.returncode == 2 and b"nothing to follow" in res.stderr
+    assert res.returncode == 2 and b"a.sqlite: no such file" in res.stderr
+    assert not (tmp_path / "a.sqlite").exists()
+    res = subprocess.run([*CMD, "--run-id", "x"], capture_output=True)
+    assert res.returncode == 2 and b"--run-id needs --rpc" in res.stderr
     future = tmp_path / "future.sqlite"
     open_engine(str(future)).dispose()
     engine = create_engine(f"sqlite:///{future}")

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.exc import DBAPIError
 from starlette.testclient import TestClient
 
 from psyche.explorer.observe import ClientRow, MetricObs, observe
+from psyche.explorer.readonly import open_read_only
 from psyche.explorer.schema import SCHEMA_VERSION, integrity_ok, migrate, open_engine, states
 from psyche.explorer.store import Store
 from psyche.explorer.web import make_app
@@ -169,6 +171,12 @@ def test_the_same_code_on_postgresql(postgres_url: str) -> None:
     assert [(x["step"], x["evals"]) for x in store.steps(run, 10)] == [(1, {"0": 0.5})]
     client = TestClient(make_app(store))
     assert client.get(f"/api/runs/{run}/rounds").status_code == 200
+    # Its history served read-only (no source): read, never written.
+    history = open_read_only(postgres_url)
+    assert [r["run_id"] for r in Store(history).runs(10)] == ["tiny"]
+    with pytest.raises(DBAPIError, match="read-only transaction"), history.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM metrics")
+    history.dispose()
 
 
 def test_the_cost_command_measures_database_growth() -> None:

@@ -1,5 +1,7 @@
 // The explorer's page: a hash router over the read-only /api/, charts by uPlot, and a
 // server-sent event stream that re-renders the current view whenever the indexer stores something.
+// Serving a stored database's history (no indexer; /api/explorer says live: false), the page says
+// so and shows times as dates, not as "… ago" or "in progress".
 "use strict";
 const main = document.getElementById("main");
 const error = document.getElementById("error");
@@ -11,7 +13,9 @@ const num = (v) => (v === null || v === undefined) ? "—" : Number(v).toLocaleS
 const dur = (a, b) => (a && b) ? (b - a).toFixed(0) + " s" : "—";
 const table = (cols, rows) => `<table><tr>${cols.map((c) => `<th>${esc(c)}</th>`).join("")}</tr>${rows.map((r) => `<tr>${r.join("")}</tr>`).join("")}</table>`;
 const td = (v, cls) => `<td${cls ? ` class="${cls}"` : ""}>${esc(v)}</td>`;
+const stamp = (t) => t ? new Date(t * 1000).toLocaleString() : "—";
 let charts = [];
+let live = true;
 
 function clear() { charts.forEach((c) => c.destroy()); charts = []; }
 
@@ -27,11 +31,11 @@ async function runsView() {
   const runs = await api("runs?limit=200");
   clear();
   main.innerHTML = `<h2>runs</h2>` + (runs.length ? table(
-    ["run", "name", "backend / cluster", "phase", "progress", "clients", "tokens trained", "last update"],
+    ["run", "name", "backend / cluster", live ? "phase" : "last phase stored", "progress", "clients", "tokens trained", "last update"],
     runs.map((r) => [
       `<td><a class="run-link" href="#/run/${r.id}">${esc(r.run_id)}</a></td>`, td(r.name), td(r.backend + " / " + r.cluster),
       `<td><span class="phase">${esc(r.phase)}</span></td>`, `<td class="run-progress">${progressText(r)}</td>`, td(r.clients),
-      td(num(r.tokens)), td(ago(r.last_update) + " ago"),
+      td(num(r.tokens)), td(live ? ago(r.last_update) + " ago" : stamp(r.last_update)),
     ])) : "<p>no run indexed yet</p>");
 }
 
@@ -61,7 +65,9 @@ async function runView(id) {
   main.innerHTML = `
     <h2>run <span id="run-id">${esc(run.run_id)}</span> <small>${esc(run.name !== run.run_id ? run.name : "")}</small></h2>
     <div class="cards">
-      <div class="card">phase <b><span id="phase" class="phase">${esc(run.phase)}</span></b>for <span id="in-phase" data-since="${run.phase_since}">${ago(run.phase_since)}</span></div>
+      <div class="card">${live ? "phase" : "last phase stored"} <b><span id="phase" class="phase">${esc(run.phase)}</span></b>${live
+        ? `for <span id="in-phase" data-since="${run.phase_since}">${ago(run.phase_since)}</span>`
+        : `<span id="stored-at">stored ${esc(stamp(run.last_update))}</span>`}</div>
       <div class="card">epoch / round <b>${run.epoch} / ${run.height}</b><span id="progress-text">${progressText(run)}</span></div>
       <div class="card">clients <b>${run.clients}</b>witnesses ${d.witnesses ?? 0} / ${d.witness_target ?? 0}</div>
       <div class="card">tokens/s <b>${last ? num(Math.round(last.tokens_per_sec)) : "—"}</b>mean over witnesses</div>
@@ -74,7 +80,7 @@ async function runView(id) {
       td(c.connected === undefined ? "—" : (c.connected ? "yes" : "no")), td(c.p2p ?? "unknown")]))}
     <h3>rounds</h3>${table(["epoch", "round", "step", "started", "train", "witness", "witnesses", "end", "trained"], rounds.slice().reverse().map((r) => [
       td(r.epoch), td(r.height), td(r.step), td(when(r.train_at)), td(dur(r.train_at, r.witness_at)), td(dur(r.witness_at, r.end_at)),
-      td(`${r.witnesses} / ${r.witness_target}`), td(r.witness_at ? (r.opportunistic ? "opportunistic" : "timeout") : "in progress"),
+      td(`${r.witnesses} / ${r.witness_target}`), td(r.witness_at ? (r.opportunistic ? "opportunistic" : "timeout") : (live ? "in progress" : "not seen to end")),
       td(r.trained === false ? "no (drain)" : "yes")]))}
     ${(d.events || []).length ? `<h3>recent server events and rejections</h3>${table(["time", "event"], d.events.slice().reverse().map((e) => [td(when(e.at)), td(e.text)]))}` : ""}
     <h3>checkpoints</h3>${cks.length ? table(["checkpoint", "epoch", "step", "seen"], cks.map((c) => [td(c.label), td(c.epoch), td(c.step), td(when(c.at))])) : "<p>none</p>"}
@@ -126,8 +132,20 @@ let pending = false;
 async function refresh() { if (pending) return; pending = true; try { await render(); } finally { pending = false; } }
 window.addEventListener("hashchange", refresh);
 setInterval(() => { const el = document.getElementById("in-phase"); if (el) el.textContent = ago(Number(el.dataset.since)); }, 1000);
-const live = document.getElementById("live");
-const events = new EventSource("/api/events");
-events.addEventListener("change", () => { live.classList.add("on"); refresh(); });
-events.onerror = () => live.classList.remove("on");
-refresh();
+// Live: re-render whenever the indexer stores something. History: nothing will change, so no
+// event stream, no live dot, and the banner says so.
+async function start() {
+  try { live = (await api("explorer")).live !== false; } catch (e) { live = true; }
+  if (!live) {
+    document.getElementById("history").hidden = false;
+    document.getElementById("live").hidden = true;
+    document.title = "psyche run explorer (history)";
+    return refresh();
+  }
+  const dot = document.getElementById("live");
+  const events = new EventSource("/api/events");
+  events.addEventListener("change", () => { dot.classList.add("on"); refresh(); });
+  events.onerror = () => dot.classList.remove("on");
+  return refresh();
+}
+start();

@@ -19,7 +19,8 @@ of epoch E that is not WaitingForMembers ends the client (:class:`LeftRunError`)
 run halted, omits us from the epoch, or shows us unhealthy; the state is still delivered first,
 so the daemon sees a Finished run finish. Client version gate: ``client_version`` must equal the
 account's unless that is ``"test"``; otherwise :class:`ClientVersionMismatchError` (exit code 10),
-also when the version changes while the run is paused.
+also when the version changes while the run is paused. These exceptions and their exit codes are
+in :mod:`psyche.backends.solana.errors` (re-exported here).
 """
 
 from __future__ import annotations
@@ -35,9 +36,18 @@ from solders.instruction import Instruction
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.backends.base import BackendError, BackendProtocolError, HealthCheckEntries
+from psyche.backends.base import BackendError, HealthCheckEntries
 from psyche.backends.inbox import Inbox
 from psyche.backends.solana.discovery import ChainDirectory
+from psyche.backends.solana.errors import (
+    EXIT_LEFT_RUN,
+    EXIT_NOT_AUTHORIZED,
+    EXIT_VERSION_MISMATCH,
+    ClientVersionMismatchError,
+    JoinNotAuthorizedError,
+    LeftRunError,
+    backend_error,
+)
 from psyche.backends.solana.peers import BootstrapDirectory
 from psyche.backends.solana.ticker import predicts_transition, tick_probability
 from psyche.coordinator import ClientState, Coordinator, RunState, Witness, WitnessMetadata
@@ -52,7 +62,6 @@ from psyche.solana.rpc import (
     reconnect_delay,
 )
 from psyche.solana.snapshot import (
-    AccountLayoutError,
     ClientInstructions,
     CoordinatorCodec,
     RunSnapshot,
@@ -60,6 +69,7 @@ from psyche.solana.snapshot import (
 
 __all__ = [
     "EXIT_LEFT_RUN",
+    "EXIT_NOT_AUTHORIZED",
     "EXIT_VERSION_MISMATCH",
     "ClientVersionMismatchError",
     "JoinNotAuthorizedError",
@@ -70,10 +80,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-EXIT_VERSION_MISMATCH = 10
-EXIT_LEFT_RUN = 3
-EXIT_NOT_AUTHORIZED = 2
-"""A configuration the user must change (psyche.cli.exit_codes.EXIT_CONFIG): never restarted."""
 ACCOUNT_NOT_INITIALIZED = 3012
 """Anchor's code for an account that does not exist: ``join_run`` got an authorization that was
 never created."""
@@ -81,37 +87,6 @@ DISCOVERY_FAST_S = 60.0
 """How long after an epoch starts peer records are re-read at the fast interval."""
 CLOSE_WAIT_S = 3.0
 """How long ``close`` waits for its background tasks to stop after cancelling them."""
-
-
-class ClientVersionMismatchError(BackendError):
-    """This client's version is not the one the run requires."""
-
-    exit_code = EXIT_VERSION_MISMATCH
-
-
-class JoinNotAuthorizedError(BackendError):
-    """``join_run`` was refused for want of an authorization: no retry can change that, only the
-    join authority (creating it) or the grantee (delegating to this wallet)."""
-
-    exit_code = EXIT_NOT_AUTHORIZED
-
-
-class LeftRunError(BackendError):
-    """An exit condition: halted run, not selected, or unhealthy after joining.
-
-    See docs/solana.md, "Python side".
-    """
-
-    exit_code = EXIT_LEFT_RUN
-
-
-def backend_error(error: ChainError) -> BackendError:
-    """``error``, raised by the chain layer (:mod:`psyche.solana`), as the Backend seam reports it:
-    the same message, as a ``BackendProtocolError`` when the account's bytes are unreadable. Only
-    ``BackendError`` leaves a backend (docs/architecture.md, "Layers")."""
-    if isinstance(error, AccountLayoutError):
-        return BackendProtocolError(str(error))
-    return BackendError(str(error))
 
 
 class SolanaBackend:
@@ -161,29 +136,42 @@ class SolanaBackend:
         self.sender = sender or TxSender(self.rpcs, wallet)
         self.rng = rng or random.Random()
         self.clock = clock
-        self.tick_interval = tick_interval
-        self.tick_resend_s = tick_resend_s
-        self.join_timeout = join_timeout
         self._ws_delay = ws_delay
         self.latest: RunSnapshot | None = None
         self._inbox = Inbox(max_states=max_buffered_states)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
-        self.joined_epoch: int | None = None
-        self._joining = False
-        self._tick_sent: tuple[int, float] | None = None
-        self.discovery_interval = discovery_interval
-        self.discovery_idle_interval = discovery_idle_interval
-        self._discovered_at = float("-inf")
-        self._discovering = False
-        self._discovery_epoch: tuple[int, float] | None = None
-        self._published: tuple[list[str], float] | None = None
-        self._p2p_addrs: list[str] = []
+        self._init_joining_and_ticking(tick_interval, tick_resend_s, join_timeout)
+        self._init_discovery(discovery_interval, discovery_idle_interval)
         self.sent: list[str] = []
         """Labels of the transactions confirmed so far (for tests and logs)."""
         self.on_confirmed = on_confirmed
         """Called with (label, signature) for every confirmed transaction, so a client's event
         log can name the transactions it made (the local testnet looks them up on the chain)."""
+
+    def _init_joining_and_ticking(
+        self, tick_interval: float, tick_resend_s: float, join_timeout: float
+    ) -> None:
+        """The tick loop's settings (see the module doc) and what it remembers: the epoch
+        joined, whether a join is in flight, and the (nonce, time) of the last tick sent."""
+        self.tick_interval = tick_interval
+        self.tick_resend_s = tick_resend_s
+        self.join_timeout = join_timeout
+        self.joined_epoch: int | None = None
+        self._joining = False
+        self._tick_sent: tuple[int, float] | None = None
+
+    def _init_discovery(self, interval: float, idle_interval: float) -> None:
+        """Peer discovery's settings (see :meth:`_maybe_discover`) and what it remembers: the
+        last read of the peer records, whether one is in flight, the (epoch, time it was first
+        seen), the record last written with its time, and the addresses it was made from."""
+        self.discovery_interval = interval
+        self.discovery_idle_interval = idle_interval
+        self._discovered_at = float("-inf")
+        self._discovering = False
+        self._discovery_epoch: tuple[int, float] | None = None
+        self._published: tuple[list[str], float] | None = None
+        self._p2p_addrs: list[str] = []
 
     # --- lifecycle ------------------------------------------------------------------------------
 

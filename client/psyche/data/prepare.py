@@ -171,34 +171,17 @@ def prepare_corpus(
     eos = tokenizer.eos_token_id
     if eos is None:
         raise DataError("the tokenizer has no EOS token to separate documents")
-    vocab = tokenizer.vocab_size
-    if token_size is None:
-        token_size = TokenSize.TwoBytes if vocab <= 1 << 16 else TokenSize.FourBytes
+    token_size = _token_size_for(tokenizer.vocab_size, token_size)
     limit = 1 << (8 * token_size.value)
-    if vocab > limit:
-        raise DataError(f"vocabulary of {vocab} ids does not fit {token_size.name}; use FourBytes")
     files = find_text_files(inputs)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stale = [p for p in out.iterdir() if p.is_file() and has_data_extension(p.name)]
-    if stale and not overwrite:
-        raise DataError(f"{out} already holds token files ({stale[0].name}, …); pass overwrite")
-    for p in stale:
-        p.unlink()
+    out = _clear_output_dir(Path(out_dir), overwrite)
     shard_tokens = max(seq_len, shard_tokens // seq_len * seq_len)
     dtype: np.dtype[np.integer] = np.dtype("<u2" if token_size is TokenSize.TwoBytes else "<u4")
     writer = _ShardWriter(out, dtype, shard_tokens)
     total_bytes = sum(f.stat().st_size for f in files)
     done_bytes = n_tokens = 0
     for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise DataError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= limit):
-            raise DataError(f"{f}: tokenizer produced ids outside 0..{limit - 1}")
-        doc = np.append(ids, eos)
+        doc = _document_tokens(f, tokenizer, eos, limit)
         writer.add(doc)
         n_tokens += len(doc)
         done_bytes += f.stat().st_size
@@ -213,3 +196,37 @@ def prepare_corpus(
     )
     write_data_toml(toml, token_size, seq_len, shuffle_seed, note)
     return PrepareResult(writer.shards, n_tokens, len(files), toml)
+
+
+def _token_size_for(vocab: int, token_size: TokenSize | None) -> TokenSize:
+    """``token_size``, by default the narrowest width that holds every id of the vocabulary;
+    refused if the vocabulary does not fit it."""
+    if token_size is None:
+        token_size = TokenSize.TwoBytes if vocab <= 1 << 16 else TokenSize.FourBytes
+    if vocab > 1 << (8 * token_size.value):
+        raise DataError(f"vocabulary of {vocab} ids does not fit {token_size.name}; use FourBytes")
+    return token_size
+
+
+def _clear_output_dir(out: Path, overwrite: bool) -> Path:
+    """``out``, created if needed and without token files: existing ones are refused unless
+    ``overwrite`` (then deleted)."""
+    out.mkdir(parents=True, exist_ok=True)
+    stale = [p for p in out.iterdir() if p.is_file() and has_data_extension(p.name)]
+    if stale and not overwrite:
+        raise DataError(f"{out} already holds token files ({stale[0].name}, …); pass overwrite")
+    for p in stale:
+        p.unlink()
+    return out
+
+
+def _document_tokens(f: Path, tokenizer: TextTokenizer, eos: int, limit: int) -> np.ndarray:
+    """One file as one document: its tokens (each below ``limit``), then EOS."""
+    try:
+        text = f.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+        raise DataError(f"{f}: tokenizer produced ids outside 0..{limit - 1}")
+    return np.append(ids, eos)

@@ -1,8 +1,10 @@
 """Feed `validate-config` N seeded mutants of a shipped state file; count how each one ends.
 
 Every mutant must end in one of two ways: accepted (exit 0) or one line naming the problem
-(exit 1). A Python traceback, or an error over several lines, is a bug in the loader. The issue's
-example: a state file that is not UTF-8 raised UnicodeDecodeError.
+(exit 1, ``invalid config: …``, for a rule it breaks; exit 2, ``error: --state …``, for a file
+that is not UTF-8 or not TOML at all, as every command answers a malformed file: issue 42). A
+Python traceback, or an error over several lines, is a bug in the loader. The issue's example: a
+state file that is not UTF-8 raised UnicodeDecodeError.
 
     .venv/bin/python scripts/probe_config_mutants.py [-n 2000] [--seed 5] [--state FILE]
 
@@ -74,7 +76,8 @@ def classify(data: bytes, path: Path) -> tuple[str, str]:
     if result.exit_code == 0:
         return "accepted", ""
     lines = result.stderr.strip().splitlines()
-    if result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("invalid config: "):
+    one_line = {1: "invalid config: ", 2: "error: --state "}.get(result.exit_code)
+    if one_line is not None and len(lines) == 1 and lines[0].startswith(one_line):
         return "error", lines[0]
     return "unclear", f"exit {result.exit_code}: {result.stderr!r}"
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from psyche.cli.exit_codes import EXIT_CONFIG, fail
+from psyche.cli.exit_codes import EXIT_CONFIG, Mistake, fail
 
 if TYPE_CHECKING:
     from psyche.protocol.identity import SecretKey
@@ -84,24 +84,24 @@ def bind_address(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return socket.inet_ntoa(packed[20:24])
 
 
-def load_identity(path: str | None, raw: str | None) -> SecretKey:
+KEY_FLAG = "-i/--identity-secret-key-path"
+CREATE_KEY = "create a key with `openssl rand 32 > secret.key`"
+
+
+def load_identity(path: str | None, raw: str | None, flag: str = KEY_FLAG) -> SecretKey:
     """The P2P key from ``RAW_IDENTITY_SECRET_KEY`` (``raw``) or the key file ``path`` (a random
-    one without either); a missing or malformed key ends the command with one line."""
+    one without either); a missing, unreadable or malformed key ends the command with one line
+    and exit 2 (:mod:`psyche.cli.input_files`). ``flag``: how the command takes the file."""
+    from psyche.cli.input_files import file_mistake
     from psyche.protocol.identity import secret_key_from_env_or_file
 
     try:
         return secret_key_from_env_or_file(path, raw)
     except OSError as e:
-        fail(
-            f"-i/--identity-secret-key-path {path}: {e.strerror or e} (create a key with "
-            "`openssl rand 32 > secret.key`)",
-            EXIT_CONFIG,
-        )
+        raise file_mistake(flag, path or "", f"{e.strerror or e} ({CREATE_KEY})") from None
     except ValueError as e:
-        source = (
-            "RAW_IDENTITY_SECRET_KEY" if raw and raw.strip() else "-i/--identity-secret-key-path"
-        )
-        fail(f"{source}: {e}", EXIT_CONFIG)
+        source = "RAW_IDENTITY_SECRET_KEY" if raw and raw.strip() else flag
+        raise Mistake(f"{source}: {e}") from None
 
 
 def usable_device(device: str) -> None:

@@ -10,7 +10,13 @@ from typing import Any
 
 import click
 
-from psyche.cli.checks import host_port, load_identity, start_logging, usable_device
+from psyche.cli.checks import (
+    KEY_FLAG,
+    host_port,
+    load_identity,
+    start_logging,
+    usable_device,
+)
 from psyche.cli.daemon_options import (
     daemon_options,
     take_checkpoint_and_sharing,
@@ -38,7 +44,7 @@ def show_identity_cmd(identity_secret_key_path: str | None) -> None:
     """Print the P2P peer id of the key this client would use."""
     from psyche.cli.identity import echo_identity
 
-    echo_identity(identity_secret_key_path, "with -i/--identity-secret-key-path")
+    echo_identity(identity_secret_key_path, KEY_FLAG)
 
 
 @client.command("train")

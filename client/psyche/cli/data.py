@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from psyche.cli.exit_codes import Mistake
+from psyche.cli.input_files import InputFile
 from psyche.protocol.locations import TokenSize
 
 if TYPE_CHECKING:  # psyche.data imports torch: loaded by the commands, after parsing
@@ -94,6 +96,8 @@ def synth_cmd(out: Path, tokens: int, seed: int) -> None:
     "texts",
     multiple=True,
     required=True,
+    type=InputFile(dir_okay=True),
+    metavar="TEXT",  # the help as it was before the type checked the path
     help="Text file or directory (*.txt, *.md searched recursively); repeatable.",
 )
 @click.option(
@@ -153,8 +157,11 @@ def prepare_cmd(
                 on_progress=lambda done, total: progress.update(task, completed=done, total=total),
                 tokenizer_name=tokenizer,
             )
-        except DataError as e:
-            raise click.ClickException(str(e)) from None
+        except DataError as e:  # text that is not UTF-8, too little of it, a full OUT: the user's
+            message = str(e)
+            if any(message.startswith(str(Path(t))) for t in texts):
+                message = f"--text {message}"  # a file named, or found in a folder named
+            raise Mistake(message) from None
     click.echo(
         f"{result.n_documents} documents, {result.n_tokens} tokens in {len(result.shards)} "
         f"shard(s); {result.n_tokens // seq_len} samples of {seq_len}; config: {result.data_toml}"
@@ -164,7 +171,7 @@ def prepare_cmd(
 @data_group.command("serve")
 @click.option(
     "--data-config",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=InputFile(parse="toml", path_type=Path),
     required=True,
     envvar="PSYCHE_DATA_CONFIG",
 )

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from psyche.cli.checks import device_name, usable_device
+from psyche.cli.input_files import InputFile
 from psyche.cli.model import PRESET_NAMES
 from psyche.protocol.strict_obj import ConfigError
 
@@ -29,7 +30,7 @@ ROOT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.t
     default=str(ROOT_CONFIG),
     show_default=True,
     envvar="PSYCHE_STATE",
-    type=click.Path(dir_okay=False),
+    type=InputFile(parse="toml"),
     help="Run config (state.toml); its checkpoint and data location are replaced by local ones.",
 )
 @click.option("--out", default="runs/demo", show_default=True, envvar="PSYCHE_DEMO_OUT")

@@ -13,10 +13,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from psyche.cli.checks import device_name
+from psyche.cli.exit_codes import Mistake
+
+if TYPE_CHECKING:  # torch and transformers: loaded by the command, after parsing
+    from rich.console import Console
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from psyche.evals import EvalScore, EvalTask
+from psyche.cli.input_files import InputFile
 
 _DTYPES = ("float32", "bfloat16")
 
@@ -30,7 +39,7 @@ def evals_group() -> None:
 @click.option(
     "--model",
     "model_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=InputFile(file_okay=False, inside=("config.json",), path_type=Path),
     required=True,
     help="A local Hugging Face model directory (config, safetensors, tokenizer).",
 )
@@ -77,47 +86,19 @@ def run_cmd(
 ) -> None:
     """Score the model in MODEL on TASKS and print the accuracies."""
     from rich.console import Console
-    from rich.table import Table
+
+    from psyche.evals import EvalHarness
 
     console = Console()
     with console.status(f"loading {model_dir} and the tasks…"):
-        import torch
-        from transformers.utils import logging as hf_logging
-
-        from psyche.evals import EvalHarness, EvalTaskError, load_tasks
-        from psyche.protocol.model import LLMArchitecture
-        from psyche.training import ModelLoadError, load_model
-
-        # Its load reports would drown the table.
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-        try:
-            loaded = load_tasks(tasks)
-            model, tokenizer = load_model(
-                model_dir,
-                device=torch.device(device),
-                dtype=getattr(torch, dtype),
-                architecture=LLMArchitecture.HfAuto,
-            )
-        except (EvalTaskError, ModelLoadError) as e:
-            raise click.ClickException(str(e)) from e
-        except RuntimeError as e:  # an unavailable device, e.g. cuda on a CPU-only machine
-            raise click.ClickException(f"cannot use device {device!r}: {e}") from e
-    if tokenizer is None:
-        raise click.ClickException(f"{model_dir} has no tokenizer (tokenizer.json)")
+        loaded, model, tokenizer = _load(model_dir, tasks, device, dtype)
     harness = EvalHarness(
         loaded, tokenizer, fewshot=fewshot, seed=seed, max_docs=max_docs, batch_size=batch_size
     )
     total = sum(len(s) for s in harness.selected)
     with console.status(f"scoring {total} docs in {len(loaded)} task(s)…"):
         scores = harness.run(model)
-
-    table = Table(title=f"{model_dir} · {fewshot}-shot · seed {seed}")
-    for column in ("task", "docs", "accuracy", "accuracy (norm)"):
-        table.add_column(column, justify="left" if column == "task" else "right")
-    for s in scores:
-        table.add_row(s.task, str(s.docs), f"{s.accuracy:.4f}", f"{s.accuracy_norm:.4f}")
-    console.print(table)
+    _report(console, scores, model_dir, fewshot, seed)
     if json_out is not None:
         report = {
             "model": str(model_dir),
@@ -129,6 +110,54 @@ def run_cmd(
         }
         json_out.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"wrote {json_out}")
+
+
+def _load(
+    model_dir: Path, tasks: str, device: str, dtype: str
+) -> tuple[tuple[EvalTask, ...], PreTrainedModel, PreTrainedTokenizerBase]:
+    """The tasks, the model and its tokenizer. A task or a model folder that cannot be read, or
+    a device that is not there, is the user's to change: one line and exit 2."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from psyche.evals import EvalTaskError, load_tasks
+    from psyche.protocol.model import LLMArchitecture
+    from psyche.training import ModelLoadError, load_model
+
+    # Its load reports would drown the table.
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        loaded = load_tasks(tasks)
+        model, tokenizer = load_model(
+            model_dir,
+            device=torch.device(device),
+            dtype=getattr(torch, dtype),
+            architecture=LLMArchitecture.HfAuto,
+        )
+    except EvalTaskError as e:
+        raise Mistake(f"--tasks: {e}") from e
+    except ModelLoadError as e:
+        raise Mistake(f"--model: {e}") from e
+    except RuntimeError as e:  # an unavailable device, e.g. cuda on a CPU-only machine
+        raise Mistake(f"--device: cannot use device {device!r}: {e}") from e
+    if tokenizer is None:
+        raise Mistake(f"--model {model_dir}: no tokenizer (tokenizer.json)")
+    return loaded, model, tokenizer
+
+
+def _report(
+    console: Console, scores: list[EvalScore], model_dir: Path, fewshot: int, seed: int
+) -> None:
+    """The scores as a table: one row per task."""
+    from rich.table import Table
+
+    table = Table(title=f"{model_dir} · {fewshot}-shot · seed {seed}")
+    for column in ("task", "docs", "accuracy", "accuracy (norm)"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    for s in scores:
+        table.add_row(s.task, str(s.docs), f"{s.accuracy:.4f}", f"{s.accuracy_norm:.4f}")
+    console.print(table)
 
 
 @evals_group.command("make-task")

@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_TERMINATED",
     "EXIT_VERSION_MISMATCH",
     "CliGroup",
+    "Mistake",
     "fail",
     "os_error_line",
 ]
@@ -51,6 +52,19 @@ def fail(message: str, code: int = EXIT_CONFIG) -> NoReturn:
     """End the command with one line, ``error: MESSAGE``, on stderr, and ``code``."""
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+class Mistake(click.ClickException):
+    """A mistake the user corrects and runs again, raised anywhere in a command, a parameter's
+    type or callback included: one line, ``error: MESSAGE``, on stderr, and exit 2 (click's
+    own usage errors print their usage first; this is for a message that says it all, such as
+    a file the user named that is missing, unreadable or malformed:
+    :mod:`psyche.cli.input_files`)."""
+
+    exit_code = EXIT_CONFIG
+
+    def show(self, file: object = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
 
 
 _PATH_ERRORS = (

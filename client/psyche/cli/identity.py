@@ -10,34 +10,34 @@ is what a centralized client uses with ``-i``, or what an operator prepares ahea
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
 
+from psyche.cli.exit_codes import Mistake
+
 __all__ = ["create_identity", "echo_identity"]
 
 
-def echo_identity(path: str | None, give_path: str) -> None:
-    """Print the peer id of ``path`` (or ``RAW_IDENTITY_SECRET_KEY``); a clear error otherwise.
+def echo_identity(path: str | None, flag: str) -> None:
+    """Print the peer id of ``path`` (or ``RAW_IDENTITY_SECRET_KEY``). Without either, or with a
+    key file that is missing, unreadable or not a key: one line and exit 2, as every command
+    says a mistake in a file the user named (:mod:`psyche.cli.input_files`).
 
-    ``give_path`` says how this command takes a key file: the commands differ (an option on
-    ``show-identity``, an argument on ``show-static-p2p-identity``).
+    ``flag`` says how this command takes a key file: the commands differ (an option on
+    ``show-identity``, an argument on ``show-static-p2p-identity``). Unlike a client, this
+    never invents a random key: a peer id nobody can reuse is not worth printing.
     """
-    from psyche.p2p.peer_id import show_identity
+    from psyche.cli.checks import CREATE_KEY, load_identity
+    from psyche.p2p.peer_id import peer_id_for
 
-    try:
-        click.echo(show_identity(path, os.environ))
-    except (ValueError, OSError) as e:
-        click.echo(f"error: {e}", err=True)
-        if not path:
-            click.echo(f"give a key file {give_path}", err=True)
-        click.echo(
-            "create a key with `psyche-solana-client create-static-p2p-identity secret.key` or "
-            "`openssl rand 32 > secret.key`",
-            err=True,
+    raw = os.environ.get("RAW_IDENTITY_SECRET_KEY")
+    if not path and not (raw and raw.strip()):
+        raise Mistake(
+            f"no identity to show: name a key file ({flag}) or set RAW_IDENTITY_SECRET_KEY; "
+            f"{CREATE_KEY} or `psyche-solana-client create-static-p2p-identity secret.key`"
         )
-        sys.exit(1)
+    click.echo(peer_id_for(load_identity(path, raw, flag).public_key()))
 
 
 def create_identity(path: Path, *, force: bool) -> str:
@@ -59,7 +59,7 @@ def create_identity(path: Path, *, force: bool) -> str:
 @click.argument("path", required=False, envvar="IDENTITY_SECRET_KEY_PATH")
 def show_static_identity_cmd(path: str | None) -> None:
     """Print the peer id of the key file PATH (or RAW_IDENTITY_SECRET_KEY)."""
-    echo_identity(path, "as PATH (or IDENTITY_SECRET_KEY_PATH)")
+    echo_identity(path, "PATH")
 
 
 @click.command("create-static-p2p-identity")

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
+from psyche.cli.input_files import InputFile
 from psyche.protocol.locations import ServerData
 from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import DistroOptimizer, SparseLoCoOptimizer
@@ -49,14 +50,14 @@ def server() -> None:
     "state_path",
     required=True,
     envvar="PSYCHE_STATE",
-    type=click.Path(dir_okay=False),
+    type=InputFile(parse="toml"),
     help="Run state file (state.toml).",
 )
 @click.option(
     "--data-config",
     "data_path",
     envvar="PSYCHE_DATA_CONFIG",
-    type=click.Path(dir_okay=False),
+    type=InputFile(parse="toml"),
     help="TCP data server settings (data.toml); needed when data_location is Server.",
 )
 @click.option(
@@ -156,7 +157,7 @@ def _setup_logging(console: Console, tui: bool, verbose: bool) -> None:
     "state_path",
     required=True,
     envvar="PSYCHE_STATE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=InputFile(parse="toml", path_type=Path),
     help="Run state file (state.toml).",
 )
 @click.option(
@@ -177,7 +178,7 @@ def _setup_logging(console: Console, tui: bool, verbose: bool) -> None:
 @click.option(
     "--data-config",
     envvar="PSYCHE_DATA_CONFIG",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=InputFile(parse="toml", path_type=Path),
     help="data.toml of the TCP data server; required when data_location is Server.",
 )
 @click.option(

@@ -13,6 +13,7 @@ import click
 from click.core import ParameterSource
 
 from psyche.cli.exit_codes import EXIT_CONFIG
+from psyche.cli.input_files import InputFile
 from psyche.cli.solana_options import (
     common,
     description_option,
@@ -148,7 +149,14 @@ async def _if_new(session: Any, run_id: str, create: Coroutine[Any, Any, Any]) -
 @click.command("update-config")
 @common
 @run_id_option
-@click.option("--config-path", envvar="CONFIG_PATH", default=None, help="state.toml / config.toml")
+@click.option(
+    "--config-path",
+    envvar="CONFIG_PATH",
+    default=None,
+    type=InputFile(parse="toml"),
+    metavar="TEXT",  # the help as it was before the type checked the file
+    help="state.toml / config.toml",
+)
 @click.option(
     "--restart-from-step",
     envvar="RESTART_FROM_STEP",

@@ -18,7 +18,7 @@ from psyche.cli.daemon_options import (
     take_checkpoint_and_sharing,
     take_training_flags,
 )
-from psyche.cli.exit_codes import EXIT_INTERRUPTED
+from psyche.cli.exit_codes import EXIT_INTERRUPTED, Mistake
 from psyche.cli.identity import create_static_identity_cmd, show_static_identity_cmd
 from psyche.cli.solana_options import (
     authorizer_option,
@@ -123,7 +123,7 @@ def ja_delegate_cmd(
         try:
             added.append(load_keypair_file(path).pubkey())
         except WalletError as e:
-            raise click.BadParameter(str(e), param_hint="--delegate-keypair") from None
+            raise Mistake(f"--delegate-keypair {e}") from None
     echo_result(
         run_async(
             session,

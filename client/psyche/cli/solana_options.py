@@ -18,7 +18,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from psyche.cli.exit_codes import EXIT_ERROR
+from psyche.cli.exit_codes import EXIT_ERROR, Mistake
+from psyche.cli.input_files import flag_name
 
 
 def to_pubkey(value: str | None) -> Any:
@@ -87,11 +88,13 @@ def _ws_url(value: str | None, flag: str) -> str | None:
 def _wallet(kw: dict[str, Any], *, required: bool) -> Any:
     """The wallet keypair, or None (only when not ``required``). A key file named on the command
     line wins over RAW_WALLET_PRIVATE_KEY (a flag beats the environment), so the scripts can sign
-    with the file they were given whatever the caller's environment holds."""
+    with the file they were given whatever the caller's environment holds. No wallet, or one
+    that cannot be read or is not a keypair: one line, exit 2 (:mod:`psyche.cli.input_files`)."""
     from psyche.solana.session import WalletError, load_wallet
 
     path = kw.pop("wallet_private_key_path")
-    source = click.get_current_context().get_parameter_source("wallet_private_key_path")
+    ctx = click.get_current_context()
+    source = ctx.get_parameter_source("wallet_private_key_path")
     raw = (
         None if source is ParameterSource.COMMANDLINE else os.environ.get("RAW_WALLET_PRIVATE_KEY")
     )
@@ -100,7 +103,15 @@ def _wallet(kw: dict[str, Any], *, required: bool) -> Any:
     try:
         return load_wallet(path, raw)
     except WalletError as e:
-        raise click.UsageError(str(e)) from None
+        # The message names the file (or RAW_WALLET_PRIVATE_KEY); the flag goes before a file.
+        named_file = path and not raw
+        message = f"{_flag(ctx, 'wallet_private_key_path')} {e}" if named_file else str(e)
+        raise Mistake(message) from None
+
+
+def _flag(ctx: click.Context, name: str) -> str:
+    param = next(p for p in ctx.command.params if p.name == name)
+    return flag_name(param, ctx)
 
 
 def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., Any]:

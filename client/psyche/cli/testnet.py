@@ -19,6 +19,7 @@ from rich.table import Table
 
 from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
+from psyche.cli.input_files import InputFile
 from psyche.cli.paths import AbsolutePath, absolute_entries
 
 if TYPE_CHECKING:
@@ -59,7 +60,12 @@ def testnet_options(default_config: Path) -> Callable[[F], F]:
             default=str(default_config),
             show_default=True,
             envvar="CONFIG_PATH",
-            type=AbsolutePath(file_okay=False),
+            type=InputFile(
+                file_okay=False,
+                inside=("state.toml",),
+                inside_if_present=("data.toml",),
+                absolute=True,
+            ),
             help="Directory with state.toml (and data.toml for a Server data location).",
         ),
         click.option("--random-kill-num", default=0, show_default=True, envvar="RANDOM_KILL_NUM"),

@@ -162,7 +162,15 @@ SOLANA_DOCUMENTED: list[tuple[str, list[str], dict[str, Any]]] = [
 @pytest.mark.parametrize(
     ("name", "args", "want"), SOLANA_DOCUMENTED, ids=[c[0] for c in SOLANA_DOCUMENTED]
 )
-def test_solana_documented_commands_parse(name: str, args: list[str], want: dict[str, Any]) -> None:
+def test_solana_documented_commands_parse(
+    name: str,
+    args: list[str],
+    want: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text("")  # --config-path is read where it is parsed
     params = _parse(_sub(solana, name), args)
     got = {k: params[k] for k in want}
     if "config_path" in got:
@@ -211,8 +219,8 @@ def test_server_port_defaults_to_a_free_port(tmp_path: Path) -> None:
 
 TESTNET_FLAGS: list[tuple[list[str], str, Any]] = [
     (["--num-clients", "2"], "num_clients", 2),
-    (["--config-path", "cfg"], "config_path", Path("cfg").absolute()),
-    (["--write-distro-data", "distro"], "write_distro_data", Path("distro").absolute()),
+    (["--config-path", "cfg"], "config_path", Path("cfg")),
+    (["--write-distro-data", "distro"], "write_distro_data", Path("distro")),
     (["--tui", "false"], "tui", False),
     (["--random-kill-num", "1"], "random_kill_num", 1),
     (["--allowed-to-kill", "1,2"], "allowed_to_kill", "1,2"),
@@ -230,9 +238,15 @@ TESTNET_FLAGS: list[tuple[list[str], str, Any]] = [
 
 
 @pytest.mark.parametrize(("args", "param", "value"), TESTNET_FLAGS, ids=lambda v: str(v))
-def test_testnet_flag(args: list[str], param: str, value: Any) -> None:
-    assert _parse(_sub(centralized_testnet, "start"), args)[param] == value
-    assert _parse(_sub(solana_testnet, "start"), args)[param] == value
+def test_testnet_flag(
+    args: list[str], param: str, value: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "state.toml").write_text("")  # --config-path is read where parsed
+    want = tmp_path / value if isinstance(value, Path) else value  # paths: made absolute
+    assert _parse(_sub(centralized_testnet, "start"), args)[param] == want
+    assert _parse(_sub(solana_testnet, "start"), args)[param] == want
 
 
 def test_testnet_server_port_defaults_to_a_free_port() -> None:
@@ -317,9 +331,9 @@ def test_show_identity_without_a_key_is_a_clear_error() -> None:
         ["show-identity"],
         env={"RAW_IDENTITY_SECRET_KEY": None, "IDENTITY_SECRET_KEY_PATH": None},
     )
-    assert res.exit_code == 1
+    assert res.exit_code == 2
     assert "no identity to show" in res.output and "openssl rand 32" in res.output
-    assert "give a key file with -i/--identity-secret-key-path" in res.output
+    assert "name a key file (-i/--identity-secret-key-path)" in res.output
     assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
 
 
@@ -329,9 +343,9 @@ def test_show_static_p2p_identity_without_a_key_names_its_own_argument() -> None
         ["show-static-p2p-identity"],
         env={"RAW_IDENTITY_SECRET_KEY": None, "IDENTITY_SECRET_KEY_PATH": None},
     )
-    assert res.exit_code == 1 and "no identity to show" in res.output
+    assert res.exit_code == 2 and "no identity to show" in res.output
     # This command takes the file as an argument; it has no --identity-secret-key-path.
-    assert "give a key file as PATH" in res.output
+    assert "name a key file (PATH)" in res.output
     assert "--identity-secret-key-path" not in res.output
     assert "Traceback" not in res.output
 
@@ -342,7 +356,7 @@ def test_show_identity_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> Non
         ["show-identity", "-i", str(tmp_path / "absent.key")],
         env={"RAW_IDENTITY_SECRET_KEY": None},
     )
-    assert res.exit_code == 1 and "error:" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
 
 
 def test_create_then_show_static_p2p_identity(tmp_path: Path) -> None:

@@ -69,12 +69,14 @@ def test_invalid_config_names_key_and_rule(
 
 
 def test_malformed_toml_and_missing_file(tmp_path: Path) -> None:
+    # A file that cannot be read or parsed is the user's to fix, as in every command (exit 2);
+    # a well-formed one that breaks a rule is "invalid config" (exit 1, above).
     bad = tmp_path / "state.toml"
     bad.write_text("run_id = [[[\n")
     code, out = run("--state", str(bad))
-    assert code == 1 and "malformed TOML" in out
+    assert code == 2 and f"error: --state {bad}: malformed TOML" in out
     code, out = run("--state", str(tmp_path / "nope.toml"))
-    assert code == 1 and "cannot read" in out
+    assert code == 2 and "No such file or directory" in out
 
 
 def test_missing_run_id_is_reported(tmp_path: Path) -> None:

@@ -43,12 +43,14 @@ def edited(tmp_path: Path, old: str, new: str) -> Path:
     return path
 
 
-def one_line_error(result: Result) -> str:
+def one_line_error(result: Result, *, unreadable: bool = False) -> str:
+    """The one line of a config that breaks a rule (exit 1, ``invalid config: …``), or with
+    ``unreadable`` of a file that is not TOML or not UTF-8 at all (exit 2, ``error: FLAG …``)."""
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == (2 if unreadable else 1), result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("invalid config: ")
+    assert lines[0].startswith("error: --" if unreadable else "invalid config: ")
     return lines[0]
 
 
@@ -123,12 +125,12 @@ def test_data_config_must_match_the_model_as_the_server_requires(tmp_path: Path)
 def test_a_state_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "state.toml"
     path.write_bytes(TINY.read_bytes().replace(b'"tiny"', b'"ti\xffny"'))
-    line = one_line_error(invoke("--state", str(path)))
+    line = one_line_error(invoke("--state", str(path)), unreadable=True)
     offset = TINY.read_bytes().index(b'"tiny"') + 3
     assert line.endswith(f"not UTF-8 text (byte 0xff at offset {offset})"), line
     data = tmp_path / "data.toml"
     data.write_bytes(b"\xfe" + (TINY.parent / "data.toml").read_bytes())
-    line = one_line_error(invoke("--state", str(TINY), "--data-config", str(data)))
+    line = one_line_error(invoke("--state", str(TINY), "--data-config", str(data)), unreadable=True)
     assert "not UTF-8 text (byte 0xfe at offset 0)" in line
 
 

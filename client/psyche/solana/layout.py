@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from psyche.coordinator import Coordinator, RunState
+from psyche.coordinator import Coordinator, EpochState, Round, RunState
 from psyche.coordinator.state_json import from_obj_state, to_obj_state
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.identity import NodeIdentity
@@ -237,60 +237,69 @@ class CoordinatorLayout:
             raise AccountLayoutError(f"the model needs {len(blob)} bytes, the blob holds fewer")
         c["model"]["len"] = len(blob)
         c["model"]["bytes"] = blob.ljust(self.model_capacity, b"\0")
-        es, pes = c["epoch_state"], coord.epoch_state
-        for r, pr in zip(es["rounds"], pes.rounds, strict=True):
-            r.update(
-                data_index=pr.data_index,
-                random_seed=pr.random_seed,
-                height=pr.height,
-                clients_len=pr.clients_len,
-                tie_breaker_tasks=pr.tie_breaker_tasks,
-                num_witnesses=len(pr.witnesses),
-                num_retries=len(pr.retries),
-            )
-            for i, b in enumerate(pr.retries):
-                r["retries"][i] = {"start": b.start, "end": b.end}
-            for i, w in enumerate(pr.witnesses):
-                r["witnesses"][i] = {
-                    "proof": {
-                        "position": w.proof.position,
-                        "index": w.proof.index,
-                        "witness": int(w.proof.witness),
-                        "_pad": bytes(1),
-                        "verdict": {"checked": w.verdict.checked, "mismatch": w.verdict.mismatch},
-                        "_pad2": bytes(2),
-                    },
-                    "participant_bloom": bloom_dict(w.participant_bloom),
-                    "broadcast_bloom": bloom_dict(w.broadcast_bloom),
-                }
-        for key, items in (("clients", pes.clients), ("exited_clients", pes.exited_clients)):
-            for i, pc in enumerate(items):
-                es[key][i] = {
-                    "id": {"signer": pc.id.signer, "p2p_identity": pc.id.p2p_identity},
-                    "exited_height": pc.exited_height,
-                    "exited_index": pc.exited_index,
-                    "state": pc.state.value,
-                    "_pad": bytes(1),
-                }
-        es.update(
-            num_clients=len(pes.clients),
-            num_exited_clients=len(pes.exited_clients),
-            start_timestamp=pes.start_timestamp,
-            rounds_head=pes.rounds_head,
-            start_step=pes.start_step,
-            last_step=pes.last_step,
-            first_round=int(pes.first_round),
-            cold_start_epoch=int(pes.cold_start_epoch),
-            num_lost=len(pes.lost),
-        )
-        for i, b in enumerate(pes.lost):
-            es["lost"][i] = {"start": b.start, "end": b.end}
+        _fill_epoch_state(c["epoch_state"], coord.epoch_state)
 
     def _zero(self, name: str) -> Any:
         """The all-zero value of a fixed-size IDL type (as :meth:`IdlCodec.decode` shapes it)."""
         size = self.idl.size_of({"defined": {"name": name}})
         assert size is not None
         return self.idl.decode(name, bytes(size))
+
+
+def _fill_epoch_state(es: dict[str, Any], pes: EpochState) -> None:
+    """Write ``pes`` into the account's zeroed ``epoch_state`` (fixed arrays cut by counts)."""
+    for r, pr in zip(es["rounds"], pes.rounds, strict=True):
+        _fill_round(r, pr)
+    for key, items in (("clients", pes.clients), ("exited_clients", pes.exited_clients)):
+        for i, pc in enumerate(items):
+            es[key][i] = {
+                "id": {"signer": pc.id.signer, "p2p_identity": pc.id.p2p_identity},
+                "exited_height": pc.exited_height,
+                "exited_index": pc.exited_index,
+                "state": pc.state.value,
+                "_pad": bytes(1),
+            }
+    es.update(
+        num_clients=len(pes.clients),
+        num_exited_clients=len(pes.exited_clients),
+        start_timestamp=pes.start_timestamp,
+        rounds_head=pes.rounds_head,
+        start_step=pes.start_step,
+        last_step=pes.last_step,
+        first_round=int(pes.first_round),
+        cold_start_epoch=int(pes.cold_start_epoch),
+        num_lost=len(pes.lost),
+    )
+    for i, b in enumerate(pes.lost):
+        es["lost"][i] = {"start": b.start, "end": b.end}
+
+
+def _fill_round(r: dict[str, Any], pr: Round) -> None:
+    """Write one round, its retried intervals and its witnesses into the account's ``r``."""
+    r.update(
+        data_index=pr.data_index,
+        random_seed=pr.random_seed,
+        height=pr.height,
+        clients_len=pr.clients_len,
+        tie_breaker_tasks=pr.tie_breaker_tasks,
+        num_witnesses=len(pr.witnesses),
+        num_retries=len(pr.retries),
+    )
+    for i, b in enumerate(pr.retries):
+        r["retries"][i] = {"start": b.start, "end": b.end}
+    for i, w in enumerate(pr.witnesses):
+        r["witnesses"][i] = {
+            "proof": {
+                "position": w.proof.position,
+                "index": w.proof.index,
+                "witness": int(w.proof.witness),
+                "_pad": bytes(1),
+                "verdict": {"checked": w.verdict.checked, "mismatch": w.verdict.mismatch},
+                "_pad2": bytes(2),
+            },
+            "participant_bloom": bloom_dict(w.participant_bloom),
+            "broadcast_bloom": bloom_dict(w.broadcast_bloom),
+        }
 
 
 def _flag(v: int) -> bool:

@@ -127,18 +127,7 @@ async def update_config(
     args: dict[str, Any] = {"metadata": None, "config": None, "model": None, "progress": None}
     if config_path is not None:
         # Before any RPC: a broken file is reported without touching the cluster.
-        rc = load_run_config(config_path)
-        for w in (*rc.warnings, *rc.advisories()):
-            if on_warning is not None:
-                on_warning(f"{config_path}: {w}")
-        args["config"] = to_obj(rc.config)
-        model = rc.model
-        ck = getattr(model, "checkpoint", None)
-        if switch_to_hub and isinstance(ck, P2PCheckpoint):
-            from dataclasses import replace
-
-            model = replace(model, checkpoint=HubCheckpoint(ck.repo))  # type: ignore[type-var]
-        args["model"] = to_obj(model)
+        args["config"], args["model"] = _config_args(config_path, switch_to_hub, on_warning)
     ixs = await _instructions(s, run_id)
     if restart_from_step is not None:
         _, snap = await s.run(run_id)
@@ -152,6 +141,38 @@ async def update_config(
         args["metadata"] = metadata_arg(
             str(m["name"]), str(m["description"]), int(m["num_parameters"]), int(m["vocab_size"])
         )
+    return await _send_update(s, run_id, ixs, args, client_version)
+
+
+def _config_args(
+    config_path: str, switch_to_hub: bool, on_warning: Callable[[str], None] | None
+) -> tuple[Any, Any]:
+    """The ``config`` and ``model`` arguments of ``update`` from a run config file, which must
+    pass every rule of ``validate-config``; with ``switch_to_hub``, a P2P checkpoint becomes the
+    Hub repository it names."""
+    rc = load_run_config(config_path)
+    for w in (*rc.warnings, *rc.advisories()):
+        if on_warning is not None:
+            on_warning(f"{config_path}: {w}")
+    model = rc.model
+    ck = getattr(model, "checkpoint", None)
+    if switch_to_hub and isinstance(ck, P2PCheckpoint):
+        from dataclasses import replace
+
+        model = replace(model, checkpoint=HubCheckpoint(ck.repo))  # type: ignore[type-var]
+    return to_obj(rc.config), to_obj(model)
+
+
+async def _send_update(
+    s: Session,
+    run_id: str,
+    ixs: RunInstructions,
+    args: dict[str, Any],
+    client_version: str | None,
+) -> list[str]:
+    """Send the ``update`` arguments that are set and the new client version: one
+    ``run_update`` for the Treasurer's run (docs/rewards.md), else the coordinator's ``update``
+    and ``update_client_version``, each only if there is something to change."""
     sigs = []
     run = await treasurer.treasurer_run(s, run_id)
     if run is not None:

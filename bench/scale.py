@@ -16,10 +16,10 @@ timestamps of consecutive round ends:
 - ``cpu s``: the process's CPU seconds (all threads; the N clients and the coordinator share it);
 - ``µs/result``: CPU seconds / (N × results per client), where a client handles every result of
   the round (its own and N − 1 downloads: verify, decode, copy check, witness, apply), i.e. N;
-- ``copy %``: the copy check's share of that CPU: wall time inside
+- ``copy %``: the copy check's share of that CPU: the thread CPU time inside
   ``psyche.daemon.rounds.copied_from`` and ``result_sketch`` (wrapped here, where ``gossip`` and
-  ``training`` call them; they run synchronously on the event loop, so their wall time is CPU
-  time of this process) over the round's CPU seconds; with the copy check's operation counts
+  ``training`` call them; they run synchronously on the event loop's thread) over the round's
+  CPU seconds; with the copy check's operation counts
   (``psyche.distro.copy_index.COUNTS``: checks, band candidates, exact confirmations) per round;
 - peak RSS of the child, and over N (``RSS/client``: (peak − RSS before the run) / N). Per held
   result: a client holds the results of two rounds (2 N), so the N² part of the peak RSS over
@@ -227,12 +227,14 @@ class CopyTimer:
             setattr(mod, name, self._wrap(getattr(mod, name)))
 
     def _wrap(self, fn: Any) -> Any:
+        # The event loop's thread runs the check synchronously, so its thread CPU time is the
+        # check's own; wall time would count the other jobs of a loaded machine.
         def timed(*args: Any, **kw: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             try:
                 return fn(*args, **kw)
             finally:
-                self.seconds += time.perf_counter() - t0
+                self.seconds += time.thread_time() - t0
                 self.calls += 1
 
         return timed

@@ -73,7 +73,7 @@ async def run_client(
 ) -> int:
     """``key`` and ``make_backend`` default to the key file and the centralized backend;
     ``terminated``: the event of a SIGTERM handler the caller installed already
-    (:func:`cancel_on_sigterm`, before its own network waits)."""
+    (:func:`cancel_on_sigterm`, before its own network waits). Returns the exit code."""
     # First: a SIGTERM while the metric sinks start (W&B takes seconds) is a clean stop too;
     # the cancellation it asks for lands at the first await inside the ``try`` below.
     if terminated is None:
@@ -87,39 +87,10 @@ async def run_client(
         else CentralizedBackend(options.coordinator_addr, key, options.run_id)
     )
     p2p = P2PNode()
-    flags = options.training
     events = EventLog(options.event_log, me.hex(), sinks=metric_sinks(options, me.hex()))
     kits: list[ModelKit] = []
     try:
-        try:
-            parts = client_parts(
-                key=key,
-                backend=backend,
-                transport=p2p,
-                load=_remembering(kits, _loader(key, options)),
-                events=events,
-                checkpoint=options.checkpoint,
-                sharing=options.sharing,
-                options=flags.daemon if flags is not None else None,
-            )
-        except EvalTaskError as e:
-            log.error("--eval-tasks: %s", e)
-            return EXIT_CONFIG
-        try:
-            await backend.connect()
-            await p2p.start(
-                key,
-                run_id=options.run_id,
-                listen_port=options.p2p_port,
-                listen_host=options.p2p_host,
-            )
-            await RoundEngine(parts, backend).run()
-        except BaseExceptionGroup as group:
-            # The engine's task groups wrap what ended them; the backend's verdict (withdrawn,
-            # not authorized, wrong version) is the outcome to report, not the group.
-            raise _backend_error(group) from None
-        log.info("run %r finished", options.run_id)
-        return EXIT_OK
+        return await _train(options, key, backend, p2p, events, kits)
     except JoinRejectedError as e:
         log.error("%s", e)
         return EXIT_JOIN_REJECTED
@@ -136,14 +107,64 @@ async def run_client(
         log.warning(TERMINATED_LINE)
         return EXIT_TERMINATED
     finally:
-        remove_sigterm_handler()
-        for kit in kits:
-            _close_trainer(kit)  # first: nothing below may keep the workers waiting
-        try:
-            await p2p.stop()
-            await backend.close()
-        finally:
-            events.close()
+        await _shut_down(kits, p2p, backend, events)
+
+
+async def _train(
+    options: ClientOptions,
+    key: SecretKey,
+    backend: ClientBackend,
+    p2p: P2PNode,
+    events: EventLog,
+    kits: list[ModelKit],
+) -> int:
+    """Assemble the round engine's parts, connect to the coordinator and the peers, and run the
+    engine until the run is finished (``kits``: the model kits it loads, for the shutdown)."""
+    flags = options.training
+    try:
+        parts = client_parts(
+            key=key,
+            backend=backend,
+            transport=p2p,
+            load=_remembering(kits, _loader(key, options)),
+            events=events,
+            checkpoint=options.checkpoint,
+            sharing=options.sharing,
+            options=flags.daemon if flags is not None else None,
+        )
+    except EvalTaskError as e:
+        log.error("--eval-tasks: %s", e)
+        return EXIT_CONFIG
+    try:
+        await backend.connect()
+        await p2p.start(
+            key,
+            run_id=options.run_id,
+            listen_port=options.p2p_port,
+            listen_host=options.p2p_host,
+        )
+        await RoundEngine(parts, backend).run()
+    except BaseExceptionGroup as group:
+        # The engine's task groups wrap what ended them; the backend's verdict (withdrawn,
+        # not authorized, wrong version) is the outcome to report, not the group.
+        raise _backend_error(group) from None
+    log.info("run %r finished", options.run_id)
+    return EXIT_OK
+
+
+async def _shut_down(
+    kits: list[ModelKit], p2p: P2PNode, backend: ClientBackend, events: EventLog
+) -> None:
+    """However the client ended: SIGTERM kills again, the trainers' workers stop first (nothing
+    below may keep them waiting), then the P2P node, the backend and the event log."""
+    remove_sigterm_handler()
+    for kit in kits:
+        _close_trainer(kit)
+    try:
+        await p2p.stop()
+        await backend.close()
+    finally:
+        events.close()
 
 
 def _backend_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

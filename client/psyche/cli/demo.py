@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -16,6 +17,9 @@ from psyche.cli.checks import device_name, usable_device
 from psyche.cli.input_files import InputFile
 from psyche.cli.model import PRESET_NAMES
 from psyche.protocol.strict_obj import ConfigError
+
+if TYPE_CHECKING:  # torch: loaded by the command, after parsing
+    from psyche.simulation.run import RoundReport
 
 ROOT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny" / "state.toml"
 
@@ -73,12 +77,9 @@ def demo(
     import asyncio
 
     usable_device(device)
-    from psyche.data.prepare import ByteTokenizer, prepare_corpus
-    from psyche.data.synth import synth_corpus
     from psyche.protocol.model import LLM
     from psyche.protocol.run_file import load_run_config
-    from psyche.simulation.run import RoundReport, SimulatedRun
-    from psyche.training.presets import PRESETS, write_model_dir
+    from psyche.simulation.run import SimulatedRun
 
     console = Console(soft_wrap=True)
     try:
@@ -88,17 +89,7 @@ def demo(
         sys.exit(1)
     assert isinstance(run.model, LLM)
     out_dir = Path(out)
-    model_dir, text_dir, data_dir = out_dir / "model", out_dir / "text", out_dir / "data"
-    with console.status("creating model and data") as status:
-        if not (model_dir / "config.json").exists():
-            status.update(f"writing a random '{preset}' model to {model_dir}")
-            res = write_model_dir(model_dir, preset=PRESETS[preset], seed=0)
-            console.print(f"model: {res.n_params:,} parameters in {model_dir}")
-        if not data_dir.exists():
-            status.update("writing a synthetic corpus")
-            synth_corpus(text_dir, tokens, seed=0)
-            prepare_corpus([text_dir], ByteTokenizer(), data_dir, seq_len=run.model.max_seq_len)
-            console.print(f"data: tokens in {data_dir}")
+    model_dir, data_dir = _model_and_data(console, out_dir, preset, tokens, run.model.max_seq_len)
     sim = SimulatedRun(
         run,
         model_dir,
@@ -108,17 +99,7 @@ def demo(
         micro_batch_size=micro_batch_size,
         device=device,
     )
-
-    def on_round(r: RoundReport) -> None:
-        console.print(
-            f"epoch {r.epoch} step {r.step:3d} round {r.height:2d} "
-            f"{'train' if r.trained else 'drain'} end={r.end_reason:13s} witnesses={r.witnesses} "
-            f"applied={r.applied_batches} loss={'-' if r.loss is None else f'{r.loss:.4f}'} "
-            f"payload={r.payload_bytes}B weights={'identical' if r.hashes_agree else 'DIVERGED'} "
-            f"{r.model_hash[:12]}"
-        )
-
-    summary = asyncio.run(sim.run(on_round))
+    summary = asyncio.run(sim.run(lambda r: console.print(_round_line(r))))
     out_dir.mkdir(parents=True, exist_ok=True)
     data = summary.to_json()
     (out_dir / "summary.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -131,6 +112,39 @@ def demo(
     )
     if not agree:
         sys.exit(2)
+
+
+def _model_and_data(
+    console: Console, out_dir: Path, preset: str, tokens: int, seq_len: int
+) -> tuple[Path, Path]:
+    """A random ``preset`` model and a synthetic corpus of about ``tokens`` bytes, tokenized in
+    samples of ``seq_len``, under ``out_dir`` (each kept from an earlier demo when there)."""
+    from psyche.data.prepare import ByteTokenizer, prepare_corpus
+    from psyche.data.synth import synth_corpus
+    from psyche.training.presets import PRESETS, write_model_dir
+
+    model_dir, text_dir, data_dir = out_dir / "model", out_dir / "text", out_dir / "data"
+    with console.status("creating model and data") as status:
+        if not (model_dir / "config.json").exists():
+            status.update(f"writing a random '{preset}' model to {model_dir}")
+            res = write_model_dir(model_dir, preset=PRESETS[preset], seed=0)
+            console.print(f"model: {res.n_params:,} parameters in {model_dir}")
+        if not data_dir.exists():
+            status.update("writing a synthetic corpus")
+            synth_corpus(text_dir, tokens, seed=0)
+            prepare_corpus([text_dir], ByteTokenizer(), data_dir, seq_len=seq_len)
+            console.print(f"data: tokens in {data_dir}")
+    return model_dir, data_dir
+
+
+def _round_line(r: RoundReport) -> str:
+    return (
+        f"epoch {r.epoch} step {r.step:3d} round {r.height:2d} "
+        f"{'train' if r.trained else 'drain'} end={r.end_reason:13s} witnesses={r.witnesses} "
+        f"applied={r.applied_batches} loss={'-' if r.loss is None else f'{r.loss:.4f}'} "
+        f"payload={r.payload_bytes}B weights={'identical' if r.hashes_agree else 'DIVERGED'} "
+        f"{r.model_hash[:12]}"
+    )
 
 
 def _plot(summary: object, path: Path) -> None:

@@ -24,7 +24,7 @@ from psyche.cli.input_files import InputFile
 from psyche.protocol.locations import ServerData
 from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import DistroOptimizer, SparseLoCoOptimizer
-from psyche.protocol.run_file import load_data_config, load_run_config
+from psyche.protocol.run_file import DataConfig, RunConfig, load_data_config, load_run_config
 from psyche.protocol.strict_obj import ConfigError, to_obj
 
 
@@ -95,6 +95,12 @@ def validate_config(state_path: str, data_path: str | None, run_id: str | None) 
         )
     for w in (*rc.warnings, *rc.advisories()):
         err.print(f"[yellow]warning: {_printable(w)}[/]")
+    out.print(_summary(rc, llm, data))
+
+
+def _summary(rc: RunConfig, llm: LLM, data: DataConfig | None) -> Table:
+    """What ``validate-config`` prints of a valid run: its clients, batch, steps and times, the
+    model, optimizer and data, in one table (values escaped: text, not rich markup)."""
     c = rc.config
     t = Table(title=_printable(f"run {rc.run_id!r} is valid"), show_header=False)
     t.add_row("clients", f"start with {c.init_min_clients}, keep at least {c.min_clients}")
@@ -127,7 +133,7 @@ def validate_config(state_path: str, data_path: str | None, run_id: str | None) 
         t.add_row(
             "data server", _printable(f"{data.dir} ({data.token_size.name}, seq {data.seq_len})")
         )
-    out.print(t)
+    return t
 
 
 def _setup_logging(console: Console, tui: bool, verbose: bool) -> None:

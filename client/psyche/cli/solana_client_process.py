@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from solders.pubkey import Pubkey
 
@@ -34,7 +34,7 @@ from psyche.events import EventLog, TransactionEvent
 from psyche.protocol.identity import SecretKey
 from psyche.solana.errors import ChainError
 from psyche.solana.idl import IdlError
-from psyche.solana.instructions import peer_record_pda
+from psyche.solana.instructions import RunInstructions, peer_record_pda
 from psyche.solana.peer_record import MAX_PEER_ADDR_LEN, MAX_PEER_ADDRS, decode_peer_record
 from psyche.solana.session import RunNotFoundError, Session
 
@@ -124,26 +124,12 @@ def _directory(
     )
 
 
-async def train_on_solana(
-    session: Session,
-    *,
-    run_id: str,
-    grantee: Pubkey | None,
-    client_version: str,
-    micro_batch_size: int = 2,
-    bootstrap_peers: str | None = None,
-    p2p_announce_addrs: str | None = None,
-    bind_p2p_port: int = 0,
-    bind_p2p_host: str = "0.0.0.0",
-    checkpoint: CheckpointOptions | None = None,
-    sharing: SharingOptions | None = None,
-    device: str = "auto",
-    event_log: str | None = None,
-    training: TrainingFlags | None = None,
-) -> int:
-    # First, before any wait on the network: a SIGTERM while no RPC answers is a clean stop
-    # (issue 42, item 5). The handler stays for run_client, which takes its event.
-    terminated = cancel_on_sigterm()
+async def _read_run(
+    session: Session, run_id: str, terminated: asyncio.Event
+) -> tuple[RunInstructions, dict[str, Any]] | None:
+    """The run's instructions and coordinator instance, read while no RPC endpoint answers;
+    None when SIGTERM (``terminated``) stopped the wait (logged). On any way out but the run read,
+    the SIGTERM handler is removed; after it, :func:`run_client` takes the handler over."""
     try:
         ixs, _ = await _until_reachable(lambda: session.run(run_id))
         inst = await _until_reachable(lambda: session.instance(run_id))
@@ -152,18 +138,27 @@ async def train_on_solana(
         if not terminated.is_set():
             raise
         log.warning(TERMINATED_LINE)
-        return EXIT_TERMINATED
+        return None
     except BaseException:
         remove_sigterm_handler()  # a run that does not exist: the caller explains and exits
         raise
-    join_authority = Pubkey.from_bytes(bytes(inst["join_authority"]))
-    key = SecretKey.from_bytes(session.wallet.secret())
-    directory = _directory(
-        session, ixs.run.instance, bool(inst["local_run"]), bootstrap_peers, p2p_announce_addrs
-    )
-    # The daemon's event log also names each confirmed transaction, so what a client did on the
-    # chain can be looked up there (getTransaction) after the run.
-    events = EventLog(event_log, key.node_identity().hex()) if event_log else None
+    return ixs, inst
+
+
+def _backend_maker(
+    session: Session,
+    ixs: RunInstructions,
+    *,
+    run_id: str,
+    join_authority: Pubkey,
+    grantee: Pubkey | None,
+    client_version: str,
+    directory: ChainDirectory,
+    events: EventLog | None,
+) -> Callable[[SecretKey], SolanaBackend]:
+    """What :func:`~psyche.cli.client_process.run_client` builds its backend with: the run's
+    coordinator account and instructions, the wallet that signs, its join authorization, and
+    each confirmed transaction written to ``events``."""
 
     def confirmed(label: str, signature: str) -> None:
         if events is not None:
@@ -188,6 +183,49 @@ async def train_on_solana(
             ),
         )
 
+    return make_backend
+
+
+async def train_on_solana(
+    session: Session,
+    *,
+    run_id: str,
+    grantee: Pubkey | None,
+    client_version: str,
+    micro_batch_size: int = 2,
+    bootstrap_peers: str | None = None,
+    p2p_announce_addrs: str | None = None,
+    bind_p2p_port: int = 0,
+    bind_p2p_host: str = "0.0.0.0",
+    checkpoint: CheckpointOptions | None = None,
+    sharing: SharingOptions | None = None,
+    device: str = "auto",
+    event_log: str | None = None,
+    training: TrainingFlags | None = None,
+) -> int:
+    # First, before any wait on the network: a SIGTERM while no RPC answers is a clean stop
+    # (issue 42, item 5). The handler stays for run_client, which takes its event.
+    terminated = cancel_on_sigterm()
+    read = await _read_run(session, run_id, terminated)
+    if read is None:
+        return EXIT_TERMINATED
+    ixs, inst = read
+    key = SecretKey.from_bytes(session.wallet.secret())
+    directory = _directory(
+        session, ixs.run.instance, bool(inst["local_run"]), bootstrap_peers, p2p_announce_addrs
+    )
+    make_backend = _backend_maker(
+        session,
+        ixs,
+        run_id=run_id,
+        join_authority=Pubkey.from_bytes(bytes(inst["join_authority"])),
+        grantee=grantee,
+        client_version=client_version,
+        directory=directory,
+        # The daemon's event log also names each confirmed transaction, so what a client did on
+        # the chain can be looked up there (getTransaction) after the run.
+        events=EventLog(event_log, key.node_identity().hex()) if event_log else None,
+    )
     options = ClientOptions(
         run_id=run_id,
         coordinator_addr=session.endpoints.rpc,

@@ -24,6 +24,7 @@ from psyche.cli.paths import AbsolutePath, absolute_entries
 
 if TYPE_CHECKING:
     from psyche.testnet.base import LocalTestnet
+    from psyche.testnet.summary import Summary
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny"
 
@@ -255,6 +256,12 @@ def run_and_report(net: LocalTestnet, console: Console, tui: bool | None) -> Non
         console.print(f"[bold red]testnet failed[/]: {e}")
         sys.exit(_failure_code(e, console))
     path, png = finish(net, result)
+    _report(console, result, path, png)
+
+
+def _report(console: Console, result: Summary, path: Path, png: Path) -> None:
+    """The closing lines: one per trained epoch, the latest score of each client's evals, and
+    the end (epochs, rounds, final loss, whether the weights agreed, what was written)."""
     for ep in result.epochs:
         if not ep["steps"] and not ep["kills"]:
             continue  # the state the run ended in, not a trained epoch

@@ -1,8 +1,10 @@
-"""The size line, held by a test beside the layering test (issue 27): no module of the package over
-500 lines and no function over 80, except today's outliers below, each with its reason. The
-allowlist only shrinks: an entry whose module or function is back under the line, or gone, fails
-the test too, so whoever splits it also strikes it. Measured by ``scripts/house_stats.py``'s
-parser (the same spans as its before/after table), without importing the package.
+"""The size line, held by a test beside the layering test (issues 27 and 42): no module of the
+package over 500 lines and no function over 60, except the outliers below, each with its reason.
+The allowlist only shrinks: an entry whose module or function is back under the line, or gone,
+fails the test too, so whoever splits it also strikes it. Measured by
+``scripts/house_stats.py``'s parser (the same spans as its before/after table, a function's span
+from its ``def`` to its last statement, nested functions on their own), without importing the
+package.
 """
 
 from __future__ import annotations
@@ -16,13 +18,19 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "client" / "psyche"
 MAX_MODULE_LINES = 500
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 60
 
 ALLOWED_MODULES: dict[str, str] = {}
+
+# Click option declarations: one decorator stack per family of commands, a line or a few per
+# documented flag. A declaration, not logic: splitting it would only scatter the flags' table.
+# Nothing else is over the line (issue 42, item 7 split the rest).
 ALLOWED_FUNCTIONS = {
     "cli/daemon_options.py:daemon_options": "one click decorator stack of every documented "
-    "client flag (the seeds' table); a declaration, not logic",
-    "cli/testnet.py:testnet_options": "the testnet launchers' click option stack, likewise",
+    "client flag (the seeds' table)",
+    "cli/testnet.py:testnet_options": "the testnet launchers' click option stack",
+    "cli/solana_options.py:_common": "the endpoint, wallet and IDL options every "
+    "psyche-solana-client command shares",
 }
 
 

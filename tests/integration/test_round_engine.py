@@ -312,6 +312,49 @@ def test_training_is_cancelled_when_its_round_ends_and_the_lookahead_is_undone(
     assert all(len(set(h.values())) == 1 for h in hashes.values())
 
 
+def test_a_batch_the_data_source_refuses_skips_that_round_with_one_warning(
+    tiny_corpus: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The data server refuses client 2's batch once (the round moved on while it asked, as seen
+    in CI): that round's training is skipped with one warning naming the step, not a task's
+    unretrieved traceback, and the client goes on: it trains later rounds and holds its
+    peers' weights after every apply."""
+    refused: list[int] = []
+
+    def refuse_once(index: int, kit: ModelKit) -> ModelKit:
+        if index == 2:
+            get_samples = kit.data.get_samples
+
+            def refusing(batch: Any) -> Any:
+                if not refused:
+                    refused.append(batch.start)
+                    raise DataError("the data server refused the batch: round 3 is over")
+                return get_samples(batch)
+
+            kit.data.get_samples = refusing  # type: ignore[method-assign]
+        return kit
+
+    rc = _config(total_steps=5)
+    sim = _sim(tiny_corpus, tmp_path, rc, on_kit=refuse_once)
+    with caplog.at_level(logging.WARNING, logger="psyche.daemon"):
+        summary = _run(sim, max_epochs=1)
+    assert refused and summary.epochs_completed == 1
+    skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 1, [r.getMessage() for r in caplog.records]
+    assert (
+        skipped[0]
+        .getMessage()
+        .endswith("skipped: the data server refused the batch: round 3 is over")
+    )
+    assert skipped[0].exc_info is None
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    trains = [e for e in read_events(tmp_path / "events" / "client-2.jsonl")
+              if isinstance(e, TrainEvent)]  # fmt: skip
+    assert trains, "client 2 trained the rounds after the refused one"
+    hashes = _hashes_by_step(tmp_path, 3)
+    assert all(len(set(h.values())) == 1 for h in hashes.values())
+
+
 def test_a_client_killed_mid_epoch_sits_it_out_and_rejoins_from_its_peers(
     tiny_corpus: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -331,7 +331,7 @@ def test_a_batch_the_data_source_refuses_skips_that_round_with_one_warning(
                     raise DataError("the data server refused the batch: round 3 is over")
                 return get_samples(batch)
 
-            kit.data.get_samples = refusing  # type: ignore[method-assign]
+            kit.data.get_samples = refusing  # type: ignore[method-assign,assignment]
         return kit
 
     rc = _config(total_steps=5)

@@ -83,6 +83,7 @@ def create_run_cmd(
     with its NAME and DESCRIPTION stored in the same transaction. With
     --treasurer-collateral-mint the run is created through the Treasurer, whose Run becomes the
     coordinator's main authority (the wallet stays the Run's)."""
+    from psyche.protocol.run_file import unverified_public_run_warning
     from psyche.solana.programs import coordinator_commands as admin
     from psyche.solana.programs import treasurer_commands as treasurer
 
@@ -119,7 +120,11 @@ def create_run_cmd(
             description=description,
             local_run=local_run,
         )
-    echo_result(run_async(session, coro))
+    created = run_async(session, coro)
+    if not created["local_run"]:
+        # A public run's clients need not trust each other, and a new run verifies nothing.
+        click.echo(f"warning: {unverified_public_run_warning(run_id)}", err=True)
+    echo_result(created)
 
 
 class RunExistsError(ChainError):

@@ -38,6 +38,25 @@ DRAIN_ROUNDS = 2
 """Rounds at the end of every epoch that apply earlier results instead of training (item 6 of
 docs/protocol.md's differences)."""
 
+PUBLIC_RUN_VERIFICATION_PERCENT = 25
+"""The ``verification_percent`` suggested for a public run: at 25 each client spends about 7-10 %
+of its training compute recomputing others' results (bench/README.md, "Escalation")."""
+VERIFICATION_COST = "about 7-10 % of its training compute"
+VERIFICATION_DOCS = 'docs/protocol.md, "Public runs and verification"'
+
+
+def unverified_public_run_warning(run_id: str) -> str:
+    """``create-run``'s warning for a public run (docs/protocol.md, "Public runs and
+    verification"): a new run has no config, so nothing is verified until ``update-config``
+    gives one that sets ``verification_percent``."""
+    vp = PUBLIC_RUN_VERIFICATION_PERCENT
+    return (
+        f"run {run_id!r} is public and no result is verified until its config sets "
+        f"config.verification_percent: give update-config a config with "
+        f"verification_percent = {vp} (each client then spends {VERIFICATION_COST} "
+        f"recomputing sampled results; it checks DisTrO results only) - {VERIFICATION_DOCS}"
+    )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
@@ -91,6 +110,35 @@ class RunConfig:
                 'verifiers leave it unchecked (docs/distro.md, "SparseLoCo")'
             )
         return out
+
+    def public_run_advisories(self) -> list[str]:
+        """What a public run (one whose ``local_run`` flag is off: its clients need not trust
+        each other) pays without verification, for ``update-config`` to warn about: a
+        SparseLoCo run, whose results no verifier checks whatever ``verification_percent``,
+        and a DisTrO run with ``verification_percent = 0`` (docs/protocol.md, "Public runs and
+        verification")."""
+        sparseloco = isinstance(self.model, LLM) and isinstance(
+            self.model.optimizer, SparseLoCoOptimizer
+        )
+        if sparseloco:
+            return [
+                "model.LLM.optimizer.SparseLoCo on a public run: SparseLoCo results are not "
+                "verified at all, whatever config.verification_percent, so a client that sends "
+                "garbage, a perturbed copy of another's result or an update from part of its "
+                "batch has it applied and is paid in full; where clients are not trusted use "
+                f"Distro with config.verification_percent = {PUBLIC_RUN_VERIFICATION_PERCENT} "
+                f"({VERIFICATION_DOCS})"
+            ]
+        if self.config.verification_percent == 0:
+            return [
+                "config.verification_percent = 0 on a public run: no result is recomputed, so "
+                "a client that sends garbage (a flipped, random or made-up update) instead of "
+                "its work has it applied and is paid in full; set it to "
+                f"{PUBLIC_RUN_VERIFICATION_PERCENT}: each client then spends {VERIFICATION_COST} "
+                "recomputing sampled results, which ejects such a client (not yet one that "
+                f"trains on only part of its batch) - {VERIFICATION_DOCS}"
+            ]
+        return []
 
 
 def parse_toml(text: str, source: str = "<string>") -> dict[str, Any]:

@@ -204,8 +204,11 @@ def flow(local_svm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
 
 
 def test_create_run_with_name_and_description(flow: Flow) -> None:
-    out = json.loads(flow.create_run().stdout)
+    res = flow.create_run()
+    out = json.loads(res.stdout)
     assert out["run_id"] == RUN_ID and out["signature"]
+    # Through the node's loopback RPC the run is local: no public-run verification warning.
+    assert out["local_run"] is True and "is public" not in res.stderr
     dump = flow.dump()
     assert dump["metadata"]["name"] == NAME and dump["metadata"]["description"] == DESCRIPTION
     if "update-config" not in flow.done:
@@ -245,6 +248,29 @@ def test_update_config_with_the_documentations_sample_config(flow: Flow) -> None
     assert llm["data_location"]["Http"]["location"]["Gcp"]["bucket_name"] == (
         "nous-pretraining-public-us"
     )
+
+
+def test_a_public_run_is_warned_until_its_config_verifies(flow: Flow) -> None:
+    """Issue 39, item 3, on the real program: create-run --public-run warns that nothing is
+    verified yet; update-config reads the stored local_run flag and warns about the tiny
+    config's verification_percent = 0, not about the sample's 25. Exit codes stay 0."""
+    run_id = "docs-public"
+    common = ["--rpc", flow.node.url, "--ws-rpc", flow.node.ws_url, "--run-id", run_id]
+    res = flow.run(
+        ["psyche-solana-client", "create-run", *common, "--public-run"], flow.operator_env()
+    )
+    assert json.loads(res.stdout)["local_run"] is False
+    (line,) = [ln for ln in res.stderr.splitlines() if "verif" in ln]
+    assert line.startswith(f"warning: run {run_id!r} is public and no result is verified")
+    update = ["psyche-solana-client", "update-config", *common, "--config-path"]
+    res = flow.run([*update, str(TINY)], flow.operator_env())
+    (line,) = [ln for ln in res.stderr.splitlines() if "public run" in ln]
+    assert line.startswith(
+        f"warning: {TINY}: config.verification_percent = 0 on a public run: no result is recomputed"
+    ), line
+    res = flow.run([*update, str(SAMPLE)], flow.operator_env())
+    assert "public run" not in res.stderr, res.stderr
+    assert flow.dump(run_id)["coordinator"]["config"]["verification_percent"] == 25
 
 
 def test_join_authorization_create_script(flow: Flow) -> None:

@@ -120,15 +120,20 @@ async def update_config(
     client_version: str | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """``on_warning`` hears what loading the config file converted or dropped (older keys) and
-    the config's risky-but-valid settings (``RunConfig.advisories``). The file passes every rule
-    of ``validate-config`` before anything is sent; the program checks the config and model
-    again."""
+    """``on_warning`` hears what loading the config file converted or dropped (older keys), the
+    config's risky-but-valid settings (``RunConfig.advisories``) and, for a public run (the
+    run's stored ``local_run`` flag is off), what it leaves unverified
+    (``RunConfig.public_run_advisories``). The file passes every rule of ``validate-config``
+    before anything is sent; the program checks the config and model again."""
     args: dict[str, Any] = {"metadata": None, "config": None, "model": None, "progress": None}
+    public: list[str] = []
     if config_path is not None:
         # Before any RPC: a broken file is reported without touching the cluster.
-        args["config"], args["model"] = _config_args(config_path, switch_to_hub, on_warning)
+        args["config"], args["model"], public = _config_args(config_path, switch_to_hub, on_warning)
     ixs = await _instructions(s, run_id)
+    if public and on_warning is not None and not await _local_run(s, run_id):
+        for w in public:
+            on_warning(f"{config_path}: {w}")
     if restart_from_step is not None:
         _, snap = await s.run(run_id)
         coord = snap.coordinator
@@ -144,11 +149,18 @@ async def update_config(
     return await _send_update(s, run_id, ixs, args, client_version)
 
 
+async def _local_run(s: Session, run_id: str) -> bool:
+    """The run's ``local_run`` flag, fixed at create-run: read from its coordinator instance,
+    without decoding the run's state (which a never-configured run cannot be)."""
+    return bool((await s.instance(run_id))["local_run"])
+
+
 def _config_args(
     config_path: str, switch_to_hub: bool, on_warning: Callable[[str], None] | None
-) -> tuple[Any, Any]:
+) -> tuple[Any, Any, list[str]]:
     """The ``config`` and ``model`` arguments of ``update`` from a run config file, which must
-    pass every rule of ``validate-config``; with ``switch_to_hub``, a P2P checkpoint becomes the
+    pass every rule of ``validate-config``, and what to warn about if the run is public
+    (``RunConfig.public_run_advisories``); with ``switch_to_hub``, a P2P checkpoint becomes the
     Hub repository it names."""
     rc = load_run_config(config_path)
     for w in (*rc.warnings, *rc.advisories()):
@@ -160,7 +172,7 @@ def _config_args(
         from dataclasses import replace
 
         model = replace(model, checkpoint=HubCheckpoint(ck.repo))  # type: ignore[type-var]
-    return to_obj(rc.config), to_obj(model)
+    return to_obj(rc.config), to_obj(model), rc.public_run_advisories()
 
 
 async def _send_update(

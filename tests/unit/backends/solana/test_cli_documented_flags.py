@@ -110,7 +110,9 @@ def unconfigured_account() -> bytes:
     return bytes(data)
 
 
-def serve_unconfigured_run(node: Node, wallet: Keypair, run_id: str) -> None:
+def serve_unconfigured_run(
+    node: Node, wallet: Keypair, run_id: str, *, local_run: bool = True
+) -> None:
     idl = coordinator_idl()
     account = Keypair().pubkey()
     inst = {
@@ -119,7 +121,7 @@ def serve_unconfigured_run(node: Node, wallet: Keypair, run_id: str) -> None:
         "join_authority": bytes(wallet.pubkey()),
         "coordinator_account": bytes(account),
         "run_id": run_id,
-        "local_run": True,
+        "local_run": local_run,
     }
     program = Pubkey.from_string(idl.address)
     node.call(

@@ -99,7 +99,7 @@ def invoke(node: Node, wallet: Keypair, *args: str) -> Any:
     }
     res = CliRunner().invoke(solana, list(args), env=env)
     assert res.exit_code == 0, res.output
-    return res.output
+    return res.stdout  # the result; warnings (a public run's, issue 39) go to stderr
 
 
 def serve_run(node: Node, wallet: Keypair, run_id: str = "r1") -> tuple[Pubkey, Pubkey]:

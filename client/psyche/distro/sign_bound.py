@@ -23,6 +23,7 @@ import functools
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -201,6 +202,7 @@ def fast_decode_sign_many(
     page faults, which a model's worth of fresh outputs does.
     """
     clock = _Clock(parts)
+    scratch = _Scratch()
     outs: list[torch.Tensor | None] = [None] * len(encoded)
     pending: dict[tuple[int, int, torch.device], list[_Pending]] = {}
     rows: dict[tuple[int, torch.device, torch.dtype], list[int]] = {}
@@ -210,29 +212,33 @@ def fast_decode_sign_many(
         elif x.ndim == 2:
             rows.setdefault((x.shape[-1], x.device, x.dtype), []).append(n)
         else:
-            out, todo = _tiles_fast(x, clock, overwrite)
+            out, todo = _tiles_fast(x, clock, overwrite, scratch)
             outs[n] = out
             if todo is not None:
-                pending.setdefault((todo.tiles.shape[1], todo.tiles.shape[2], x.device), [])
-                pending[todo.tiles.shape[1], todo.tiles.shape[2], x.device].append(todo)
+                pending.setdefault((x.shape[-2], x.shape[-1], x.device), []).append(todo)
     for members in rows.values():
         joined = _rows_fast(torch.cat([encoded[n] for n in members]), clock)
         sizes = [encoded[n].numel() for n in members]
         for n, out in zip(members, joined.split(sizes), strict=True):
             outs[n] = out
-    for todos in pending.values():
-        _fill_exact(todos)
+    for (h, w, _), todos in pending.items():
+        _fill_exact(todos, (h, w))
     clock.lap("exact")
     return [out.to(dtype=x.dtype) for out, x in zip(outs, encoded, strict=True)]  # type: ignore[union-attr]
 
 
 @dataclasses.dataclass
 class _Pending:
-    """A tensor's undecided elements: their tiles (float32, as the exact path reads them), their
-    row and column in the tile, and where their sign goes in the tensor's flat output."""
+    """A tensor's undecided elements: the non-zero coefficients of the `count` distinct tiles
+    holding them (float32, as the exact path reads them, and their flat positions in those tiles
+    stacked, ascending), each element's tile among those, its row and column in the tile, and
+    where its sign goes in the tensor's flat output."""
 
     out: torch.Tensor
-    tiles: torch.Tensor
+    values: torch.Tensor
+    flat: torch.Tensor
+    count: int
+    tile: torch.Tensor
     row: torch.Tensor
     col: torch.Tensor
     where: torch.Tensor
@@ -264,54 +270,58 @@ def _rows_fast(encoded: torch.Tensor, clock: _Clock) -> torch.Tensor:
 
 
 def _tiles_fast(
-    encoded: torch.Tensor, clock: _Clock, overwrite: bool
+    encoded: torch.Tensor, clock: _Clock, overwrite: bool, scratch: _Scratch
 ) -> tuple[torch.Tensor, _Pending | None]:
     """Signs of a tiled tensor in `decode`'s layout, and its undecided elements (None if none).
 
-    One pass per step: the two matmuls, `‖X‖₁` per tile, the sign written into the output
-    layout, `|Z̃|` in place and its comparison with the bound. A tensor whose `‖X‖₁` is not finite
-    (∞ or NaN coefficients, or a sum that overflows) takes the exact path whole.
+    The tiles' rows are first permuted into the output layout (one copy of the input), so the
+    second matmul writes `Z̃` where the signs go (over the aggregate itself with `overwrite`) and
+    the sign is taken in place. `‖X‖₁` per tile is one flat reduction; `|Z̃| ≤ bound` and the scan
+    for the undecided elements run in NumPy on the CPU (torch's broadcast comparison and
+    `nonzero` are slower there). A tensor whose `‖X‖₁` is not finite (∞ or NaN coefficients, or a
+    sum that overflows) takes the exact path whole.
     """
     dtype, _, _ = _precision(encoded.device)
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
     *lead, ny, nx, h, w = x.shape
-    tiles = x.to(dtype).reshape(-1, h, w)
+    rows = math.prod(lead) * ny  # tile rows of the output: (lead…, ty)
     dev = normalise_device(x.device)
-    first = tiles @ _grid_basis(w, dtype, dev).T  # one GEMM over all rows of all tiles
-    # `bmm` on the basis expanded with stride 0: `matmul` would copy it once per tile.
-    approx = torch.bmm(_grid_basis(h, dtype, dev).expand(first.shape[0], h, h), first)
-    l1 = torch.linalg.vector_norm(tiles, 1, dim=(-2, -1), keepdim=True)
-    clock.lap("float")
+    # (rows, h, nx, w): the output layout, tile by tile, still holding the coefficients.
+    size = x.numel()
+    spread = scratch.get("spread", size, dtype, x.device).view(rows, h, nx, w)
+    spread.copy_(x.reshape(rows, nx, h, w).transpose(1, 2))
+    first = scratch.get("first", size, dtype, x.device).view(-1, w)
+    torch.mm(spread.view(-1, w), _grid_basis(w, dtype, dev).T, out=first)  # all tile rows
+    magnitude = scratch.get("abs", size, torch.float32, x.device).view(rows * nx, h * w)
+    l1 = torch.abs(x.reshape(rows * nx, h * w), out=magnitude).sum(dim=1, dtype=dtype)
     low, high = (float(v) for v in torch.aminmax(l1))
     if not high < _FINITE_L1[dtype]:  # also NaN
-        clock.lap("bound")
+        clock.lap("float")
         return decode_sign_exact(encoded).to(dtype), None
-    zero = (l1.view(-1) == 0).nonzero().squeeze(1) if low == 0 else None
+    zero = (l1 == 0).nonzero().squeeze(1) if low == 0 else None
     c1, c0 = l1_bound_coefficients(h, w, dtype)
     bound = l1.mul_(c1).add_(c0)
     if zero is not None:
         _exclude_zero_tiles(bound, x.reshape(-1, h, w), zero)
-    # |Q̂| ≤ 1 keeps every partial sum below (1+γ)²·‖X‖₁ < 2^101: no ∞ or NaN reaches `<=`.
-    undecided = approx.abs() <= bound
-    flat = _flat_nonzero(undecided)
-    clock.lap("bound")
-    clock.add(int(flat.numel()), undecided.numel())
-    todo = None
-    if flat.numel():
-        t, rest = flat // (h * w), flat % (h * w)
-        i, j = rest // w, rest % w
-        tx, ty, lt = t % nx, (t // nx) % ny, t // (nx * ny)
-        where = ((lt * ny + ty) * h + i) * (nx * w) + tx * w + j
-        todo = _Pending(x, x.reshape(-1, h, w).index_select(0, t), i, j, where)
     if overwrite and x is encoded and dtype == x.dtype and x.is_contiguous():
-        out = x.view(*lead, ny * h, nx * w)  # the tiles are no longer read: pending ones are copied
+        out = x.view(*lead, ny * h, nx * w)  # read no more: `spread` holds the coefficients
     else:
         out = torch.empty(*lead, ny * h, nx * w, dtype=dtype, device=x.device)
-    layout = out.view(-1, ny, h, nx, w).permute(0, 1, 3, 2, 4)
-    torch.sign(approx.view(-1, ny, nx, h, w), out=layout)
+    approx = out.view(rows, h, nx * w)
+    # `bmm` on the basis expanded with stride 0: `matmul` would copy it once per tile row.
+    torch.bmm(
+        _grid_basis(h, dtype, dev).expand(rows, h, h), first.view(rows, h, nx * w), out=approx
+    )
+    clock.lap("float")
+    # |Q̂| ≤ 1 keeps every partial sum below (1+γ)²·‖X‖₁ < 2^101: no ∞ or NaN reaches `<=`.
+    flat = _undecided(approx.view(rows, h, nx, w), bound.view(rows, 1, nx, 1), scratch)
+    approx.sign_()
     clock.lap("bound")
-    if todo is not None:
-        todo.out = out
+    clock.add(len(flat), approx.numel())
+    todo = None
+    if len(flat):
+        todo = _pending(out, spread, flat, (h, nx, w))
+        clock.lap("exact")
     return out, todo
 
 
@@ -322,6 +332,48 @@ def _exclude_zero_tiles(bound: torch.Tensor, tiles: torch.Tensor, candidates: to
     bits = tiles.index_select(0, candidates).view(torch.int32) & 0x7FFFFFFF
     zero = candidates[(bits == 0).flatten(1).all(dim=1)]
     bound.view(-1)[zero] = -1.0
+
+
+def _undecided(
+    approx: torch.Tensor, bound: torch.Tensor, scratch: _Scratch
+) -> np.ndarray | torch.Tensor:
+    """Flat indices of `approx`'s elements with `|approx| ≤ bound` (`bound` broadcast): a NumPy
+    array on the CPU (its comparison and scan are faster there), a tensor elsewhere."""
+    if approx.device.type == "cpu":
+        size = approx.numel()
+        magnitude = scratch.get("abs_z", size, approx.dtype, approx.device).view(approx.shape)
+        mask = scratch.get("mask", size, torch.bool, approx.device).view(approx.shape)
+        a = np.abs(approx.numpy(), out=magnitude.numpy())
+        return np.flatnonzero(np.less_equal(a, bound.numpy(), out=mask.numpy()))
+    return (approx.abs() <= bound).reshape(-1).nonzero().squeeze(1)
+
+
+def _pending(
+    out: torch.Tensor,
+    spread: torch.Tensor,
+    flat: np.ndarray | torch.Tensor,
+    shape: tuple[int, int, int],
+) -> _Pending:
+    """The undecided elements at `flat` (output-layout positions) of a tensor whose coefficients
+    `spread` holds in the output layout: each distinct tile is gathered once, as its `h` rows.
+    The index arithmetic runs in NumPy on the CPU (a few µs per op instead of torch's ~15)."""
+    h, nx, w = shape
+    j, tx = flat % w, (flat // w) % nx
+    i, r = (flat // (nx * w)) % h, flat // (h * nx * w)
+    uniq: Any
+    tile: Any
+    rows: Any
+    if isinstance(flat, np.ndarray):
+        uniq, tile = np.unique(r * nx + tx, return_inverse=True)
+        rows = np.arange(h)
+    else:
+        uniq, tile = torch.unique(r * nx + tx, return_inverse=True)
+        rows = torch.arange(h, device=flat.device)
+    lines = ((uniq // nx * h)[:, None] + rows) * nx + (uniq % nx)[:, None]
+    index = [torch.as_tensor(v, device=out.device) for v in (lines.reshape(-1), tile, i, j, flat)]
+    tiles = spread.view(-1, w).index_select(0, index[0]).to(torch.float32)  # as read
+    nonzero = _flat_nonzero(tiles != 0)
+    return _Pending(out, tiles.view(-1)[nonzero], nonzero, len(uniq), *index[1:])
 
 
 def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
@@ -336,6 +388,21 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
 def _grid_basis(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """`Q̂ = Q·2^−e`, the grid basis, in `dtype` (exact: integers below 2^22 times a power of 2)."""
     return int_basis(size, device).to(dtype) * 2.0 ** -basis_scale(size)
+
+
+class _Scratch:
+    """Buffers reused by the tensors of one call: fresh memory costs page faults on every use."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A flat tensor of `size` elements (contents undefined), `dtype`, on `device`."""
+        buf = self.buffers.get(name)
+        if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < size:
+            buf = torch.empty(size, dtype=dtype, device=device)
+            self.buffers[name] = buf
+        return buf[:size]
 
 
 class _Clock:
@@ -361,36 +428,51 @@ class _Clock:
             self.parts["elements"] = self.parts.get("elements", 0) + elements
 
 
-def _fill_exact(todos: list[_Pending]) -> None:
+def _fill_exact(todos: list[_Pending], shape: tuple[int, int]) -> None:
     """Write the exact grid sign of every pending element of tensors sharing one tile shape.
 
     Element `(i, j)` of a tile's exact sum needs column `j` of the tile after the first axis:
     `h` exact dot products over the tile's rows (the same grids as `decode_sign_exact`: each row
     scaled by the power of two of its peak and rounded), then that column's grid and its sum
-    along the first axis. The apply's tiles are sparse, so the rows are gridded and summed from
-    their non-zero coefficients only; zeros contribute exact zeros to the exact path's sums.
+    along the first axis. The apply's tiles are sparse, so the rows are gridded from their
+    non-zero coefficients only, once per distinct tile, and each element sums its tile's
+    non-zeros; zeros contribute exact zeros to the exact path's sums.
     """
-    tiles = torch.cat([todo.tiles for todo in todos])
+    h, w = shape
+    base = [0]
+    for todo in todos:
+        base.append(base[-1] + todo.count)
+    count = base[-1]
+    values = torch.cat([todo.values for todo in todos])
+    flat = torch.cat([todo.flat + b * h * w for todo, b in zip(todos, base, strict=False)])
+    tile = torch.cat([todo.tile + b for todo, b in zip(todos, base, strict=False)])
     row = torch.cat([todo.row for todo in todos])
     col = torch.cat([todo.col for todo in todos])
-    count, h, w = tiles.shape
-    dev = normalise_device(tiles.device)
-    flat = _flat_nonzero(tiles != 0)
-    values = tiles.view(-1)[flat]
-    line = flat // w  # tile · h + row: the exact path's first-axis rows
+    n = tile.numel()
+    device = values.device
+    dev = normalise_device(device)
+    line = flat // w  # tile · h + row: the exact path's first-axis rows (grouped by tile)
     peak = values.new_zeros(count * h).scatter_reduce_(0, line, values.abs(), "amax")
     _, peak_exp = torch.frexp(peak)  # as the exact path's grids: 0 for an all-zero row
     shift = coefficient_bits(w) - peak_exp.to(torch.int64)
     ints = (values * pow2(shift[line])).round_()
+    # Each element against every non-zero of its tile: `start`, `size` index the non-zeros.
+    size = torch.bincount(line // h, minlength=count)
+    start = size.cumsum(0) - size
+    per = size[tile]
+    elem = torch.repeat_interleave(torch.arange(n, device=device), per)
+    k = torch.arange(elem.numel(), device=device) - (per.cumsum(0) - per)[elem]
+    k += start[tile[elem]]
     # Integer products ≤ 2^52 and integer partial sums ≤ 2^52: exact in any order.
-    products = ints * int_basis(w, dev)[col[line // h], flat % w]
-    first = torch.zeros(count * h, dtype=torch.float64, device=tiles.device)
-    first.index_add_(0, line, products)
-    first.mul_(pow2(-shift - basis_scale(w)))
-    second, _ = exact_rows_times_basis(first.view(count, h), h)
+    products = ints[k] * int_basis(w, dev)[col[elem], flat[k] % w]
+    first = torch.zeros(n * h, dtype=torch.float64, device=device)
+    first.index_add_(0, elem * h + line[k] % h, products)
+    lines = (tile * h).unsqueeze(1) + torch.arange(h, device=device)
+    first.mul_(pow2(-shift[lines.view(-1)] - basis_scale(w)))
+    second, _ = exact_rows_times_basis(first.view(n, h), h)
     exact = torch.sign(second.gather(1, row.unsqueeze(1)).squeeze(1)) + 0.0  # −0 → +0
-    start = 0
+    begin = 0
     for todo in todos:
-        n = todo.where.numel()
-        todo.out.view(-1)[todo.where] = exact[start : start + n].to(todo.out.dtype)
-        start += n
+        m = todo.where.numel()
+        todo.out.view(-1)[todo.where] = exact[begin : begin + m].to(todo.out.dtype)
+        begin += m

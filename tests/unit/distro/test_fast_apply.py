@@ -277,3 +277,26 @@ def test_the_bound_constants_are_about_the_papers_sizes() -> None:
     k1, _ = row_bound_constant(64, U32, TINY32)
     assert 4.0e-6 < k1 < 4.5e-6
     assert 3.0e-7 < tile_bound_constant_l1(64, 64, U32) < 5.0e-7  # per unit of ‖X‖₁
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_every_element_undecided_gives_the_exact_bits(
+    monkeypatch: pytest.MonkeyPatch, overwrite: bool
+) -> None:
+    """A bound that decides nothing: every element of every tile is recomputed exactly, so the
+    recomputation's per-tile sharing (each distinct tile gathered once, its elements against its
+    non-zeros) and the output positions of the output-layout evaluation are checked everywhere,
+    with lead dimensions and several tensors of one tile shape in one call."""
+    from psyche.distro import sign_bound
+
+    monkeypatch.setattr(sign_bound, "l1_bound_coefficients", lambda h, w, dtype: (2.0**20, 1.0))
+    shapes = [(2, 3, 2, 8, 16), (3, 2, 8, 16), (1, 1, 8, 16), (2, 2, 5, 3)]
+    xs = [random_encoded(s, seed=n, density=d) for n, s in enumerate(shapes) for d in (0.05, 1.0)]
+    expected = [decode_sign_exact(x) for x in xs]
+    parts: dict[str, float] = {}
+    inputs = [x.clone() for x in xs] if overwrite else xs
+    outs = sign_bound.fast_decode_sign_many(inputs, parts, overwrite=overwrite)
+    live = sum(int((x.flatten(-2) != 0).any(-1).sum()) * x.shape[-2] * x.shape[-1] for x in xs)
+    assert parts["elements"] == sum(x.numel() for x in xs)
+    assert parts["undecided"] == live  # all but the all-zero tiles (bound −1: +0 already)
+    assert all(same_bits(out, want) for out, want in zip(outs, expected, strict=True))

@@ -274,12 +274,12 @@ def _tiles_fast(
 ) -> tuple[torch.Tensor, _Pending | None]:
     """Signs of a tiled tensor in `decode`'s layout, and its undecided elements (None if none).
 
-    The tiles' rows are first permuted into the output layout (one copy of the input), so the
-    second matmul writes `Z̃` where the signs go (over the aggregate itself with `overwrite`) and
-    the sign is taken in place. `‖X‖₁` per tile is one flat reduction; `|Z̃| ≤ bound` and the scan
-    for the undecided elements run in NumPy on the CPU (torch's broadcast comparison and
-    `nonzero` are slower there). A tensor whose `‖X‖₁` is not finite (∞ or NaN coefficients, or a
-    sum that overflows) takes the exact path whole.
+    The first axis is evaluated into the output layout (from the non-zeros on the CPU when they
+    are few, else one GEMM over the tiles' rows copied into it), so the second matmul writes `Z̃`
+    where the signs go (over the aggregate itself with `overwrite`) and the sign is taken in
+    place. `|Z̃| ≤ bound` and the scan for the undecided elements run in NumPy on the CPU
+    (torch's broadcast comparison and `nonzero` are slower there). A tensor whose `‖X‖₁` is not
+    finite (∞ or NaN coefficients, or a sum that overflows) takes the exact path whole.
     """
     dtype, _, _ = _precision(encoded.device)
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
@@ -288,12 +288,28 @@ def _tiles_fast(
     dev = normalise_device(x.device)
     # (rows, h, nx, w): the output layout, tile by tile, still holding the coefficients.
     size = x.numel()
-    spread = scratch.get("spread", size, dtype, x.device).view(rows, h, nx, w)
-    spread.copy_(x.reshape(rows, nx, h, w).transpose(1, 2))
     first = scratch.get("first", size, dtype, x.device).view(-1, w)
-    torch.mm(spread.view(-1, w), _grid_basis(w, dtype, dev).T, out=first)  # all tile rows
-    magnitude = scratch.get("abs", size, torch.float32, x.device).view(rows * nx, h * w)
-    l1 = torch.abs(x.reshape(rows * nx, h * w), out=magnitude).sum(dim=1, dtype=dtype)
+    sparse = _sparse(x, scratch)
+    spread = None
+    if sparse is not None:
+        # Few non-zeros (the apply's means): the first axis as a sum of their scaled basis
+        # columns, added into the output-layout rows. The sum of a row's terms in whatever order
+        # `index_add_` takes (zeros add exact zeros) is a float dot product like the GEMM's, and
+        # `‖X‖₁` per tile is the float sum of the same `|x|`.
+        nz, values = sparse
+        t, a = nz // (h * w), (nz // w) % h
+        line = torch.from_numpy((t // nx * h + a) * nx + t % nx)
+        wide = values.to(dtype)
+        first.zero_().index_add_(
+            0, line, wide[:, None] * _grid_basis(w, dtype, dev).T[torch.from_numpy(nz % w)]
+        )
+        l1 = wide.new_zeros(rows * nx).index_add_(0, torch.from_numpy(t), wide.abs())
+    else:
+        spread = scratch.get("spread", size, dtype, x.device).view(rows, h, nx, w)
+        spread.copy_(x.reshape(rows, nx, h, w).transpose(1, 2))
+        torch.mm(spread.view(-1, w), _grid_basis(w, dtype, dev).T, out=first)  # all tile rows
+        magnitude = scratch.get("abs", size, torch.float32, x.device).view(rows * nx, h * w)
+        l1 = torch.abs(x.reshape(rows * nx, h * w), out=magnitude).sum(dim=1, dtype=dtype)
     low, high = (float(v) for v in torch.aminmax(l1))
     if not high < _FINITE_L1[dtype]:  # also NaN
         clock.lap("float")
@@ -304,7 +320,7 @@ def _tiles_fast(
     if zero is not None:
         _exclude_zero_tiles(bound, x.reshape(-1, h, w), zero)
     if overwrite and x is encoded and dtype == x.dtype and x.is_contiguous():
-        out = x.view(*lead, ny * h, nx * w)  # read no more: `spread` holds the coefficients
+        out = x.view(*lead, ny * h, nx * w)  # read no more: `spread` or `sparse` holds them
     else:
         out = torch.empty(*lead, ny * h, nx * w, dtype=dtype, device=x.device)
     approx = out.view(rows, h, nx * w)
@@ -320,7 +336,7 @@ def _tiles_fast(
     clock.add(len(flat), approx.numel())
     todo = None
     if len(flat):
-        todo = _pending(out, spread, flat, (h, nx, w))
+        todo = _pending(out, spread, sparse, flat, (h, nx, w))
         clock.lap("exact")
     return out, todo
 
@@ -343,20 +359,41 @@ def _undecided(
         size = approx.numel()
         magnitude = scratch.get("abs_z", size, approx.dtype, approx.device).view(approx.shape)
         mask = scratch.get("mask", size, torch.bool, approx.device).view(approx.shape)
-        a = np.abs(approx.numpy(), out=magnitude.numpy())
-        return np.flatnonzero(np.less_equal(a, bound.numpy(), out=mask.numpy()))
+        a = np.abs(approx.numpy(), out=magnitude.numpy()).reshape(-1)
+        b = bound.numpy().reshape(-1)  # per (tile row, tile column)
+        # Against the largest bound first (a plain scalar comparison), then the candidates
+        # against their own tile's: the same elements as the broadcast comparison, cheaper.
+        candidates = np.flatnonzero(np.less_equal(a, b.max(), out=mask.numpy().reshape(-1)))
+        _, h, nx, w = approx.shape
+        tile = candidates // (h * nx * w) * nx + (candidates // w) % nx
+        return candidates[a[candidates] <= b[tile]]
     return (approx.abs() <= bound).reshape(-1).nonzero().squeeze(1)
+
+
+def _sparse(x: torch.Tensor, scratch: _Scratch) -> tuple[np.ndarray, torch.Tensor] | None:
+    """`x`'s non-zero coefficients (NaN included) as flat indices and values, on the CPU where
+    at most 1 in 16 is non-zero (then summing their terms costs less than the dense GEMM)."""
+    if x.device.type != "cpu" or not x.is_contiguous():
+        return None
+    flat = x.view(-1).numpy()
+    mask = scratch.get("mask", flat.size, torch.bool, x.device).numpy()
+    nz = np.flatnonzero(np.not_equal(flat, 0, out=mask))
+    if len(nz) * 16 > flat.size:
+        return None
+    return nz, torch.from_numpy(flat[nz])
 
 
 def _pending(
     out: torch.Tensor,
-    spread: torch.Tensor,
+    spread: torch.Tensor | None,
+    sparse: tuple[np.ndarray, torch.Tensor] | None,
     flat: np.ndarray | torch.Tensor,
     shape: tuple[int, int, int],
 ) -> _Pending:
     """The undecided elements at `flat` (output-layout positions) of a tensor whose coefficients
-    `spread` holds in the output layout: each distinct tile is gathered once, as its `h` rows.
-    The index arithmetic runs in NumPy on the CPU (a few µs per op instead of torch's ~15)."""
+    `spread` holds in the output layout (each distinct tile gathered once, as its `h` rows), or
+    `sparse` as its non-zeros (each distinct tile's, a range of them). The index arithmetic runs
+    in NumPy on the CPU (a few µs per op instead of torch's ~15)."""
     h, nx, w = shape
     j, tx = flat % w, (flat // w) % nx
     i, r = (flat // (nx * w)) % h, flat // (h * nx * w)
@@ -369,11 +406,21 @@ def _pending(
     else:
         uniq, tile = torch.unique(r * nx + tx, return_inverse=True)
         rows = torch.arange(h, device=flat.device)
+    index = [torch.as_tensor(v, device=out.device) for v in (tile, i, j, flat)]
+    if sparse is not None:  # tile `t`'s non-zeros are nz[start[t]:end[t]] (nz is ascending)
+        nz, values = sparse
+        start, end = np.searchsorted(nz, uniq * (h * w)), np.searchsorted(nz, (uniq + 1) * (h * w))
+        size = end - start
+        owner = np.repeat(np.arange(len(uniq)), size)
+        pick = np.arange(len(owner)) - np.repeat(np.cumsum(size) - size, size) + start[owner]
+        where = torch.from_numpy(owner * (h * w) + nz[pick] % (h * w))
+        return _Pending(out, values[torch.from_numpy(pick)], where, len(uniq), *index)
+    assert spread is not None
     lines = ((uniq // nx * h)[:, None] + rows) * nx + (uniq % nx)[:, None]
-    index = [torch.as_tensor(v, device=out.device) for v in (lines.reshape(-1), tile, i, j, flat)]
-    tiles = spread.view(-1, w).index_select(0, index[0]).to(torch.float32)  # as read
+    lines = torch.as_tensor(lines.reshape(-1), device=out.device)
+    tiles = spread.view(-1, w).index_select(0, lines).to(torch.float32)  # as read
     nonzero = _flat_nonzero(tiles != 0)
-    return _Pending(out, tiles.view(-1)[nonzero], nonzero, len(uniq), *index[1:])
+    return _Pending(out, tiles.view(-1)[nonzero], nonzero, len(uniq), *index)
 
 
 def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:

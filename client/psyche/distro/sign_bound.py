@@ -10,7 +10,8 @@ flush-to-zero. Where `|float value| > bound` the two have the same sign, so the 
 exact sign; the remaining elements (about 1 in 2,000 on random payloads) are recomputed exactly,
 column by column, with the exact path's own functions (`psyche.distro.dct_exact`, which `dct`
 imports too). The derivation of the bound is in docs/distro.md ("Fast path: a float evaluation with
-a proven bound"); `tile_bound_constant` and `row_bound_constant` are its formulas.
+a proven bound"); its formulas and their evaluation on the safe side are in
+`psyche.distro.float_bound`.
 
 Where float32 matmuls may run in reduced precision (TF32 on CUDA, bf16 on oneDNN), the fast
 evaluation runs in float64 with float64's unit roundoff instead.
@@ -37,145 +38,17 @@ from psyche.distro.dct_exact import (
     normalise_device,
     pow2,
 )
+from psyche.distro.float_bound import (
+    l1_bound_coefficients,
+    precision,
+    row_bound_constant,
+    slice_bound,
+)
 
-__all__ = [
-    "fast_decode_sign",
-    "fast_decode_sign_many",
-    "l1_bound_coefficients",
-    "row_bound_constant",
-    "tile_bound_constant",
-    "tile_bound_constant_l1",
-]
+__all__ = ["fast_decode_sign", "fast_decode_sign_many"]
 
 _FINITE_L1 = {torch.float32: 2.0**100, torch.float64: 2.0**1000}
 """Above this float `‖X‖₁` a tile's partial sums might overflow: the tensor takes the exact path."""
-_SAFETY = 1.0 + 2.0**-20
-"""Covers the float64 rounding of the bound's own evaluation (a few dozen operations of 2^-53)."""
-
-
-@functools.lru_cache(maxsize=128)
-def basis_max(size: int) -> float:
-    """`μ`: the largest `|Q̂|` entry of the grid basis (exact)."""
-    rows = int_basis(size, torch.device("cpu")).to(torch.int64).tolist()
-    return max(abs(q) for row in rows for q in row) * 2.0 ** -basis_scale(size)
-
-
-@functools.lru_cache(maxsize=128)
-def basis_norms(size: int) -> tuple[float, float]:
-    """`(ρ, σ)`: upper bounds on the largest row 2-norm and row 1-norm of the grid basis `Q̂`.
-
-    `Q̂ = Q·2^-e` with `Q` integers, so the row sums are exact integers; `ρ` rounds the square
-    root up (`isqrt + 1`). Both are exact powers-of-two multiples of integers below 2^53.
-    """
-    rows = int_basis(size, torch.device("cpu")).to(torch.int64).tolist()
-    scale = 2.0 ** -basis_scale(size)
-    l1 = max(sum(abs(q) for q in row) for row in rows)
-    l2sq = max(sum(q * q for q in row) for row in rows)
-    return (math.isqrt(l2sq) + 1) * scale, l1 * scale
-
-
-def _gamma(n: int, u: float) -> float:
-    """Higham's γ_n = n·u / (1 − n·u): the relative error bound of an n-term dot product."""
-    if n * u >= 0.5:
-        raise ValueError(f"dot products of {n} terms are too long for unit roundoff {u}")
-    return n * u / (1 - n * u)
-
-
-def row_bound_constant(size: int, u: float, tiny: float) -> tuple[float, float]:
-    """`(K, A)` with `|float − exact| ≤ K·‖x‖₂ + A` for a 1-D chunk `x` of length `size`."""
-    rho, sigma = basis_norms(size)
-    k = _gamma(size, u) * rho + 2.0 ** -coefficient_bits(size) * sigma
-    return k * _SAFETY, 6 * size * tiny * _SAFETY
-
-
-def tile_bound_constant(h: int, w: int, u: float, tiny: float) -> tuple[float, float]:
-    """`(K, A)` with `|float − exact| ≤ K·‖X‖_F + A` for every element of an `h × w` tile."""
-    rho_h, sigma_h = basis_norms(h)
-    rho_w, sigma_w = basis_norms(w)
-    g_h, g_w = _gamma(h, u), _gamma(w, u)
-    grid_h, grid_w = 2.0 ** -coefficient_bits(h), 2.0 ** -coefficient_bits(w)
-    alpha_w = g_w * rho_w + grid_w * sigma_w  # first axis: float and grid error per ‖row‖₂
-    k = (
-        rho_h * alpha_w
-        + g_h * rho_h * rho_w * (1 + g_w)
-        + grid_h * sigma_h * rho_w * (1 + (math.isqrt(w) + 1) * grid_w)
-    )
-    return k * _SAFETY, 2 * tiny * (3 * h + 3 * w * sigma_h) * _SAFETY
-
-
-def tile_bound_constant_l1(h: int, w: int, u: float) -> float:
-    """`K₁` with `|float − exact| ≤ K₁·‖X‖₁ + A` (same `A`): tighter for sparse tiles."""
-    mu_h, mu_w = basis_max(h), basis_max(w)
-    _, sigma_h = basis_norms(h)
-    _, sigma_w = basis_norms(w)
-    g_h, g_w = _gamma(h, u), _gamma(w, u)
-    grid_h, grid_w = 2.0 ** -coefficient_bits(h), 2.0 ** -coefficient_bits(w)
-    k = (
-        mu_h * (g_w * mu_w + grid_w * sigma_w)
-        + g_h * mu_h * mu_w * (1 + g_w)
-        + grid_h * sigma_h * mu_w * (1 + w * grid_w)
-    )
-    return k * _SAFETY
-
-
-def _precision(device: torch.device) -> tuple[torch.dtype, float, float]:
-    """`(dtype, unit roundoff, underflow threshold)` of the fast evaluation on `device`."""
-    reduced = torch.get_float32_matmul_precision() != "highest"
-    if device.type == "cuda":
-        reduced = reduced or torch.backends.cuda.matmul.allow_tf32
-    if reduced:
-        return torch.float64, 2.0**-53, 2.0**-1022
-    return torch.float32, 2.0**-24, 2.0**-126
-
-
-def _norm_upper(sq: torch.Tensor, n: int, u: float, tiny: float) -> torch.Tensor:
-    """Upper bounds on `‖x‖₂`, as float64, from `sq`, a float sum of the `n` squares of a slice.
-
-    Each square errs by `u` relatively and `tiny` absolutely (underflow, flush-to-zero); a sum
-    of `n` non-negative terms in any order by `γ_{n−1}`. So `Σx² ≤ (sq + 2n·tiny) / (1 − γ_{n+1})`.
-    """
-    s = sq.to(torch.float64)
-    return ((s + 2 * n * tiny) / (1 - _gamma(n + 1, u))).sqrt_() * (1 + 2.0**-40)
-
-
-def _round_up_to(bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`bound` (float64) in `dtype`, rounded up so the comparison stays on the safe side."""
-    low = bound.to(dtype)
-    return torch.where(low.to(torch.float64) < bound, low.nextafter(low.new_tensor(math.inf)), low)
-
-
-def _scalar_up(value: float, dtype: torch.dtype) -> float:
-    """`value` rounded up to the nearest number of `dtype` (a Python float holding it)."""
-    return float(_round_up_to(torch.tensor(value, dtype=torch.float64), dtype))
-
-
-@functools.lru_cache(maxsize=128)
-def l1_bound_coefficients(h: int, w: int, dtype: torch.dtype) -> tuple[float, float]:
-    """`(c₁, c₀)`, numbers of `dtype`, such that `fl(fl(s₁·c₁) + c₀)` bounds `|Z̃ − Z|` for a tile
-    whose float sum of `|x|` is `s₁`, whatever the two roundings (docs/distro.md, "Evaluating the
-    bound"): `c₁ ≥ K₁'·(1+4u)`, `c₀ ≥ (K₁'·nτ + A + 2τ)·(1+4u)` with `K₁' = K₁/(1 − γ_n)`."""
-    u, tiny = (2.0**-53, 2.0**-1022) if dtype == torch.float64 else (2.0**-24, 2.0**-126)
-    n = h * w
-    _, a = tile_bound_constant(h, w, u, tiny)
-    k1 = tile_bound_constant_l1(h, w, u) / (1 - _gamma(n, u)) * (1 + 2.0**-40)
-    grow = (1 + 4 * u) * (1 + 2.0**-40)  # the two roundings, and these few float64 operations
-    return _scalar_up(k1 * grow, dtype), _scalar_up((k1 * n * tiny + a + 2 * tiny) * grow, dtype)
-
-
-def _bound(
-    x: torch.Tensor, dims: tuple[int, ...], k: float, a: float, u: float, tiny: float
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-slice bound `K·‖x‖₂ + A` in `x`'s dtype, rounded up, and the all-zero slices (None if
-    there are none). Their float value is exactly ±0 like the exact one, so their bound is −1."""
-    n = math.prod(x.shape[d] for d in dims)
-    sq = (x * x).sum(dim=dims, keepdim=True)
-    bound = _round_up_to(_norm_upper(sq, n, u, tiny) * k + a, x.dtype)
-    zero = sq == 0  # a zero sum of squares may be underflow: only then look at the values
-    if zero.any():
-        zero &= x.abs().amax(dim=dims, keepdim=True) == 0
-        if zero.any():
-            return bound.masked_fill(zero, -1.0), zero
-    return bound, None
 
 
 def fast_decode_sign(encoded: torch.Tensor, parts: dict[str, float] | None = None) -> torch.Tensor:
@@ -246,14 +119,14 @@ class _Pending:
 
 def _rows_fast(encoded: torch.Tensor, clock: _Clock) -> torch.Tensor:
     """The 1-D case: chunks of `c` as rows, one bound per row (2-norm form)."""
-    dtype, u, tiny = _precision(encoded.device)
+    dtype, u, tiny = precision(encoded.device)
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
     fast = x.to(dtype)
     c = x.shape[-1]
     k, a = row_bound_constant(c, u, tiny)
     approx = fast @ _grid_basis(c, dtype, normalise_device(x.device)).T
     clock.lap("float")
-    bound, zero = _bound(fast, (-1,), k, a, u, tiny)
+    bound, zero = slice_bound(fast, (-1,), k, a, u, tiny)
     undecided = ~(approx.abs() > bound)  # not `<=`: NaN and ∞ (overflow) are undecided too
     out = torch.sign(approx)
     if zero is not None:
@@ -281,35 +154,12 @@ def _tiles_fast(
     (torch's broadcast comparison and `nonzero` are slower there). A tensor whose `‖X‖₁` is not
     finite (∞ or NaN coefficients, or a sum that overflows) takes the exact path whole.
     """
-    dtype, _, _ = _precision(encoded.device)
+    dtype, _, _ = precision(encoded.device)
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
     *lead, ny, nx, h, w = x.shape
     rows = math.prod(lead) * ny  # tile rows of the output: (lead…, ty)
     dev = normalise_device(x.device)
-    # (rows, h, nx, w): the output layout, tile by tile, still holding the coefficients.
-    size = x.numel()
-    first = scratch.get("first", size, dtype, x.device).view(-1, w)
-    sparse = _sparse(x, scratch)
-    spread = None
-    if sparse is not None:
-        # Few non-zeros (the apply's means): the first axis as a sum of their scaled basis
-        # columns, added into the output-layout rows. The sum of a row's terms in whatever order
-        # `index_add_` takes (zeros add exact zeros) is a float dot product like the GEMM's, and
-        # `‖X‖₁` per tile is the float sum of the same `|x|`.
-        nz, values = sparse
-        t, a = nz // (h * w), (nz // w) % h
-        line = torch.from_numpy((t // nx * h + a) * nx + t % nx)
-        wide = values.to(dtype)
-        first.zero_().index_add_(
-            0, line, wide[:, None] * _grid_basis(w, dtype, dev).T[torch.from_numpy(nz % w)]
-        )
-        l1 = wide.new_zeros(rows * nx).index_add_(0, torch.from_numpy(t), wide.abs())
-    else:
-        spread = scratch.get("spread", size, dtype, x.device).view(rows, h, nx, w)
-        spread.copy_(x.reshape(rows, nx, h, w).transpose(1, 2))
-        torch.mm(spread.view(-1, w), _grid_basis(w, dtype, dev).T, out=first)  # all tile rows
-        magnitude = scratch.get("abs", size, torch.float32, x.device).view(rows * nx, h * w)
-        l1 = torch.abs(x.reshape(rows * nx, h * w), out=magnitude).sum(dim=1, dtype=dtype)
+    first, l1, spread, sparse = _first_axis(x, rows, dtype, dev, scratch)
     low, high = (float(v) for v in torch.aminmax(l1))
     if not high < _FINITE_L1[dtype]:  # also NaN
         clock.lap("float")
@@ -339,6 +189,39 @@ def _tiles_fast(
         todo = _pending(out, spread, sparse, flat, (h, nx, w))
         clock.lap("exact")
     return out, todo
+
+
+def _first_axis(
+    x: torch.Tensor, rows: int, dtype: torch.dtype, dev: torch.device, scratch: _Scratch
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple[np.ndarray, torch.Tensor] | None]:
+    """The first axis of every tile, evaluated into the output layout's rows, with `‖X‖₁` per
+    tile; and where the coefficients stay for the exact recomputation: `spread` (the tiles' rows
+    copied into the output layout, dense path) or `sparse` (the non-zeros, sparse path)."""
+    *_, nx, h, w = x.shape
+    size = x.numel()
+    first = scratch.get("first", size, dtype, x.device).view(-1, w)
+    sparse = _sparse(x, scratch)
+    if sparse is not None:
+        # Few non-zeros (the apply's means): the first axis as a sum of their scaled basis
+        # columns, added into the output-layout rows. The sum of a row's terms in whatever order
+        # `index_add_` takes (zeros add exact zeros) is a float dot product like the GEMM's, and
+        # `‖X‖₁` per tile is the float sum of the same `|x|`.
+        nz, values = sparse
+        t, a = nz // (h * w), (nz // w) % h
+        line = torch.from_numpy((t // nx * h + a) * nx + t % nx)
+        wide = values.to(dtype)
+        first.zero_().index_add_(
+            0, line, wide[:, None] * _grid_basis(w, dtype, dev).T[torch.from_numpy(nz % w)]
+        )
+        l1 = wide.new_zeros(rows * nx).index_add_(0, torch.from_numpy(t), wide.abs())
+        return first, l1, None, sparse
+    # (rows, h, nx, w): the output layout, tile by tile, still holding the coefficients.
+    spread = scratch.get("spread", size, dtype, x.device).view(rows, h, nx, w)
+    spread.copy_(x.reshape(rows, nx, h, w).transpose(1, 2))
+    torch.mm(spread.view(-1, w), _grid_basis(w, dtype, dev).T, out=first)  # all tile rows
+    magnitude = scratch.get("abs", size, torch.float32, x.device).view(rows * nx, h * w)
+    l1 = torch.abs(x.reshape(rows * nx, h * w), out=magnitude).sum(dim=1, dtype=dtype)
+    return first, l1, spread, None
 
 
 def _exclude_zero_tiles(bound: torch.Tensor, tiles: torch.Tensor, candidates: torch.Tensor) -> None:

@@ -18,7 +18,7 @@ from psyche.distro import DistroResult, aggregate, decode_sign, encoded_shape
 from psyche.distro.compress import chunk_shape, totalk_of
 from psyche.distro.dct import decode_sign_exact, decode_sign_many
 from psyche.distro.dct_exact import basis_scale, exact_rows_times_basis, int_basis
-from psyche.distro.sign_bound import (
+from psyche.distro.float_bound import (
     l1_bound_coefficients,
     row_bound_constant,
     tile_bound_constant,

@@ -51,7 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ATTACKS = ("none", "flip", "random", "cancel", "replay", "garbage", "push")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import byzantine_attacks as cheap  # beside this file, not a package
+
+ATTACKS = ("none", "flip", "random", "cancel", "replay", "garbage", "push", *cheap.NEW_ATTACKS)
 PUSHED = "model.embed_tokens.weight"
 
 
@@ -138,6 +141,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--score-only", action="store_true",
         help="judge and record scores but never reject or eject (score distributions of attacks)",
     )  # fmt: skip
+    p.add_argument(
+        "--optimizer", choices=("distro", "sparseloco"), default="distro",
+        help="sparseloco: bench/byzantine_sparseloco.py, undefended (--verify is refused)",
+    )  # fmt: skip
+    p.add_argument("--inner-steps", type=int, default=4, help="SparseLoCo H")
+    p.add_argument("--lr-inner", type=float, default=3e-3, help="SparseLoCo inner AdamW LR")
+    p.add_argument("--outer-lr", type=float, default=1.0, help="SparseLoCo outer LR")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.quick:
@@ -146,6 +156,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--attackers must be below --clients")
     if not 0 <= args.verify <= 100:
         p.error("--verify must be 0 … 100")
+    if args.attacks is None and args.optimizer == "sparseloco":
+        import byzantine_sparseloco as slb
+
+        args.attacks = ",".join(slb.ATTACKS[1:])
     if args.attacks is not None:
         chosen = tuple(a for a in args.attacks.split(",") if a)
         unknown = [a for a in chosen if a not in ATTACKS[1:]]
@@ -154,6 +168,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.attacks = chosen
     else:
         args.attacks = ATTACKS[1:]
+    if args.optimizer == "sparseloco":
+        import byzantine_sparseloco as slb
+
+        if args.verify or args.aggregation != "mean":
+            p.error("--optimizer sparseloco: no verification nor --aggregation (undefended)")
+        if args.steps % args.inner_steps or args.inner_steps < 1:
+            p.error("--steps must be a multiple of --inner-steps")
+        wrong = [a for a in (*args.attacks, args.attack) if a not in slb.ATTACKS]
+        if wrong and (args.matrix or args.attack in wrong):
+            p.error(f"--optimizer sparseloco: not implemented for {wrong}")
     return args
 
 
@@ -176,23 +200,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ws = base.prepare_workspace(cfg, Path(tmp), console)
         runs: list[tuple[str, int, str]] = []
-        if args.matrix:
+        if args.matrix and args.optimizer == "sparseloco":
+            runs += [("none", 0, "mean")] + [(a, 0, "mean") for a in args.attacks]
+        elif args.matrix:
             vp = args.verify or 25
             if args.defended_only:
                 runs.append(("none", 0, "mean"))
                 runs += [(attack, vp, "mean") for attack in args.attacks]
             else:
-                for aggregation in ("mean", "sum"):
+                summed = [a for a in ("flip", "cancel") if a in args.attacks]
+                for aggregation in ("mean", "sum") if summed else ("mean",):
                     runs.append(("none", 0, aggregation))
                 for attack in args.attacks:
                     runs += [(attack, 0, "mean"), (attack, vp, "mean")]
-                runs += [(a, 0, "sum") for a in ("flip", "cancel") if a in args.attacks]
+                runs += [(a, 0, "sum") for a in summed]
         else:
             runs.append((args.attack, args.verify, args.aggregation))
         results = []
         for attack, vp, aggregation in runs:
             t = time.perf_counter()
-            r = run(cfg, ws, args, attack, vp, aggregation)
+            if args.optimizer == "sparseloco":
+                import byzantine_sparseloco as slb
+
+                r = slb.run(cfg, ws, args, attack, RunResult(attack, args.attackers, cfg.clients,
+                                                             aggregation, 0))  # fmt: skip
+            else:
+                r = run(cfg, ws, args, attack, vp, aggregation)
             console.print(
                 f"{attack:8s} vp={vp:3d} {aggregation:4s}: val {r.final_val:.4f}, ejected "
                 f"{r.ejected_at or '-'}, points {r.points}, false positives "
@@ -305,6 +338,8 @@ def run(
         model = base.load(ws)
         clients.append(base.Client(model, Distro(model.named_parameters(), dcfg)))
     verifier_model = base.load(ws)
+    trainers = {i: cheap.trainer_for(clients[i], cfg.batch_per_client, cfg.seed) for i in
+                attackers if attack in cheap.TRAINER_ATTACKS}  # fmt: skip
     spec = clients[0].distro.payload_spec
     names = clients[0].distro.names
     schedule = cfg.schedule(cfg.lr_distro)
@@ -445,6 +480,38 @@ def run(
                     ejected.add(trainer)
                     out.ejected_at[trainer] = judging
 
+    def send(step: int, i: int, wire: Payload, sent: list[tuple[int, Payload]], both_lr: bool
+             ) -> None:  # fmt: skip
+        """Client `i` sends `wire` in `step`: the near-duplicate calibration over honest pairs,
+        then the copy check (with `--verify`), which refuses and ejects a copy."""
+        lr = lr_for_step(schedule, step)
+        last_sent[i] = wire
+        sent.append((i, wire))
+        if both_lr:  # near-duplicate calibration over honest pairs
+            for j, other in held.get(step, []) + held.get(step - 1, []):
+                if i in attackers or j in attackers:
+                    continue
+                out.honest_pairs += 1
+                ov = signed_overlap(wire, other)
+                own = j == i
+                (out.honest_own_overlap if own else out.honest_overlap).append(ov)
+                for n in repeated_tensors(wire, other):
+                    out.honest_repeats[names[n]] = out.honest_repeats.get(names[n], 0) + 1
+        if vp and lr > 0 and not args.score_only:  # the copy check (results at LR 0 are alike)
+            fp = result_fingerprint(wire)
+            recent = held.get(step, []) + held.get(step - 1, [])
+            if fp in seen.get(step, set()) | seen.get(step - 1, set()) or any(
+                near_duplicate(wire, other) for _, other in recent
+            ):
+                # Refused and not attested by every honest witness: left out, and the
+                # health check of the next round ejects the trainer.
+                rejected.setdefault(step, set()).add(i)
+                if i not in ejected:
+                    ejected.add(i)
+                    out.ejected_at[i] = step + 1
+            seen.setdefault(step, set()).add(fp)
+        held.setdefault(step, []).append((i, wire))
+
     def apply(payloads: list[Payload], lr: float) -> None:
         if aggregation == "mean":
             for c in clients:
@@ -467,6 +534,15 @@ def run(
         slices = base.step_slices(cfg, step)
         tokens = [data.get_samples(b) for b in slices]
         for i, (c, batch) in enumerate(zip(clients, slices, strict=True)):
+            if i in trainers:  # a cheaper-work attacker: the real Trainer on less or worse data
+                t = time.perf_counter()
+                payload, wire = cheap.train_cheaply(
+                    attack, trainers[i], c, tokens[i], batch, step, lr, prev_lr
+                )
+                out.train_fwd_bwd_s += time.perf_counter() - t
+                if i not in ejected:
+                    send(step, i, wire, sent, lr > 0 and prev_lr > 0)
+                continue
             c.model.zero_grad(set_to_none=True)
             c.distro.lookahead(prev_lr)
             toks = tokens[i]
@@ -492,6 +568,9 @@ def run(
                     wire = flipped(applied_now[0])
                 elif attack == "replay" and i in last_sent:
                     wire = last_sent[i]
+                elif attack in cheap.COPIES:
+                    source = cheap.copied_from(i, k, len(attackers))
+                    wire = cheap.perturbed_copy(attack, wire, sent, source, gen)
                 elif attack == "push":
                     if pushed is None:
                         pushed = random_like(wire)
@@ -500,32 +579,7 @@ def run(
                     res[n] = pushed.results[n]
                     wire = Payload(wire.step, wire.batch_start, wire.batch_end,
                                    wire.trainer_nonce, wire.quantized, tuple(res))  # fmt: skip
-            last_sent[i] = wire
-            sent.append((i, wire))
-            if lr > 0 and prev_lr > 0:  # near-duplicate calibration over honest pairs
-                for j, other in held.get(step, []) + held.get(step - 1, []):
-                    if i in attackers or j in attackers:
-                        continue
-                    out.honest_pairs += 1
-                    ov = signed_overlap(wire, other)
-                    own = j == i
-                    (out.honest_own_overlap if own else out.honest_overlap).append(ov)
-                    for n in repeated_tensors(wire, other):
-                        out.honest_repeats[names[n]] = out.honest_repeats.get(names[n], 0) + 1
-            if vp and lr > 0 and not args.score_only:  # the copy check (results at LR 0 are alike)
-                fp = result_fingerprint(wire)
-                recent = held.get(step, []) + held.get(step - 1, [])
-                if fp in seen.get(step, set()) | seen.get(step - 1, set()) or any(
-                    near_duplicate(wire, other) for _, other in recent
-                ):
-                    # Refused and not attested by every honest witness: left out, and the
-                    # health check of the next round ejects the trainer.
-                    rejected.setdefault(step, set()).add(i)
-                    if i not in ejected:
-                        ejected.add(i)
-                        out.ejected_at[i] = step + 1
-                seen.setdefault(step, set()).add(fp)
-            held.setdefault(step, []).append((i, wire))
+            send(step, i, wire, sent, lr > 0 and prev_lr > 0)
         pending[step] = sent
         if vp and step >= 1 and step - 1 in pending:
             verify_round(step)

@@ -19,7 +19,11 @@ timestamps of consecutive round ends:
 - ``copy %``: the copy check's share of that CPU: the thread CPU time inside
   ``psyche.daemon.rounds.copied_from`` and ``result_sketch`` (wrapped here, where ``gossip`` and
   ``training`` call them; they run synchronously on the event loop's thread) over the round's
-  CPU seconds; with the copy check's operation counts
+  CPU seconds; the same per result in µs (``copy µs/result``: over N², the results every client
+  sketches), split into the sketch's (``sketch µs``, per result) and the lookup's (``lookup
+  µs/check``, per ``copied_from`` call); ``hold µs``: inserting a result's sketch in the round's
+  index (``RoundState.hold``), per result, not counted in ``copy %`` (so that it compares with
+  the figures before it was measured); with the copy check's operation counts
   (``psyche.distro.copy_index.COUNTS``: checks, band candidates, exact confirmations) per round;
 - peak RSS of the child, and over N (``RSS/client``: (peak − RSS before the run) / N). Per held
   result: a client holds the results of two rounds (2 N), so the N² part of the peak RSS over
@@ -213,20 +217,25 @@ def prepare_inputs(work: Path, tokens: int) -> tuple[Path, Path]:
 
 
 class CopyTimer:
-    """Wraps the copy check where the daemon calls it; sums its time."""
+    """Wraps the copy check where the daemon calls it; sums its time, in all (``seconds``: the
+    sketch and the lookup, what ``copy %`` has always counted) and per part (``parts``:
+    ``result_sketch``, ``copied_from``, and ``hold``, the index insert, which ``copy %`` leaves
+    out so that its figures compare with the earlier ones)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.calls = 0
+        self.parts: dict[str, float] = {"result_sketch": 0.0, "copied_from": 0.0, "hold": 0.0}
 
     def install(self) -> None:
-        from psyche.daemon import gossip, training
+        from psyche.daemon import gossip, rounds, training
 
         for mod, name in ((gossip, "copied_from"), (gossip, "result_sketch"),
                           (training, "result_sketch")):  # fmt: skip
-            setattr(mod, name, self._wrap(getattr(mod, name)))
+            setattr(mod, name, self._wrap(getattr(mod, name), name, True))
+        rounds.RoundState.hold = self._wrap(rounds.RoundState.hold, "hold", False)  # type: ignore[method-assign]
 
-    def _wrap(self, fn: Any) -> Any:
+    def _wrap(self, fn: Any, name: str, counted: bool) -> Any:
         # The event loop's thread runs the check synchronously, so its thread CPU time is the
         # check's own; wall time would count the other jobs of a loaded machine.
         def timed(*args: Any, **kw: Any) -> Any:
@@ -234,8 +243,11 @@ class CopyTimer:
             try:
                 return fn(*args, **kw)
             finally:
-                self.seconds += time.thread_time() - t0
-                self.calls += 1
+                spent = time.thread_time() - t0
+                self.parts[name] += spent
+                if counted:
+                    self.seconds += spent
+                    self.calls += 1
 
         return timed
 
@@ -295,6 +307,8 @@ def sim_one(n: int, rounds: int, witnesses: int, work: Path, profile: bool) -> d
                     "t": time.perf_counter(),
                     "cpu": time.process_time(),
                     "copy_s": timer.seconds,
+                    "sketch_s": timer.parts["result_sketch"],
+                    "hold_s": timer.parts["hold"],
                     "checks": COUNTS.checks,
                     "band_candidates": COUNTS.band_candidates,
                     "confirmations": COUNTS.confirmations,
@@ -351,6 +365,12 @@ def sim_one(n: int, rounds: int, witnesses: int, work: Path, profile: bool) -> d
         "copy_s": per_round("copy_s"),
         "copy_share": per_round("copy_s") / cpu if cpu else 0.0,
         "copy_checks": per_round("checks"),
+        "copy_us_per_result": per_round("copy_s") / (n * n) * 1e6,
+        "sketch_us_per_result": per_round("sketch_s") / (n * n) * 1e6,
+        "lookup_us_per_check": (per_round("copy_s") - per_round("sketch_s"))
+        / max(1.0, per_round("checks"))
+        * 1e6,
+        "hold_us_per_result": per_round("hold_s") / (n * n) * 1e6,
         "band_candidates": per_round("band_candidates"),
         "confirmations": per_round("confirmations"),
         "rss_before": rss_before,
@@ -400,18 +420,22 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
     print()
     hdr = (
-        "| N | rounds | round s | cpu s | µs/result | copy % | checks | band cand. | confirm. "
+        "| N | rounds | round s | cpu s | µs/result | copy % | copy µs/result | sketch µs "
+        "| lookup µs/check | hold µs | checks | band cand. | confirm. "
         "| peak RSS MB | RSS/client MB | weights | run blooms: n, FP measured / bound |"
     )
     print(hdr)
-    print("|" + "---|" * 13)
+    print("|" + "---|" * 17)
     for r in rows:
         b = r["run_blooms"]
         bl = (f"{b['entries_max']}, {b['fp_rate']:.2e} / {b['fp_bound_at_max']:.2e}"
               if b.get("blooms") else "-")  # fmt: skip
         print(
             f"| {r['n']} | {r['rounds_measured']} | {r['round_s']:.2f} | {r['cpu_s']:.2f} "
-            f"| {r['us_per_result']:.0f} | {100 * r['copy_share']:.1f} | {r['copy_checks']:.0f} "
+            f"| {r['us_per_result']:.0f} | {100 * r['copy_share']:.1f} "
+            f"| {r['copy_us_per_result']:.0f} | {r['sketch_us_per_result']:.0f} "
+            f"| {r['lookup_us_per_check']:.0f} | {r['hold_us_per_result']:.0f} "
+            f"| {r['copy_checks']:.0f} "
             f"| {r['band_candidates']:.0f} | {r['confirmations']:.0f} "
             f"| {r['rss_peak'] / 1e6:.0f} | {r['rss_per_client'] / 1e6:.1f} "
             f"| {'identical' if r['hashes_agree'] else 'DIVERGED'} | {bl} |"

@@ -21,9 +21,9 @@ from psyche.coordinator.consensus import (
 )
 from psyche.daemon.judgement import Judgement
 from psyche.distro import Payload, PayloadError
-from psyche.distro.copy_index import COUNTS, CopyIndex, CopySketch, sketch
+from psyche.distro.copy_index import COUNTS, CopyIndex, CopySketch, distro_sketch, sketch
 from psyche.distro.payload import payload_hash
-from psyche.distro.result_format import ResultFormat, distro_fingerprint
+from psyche.distro.result_format import DistroFormat, ResultFormat, distro_fingerprint
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.commitment import sha256v
 from psyche.protocol.committee import WitnessProof
@@ -189,6 +189,10 @@ def result_fingerprint(payload: Payload) -> bytes:
 def result_sketch(decoded: Any, fmt: ResultFormat, salt: int | None = None) -> CopySketch:
     """The copy check's sketch of a decoded result, made once when it arrives
     (``psyche.distro.copy_index``); its ``fingerprint`` is ``fmt.fingerprint(decoded)``."""
+    if isinstance(fmt, DistroFormat) and isinstance(decoded, Payload):
+        # The same sketch from one pass over the payload's tensors (the fingerprint and the
+        # keys read the same indices and values, which were converted twice; issue 38).
+        return distro_sketch(decoded, salt)
     return sketch(fmt.fingerprint(decoded), fmt.copy_keys(decoded), salt)
 
 

@@ -13,15 +13,16 @@ What a sketch holds (:func:`sketch`), from the result's keys — one per chosen 
 (tensor, tile, index, sign), as the overlap counts them:
 
 - the **fingerprint**, looked up in a dict: exact copies, found with certainty;
-- per tensor of at least ``REPEAT_MIN_TILES`` tiles, an order-free **hash of its key set**, looked
-  up in a dict: a repeated tensor is found with certainty. (Under a run's format every tensor has
+- per tensor of at least ``REPEAT_MIN_TILES`` tiles, an order-free **hash of its key set** (the
+  wrapping sum of its keys' salted hashes), looked up in a dict: a repeated tensor is found with
+  certainty. (Under a run's format every tensor has
   its fixed ``tiles · k`` coefficients, distinct within a tile — the decoder refuses anything
   else — so "all of A's keys of the tensor are B's" is "the two key sets are equal".)
 - ``BINS`` = ``BANDS`` × ``ROWS`` = 204 × 5 = 1020 **MinHash** values (one-permutation hashing:
   keys hashed once per pass into ``B`` bins, ``B`` such that a bin gets ``FILL`` = 8 keys on
   average, as many passes as make 1020 bins; a bin is then empty with probability at most
-  e⁻⁸ = 3.4·10⁻⁴), and the **LSH band keys**: one per band of 5 bins, looked up in a dict of
-  buckets.
+  e⁻⁸ = 3.4·10⁻⁴), and the **LSH band keys**: one per band of 5 bins (a wrapping sum of the bins
+  times odd salted constants: equal bands have equal keys), looked up in a dict of buckets.
 
 Two bins agree with probability J · P(bin not empty), J the Jaccard similarity ``|A∩B|/|A∪B|``.
 For two results of one format (equal sizes) a signed overlap o is J = o / (2 − o), so the
@@ -42,8 +43,12 @@ rules out). Treating bins as independent:
 Per held result the index keeps the 1020 values (8 KiB), 204 band entries and one entry per large
 tensor, about 19 KB in all (measured with tracemalloc) — not the decoded payload: a candidate is
 decoded again from its bytes, which the round holds anyway. Making a sketch costs about
-``max(N, 8 · 1020)`` hashes for N keys: about 0.5 ms for the tiny model's 280 keys with their
-extraction from the payload (its decode takes 2–5 ms), 0.05–0.3 s for 2·10⁶ keys.
+``max(N, 8 · 1020)`` hashes for N keys. For the tiny model's 2,448 keys in 21 tensors numpy's
+cost per call, not the hashing, dominates, so a DisTrO result is sketched in one pass
+(:func:`distro_sketch`: the fingerprint and the keys from one conversion of its tensors) with
+what depends only on the run's layout and salt made once (:func:`_plan`, :func:`_layout`):
+0.20–0.26 ms per result with its fingerprint, against 0.57–0.9 ms before (issue 38; the decode
+takes 2–5 ms); 0.05–0.3 s for 2·10⁶ keys.
 
 The hashes are keyed by ``SALT``, drawn at random once per process and never sent: a free rider
 who knew which coefficients decide the bins could change just those and escape with a copy.
@@ -52,10 +57,12 @@ Decisions stay those of the exact rule; the sketch only decides what is measured
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import math
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -103,14 +110,22 @@ U64 = npt.NDArray[np.uint64]
 _G = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+_S27, _S30, _S31, _S32 = (np.uint64(s) for s in (27, 30, 31, 32))
 
 
 def _mix(x: U64) -> U64:
-    """splitmix64's finaliser, elementwise (wrapping uint64 arithmetic)."""
+    """splitmix64's finaliser, elementwise (wrapping uint64 arithmetic). In place on one copy
+    with one scratch array: on the few thousand keys of a result numpy's per-call cost, not the
+    arithmetic, is what a sketch pays, and each temporary is an allocation."""
     z = x + _G
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    t = np.empty_like(z)
+    for shift, mul in ((_S30, _M1), (_S27, _M2)):
+        np.right_shift(z, shift, out=t)
+        z ^= t
+        z *= mul
+    np.right_shift(z, _S31, out=t)
+    z ^= t
+    return z
 
 
 def _mixed(*values: int) -> U64:
@@ -118,24 +133,55 @@ def _mixed(*values: int) -> U64:
     return _mix(np.array([v % 2**64 for v in values], dtype=np.uint64))
 
 
-@functools.lru_cache(maxsize=256)
-def _constants(kind: int, salt: int, n: int, count: int) -> U64:
-    """``count`` hashed constants of one ``kind`` for (``salt``, ``n``), made once: every result
-    of a run has the same key count, so rebuilding them per sketch was a third of its cost."""
-    if kind == 0:  # per tensor
-        out = _mixed(*(salt + 1 + t for t in range(count))) if count else np.zeros(0, np.uint64)
-    elif kind == 1:  # per MinHash pass
-        out = _mixed(*(salt ^ (0x5EED << 20) ^ p for p in range(count)))
-    else:  # per LSH band, of a sketch of n keys
-        out = _mixed(*(salt ^ (n << 16) ^ j for j in range(count)))
-    out.setflags(write=False)
-    return out
-
-
 def jaccard_at(overlap: float) -> float:
     """The Jaccard similarity of two equal-sized sets whose overlap ``|A∩B| / |A|`` is
     ``overlap``."""
     return overlap / (2.0 - overlap)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Plan:
+    """What every sketch of one key layout (tensor sizes, repeat rule) under one salt shares:
+    every result of a run has the same layout, so this is made once per run, not per result."""
+
+    n: int
+    tensor_const: U64
+    """Per key, its tensor's constant (a tensor's position changes its keys' hashes)."""
+    pass_const: U64
+    """Per MinHash pass, its constant, as a column."""
+    per_pass: np.uint64
+    slot_base: npt.NDArray[np.int64]
+    """Per pass, its first bin, as a column."""
+    band_const: U64
+    """Per band and row, an odd constant: ``BANDS`` × ``ROWS``."""
+    big: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+    """The repeat-rule tensors: their first keys, and one past their last."""
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(sizes: tuple[int, ...], repeatable: tuple[bool, ...], salt: int) -> _Plan:
+    n = sum(sizes)
+    per_pass = max(1, min(BINS, n // FILL))
+    passes = math.ceil(BINS / per_pass)
+    tensor_const = np.repeat(_mixed(*(salt + 1 + t for t in range(len(sizes)))), sizes)
+    ends = np.cumsum(np.array(sizes, dtype=np.int64))
+    big = [t for t, (size, rep) in enumerate(zip(sizes, repeatable, strict=True)) if rep and size]
+    chosen = np.array(big, dtype=np.int64)
+    out = _Plan(
+        n,
+        tensor_const,
+        _mixed(*(salt ^ (0x5EED << 20) ^ p for p in range(passes)))[:, None],
+        np.uint64(per_pass),
+        (np.arange(passes, dtype=np.int64) * per_pass)[:, None],
+        _mixed(
+            *(salt ^ (n << 16) ^ (j << 3) ^ r for j in range(BANDS) for r in range(ROWS))
+        ).reshape(BANDS, ROWS)
+        | np.uint64(1),
+        (ends[chosen] - np.array(sizes, dtype=np.int64)[chosen], ends[chosen]),
+    )
+    for a in (out.tensor_const, out.pass_const, out.band_const, *out.big):
+        a.setflags(write=False)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,28 +200,85 @@ class CopyKeys:
         return cls(keys.astype(np.int64), tuple(t.size for t in tensors), tuple(repeatable))
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Layout:
+    """What every payload of one layout (per tensor: index shape, ``totalk``, dtypes) shares."""
+
+    sizes: tuple[int, ...]
+    repeatable: tuple[bool, ...]
+    base: npt.NDArray[np.int64]
+    """Per key, ``tile · totalk``."""
+    cuts: tuple[int, ...]
+    """Per tensor, one past its last key."""
+    native: bool
+    """int64 indices and float32 values, as the decoder makes them: read through numpy."""
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(shapes: tuple[tuple[tuple[int, ...], int, torch.dtype, torch.dtype], ...]) -> _Layout:
+    sizes = [math.prod(shape[0]) for shape in shapes]
+    ks = [max(1, shape[0][-1]) if shape[0] else 1 for shape in shapes]
+    base = np.concatenate(
+        [
+            np.arange(n, dtype=np.int64) // k * shape[1]
+            for n, k, shape in zip(sizes, ks, shapes, strict=True)
+        ]
+    )
+    base.setflags(write=False)
+    return _Layout(
+        tuple(sizes),
+        tuple(n // k >= REPEAT_MIN_TILES for n, k in zip(sizes, ks, strict=True)),
+        base,
+        tuple(np.cumsum(sizes).tolist()),
+        all(i == torch.int64 and v == torch.float32 for _, _, i, v in shapes),
+    )
+
+
+def _distro_parts(
+    payload: Payload,
+) -> tuple[_Layout, npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """A non-empty payload's layout and, over all its tensors, the int64 indices, the values'
+    sign bits (as the fingerprint hashes them) and whether each value is positive (as the keys
+    hold it). Decoded payloads hold int64 indices and float32 values: those go through numpy
+    with one conversion per tensor; anything else through torch as the fingerprint does."""
+    results = payload.results
+    layout = _layout(tuple((r.idx.shape, r.totalk, r.idx.dtype, r.val.dtype) for r in results))
+    with contextlib.suppress(TypeError, RuntimeError):  # on another device, or with grad
+        if layout.native:
+            idx = np.concatenate([r.idx.numpy() for r in results], axis=None)
+            val = np.concatenate([r.val.numpy() for r in results], axis=None)
+            return layout, idx, np.signbit(val), val > 0
+    idx = torch.cat([r.idx.reshape(-1) for r in results]).detach().cpu().to(torch.int64).numpy()
+    tval = torch.cat([r.val.reshape(-1) for r in results]).detach().cpu()
+    return layout, idx, torch.signbit(tval.float()).numpy(), (tval > 0).numpy()
+
+
 def distro_keys(payload: Payload) -> CopyKeys:
     """A DisTrO payload's keys: per chosen coefficient, (tile · totalk + index) · 2 + (value > 0),
-    as ``signed_keys``. Computed over all tensors at once: one concatenation in torch, then
-    vectorised numpy; a per-tensor loop of small torch and numpy calls made this the sketch's
-    largest part (0.7 of its 1.3 ms for the tiny model's 21 tensors, issue 38)."""
-    results = payload.results
-    if not results:
+    as ``signed_keys``, computed over all tensors at once."""
+    if not payload.results:
         return CopyKeys.of([], [])
-    ks = np.array([max(1, r.k) for r in results], dtype=np.int64)
-    sizes = np.array([r.idx.numel() for r in results], dtype=np.int64)
-    idx = torch.cat([r.idx.reshape(-1) for r in results]).detach().cpu().to(torch.int64).numpy()
-    positive = (torch.cat([r.val.reshape(-1) for r in results]).detach().cpu() > 0).numpy()
-    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
-    per_key_k = np.repeat(ks, sizes)
-    tile = (np.arange(idx.size, dtype=np.int64) - starts) // per_key_k
-    totalk = np.repeat(np.array([r.totalk for r in results], dtype=np.int64), sizes)
-    keys = (tile * totalk + idx) * 2 + positive
-    return CopyKeys(
-        keys,
-        tuple(int(n) for n in sizes),
-        tuple(bool(n // k >= REPEAT_MIN_TILES) for n, k in zip(sizes, ks, strict=True)),
-    )
+    layout, idx, _, positive = _distro_parts(payload)
+    return CopyKeys((layout.base + idx) * 2 + positive, layout.sizes, layout.repeatable)
+
+
+def distro_sketch(payload: Payload, salt: int | None = None) -> CopySketch:
+    """``sketch(distro_fingerprint(payload), distro_keys(payload), salt)``, from one conversion
+    of the payload's tensors instead of two (the fingerprint and the keys read the same indices
+    and values; ``psyche.distro.result_format.distro_fingerprint`` is the fingerprint's
+    definition, which this one must equal)."""
+    if not payload.results:
+        return sketch(hashlib.sha256().digest(), CopyKeys.of([], []), salt)
+    layout, idx, sign, positive = _distro_parts(payload)
+    h = hashlib.sha256()
+    raw, signs = idx.view(np.uint8).data, sign.view(np.uint8).data
+    at = 0
+    for end in layout.cuts:
+        h.update(raw[8 * at : 8 * end])
+        h.update(signs[at:end])
+        at = end
+    keys = (layout.base + idx) * 2 + positive
+    return _sketch(h.digest(), keys, layout.sizes, layout.repeatable, salt)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -194,62 +297,50 @@ class CopySketch:
     """The key-set hash of each tensor the exact-repeat rule covers."""
 
 
-def _minhash(keys: U64, salt: int) -> U64:
-    """``BINS`` one-permutation MinHash values of ``keys`` (already hashed per tensor)."""
-    n = keys.size
-    per_pass = max(1, min(BINS, n // FILL))
-    passes = math.ceil(BINS / per_pass)
-    consts = _constants(1, salt, 0, passes)
-    h = _mix(keys[None, :] ^ consts[:, None])  # passes x n
-    local = ((h >> np.uint64(32)) * np.uint64(per_pass)) >> np.uint64(32)
-    slot = local.astype(np.int64) + (np.arange(passes, dtype=np.int64) * per_pass)[:, None]
-    out = np.full(passes * per_pass, EMPTY, dtype=np.uint64)
-    np.minimum.at(out, slot.reshape(-1), h.reshape(-1))
-    return out[:BINS]
-
-
-def _band_keys(bins: U64, salt: int, n: int) -> tuple[int, ...]:
-    rows = bins.reshape(BANDS, ROWS)
-    key = _constants(2, salt, n, BANDS)
-    for i in range(ROWS):
-        key = _mix(key ^ rows[:, i])
-    full = ~(rows == EMPTY).any(axis=1)
-    return tuple(key[full].tolist())
-
-
 def sketch(fingerprint: bytes, keys: CopyKeys | None, salt: int | None = None) -> CopySketch:
     """The sketch of a result with content ``fingerprint`` and ``keys`` (None: a format whose
     only copy rule is the fingerprint), under ``salt`` (default: this process's ``SALT``)."""
     if keys is None:
         return CopySketch(fingerprint)
+    return _sketch(fingerprint, keys.keys, keys.sizes, keys.repeatable, salt)
+
+
+def _sketch(
+    fingerprint: bytes,
+    keys: npt.NDArray[np.int64],
+    sizes: tuple[int, ...],
+    repeatable: tuple[bool, ...],
+    salt: int | None,
+) -> CopySketch:
     salt = SALT if salt is None else salt
-    count = len(keys.sizes)
-    consts = _constants(0, salt, 0, count)
-    tensor_of = np.repeat(np.arange(count, dtype=np.int64), keys.sizes)
-    hashed = _mix(keys.keys.astype(np.uint64) ^ consts[tensor_of])
-    n = int(hashed.size)
-    bins = _minhash(hashed, salt)
-    return CopySketch(
-        fingerprint, (salt, n), bins, _band_keys(bins, salt, n), _tensor_keys(hashed, keys, salt)
-    )
-
-
-def _tensor_keys(hashed: U64, keys: CopyKeys, salt: int) -> tuple[int, ...]:
-    """An order-free hash of each repeat-rule tensor's key set (the wrapping sum of its keys'
-    hashes, which already carry the tensor's number)."""
-    big = [
-        t
-        for t, (size, rep) in enumerate(zip(keys.sizes, keys.repeatable, strict=True))
-        if rep and size
-    ]
-    if not big:
-        return ()
-    ends = np.cumsum(np.array(keys.sizes, dtype=np.int64))
-    sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(_mix(hashed), dtype=np.uint64)])
-    chosen = np.array(big, dtype=np.int64)
-    totals = sums[ends[chosen]] - sums[ends[chosen] - np.array(keys.sizes, dtype=np.int64)[chosen]]
-    sized = np.array([keys.sizes[t] << 1 for t in big], dtype=np.uint64)
-    return tuple(int(v) for v in _mix(totals ^ sized ^ np.uint64(salt)))
+    plan = _plan(sizes, repeatable, salt)
+    hashed = _mix(np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64) ^ plan.tensor_const)
+    # One-permutation MinHash, ``passes`` × ``per_pass`` bins.
+    h = _mix(hashed[None, :] ^ plan.pass_const)
+    local = h >> _S32
+    local *= plan.per_pass
+    local >>= _S32
+    slot = local.view(np.int64)
+    slot += plan.slot_base
+    bins = np.full(slot.shape[0] * int(plan.per_pass), EMPTY, dtype=np.uint64)
+    np.minimum.at(bins, slot.reshape(-1), h.reshape(-1))
+    bins = bins[:BINS]
+    # A band's key: its rows (salted hashes already) times odd per-(band, row) constants,
+    # summed with wrapping. Equal rows give equal keys, which is all that finds a copy; rows
+    # that differ in one value never collide (an odd constant is invertible modulo 2⁶⁴), in
+    # more only by chance (2⁻⁶⁴), and a collision only adds a band candidate for the bin count.
+    rows = bins.reshape(BANDS, ROWS)
+    band = np.add.reduce(rows * plan.band_const, axis=1, dtype=np.uint64)
+    full = (rows != EMPTY).all(axis=1)
+    # A tensor's key-set hash: its keys' hashes (which carry the tensor's position) summed with
+    # wrapping, so order-free; equal sets give equal sums.
+    first, end = plan.big
+    tensors: tuple[int, ...] = ()
+    if first.size:
+        sums = np.zeros(hashed.size + 1, dtype=np.uint64)
+        np.cumsum(hashed, out=sums[1:])
+        tensors = tuple((sums[end] - sums[first]).tolist())
+    return CopySketch(fingerprint, (salt, plan.n), bins, tuple(band[full].tolist()), tensors)
 
 
 @dataclass
@@ -294,9 +385,13 @@ class CopyIndex(Generic[T]):
         seq = len(self.entries)
         self.entries.append(entry)
         self._exact.setdefault(sk.fingerprint, []).append(seq)
-        for key in sk.bands:
-            if self._bands.setdefault(key, seq) != seq:
-                self._more.setdefault(key, []).append(seq)
+        # Set operations on the dicts' key views run in C; a loop over the 204 band keys in
+        # Python was most of what holding a result cost.
+        fresh = dict.fromkeys(sk.bands, seq)
+        for key in self._bands.keys() & fresh.keys():
+            del fresh[key]
+            self._more.setdefault(key, []).append(seq)
+        self._bands.update(fresh)
         for key in sk.tensors:
             self._tensors.setdefault(key, []).append(seq)
         self._schemes.append(sk.scheme if sk.bins is not None else None)
@@ -316,9 +411,14 @@ class CopyIndex(Generic[T]):
         were added: those sharing a large tensor's key set, and those sharing an LSH band and
         at least ``AGREE_MIN`` bins. Every entry the exact rule accepts is among them, but for
         the probabilities in the module docstring."""
-        found = set(_union(self._tensors, sk.tensors))
-        banded = {self._bands[k] for k in sk.bands if k in self._bands}
-        banded.update(_union(self._more, sk.bands))
+        found: set[int] = set()
+        for key in self._tensors.keys() & sk.tensors:
+            found.update(self._tensors[key])
+        hits = self._bands.keys() & sk.bands
+        banded = {self._bands[key] for key in hits}
+        if self._more:
+            for key in hits & self._more.keys():
+                banded.update(self._more[key])
         banded -= found
         COUNTS.band_candidates += len(banded)
         if banded and sk.bins is not None:
@@ -329,8 +429,3 @@ class CopyIndex(Generic[T]):
                 found.update(i for i, a in zip(same, agree.tolist(), strict=True) if a >= AGREE_MIN)
         COUNTS.candidates += len(found)
         return [self.entries[i] for i in sorted(found)]
-
-
-def _union(buckets: dict[int, list[int]], keys: Iterable[int]) -> Iterable[int]:
-    for key in keys:
-        yield from buckets.get(key, ())

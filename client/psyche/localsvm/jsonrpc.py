@@ -34,6 +34,7 @@ from psyche.localsvm.params import (
     parse_pubkey,
     parse_signature,
 )
+from psyche.localsvm.program_accounts import ProgramAccounts
 from psyche.localsvm.protocol import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -97,6 +98,7 @@ class RpcMethods:
         }
 
         methods.update(SignatureIndex(self.chain).methods())
+        methods.update(ProgramAccounts(self.chain, self._context).methods())
 
         def synced(fn: Handler) -> Handler:
             def call(params: list[Any]) -> Any:

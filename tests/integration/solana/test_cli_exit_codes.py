@@ -239,3 +239,13 @@ def test_sigterm_to_the_container_stops_a_joiner_cleanly(run: Run) -> None:
     assert "terminated (SIGTERM); shut down cleanly" in out, out[-3000:]
     assert " ERROR " not in out and "never retrieved" not in out, out[-3000:]
     assert out.count("starting:") == 1
+
+
+def test_a_run_creator_command_on_an_unknown_run_names_the_runs_that_exist(run: Run) -> None:
+    """The local SVM serves ``getProgramAccounts`` (found missing by the differential test
+    against a real validator, tests/validator), so the answer lists the run ids that exist."""
+    res = run.owner_cli(["set-paused", "--run-id", "no-such-run", "resume"])
+    assert res.returncode == 2, res.stderr
+    (line,) = _errors(res.stderr)
+    assert line.startswith("error: run 'no-such-run' does not exist"), line
+    assert f"runs that exist: {RUN_ID!r}" in line, line

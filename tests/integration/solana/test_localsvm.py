@@ -602,3 +602,37 @@ def test_in_process_async_api() -> None:
             assert [r.signature for r in node.history] == [sig]
 
     run(scenario())
+
+
+def test_program_accounts_are_listed_with_a_validators_filters(local_svm: LocalSvmThread) -> None:
+    """``getProgramAccounts`` over every key the chain committed: owner, ``dataSize`` and
+    ``memcmp`` (base58 and base64) filters, ``withContext``, and a bad filter refused."""
+    payer = funded(local_svm)
+    owned = Keypair()
+    space = 24
+    rent = local_svm.call(lambda svm: svm.chain.minimum_balance(space))
+    ix = create_account(
+        CreateAccountParams(from_pubkey=payer.pubkey(), to_pubkey=owned.pubkey(),
+                            lamports=rent, space=space, owner=Pubkey.from_string(
+                                "BPFLoaderUpgradeab1e11111111111111111111111")))  # fmt: skip
+    tx = signed(payer, [ix], latest(local_svm), owned)
+    assert "result" in send_raw(local_svm, tx)
+    wallets = raw_call(
+        local_svm, "getProgramAccounts", ["11111111111111111111111111111111",
+                                          {"encoding": "base64", "filters": [{"dataSize": 0}]}],
+    )["result"]  # fmt: skip
+    assert str(payer.pubkey()) in {a["pubkey"] for a in wallets}
+    loader = "BPFLoaderUpgradeab1e11111111111111111111111"
+    zeros = [{"memcmp": {"offset": 0, "bytes": "1111"}}, {"dataSize": space}]
+    found = raw_call(local_svm, "getProgramAccounts", [loader, {"filters": zeros,
+                     "encoding": "base64", "withContext": True}])["result"]  # fmt: skip
+    assert set(found) == {"context", "value"}
+    assert str(owned.pubkey()) in {a["pubkey"] for a in found["value"]}
+    (mine,) = [a for a in found["value"] if a["pubkey"] == str(owned.pubkey())]
+    assert mine["account"]["space"] == space and mine["account"]["owner"] == loader
+    b64 = [{"memcmp": {"offset": 8, "bytes": base64.b64encode(b"\x01").decode(),
+                       "encoding": "base64"}}]  # fmt: skip
+    none = raw_call(local_svm, "getProgramAccounts", [loader, {"filters": b64}])["result"]
+    assert str(owned.pubkey()) not in {a["pubkey"] for a in none}
+    bad = raw_call(local_svm, "getProgramAccounts", [loader, {"filters": [{}]}])
+    assert bad["error"]["code"] == -32602

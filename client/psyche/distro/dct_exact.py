@@ -113,6 +113,7 @@ def float_basis(size: int, dtype: torch.dtype, device: torch.device) -> torch.Te
     return basis.to(device=device, dtype=dtype)
 
 
+@functools.lru_cache(maxsize=128)
 def basis_scale(size: int) -> int:
     """The exponent `e` of the integer basis: the largest with `√(2/size)·2^e ≤ 2^BASIS_BITS`.
 

@@ -9,9 +9,9 @@ grid value, whatever the kernel's summation order, blocking or FMA use, and with
 flush-to-zero. Where `|float value| > bound` the two have the same sign, so the float sign is the
 exact sign; the remaining elements (about 1 in 2,000 on random payloads) are recomputed exactly,
 column by column, with the exact path's own functions (`psyche.distro.dct_exact`, which `dct`
-imports too). The derivation of the bound is in docs/distro.md ("Fast path: a float evaluation with
-a proven bound"); its formulas and their evaluation on the safe side are in
-`psyche.distro.float_bound`.
+imports too; the recomputation is in `psyche.distro.sign_parts`). The derivation of the bound is
+in docs/distro.md ("Fast path: a float evaluation with a proven bound"); its formulas and their
+evaluation on the safe side are in `psyche.distro.float_bound`.
 
 Where float32 matmuls may run in reduced precision (TF32 on CUDA, bf16 on oneDNN), the fast
 evaluation runs in float64 with float64's unit roundoff instead.
@@ -19,30 +19,30 @@ evaluation runs in float64 with float64's unit roundoff instead.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from psyche.distro.dct_exact import (
-    basis_scale,
-    coefficient_bits,
-    decode_sign_exact,
-    exact_rows_times_basis,
-    int_basis,
-    normalise_device,
-    pow2,
-)
+from psyche.distro.dct_exact import decode_sign_exact, exact_rows_times_basis, normalise_device
 from psyche.distro.float_bound import (
     l1_bound_coefficients,
     precision,
     row_bound_constant,
     slice_bound,
+)
+from psyche.distro.sign_group import tiles_group
+from psyche.distro.sign_parts import (
+    Clock,
+    Pending,
+    Scratch,
+    exclude_zero_tiles,
+    fill_exact,
+    grid_basis,
+    grid_columns,
+    tile_nonzeros,
 )
 
 __all__ = ["fast_decode_sign", "fast_decode_sign_many"]
@@ -63,9 +63,11 @@ def fast_decode_sign_many(
 ) -> list[torch.Tensor]:
     """`[decode_sign_exact(x) for x in encoded]` bit for bit, with one exact recomputation for all.
 
-    Tiled tensors are evaluated one by one (float matmuls, bound, sign written straight into the
-    output layout); their few undecided elements are collected and recomputed exactly together,
-    per tile shape, so a model pays the exact path's fixed costs once instead of per tensor.
+    Tiled tensors with sparse coefficients on the CPU (the apply's means) are evaluated together
+    per tile shape (`psyche.distro.sign_group`: the fixed costs of about 25 calls per tensor were
+    half a small model's apply), the others one by one (float matmuls, bound, sign written
+    straight into the output layout); their few undecided elements are collected and recomputed
+    exactly together, per tile shape, so a model pays the exact path's fixed costs once.
     1-D tensors of the same chunk are evaluated as one. `parts`, when given, accumulates the
     seconds of the float matmuls (`float`), the bound and comparison (`bound`) and the exact
     recomputation (`exact`), and the counts of recomputed (`undecided`) and all (`elements`)
@@ -74,57 +76,91 @@ def fast_decode_sign_many(
     view of it): the apply's aggregates are dead after it, and memory already touched costs no
     page faults, which a model's worth of fresh outputs does.
     """
-    clock = _Clock(parts)
-    scratch = _Scratch()
+    clock = Clock(parts)
+    scratch = Scratch()
     outs: list[torch.Tensor | None] = [None] * len(encoded)
-    pending: dict[tuple[int, int, torch.device], list[_Pending]] = {}
+    pending: dict[tuple[int, int, torch.device], list[Pending]] = {}
     rows: dict[tuple[int, torch.device, torch.dtype], list[int]] = {}
+    tiles: dict[tuple[int, int, torch.device], list[int]] = {}
     for n, x in enumerate(encoded):
         if x.device.type not in ("cpu", "cuda") or x.dtype == torch.float64:
             outs[n] = decode_sign_exact(x)
         elif x.ndim == 2:
             rows.setdefault((x.shape[-1], x.device, x.dtype), []).append(n)
         else:
-            out, todo = _tiles_fast(x, clock, overwrite, scratch)
+            tiles.setdefault((x.shape[-2], x.shape[-1], x.device), []).append(n)
+    for key, members in tiles.items():
+        shape = [encoded[n] for n in members]
+        for n, out, todo in _tiles_of_a_shape(shape, members, clock, overwrite, scratch):
             outs[n] = out
             if todo is not None:
-                pending.setdefault((x.shape[-2], x.shape[-1], x.device), []).append(todo)
+                pending.setdefault(key, []).append(todo)
     for members in rows.values():
         joined = _rows_fast(torch.cat([encoded[n] for n in members]), clock)
         sizes = [encoded[n].numel() for n in members]
         for n, out in zip(members, joined.split(sizes), strict=True):
             outs[n] = out
     for (h, w, _), todos in pending.items():
-        _fill_exact(todos, (h, w))
+        fill_exact(todos, (h, w))
     clock.lap("exact")
     return [out.to(dtype=x.dtype) for out, x in zip(outs, encoded, strict=True)]  # type: ignore[union-attr]
 
 
-@dataclasses.dataclass
-class _Pending:
-    """A tensor's undecided elements: the non-zero coefficients of the `count` distinct tiles
-    holding them (float32, as the exact path reads them, and their flat positions in those tiles
-    stacked, ascending), each element's tile among those, its row and column in the tile, and
-    where its sign goes in the tensor's flat output."""
+def _tiles_of_a_shape(
+    encoded: list[torch.Tensor],
+    members: list[int],
+    clock: Clock,
+    overwrite: bool,
+    scratch: Scratch,
+) -> list[tuple[int, torch.Tensor, Pending | None]]:
+    """Tensors of one tile shape: those with sparse coefficients on the CPU together
+    (`sign_group.tiles_group`), the others (and all of them where some tile's `‖X‖₁` is not
+    finite) one by one. Results as (member, signs, undecided elements)."""
+    found: list[tuple[int, torch.Tensor, Pending | None]] = []
+    group: list[tuple[int, torch.Tensor, torch.Tensor, tuple[np.ndarray, torch.Tensor]]] = []
+    for n, enc in zip(members, encoded, strict=True):
+        x = enc.to(torch.float32)  # as the exact path widens it: its grids are computed from this
+        sparse = _sparse(x, scratch)
+        if sparse is None:
+            found.append((n, *_tiles_fast(enc, clock, overwrite, scratch, dense=True)))
+        else:
+            group.append((n, enc, x, sparse))
+    if not group:
+        return found
+    group.sort(key=lambda member: member[2].shape[-3])  # runs of one `bmm` shape (tile columns)
+    *_, h, w = encoded[0].shape
+    dtype, _, _ = precision(encoded[0].device)
+    coefficients = l1_bound_coefficients(h, w, dtype)
+    done = tiles_group(
+        [g[1] for g in group],
+        [g[2] for g in group],
+        [g[3] for g in group],
+        coefficients,
+        _FINITE_L1[dtype],
+        dtype,
+        clock,
+        overwrite,
+        scratch,
+    )
+    if done is None:
+        for n, enc, _, _ in group:
+            found.append((n, *_tiles_fast(enc, clock, overwrite, scratch)))
+        return found
+    outs, todo = done
+    found.extend((g[0], out, None) for g, out in zip(group, outs, strict=True))
+    if todo is not None:  # the group's one record of undecided elements, under any member
+        found.append((group[0][0], outs[0], todo))
+    return found
 
-    out: torch.Tensor
-    values: torch.Tensor
-    flat: torch.Tensor
-    count: int
-    tile: torch.Tensor
-    row: torch.Tensor
-    col: torch.Tensor
-    where: torch.Tensor
 
-
-def _rows_fast(encoded: torch.Tensor, clock: _Clock) -> torch.Tensor:
+def _rows_fast(encoded: torch.Tensor, clock: Clock) -> torch.Tensor:
     """The 1-D case: chunks of `c` as rows, one bound per row (2-norm form)."""
     dtype, u, tiny = precision(encoded.device)
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
     fast = x.to(dtype)
     c = x.shape[-1]
     k, a = row_bound_constant(c, u, tiny)
-    approx = fast @ _grid_basis(c, dtype, normalise_device(x.device)).T
+    approx = fast @ grid_basis(c, dtype, normalise_device(x.device)).T
     clock.lap("float")
     bound, zero = slice_bound(fast, (-1,), k, a, u, tiny)
     undecided = ~(approx.abs() > bound)  # not `<=`: NaN and ∞ (overflow) are undecided too
@@ -143,8 +179,8 @@ def _rows_fast(encoded: torch.Tensor, clock: _Clock) -> torch.Tensor:
 
 
 def _tiles_fast(
-    encoded: torch.Tensor, clock: _Clock, overwrite: bool, scratch: _Scratch
-) -> tuple[torch.Tensor, _Pending | None]:
+    encoded: torch.Tensor, clock: Clock, overwrite: bool, scratch: Scratch, dense: bool = False
+) -> tuple[torch.Tensor, Pending | None]:
     """Signs of a tiled tensor in `decode`'s layout, and its undecided elements (None if none).
 
     The first axis is evaluated into the output layout (from the non-zeros on the CPU when they
@@ -152,14 +188,15 @@ def _tiles_fast(
     where the signs go (over the aggregate itself with `overwrite`) and the sign is taken in
     place. `|Z̃| ≤ bound` and the scan for the undecided elements run in NumPy on the CPU
     (torch's broadcast comparison and `nonzero` are slower there). A tensor whose `‖X‖₁` is not
-    finite (∞ or NaN coefficients, or a sum that overflows) takes the exact path whole.
+    finite (∞ or NaN coefficients, or a sum that overflows) takes the exact path whole. `dense`:
+    the caller found the coefficients too many for the sparse evaluation already.
     """
     dtype, _, _ = precision(encoded.device)
     x = encoded.to(torch.float32)  # as the exact path widens it: its grids are computed from this
     *lead, ny, nx, h, w = x.shape
     rows = math.prod(lead) * ny  # tile rows of the output: (lead…, ty)
     dev = normalise_device(x.device)
-    first, l1, spread, sparse = _first_axis(x, rows, dtype, dev, scratch)
+    first, l1, spread, sparse = _first_axis(x, rows, dtype, dev, scratch, dense)
     low, high = (float(v) for v in torch.aminmax(l1))
     if not high < _FINITE_L1[dtype]:  # also NaN
         clock.lap("float")
@@ -168,16 +205,14 @@ def _tiles_fast(
     c1, c0 = l1_bound_coefficients(h, w, dtype)
     bound = l1.mul_(c1).add_(c0)
     if zero is not None:
-        _exclude_zero_tiles(bound, x.reshape(-1, h, w), zero)
+        exclude_zero_tiles(bound, x.reshape(-1, h, w), zero)
     if overwrite and x is encoded and dtype == x.dtype and x.is_contiguous():
         out = x.view(*lead, ny * h, nx * w)  # read no more: `spread` or `sparse` holds them
     else:
         out = torch.empty(*lead, ny * h, nx * w, dtype=dtype, device=x.device)
     approx = out.view(rows, h, nx * w)
     # `bmm` on the basis expanded with stride 0: `matmul` would copy it once per tile row.
-    torch.bmm(
-        _grid_basis(h, dtype, dev).expand(rows, h, h), first.view(rows, h, nx * w), out=approx
-    )
+    torch.bmm(grid_basis(h, dtype, dev).expand(rows, h, h), first.view(rows, h, nx * w), out=approx)
     clock.lap("float")
     # |Q̂| ≤ 1 keeps every partial sum below (1+γ)²·‖X‖₁ < 2^101: no ∞ or NaN reaches `<=`.
     flat = _undecided(approx.view(rows, h, nx, w), bound.view(rows, 1, nx, 1), scratch)
@@ -192,7 +227,12 @@ def _tiles_fast(
 
 
 def _first_axis(
-    x: torch.Tensor, rows: int, dtype: torch.dtype, dev: torch.device, scratch: _Scratch
+    x: torch.Tensor,
+    rows: int,
+    dtype: torch.dtype,
+    dev: torch.device,
+    scratch: Scratch,
+    dense: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple[np.ndarray, torch.Tensor] | None]:
     """The first axis of every tile, evaluated into the output layout's rows, with `‖X‖₁` per
     tile; and where the coefficients stay for the exact recomputation: `spread` (the tiles' rows
@@ -200,7 +240,7 @@ def _first_axis(
     *_, nx, h, w = x.shape
     size = x.numel()
     first = scratch.get("first", size, dtype, x.device).view(-1, w)
-    sparse = _sparse(x, scratch)
+    sparse = None if dense else _sparse(x, scratch)
     if sparse is not None:
         # Few non-zeros (the apply's means): the first axis as a sum of their scaled basis
         # columns, added into the output-layout rows. The sum of a row's terms in whatever order
@@ -211,30 +251,25 @@ def _first_axis(
         line = torch.from_numpy((t // nx * h + a) * nx + t % nx)
         wide = values.to(dtype)
         first.zero_().index_add_(
-            0, line, wide[:, None] * _grid_basis(w, dtype, dev).T[torch.from_numpy(nz % w)]
+            0,
+            line,
+            grid_columns(w, dtype, dev)
+            .index_select(0, torch.from_numpy(nz % w))
+            .mul_(wide[:, None]),
         )
         l1 = wide.new_zeros(rows * nx).index_add_(0, torch.from_numpy(t), wide.abs())
         return first, l1, None, sparse
     # (rows, h, nx, w): the output layout, tile by tile, still holding the coefficients.
     spread = scratch.get("spread", size, dtype, x.device).view(rows, h, nx, w)
     spread.copy_(x.reshape(rows, nx, h, w).transpose(1, 2))
-    torch.mm(spread.view(-1, w), _grid_basis(w, dtype, dev).T, out=first)  # all tile rows
+    torch.mm(spread.view(-1, w), grid_basis(w, dtype, dev).T, out=first)  # all tile rows
     magnitude = scratch.get("abs", size, torch.float32, x.device).view(rows * nx, h * w)
     l1 = torch.abs(x.reshape(rows * nx, h * w), out=magnitude).sum(dim=1, dtype=dtype)
     return first, l1, spread, None
 
 
-def _exclude_zero_tiles(bound: torch.Tensor, tiles: torch.Tensor, candidates: torch.Tensor) -> None:
-    """Set the bound of all-zero tiles to −1: their float value is ±0 and their exact value 0, so
-    `sign` (+0 for ±0) is already right. `candidates` (float `‖X‖₁ = 0`) are checked on their
-    bits, as flush-to-zero may read a subnormal as 0."""
-    bits = tiles.index_select(0, candidates).view(torch.int32) & 0x7FFFFFFF
-    zero = candidates[(bits == 0).flatten(1).all(dim=1)]
-    bound.view(-1)[zero] = -1.0
-
-
 def _undecided(
-    approx: torch.Tensor, bound: torch.Tensor, scratch: _Scratch
+    approx: torch.Tensor, bound: torch.Tensor, scratch: Scratch
 ) -> np.ndarray | torch.Tensor:
     """Flat indices of `approx`'s elements with `|approx| ≤ bound` (`bound` broadcast): a NumPy
     array on the CPU (its comparison and scan are faster there), a tensor elsewhere."""
@@ -253,7 +288,7 @@ def _undecided(
     return (approx.abs() <= bound).reshape(-1).nonzero().squeeze(1)
 
 
-def _sparse(x: torch.Tensor, scratch: _Scratch) -> tuple[np.ndarray, torch.Tensor] | None:
+def _sparse(x: torch.Tensor, scratch: Scratch) -> tuple[np.ndarray, torch.Tensor] | None:
     """`x`'s non-zero coefficients (NaN included) as flat indices and values, on the CPU where
     at most 1 in 16 is non-zero (then summing their terms costs less than the dense GEMM)."""
     if x.device.type != "cpu" or not x.is_contiguous():
@@ -272,7 +307,7 @@ def _pending(
     sparse: tuple[np.ndarray, torch.Tensor] | None,
     flat: np.ndarray | torch.Tensor,
     shape: tuple[int, int, int],
-) -> _Pending:
+) -> Pending:
     """The undecided elements at `flat` (output-layout positions) of a tensor whose coefficients
     `spread` holds in the output layout (each distinct tile gathered once, as its `h` rows), or
     `sparse` as its non-zeros (each distinct tile's, a range of them). The index arithmetic runs
@@ -289,21 +324,17 @@ def _pending(
     else:
         uniq, tile = torch.unique(r * nx + tx, return_inverse=True)
         rows = torch.arange(h, device=flat.device)
-    index = [torch.as_tensor(v, device=out.device) for v in (tile, i, j, flat)]
+    t, row, col = (torch.as_tensor(v, device=out.device) for v in (tile, i, j))
+    targets = [(out, torch.as_tensor(flat, device=out.device))]
     if sparse is not None:  # tile `t`'s non-zeros are nz[start[t]:end[t]] (nz is ascending)
-        nz, values = sparse
-        start, end = np.searchsorted(nz, uniq * (h * w)), np.searchsorted(nz, (uniq + 1) * (h * w))
-        size = end - start
-        owner = np.repeat(np.arange(len(uniq)), size)
-        pick = np.arange(len(owner)) - np.repeat(np.cumsum(size) - size, size) + start[owner]
-        where = torch.from_numpy(owner * (h * w) + nz[pick] % (h * w))
-        return _Pending(out, values[torch.from_numpy(pick)], where, len(uniq), *index)
+        values, where = tile_nonzeros(*sparse, uniq, h * w)
+        return Pending(values, where, len(uniq), t, row, col, targets)
     assert spread is not None
     lines = ((uniq // nx * h)[:, None] + rows) * nx + (uniq % nx)[:, None]
     lines = torch.as_tensor(lines.reshape(-1), device=out.device)
     tiles = spread.view(-1, w).index_select(0, lines).to(torch.float32)  # as read
     nonzero = _flat_nonzero(tiles != 0)
-    return _Pending(out, tiles.view(-1)[nonzero], nonzero, len(uniq), *index)
+    return Pending(tiles.view(-1)[nonzero], nonzero, len(uniq), t, row, col, targets)
 
 
 def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
@@ -312,97 +343,3 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     if mask.device.type == "cpu":
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.reshape(-1).nonzero().squeeze(1)
-
-
-@functools.lru_cache(maxsize=128)
-def _grid_basis(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """`Q̂ = Q·2^−e`, the grid basis, in `dtype` (exact: integers below 2^22 times a power of 2)."""
-    return int_basis(size, device).to(dtype) * 2.0 ** -basis_scale(size)
-
-
-class _Scratch:
-    """Buffers reused by the tensors of one call: fresh memory costs page faults on every use."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[str, torch.Tensor] = {}
-
-    def get(self, name: str, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """A flat tensor of `size` elements (contents undefined), `dtype`, on `device`."""
-        buf = self.buffers.get(name)
-        if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < size:
-            buf = torch.empty(size, dtype=dtype, device=device)
-            self.buffers[name] = buf
-        return buf[:size]
-
-
-class _Clock:
-    """Per-part seconds for benches; does nothing without a `parts` dict."""
-
-    def __init__(self, parts: dict[str, float] | None) -> None:
-        self.parts = parts
-        self.last = time.process_time()
-
-    def lap(self, name: str) -> None:
-        if self.parts is not None:
-            now = time.process_time()
-            self.parts[name] = self.parts.get(name, 0.0) + now - self.last
-            self.last = now
-
-    def count(self, undecided: torch.Tensor) -> None:
-        if self.parts is not None:
-            self.add(int(undecided.sum()), undecided.numel())
-
-    def add(self, undecided: int, elements: int) -> None:
-        if self.parts is not None:
-            self.parts["undecided"] = self.parts.get("undecided", 0) + undecided
-            self.parts["elements"] = self.parts.get("elements", 0) + elements
-
-
-def _fill_exact(todos: list[_Pending], shape: tuple[int, int]) -> None:
-    """Write the exact grid sign of every pending element of tensors sharing one tile shape.
-
-    Element `(i, j)` of a tile's exact sum needs column `j` of the tile after the first axis:
-    `h` exact dot products over the tile's rows (the same grids as `decode_sign_exact`: each row
-    scaled by the power of two of its peak and rounded), then that column's grid and its sum
-    along the first axis. The apply's tiles are sparse, so the rows are gridded from their
-    non-zero coefficients only, once per distinct tile, and each element sums its tile's
-    non-zeros; zeros contribute exact zeros to the exact path's sums.
-    """
-    h, w = shape
-    base = [0]
-    for todo in todos:
-        base.append(base[-1] + todo.count)
-    count = base[-1]
-    values = torch.cat([todo.values for todo in todos])
-    flat = torch.cat([todo.flat + b * h * w for todo, b in zip(todos, base, strict=False)])
-    tile = torch.cat([todo.tile + b for todo, b in zip(todos, base, strict=False)])
-    row = torch.cat([todo.row for todo in todos])
-    col = torch.cat([todo.col for todo in todos])
-    n = tile.numel()
-    device = values.device
-    dev = normalise_device(device)
-    line = flat // w  # tile · h + row: the exact path's first-axis rows (grouped by tile)
-    peak = values.new_zeros(count * h).scatter_reduce_(0, line, values.abs(), "amax")
-    _, peak_exp = torch.frexp(peak)  # as the exact path's grids: 0 for an all-zero row
-    shift = coefficient_bits(w) - peak_exp.to(torch.int64)
-    ints = (values * pow2(shift[line])).round_()
-    # Each element against every non-zero of its tile: `start`, `size` index the non-zeros.
-    size = torch.bincount(line // h, minlength=count)
-    start = size.cumsum(0) - size
-    per = size[tile]
-    elem = torch.repeat_interleave(torch.arange(n, device=device), per)
-    k = torch.arange(elem.numel(), device=device) - (per.cumsum(0) - per)[elem]
-    k += start[tile[elem]]
-    # Integer products ≤ 2^52 and integer partial sums ≤ 2^52: exact in any order.
-    products = ints[k] * int_basis(w, dev)[col[elem], flat[k] % w]
-    first = torch.zeros(n * h, dtype=torch.float64, device=device)
-    first.index_add_(0, elem * h + line[k] % h, products)
-    lines = (tile * h).unsqueeze(1) + torch.arange(h, device=device)
-    first.mul_(pow2(-shift[lines.view(-1)] - basis_scale(w)))
-    second, _ = exact_rows_times_basis(first.view(n, h), h)
-    exact = torch.sign(second.gather(1, row.unsqueeze(1)).squeeze(1)) + 0.0  # −0 → +0
-    begin = 0
-    for todo in todos:
-        m = todo.where.numel()
-        todo.out.view(-1)[todo.where] = exact[begin : begin + m].to(todo.out.dtype)
-        begin += m

@@ -1,0 +1,241 @@
+"""The fast path of `decode_sign` for a tile shape's sparse tensors on the CPU, evaluated together.
+
+`psyche.distro.sign_bound` evaluates a tensor in about 25 torch and NumPy calls of 5–20 µs each
+besides its two passes of arithmetic; on a small model's tensors those fixed costs were half the
+apply. Here every tensor of one tile shape whose coefficients are sparse (the apply's means) shares
+one first-axis evaluation from the concatenated non-zeros, one `‖X‖₁` and bound per tile, one
+per-tile comparison of the candidates and one gathering of the undecided elements' tiles; only
+the second-axis matmul and the dense scans stay per tensor, where each runs over its own
+(cache-resident) output. The float values, bounds and comparisons are those of the per-tensor
+path element for element, so the decided signs and the undecided set are the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from psyche.distro.sign_parts import (
+    Clock,
+    Pending,
+    Scratch,
+    exclude_zero_tiles,
+    grid_basis,
+    grid_columns,
+    tile_nonzeros,
+)
+
+__all__ = ["tiles_group"]
+
+
+def tiles_group(
+    encoded: Sequence[torch.Tensor],
+    xs: Sequence[torch.Tensor],
+    sparse: Sequence[tuple[np.ndarray, torch.Tensor]],
+    coefficients: tuple[float, float],
+    finite: float,
+    dtype: torch.dtype,
+    clock: Clock,
+    overwrite: bool,
+    scratch: Scratch,
+) -> tuple[list[torch.Tensor], Pending | None] | None:
+    """Signs of tensors `encoded` of one tile shape (`xs`: them widened to float32, contiguous;
+    `sparse`: their non-zeros as flat indices and values), in `decode`'s layout, and their
+    undecided elements (None if none); None without output when some tile's `‖X‖₁` is not below
+    `finite`, for the per-tensor path to take each tensor (whole ones go exact). `coefficients`
+    are `(c₁, c₀)` of the bound `c₁·‖X‖₁ + c₀` in `dtype`, the evaluation's type."""
+    h, w = xs[0].shape[-2:]
+    offsets = np.cumsum([0] + [x.numel() for x in xs])
+    nxs = np.array([x.shape[-3] for x in xs])
+    nz = np.concatenate([n + off for (n, _), off in zip(sparse, offsets, strict=False)])
+    owner = np.repeat(np.arange(len(xs)), [len(n) for n, _ in sparse])
+    values = torch.cat([v for _, v in sparse])  # float32, as the exact path reads them
+    wide = values.to(dtype)
+    line, terms, l1 = _first_axis(nz, wide, owner, offsets, nxs, (h, w))
+    low, high = (float(v) for v in torch.aminmax(l1))
+    if not high < finite:  # also NaN
+        return None
+    bound = l1.mul_(coefficients[0]).add_(coefficients[1])
+    if low == 0:
+        _exclude_zero_tiles(bound, xs, offsets // (h * w), (l1 == 0).nonzero().squeeze(1))
+    clock.lap("float")
+    b = bound.numpy()
+    ends = np.cumsum([0] + [len(n) for n, _ in sparse])
+    group = _Group(offsets, ends, line, terms, (h, w), b.max(initial=-1.0))
+    outs: list[torch.Tensor] = []
+    candidates: list[np.ndarray] = []
+    magnitudes: list[np.ndarray] = []
+    for k0, k1 in _batches(offsets, nxs):
+        targets = [
+            x.view(-1) if overwrite and x is enc and dtype == x.dtype else None
+            for enc, x in zip(encoded[k0:k1], xs[k0:k1], strict=True)
+        ]
+        found, magnitude = _second_axis(group, (k0, k1), int(nxs[k0]), targets, scratch, outs)
+        candidates.append(found)
+        magnitudes.append(magnitude)
+    for n, x in enumerate(xs):
+        *lead, ny, nx, _, _ = x.shape
+        outs[n] = outs[n].view(*lead, ny * h, nx * w)
+    clock.lap("bound")
+    # The candidates against their own tile's bound, all tensors at once.
+    found = np.concatenate(candidates)
+    k, _, tile = _place(found, offsets, nxs, h, w)
+    flat = found[np.concatenate(magnitudes) <= b[offsets[k] // (h * w) + tile]]
+    clock.add(len(flat), int(offsets[-1]))
+    if not len(flat):
+        return outs, None
+    todo = _pending(outs, flat, nz, values, offsets, nxs, (h, w))
+    clock.lap("exact")
+    return outs, todo
+
+
+@dataclasses.dataclass
+class _Group:
+    """A tile shape's tensors concatenated: their offsets, the ranges of their non-zeros, each
+    non-zero's output-layout row (of `w`) in the concatenation and its first-axis terms."""
+
+    offsets: np.ndarray
+    ends: np.ndarray
+    line: np.ndarray
+    terms: torch.Tensor
+    shape: tuple[int, int]
+    peak: np.floating  # the largest bound: a scalar comparison finds the candidates
+
+
+_BATCH = 1 << 18
+"""Elements per batch of tensors: several small tensors share one call of each step, while the
+first axis and `Z̃` stay in the cache between the steps (a whole group's did not, and cost more
+in misses than the calls it saved)."""
+
+
+def _batches(offsets: np.ndarray, nxs: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of consecutive tensors with the same tile columns (one `bmm` shape) and at most
+    `_BATCH` elements together (or one larger tensor)."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for k in range(1, len(nxs) + 1):
+        if k == len(nxs) or nxs[k] != nxs[start] or offsets[k + 1] - offsets[start] > _BATCH:
+            runs.append((start, k))
+            start = k
+    return runs
+
+
+def _second_axis(
+    group: _Group,
+    batch: tuple[int, int],
+    nx: int,
+    targets: list[torch.Tensor | None],
+    scratch: Scratch,
+    outs: list[torch.Tensor],
+) -> tuple[np.ndarray, np.ndarray]:
+    """`Z̃` of tensors `batch` (their first axis, then one `bmm`), its signs appended to `outs`
+    (flat; written over `targets`' storage where given), and the candidates for the undecided
+    elements: positions (in the concatenation) with `|Z̃|` at most the largest bound, and `|Z̃|`
+    there."""
+    (h, w), (k0, k1) = group.shape, batch
+    start, stop = int(group.offsets[k0]), int(group.offsets[k1])
+    dtype = group.terms.dtype
+    first = scratch.get("first", stop - start, dtype, group.terms.device).view(-1, w).zero_()
+    part = slice(int(group.ends[k0]), int(group.ends[k1]))
+    first.index_add_(0, torch.from_numpy(group.line[part] - start // w), group.terms[part])
+    rows = (stop - start) // (h * nx * w)
+    magnitude = scratch.get("abs_z", stop - start, dtype, first.device)
+    several = k1 - k0 > 1
+    if several:  # `Z̃` in the buffer of `|Z̃|`, signed into each tensor's output before `abs`
+        approx = magnitude
+    elif targets[0] is None:
+        approx = torch.empty(stop - start, dtype=dtype, device=first.device)
+    else:
+        approx = targets[0]
+    # `bmm` on the basis expanded with stride 0: `matmul` would copy it once per tile row.
+    basis = grid_basis(h, dtype, first.device).expand(rows, h, h)
+    torch.bmm(basis, first.view(rows, h, nx * w), out=approx.view(rows, h, nx * w))
+    if several:
+        for k, target in zip(range(k0, k1), targets, strict=True):
+            piece = approx[int(group.offsets[k]) - start : int(group.offsets[k + 1]) - start]
+            outs.append(piece.sign() if target is None else torch.sign(piece, out=target))
+    a = np.abs(approx.numpy(), out=magnitude.numpy())
+    mask = scratch.get("mask", stop - start, torch.bool, first.device).numpy()
+    found = np.flatnonzero(np.less_equal(a, group.peak, out=mask))
+    if not several:
+        outs.append(approx.sign_())
+    return found + start, a[found]
+
+
+def _first_axis(
+    nz: np.ndarray,
+    wide: torch.Tensor,
+    owner: np.ndarray,
+    offsets: np.ndarray,
+    nxs: np.ndarray,
+    shape: tuple[int, int],
+) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    """The first axis of every tile as terms to add into output-layout rows: from the non-zeros
+    (`nz`, flat in the tensors concatenated; `wide`, their values in the evaluation's type;
+    `owner`, their tensor), each non-zero's row in the tensors' output layouts concatenated and
+    its scaled
+    basis column; and the float sum of `|x|` per tile. Added in order, each row's sum is the
+    per-tensor path's: a float dot product over the row's non-zeros (zeros add exact zeros)."""
+    h, w = shape
+    local = nz - offsets[owner]
+    nx = nxs[owner]
+    t, a = local // (h * w), (local // w) % h
+    line = offsets[owner] // w + (t // nx * h + a) * nx + t % nx
+    terms = grid_columns(w, wide.dtype, wide.device).index_select(0, torch.from_numpy(nz % w))
+    terms.mul_(wide[:, None])
+    l1 = wide.new_zeros(int(offsets[-1]) // (h * w))
+    return line, terms, l1.index_add_(0, torch.from_numpy(nz // (h * w)), wide.abs())
+
+
+def _exclude_zero_tiles(
+    bound: torch.Tensor, xs: Sequence[torch.Tensor], tiles: np.ndarray, candidates: torch.Tensor
+) -> None:
+    """`exclude_zero_tiles` for the tensors' tiles numbered together (tensor `k`'s from
+    `tiles[k]`), before any output overwrites its tensor."""
+    cut = np.searchsorted(candidates.numpy(), tiles)
+    for k, x in enumerate(xs):
+        if cut[k] < cut[k + 1]:
+            local = candidates[cut[k] : cut[k + 1]] - int(tiles[k])
+            part = bound[int(tiles[k]) : int(tiles[k + 1])]
+            exclude_zero_tiles(part, x.reshape(-1, *x.shape[-2:]), local)
+
+
+def _place(
+    flat: np.ndarray, offsets: np.ndarray, nxs: np.ndarray, h: int, w: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Output-layout positions in the tensors concatenated → (tensor, position in it, tile row
+    `r`·nx + tile column: the tile's number within its tensor)."""
+    k = np.searchsorted(offsets, flat, side="right") - 1
+    local = flat - offsets[k]
+    nx = nxs[k]
+    return k, local, local // (h * nx * w) * nx + (local // w) % nx
+
+
+def _pending(
+    outs: list[torch.Tensor],
+    flat: np.ndarray,
+    nz: np.ndarray,
+    values: torch.Tensor,
+    offsets: np.ndarray,
+    nxs: np.ndarray,
+    shape: tuple[int, int],
+) -> Pending:
+    """The undecided elements at `flat` (ascending output-layout positions in the tensors
+    concatenated), with each distinct tile's non-zeros gathered once from `nz` and `values`."""
+    h, w = shape
+    k, local, number = _place(flat, offsets, nxs, h, w)
+    nx = nxs[k]
+    j, i = local % w, (local // (nx * w)) % h
+    uniq, inverse = np.unique(offsets[k] // (h * w) + number, return_inverse=True)
+    picked, where = tile_nonzeros(nz, values, uniq, h * w)
+    cut = np.searchsorted(flat, offsets)
+    targets = [
+        (out, torch.from_numpy(local[cut[n] : cut[n + 1]]))
+        for n, out in enumerate(outs)
+        if cut[n] < cut[n + 1]
+    ]
+    tile, row, col = (torch.from_numpy(v) for v in (inverse.reshape(-1), i, j))
+    return Pending(picked, where, len(uniq), tile, row, col, targets)

@@ -1,0 +1,76 @@
+"""The fast sign's evaluation of a tile shape's sparse tensors together (`sign_group`) gives the
+exact path's bits: mixed tile columns (several `bmm` shapes and runs), lead dimensions, all-zero
+tiles, a non-finite tensor in the group (the group falls back to tensor by tensor), dense tensors
+beside sparse ones, bf16 inputs, outputs written over the inputs or fresh, float64 evaluation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from psyche.distro import sign_bound, sign_group
+from psyche.distro.dct import decode_sign_exact
+
+from .test_apply_determinism import random_encoded
+from .test_fast_apply import same_bits
+
+SHAPES = [(2, 3, 8, 16), (3, 1, 8, 16), (2, 2, 2, 8, 16), (1, 5, 8, 16), (4, 3, 8, 16)]
+
+
+def _inputs(seed: int) -> list[torch.Tensor]:
+    xs = [random_encoded(s, seed=seed + n, density=0.03) for n, s in enumerate(SHAPES)]
+    xs[1][0] = 0.0  # a row of all-zero tiles
+    xs[3][0, 2, 3, 4] = 2.0**-140  # a lone subnormal: the tile's ‖X‖₁ may read as 0
+    xs.append(random_encoded((2, 2, 8, 16), seed=seed + 9, density=0.5))  # dense: one by one
+    xs.append(random_encoded((1, 2, 8, 16), seed=seed + 10, density=0.03).bfloat16())
+    return xs
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("batch", [1, 300, 1 << 18])
+def test_a_group_gives_the_exact_bits(
+    monkeypatch: pytest.MonkeyPatch, overwrite: bool, batch: int
+) -> None:
+    monkeypatch.setattr(sign_group, "_BATCH", batch)
+    calls = []
+    group = sign_bound.tiles_group
+    monkeypatch.setattr(sign_bound, "tiles_group", lambda *a: calls.append(len(a[0])) or group(*a))
+    xs = _inputs(seed=batch)
+    expected = [decode_sign_exact(x) for x in xs]
+    parts: dict[str, float] = {}
+    inputs = [x.clone() for x in xs] if overwrite else xs
+    outs = sign_bound.fast_decode_sign_many(inputs, parts, overwrite=overwrite)
+    assert calls == [6]  # the sparse ones, bf16 included; the dense one alone
+    assert parts["elements"] == sum(x.numel() for x in xs)
+    assert all(same_bits(out, want) for out, want in zip(outs, expected, strict=True))
+
+
+def test_every_element_undecided_in_a_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bound that decides nothing: every element of the group's live tiles is recomputed."""
+    monkeypatch.setattr(sign_bound, "l1_bound_coefficients", lambda h, w, dtype: (2.0**20, 1.0))
+    xs = _inputs(seed=3)[:5]
+    outs = sign_bound.fast_decode_sign_many([x.clone() for x in xs], overwrite=True)
+    assert all(same_bits(o, decode_sign_exact(x)) for o, x in zip(outs, xs, strict=True))
+
+
+def test_a_non_finite_tensor_sends_its_group_tensor_by_tensor() -> None:
+    xs = _inputs(seed=5)
+    xs[2][1, 0, 1, 2, 3] = float("inf")
+    xs[4][0, 0, 0, 0] = float("nan")
+    outs = sign_bound.fast_decode_sign_many(xs)
+    for out, x in zip(outs, xs, strict=True):
+        assert torch.equal(out.isnan(), decode_sign_exact(x).isnan())
+        assert torch.equal(out.nan_to_num(), decode_sign_exact(x).nan_to_num())
+
+
+def test_float64_evaluation_in_a_group() -> None:
+    """Reduced-precision float32 matmuls: the group evaluates in float64 (nothing overwritten)."""
+    xs = _inputs(seed=7)
+    kept = [x.clone() for x in xs]
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        outs = sign_bound.fast_decode_sign_many(xs, overwrite=True)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert all(same_bits(o, decode_sign_exact(x)) for o, x in zip(outs, kept, strict=True))

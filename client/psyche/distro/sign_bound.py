@@ -50,6 +50,11 @@ __all__ = ["fast_decode_sign", "fast_decode_sign_many"]
 _FINITE_L1 = {torch.float32: 2.0**100, torch.float64: 2.0**1000}
 """Above this float `‖X‖₁` a tile's partial sums might overflow: the tensor takes the exact path."""
 
+_ROWS_EXACT = 1 << 16
+"""1-D tensors of one chunk up to this many elements together take the exact path: one float64
+matmul costs less there than the float one with its bound and recomputation (0.07 against 0.10
+ms at 640 elements, 0.35 against 0.48 at 64k, one CPU thread)."""
+
 
 def fast_decode_sign(encoded: torch.Tensor, parts: dict[str, float] | None = None) -> torch.Tensor:
     """`decode_sign_exact(encoded)` bit for bit (−0 never occurs; both give +0)."""
@@ -96,7 +101,13 @@ def fast_decode_sign_many(
             if todo is not None:
                 pending.setdefault(key, []).append(todo)
     for members in rows.values():
-        joined = _rows_fast(torch.cat([encoded[n] for n in members]), clock)
+        joined = torch.cat([encoded[n] for n in members])
+        if joined.device.type == "cpu" and joined.numel() <= _ROWS_EXACT:
+            joined = decode_sign_exact(joined)
+            clock.add(joined.numel(), joined.numel())  # all recomputed exactly
+            clock.lap("exact")
+        else:
+            joined = _rows_fast(joined, clock)
         sizes = [encoded[n].numel() for n in members]
         for n, out in zip(members, joined.split(sizes), strict=True):
             outs[n] = out

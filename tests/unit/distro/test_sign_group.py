@@ -74,3 +74,20 @@ def test_float64_evaluation_in_a_group() -> None:
     finally:
         torch.set_float32_matmul_precision(before)
     assert all(same_bits(o, decode_sign_exact(x)) for o, x in zip(outs, kept, strict=True))
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 16])
+def test_one_dimensional_tensors_by_either_path(
+    monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """1-D chunks up to `_ROWS_EXACT` elements go exact, above it the float path with its bound:
+    both give the exact bits (0 sends these through the float path)."""
+    monkeypatch.setattr(sign_bound, "_ROWS_EXACT", limit)
+    xs = [
+        random_encoded(s, seed=n, density=d)
+        for n, s in enumerate([(40, 64), (7, 3), (5, 1)])
+        for d in (0.05, 1.0)
+    ]
+    xs.append(torch.zeros(3, 64))
+    outs = sign_bound.fast_decode_sign_many(xs)
+    assert all(same_bits(o, decode_sign_exact(x)) for o, x in zip(outs, xs, strict=True))

@@ -47,8 +47,9 @@ decoded again from its bytes, which the round holds anyway. Making a sketch cost
 cost per call, not the hashing, dominates, so a DisTrO result is sketched in one pass
 (:func:`distro_sketch`: the fingerprint and the keys from one conversion of its tensors) with
 what depends only on the run's layout and salt made once (:func:`_plan`, :func:`_layout`):
-0.20–0.26 ms per result with its fingerprint, against 0.57–0.9 ms before (issue 38; the decode
-takes 2–5 ms); 0.05–0.3 s for 2·10⁶ keys.
+0.26–0.38 ms per result with its fingerprint in a warm loop, 0.5–0.7 ms within a run's rounds,
+against 0.57–0.92 and 1.0–1.2 ms before (issue 38, bench/README.md "Scale"; the decode takes 2–5
+ms); 0.05–0.3 s for 2·10⁶ keys.
 
 The hashes are keyed by ``SALT``, drawn at random once per process and never sent: a free rider
 who knew which coefficients decide the bins could change just those and escape with a copy.

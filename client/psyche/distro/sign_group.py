@@ -64,7 +64,7 @@ def tiles_group(
     clock.lap("float")
     b = bound.numpy()
     ends = np.cumsum([0] + [len(n) for n, _ in sparse])
-    group = _Group(offsets, ends, line, terms, (h, w), b.max(initial=-1.0))
+    group = _Group(offsets, ends, line, terms, (h, w), b.max(initial=-1.0), clock)
     outs: list[torch.Tensor] = []
     candidates: list[np.ndarray] = []
     magnitudes: list[np.ndarray] = []
@@ -74,6 +74,7 @@ def tiles_group(
             for enc, x in zip(encoded[k0:k1], xs[k0:k1], strict=True)
         ]
         found, magnitude = _second_axis(group, (k0, k1), int(nxs[k0]), targets, scratch, outs)
+        clock.lap("bound")
         candidates.append(found)
         magnitudes.append(magnitude)
     for n, x in enumerate(xs):
@@ -95,7 +96,8 @@ def tiles_group(
 @dataclasses.dataclass
 class _Group:
     """A tile shape's tensors concatenated: their offsets, the ranges of their non-zeros, each
-    non-zero's output-layout row (of `w`) in the concatenation and its first-axis terms."""
+    non-zero's output-layout row (of `w`) in the concatenation and its first-axis terms; the
+    largest bound; the parts' clock."""
 
     offsets: np.ndarray
     ends: np.ndarray
@@ -103,6 +105,7 @@ class _Group:
     terms: torch.Tensor
     shape: tuple[int, int]
     peak: np.floating  # the largest bound: a scalar comparison finds the candidates
+    clock: Clock
 
 
 _BATCH = 1 << 18
@@ -153,6 +156,7 @@ def _second_axis(
     # `bmm` on the basis expanded with stride 0: `matmul` would copy it once per tile row.
     basis = grid_basis(h, dtype, first.device).expand(rows, h, h)
     torch.bmm(basis, first.view(rows, h, nx * w), out=approx.view(rows, h, nx * w))
+    group.clock.lap("float")
     if several:
         for k, target in zip(range(k0, k1), targets, strict=True):
             piece = approx[int(group.offsets[k]) - start : int(group.offsets[k + 1]) - start]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -57,8 +58,14 @@ def keypair(root: Path, name: str) -> Keypair:
 
 @contextlib.contextmanager
 def local_svm(root: Path, logs: Path, wallets: list[Keypair]) -> Iterator[tuple[str, str]]:
-    """``psyche-local-svm run`` on free ports with ``wallets`` funded: (rpc, ws) URLs."""
+    """``psyche-local-svm run`` on free ports with ``wallets`` funded: (rpc, ws) URLs. With
+    ``PSYCHE_TEST_CHAIN=validator`` (scripts/test-validator.sh), a real solana-test-validator
+    instead, the wallets funded through its faucet."""
     logs.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("PSYCHE_TEST_CHAIN") == "validator":
+        with real_validator(root, logs, wallets) as urls:
+            yield urls
+        return
     ready = logs / "svm-ready.json"
     argv = [str(root / ".venv" / "bin" / "psyche-local-svm"), "run", "--rpc-port", "0",
             "--ready-file", str(ready)]  # fmt: skip
@@ -85,6 +92,19 @@ def local_svm(root: Path, logs: Path, wallets: list[Keypair]) -> Iterator[tuple[
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def real_validator(root: Path, logs: Path, wallets: list[Keypair]) -> Iterator[tuple[str, str]]:
+    from psyche.localsvm import deploy_programs
+    from psyche.testnet.solana_chain import request_airdrop
+    from psyche.testnet.validator import start_validator
+
+    programs = {str(k): v for k, v in deploy_programs(root / "target" / "deploy").items()}
+    with start_validator(logs / "validator", programs) as node:
+        for kp in wallets:
+            request_airdrop(node.url, str(kp.pubkey()), 10 * SOL)
+        yield node.url, node.ws_url
 
 
 def setup_cli(root: Path, rpc: str, wallet: str, *args: str) -> Any:

@@ -25,6 +25,7 @@ import pytest
 
 from psyche.events import TrainEvent, read_events
 
+from .chains import testnet_chain_flags
 from .conftest import ROOT
 
 SOLANA_CONFIG = ROOT / "config" / "tiny-solana"
@@ -93,6 +94,8 @@ def run_solana_testnet(cfg: Path, out: Path, summary: Path, *extra: str) -> tupl
         "420",
         *extra,
     ]
+    if "--rpc" not in extra:
+        cmd += testnet_chain_flags()
     started = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd

@@ -1,6 +1,8 @@
 """End to end: rewards that pay out, on the Solana local testnet.
 
-A local SVM (``LocalSvmThread``: the four SBF programs behind the RPC front) holds the chain;
+A local SVM (``LocalSvmThread``: the four SBF programs behind the RPC front), or with
+``PSYCHE_TEST_CHAIN=validator`` a real ``solana-test-validator`` (``tests/e2e/chains.py``), holds
+the chain;
 ``psyche-solana-local-testnet start --rpc … --treasurer`` creates the run *through the
 Treasurer* with a test SPL mint (the run creator's commands: ``create-test-mint``, ``create-run
 --treasurer-collateral-mint``, ``set-future-epoch-rates``, ``treasurer-top-up-rewards``) and 3
@@ -30,11 +32,11 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from psyche.localsvm import LocalSvmThread, deploy_programs
 from psyche.solana.programs.mining_pool import pool_pda, pool_redeemable_pda
 from psyche.solana.tokens import associated_token_address, decode_token_account
 from psyche.testnet.solana_chain import request_airdrop
 
+from .chains import Chain, solana_chain
 from .conftest import ROOT
 from .explorer_browser import explorer_pool_page, have_chromium
 from .test_solana_local_testnet import run_solana_testnet, solana_config
@@ -49,7 +51,7 @@ EARNING = 3_000
 LENDER_DEPOSITS = (1_000_003, 2_500_000, 333_337)
 
 
-def cli(svm: LocalSvmThread, wallet: Path | None, *args: str, ok: bool = True) -> Any:
+def cli(svm: Chain, wallet: Path | None, *args: str, ok: bool = True) -> Any:
     """``psyche-solana-client ARGS`` against the SVM, signed by ``wallet``; its JSON output (or,
     with ``ok=False``, the completed process, which must have failed)."""
     env = {k: v for k, v in os.environ.items() if k not in {"RAW_WALLET_PRIVATE_KEY"}}
@@ -71,7 +73,7 @@ def cli(svm: LocalSvmThread, wallet: Path | None, *args: str, ok: bool = True) -
     return json.loads(res.stdout) if res.stdout.strip().startswith(("{", "[")) else res.stdout
 
 
-def balance(svm: LocalSvmThread, owner: Pubkey, mint: Pubkey) -> int:
+def balance(svm: Chain, owner: Pubkey, mint: Pubkey) -> int:
     account = svm.get_account(associated_token_address(owner, mint))
     return 0 if account is None else decode_token_account(bytes(account.data)).amount
 
@@ -80,7 +82,7 @@ def keypair(path: Path) -> Keypair:
     return Keypair.from_bytes(bytes(json.loads(path.read_text())))
 
 
-def new_wallet(svm: LocalSvmThread, path: Path) -> Keypair:
+def new_wallet(svm: Chain, path: Path) -> Keypair:
     kp = Keypair()
     path.write_text(json.dumps(list(bytes(kp))))
     request_airdrop(svm.url, str(kp.pubkey()), 10 * 10**9)
@@ -103,7 +105,7 @@ def test_treasurer_pays_points_and_a_mining_pool_shares_them(
         tmp_path / "cfg", local_inputs, warmup_time=30, epoch_time=40, total_steps=200
     )
     out = tmp_path / "net"
-    with LocalSvmThread(deploy_programs(), rpc_port=0) as svm:
+    with solana_chain(tmp_path / "chain") as svm:
         rc, text = run_solana_testnet(
             cfg,
             out,

@@ -49,6 +49,14 @@ def solana_testnet() -> None:
 )
 @click.option("--ws-rpc", default=None, help="Its websocket URL (default: derived from --rpc).")
 @click.option(
+    "--validator",
+    type=click.Choice(["local-svm", "real"]),
+    default="local-svm",
+    show_default=True,
+    help="Without --rpc, the chain to start: the local SVM, or a real solana-test-validator "
+    "(built by scripts/validator.sh, or PSYCHE_VALIDATOR_BIN).",
+)
+@click.option(
     "--p2p-base-port",
     default=0,
     show_default=True,
@@ -143,8 +151,18 @@ def start(
         internet = InternetOptions(nats, uplink_mbps, downlink_mbps)
     elif nat_clients or uplink_mbps or downlink_mbps:
         raise click.UsageError("--nat-clients and the link rates need --emulate-internet")
+    if kw["validator"] == "real" and (kw["rpc"] or emulate_internet):
+        # The validator listens on loopback: the emulated internet's namespaces cannot reach it.
+        raise click.UsageError(
+            "--validator real starts its own chain on loopback: "
+            "not with --rpc or --emulate-internet"
+        )
     options = SolanaTestnetOptions(**net_options(kw), internet=internet, **kw)
     try:
+        if options.validator == "real":
+            from psyche.testnet.validator import find_validator
+
+            find_validator()  # before any input is made: the build takes hours
         net = make_solana_testnet(options, lambda m: console.print(m))
     except (ConfigError, ValueError, RuntimeError) as e:
         console.print(f"[red]cannot start[/]: {e}")

@@ -132,6 +132,9 @@ class SolanaTestnet(LocalTestnet):
         if o.rpc:
             self.use_chain(o.rpc, o.ws_rpc)
             return
+        if o.validator == "real":
+            self.start_real_validator()
+            return
         ready = self.out / "svm-ready.json"
         ready.unlink(missing_ok=True)
         funded = self.funded_wallets()
@@ -158,6 +161,23 @@ class SolanaTestnet(LocalTestnet):
         urls = json.loads(ready.read_text())
         self.rpc_url, self.ws_url = urls["rpc"], urls["ws"]
         self.log_line(f"local SVM at {self.rpc_url} (websocket {self.ws_url})")
+
+    def start_real_validator(self) -> None:
+        """agave's ``solana-test-validator`` with the four programs, as its own process."""
+        from psyche.testnet.validator import (
+            ValidatorPorts,
+            find_validator,
+            validator_command,
+            wait_until_ready,
+        )
+
+        ids = program_ids()
+        programs = {ids[n]: ROOT / "target" / "deploy" / f"{n}.so" for n in PROGRAMS}
+        ports = ValidatorPorts.pick()
+        argv = validator_command(find_validator(), self.out / "ledger", ports, programs)
+        self.svm = self.spawn("validator", argv)
+        wait_until_ready(ports.rpc_url, list(programs), self.svm.popen)
+        self.use_chain(ports.rpc_url, ports.ws_url)
 
     # --- the run creator ----------------------------------------------------------------------
 
@@ -375,7 +395,7 @@ class SolanaTestnet(LocalTestnet):
 
     def check_coordinator_side(self) -> None:
         if self.svm is not None and self.svm.popen.poll() is not None:
-            raise self.svm.failed("the local SVM exited unexpectedly")
+            raise self.svm.failed(f"the chain ({self.svm.label}) exited unexpectedly")
         if self.follower is not None and not self.follower.alive:
             raise RuntimeError(f"the chain follower stopped: {self.follower.error}")
 

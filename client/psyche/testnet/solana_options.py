@@ -29,6 +29,9 @@ class SolanaTestnetOptions(NetOptions):
     ``requestAirdrop``."""
     ws_rpc: str | None = None
     """Its websocket URL; default: derived from ``rpc`` as the Solana tools do."""
+    validator: str = "local-svm"
+    """The chain started here when ``rpc`` is not given: ``local-svm`` (``psyche-local-svm``) or
+    ``real`` (agave's ``solana-test-validator``, :mod:`psyche.testnet.validator`)."""
     run_id: str | None = None
     """Default: the config's run_id."""
     bootstrap_peers: bool = False

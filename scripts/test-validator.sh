@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The Solana tests against a real validator (issue 41): agave's solana-test-validator, built once
+# by scripts/validator.sh (hours the first time on 2 cores, then cached under
+# ~/.cache/psyche/validator), with the four SBF programs loaded at their ids. Not part of
+# scripts/test.sh / .ci/run: the cold build alone is longer than CI's budget.
+#
+# What runs, each on its own validator (PSYCHE_TEST_CHAIN=validator picks it; the same tests run
+# on the local SVM in the default suite):
+#   tests/validator/test_rpc_differential.py     every RPC method and subscription the project
+#                                                calls, local SVM vs validator, field by field
+#   tests/validator/test_testnet_on_validator.py psyche-solana-local-testnet --validator real:
+#                                                3 clients, one killed and rejoining, 2 epochs
+#   tests/e2e/test_solana_rewards.py             a Treasurer run, claims, a Mining Pool, the
+#                                                explorer's pool page in Chromium
+#   tests/e2e/test_solana_local_testnet.py       the SparseLoCo Solana run
+#   tests/docs/test_solana_documented.py         the run creator's and the lenders' documented
+#                                                commands verbatim (not the README rewards scene:
+#                                                it moves the local SVM's clock ahead)
+# usage: scripts/test-validator.sh [pytest args]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+t0=$SECONDS
+bash scripts/setup.sh
+bash scripts/system-deps.sh
+bin="$(bash scripts/validator.sh)"
+echo "== validator: $bin ($("$bin" --version 2>/dev/null || echo '?'))"
+bash scripts/build-sbf.sh
+export PATH="$root/.venv/bin:$PATH" PSYCHE_TEST_CHAIN=validator PSYCHE_VALIDATOR_BIN="$bin"
+set +e
+pytest tests/validator tests/e2e/test_solana_rewards.py tests/e2e/test_solana_local_testnet.py \
+  tests/docs/test_solana_documented.py -k "not test_rewards_in_the_readme" "$@"
+rc=$?
+set -e
+echo "== scripts/test-validator.sh: rc $rc in $((SECONDS - t0)) s"
+exit $rc

@@ -147,6 +147,15 @@ def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., A
         click.option("--authorizer-program-id", envvar="PSYCHE_AUTHORIZER_PROGRAM_ID"),
         click.option("--treasurer-program-id", envvar="PSYCHE_TREASURER_PROGRAM_ID"),
         click.option("--mining-pool-program-id", envvar="PSYCHE_MINING_POOL_PROGRAM_ID"),
+        click.option(
+            "--compute-unit-price",
+            envvar="COMPUTE_UNIT_PRICE",
+            type=click.IntRange(0, 10**9),
+            default=0,
+            show_default=True,
+            help="Priority fee of every transaction, micro-lamports per compute unit (busy "
+            "clusters schedule those that pay first).",
+        ),
     ]
 
     @functools.wraps(fn)
@@ -174,6 +183,7 @@ def _common(fn: Callable[..., Any], *, wallet_required: bool) -> Callable[..., A
             authorizer_program_id=to_pubkey(kw.pop("authorizer_program_id")),
             treasurer_program_id=to_pubkey(kw.pop("treasurer_program_id")),
             mining_pool_program_id=to_pubkey(kw.pop("mining_pool_program_id")),
+            compute_unit_price=kw.pop("compute_unit_price"),
         )
         if idl_dir:
             session.idl_dir = Path(idl_dir)

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from solders.compute_budget import set_compute_unit_limit
+from solders.compute_budget import set_compute_unit_limit, set_compute_unit_price
 from solders.instruction import Instruction
 from solders.pubkey import Pubkey
 
@@ -48,11 +48,20 @@ def load_limits(path: Path = LIMITS_FILE) -> Mapping[str, int]:
 
 
 class ComputeBudget:
-    """Prepends the compute-unit limit a list of instructions needs."""
+    """Prepends the compute-unit limit a list of instructions needs, and the compute-unit price
+    (the priority fee, in micro-lamports per unit) when one is set: on a busy cluster a
+    transaction without one waits behind those that pay."""
 
     def __init__(
-        self, programs: Iterable[ProgramClient], limits: Mapping[str, int] | None = None
+        self,
+        programs: Iterable[ProgramClient],
+        limits: Mapping[str, int] | None = None,
+        *,
+        price: int = 0,
     ) -> None:
+        if price < 0:
+            raise ValueError("the compute-unit price is a number of micro-lamports, >= 0")
+        self.price = price
         table = load_limits() if limits is None else limits
         self._by_program: dict[Pubkey, list[tuple[bytes, int]]] = {}
         for p in programs:
@@ -79,7 +88,11 @@ class ComputeBudget:
         return OTHER_INSTRUCTION_UNITS
 
     def __call__(self, ixs: Sequence[Instruction]) -> list[Instruction]:
-        """``ixs`` with a ``SetComputeUnitLimit`` first (unless they already carry one)."""
+        """``ixs`` with a ``SetComputeUnitLimit`` (and ``SetComputeUnitPrice`` with a price)
+        first, unless they already carry compute-budget instructions."""
         if any(ix.program_id == COMPUTE_BUDGET_PROGRAM for ix in ixs):
             return list(ixs)
-        return [set_compute_unit_limit(self.units(ixs)), *ixs]
+        head = [set_compute_unit_limit(self.units(ixs))]
+        if self.price:
+            head.append(set_compute_unit_price(self.price))
+        return [*head, *ixs]

@@ -174,6 +174,8 @@ class Session:
     authorizer_program_id: Pubkey | None = None
     treasurer_program_id: Pubkey | None = None
     mining_pool_program_id: Pubkey | None = None
+    compute_unit_price: int = 0
+    """Priority fee of every transaction sent, micro-lamports per compute unit (0: none)."""
 
     @cached_property
     def rpcs(self) -> list[SolanaRpc]:
@@ -208,7 +210,8 @@ class Session:
 
         # Every transaction asks for the compute its instructions need at their worst case.
         budget = ComputeBudget(
-            [self.coordinator, self.authorizer, self.treasurer, self.mining_pool]
+            [self.coordinator, self.authorizer, self.treasurer, self.mining_pool],
+            price=self.compute_unit_price,
         )
         return TxSender(self.rpcs, self.wallet, error_names=program.idl.error_name, prepare=budget)
 

@@ -249,3 +249,39 @@ def test_a_run_creator_command_on_an_unknown_run_names_the_runs_that_exist(run: 
     (line,) = _errors(res.stderr)
     assert line.startswith("error: run 'no-such-run' does not exist"), line
     assert f"runs that exist: {RUN_ID!r}" in line, line
+
+
+def test_a_priority_fee_is_paid_at_the_price_asked(run: Run) -> None:
+    """``--compute-unit-price`` (COMPUTE_UNIT_PRICE in a joiner's env file): the transaction
+    carries ``SetComputeUnitPrice`` and pays ceil(price × limit / 10⁶) lamports on top of the
+    signature fee; without it, no priority fee."""
+    from solders.compute_budget import ID as COMPUTE_BUDGET
+    from solders.transaction import VersionedTransaction
+
+    def fee_and_budget(state: str, price: int | None) -> tuple[int, list[bytes]]:
+        args = ["set-paused", "--run-id", RUN_ID, state]
+        if price is not None:
+            args += ["--compute-unit-price", str(price)]
+        res = run.owner_cli(args)
+        assert res.returncode == 0, res.stderr
+        sig = res.stdout.split()[-1].strip('"')
+        tx = run.node.transaction(sig)
+        assert tx is not None, res.stdout
+        parsed = VersionedTransaction.from_bytes(tx.wire)
+        keys = parsed.message.account_keys
+        budget = [
+            bytes(ix.data)
+            for ix in parsed.message.instructions
+            if keys[ix.program_id_index] == COMPUTE_BUDGET
+        ]
+        return tx.fee, budget
+
+    base_fee, plain = fee_and_budget("pause", None)
+    assert [d[0] for d in plain] == [2]  # SetComputeUnitLimit only
+    fee, budget = fee_and_budget("resume", 250_000)  # the run resumed as it was
+    assert [d[0] for d in budget] == [2, 3]  # SetComputeUnitLimit, SetComputeUnitPrice
+    limit = int.from_bytes(budget[0][1:5], "little")
+    assert int.from_bytes(budget[1][1:9], "little") == 250_000
+    assert fee == base_fee + -(-250_000 * limit // 10**6), (fee, base_fee, limit)
+    res = run.owner_cli(["set-paused", "--run-id", RUN_ID, "resume", "--compute-unit-price", "-1"])
+    assert res.returncode == 2 and "--compute-unit-price" in res.stderr, res.stderr

@@ -84,7 +84,9 @@ def _cpi_sender(s: Session) -> TxSender:
         theirs = s.coordinator.idl.error_name(code)
         return s.treasurer.idl.error_name(code) or (theirs and f"{theirs} (coordinator)")
 
-    budget = ComputeBudget([s.coordinator, s.authorizer, s.treasurer, s.mining_pool])
+    budget = ComputeBudget(
+        [s.coordinator, s.authorizer, s.treasurer, s.mining_pool], price=s.compute_unit_price
+    )
     return TxSender(s.rpcs, s.wallet, error_names=name, prepare=budget)
 
 

@@ -50,6 +50,20 @@ log = logging.getLogger(__name__)
 COMMITMENT = "confirmed"
 MAX_MULTIPLE_ACCOUNTS = 100
 """The most keys one ``getMultipleAccounts`` takes (Solana's RPC limit)."""
+RATE_LIMIT_RETRIES = 4
+"""Calls answered HTTP 429 (a public RPC's rate limit) are repeated this many times, each after
+the answer's ``Retry-After`` (capped by :data:`RATE_LIMIT_MAX_WAIT_S`) or 1, 2, 4, 8 s."""
+RATE_LIMIT_MAX_WAIT_S = 10.0
+
+
+def retry_after(header: str | None, attempt: int) -> float:
+    """Seconds to wait before repeating a rate-limited call (``Retry-After`` in seconds, else
+    exponential), never more than :data:`RATE_LIMIT_MAX_WAIT_S`."""
+    try:
+        wait = float(header) if header is not None else 2.0**attempt
+    except ValueError:  # an HTTP date, which no Solana RPC sends: wait as without one
+        wait = 2.0**attempt
+    return min(RATE_LIMIT_MAX_WAIT_S, max(0.0, wait))
 
 
 class RpcError(ChainError):
@@ -117,7 +131,20 @@ class SolanaRpc:
         self._next_id += 1
         body = {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
         try:
-            resp = await self._http.post(self.url, json=body)
+            for attempt in range(RATE_LIMIT_RETRIES + 1):
+                resp = await self._http.post(self.url, json=body)
+                if resp.status_code != 429 or attempt == RATE_LIMIT_RETRIES:
+                    break
+                wait = retry_after(resp.headers.get("Retry-After"), attempt)
+                log.warning(
+                    "%s: %s rate-limited (HTTP 429); again in %.1f s", self.url, method, wait
+                )
+                await asyncio.sleep(wait)
+            if resp.status_code == 429:
+                raise RpcError(
+                    f"{self.url}: {method}: rate-limited (HTTP 429) {RATE_LIMIT_RETRIES + 1} "
+                    "times: use a less busy RPC endpoint (RPC_2 and RPC_3 are fallbacks)"
+                )
             resp.raise_for_status()
             reply = resp.json()
         except (httpx.HTTPError, ValueError) as e:

@@ -37,6 +37,7 @@ from psyche.solana.errors import ChainError
 
 __all__ = [
     "AlreadyProcessedError",
+    "BlockhashExpiredError",
     "ProgramRejectedError",
     "RpcError",
     "SolanaRpc",
@@ -90,6 +91,11 @@ def reconnect_delay(retries: int) -> float:
 
 class AlreadyProcessedError(RpcError):
     """The node has already processed this very transaction (same signature)."""
+
+
+class BlockhashExpiredError(RpcError):
+    """A sent transaction's blockhash expired before it landed: it never will, and signing the
+    instructions anew cannot run them twice."""
 
 
 def deterministic_error(err: Any) -> bool:
@@ -200,8 +206,18 @@ class SolanaRpc:
         return out
 
     async def latest_blockhash(self) -> Hash:
+        return (await self.latest_blockhash_and_expiry())[0]
+
+    async def latest_blockhash_and_expiry(self) -> tuple[Hash, int | None]:
+        """The latest blockhash and the last block height at which a transaction signed with
+        it can land (``None`` where the node does not say)."""
         res = await self.call("getLatestBlockhash", [{"commitment": COMMITMENT}])
-        return Hash.from_string(res["value"]["blockhash"])
+        last_valid = res["value"].get("lastValidBlockHeight")
+        blockhash = Hash.from_string(res["value"]["blockhash"])
+        return blockhash, int(last_valid) if isinstance(last_valid, int) else None
+
+    async def block_height(self) -> int:
+        return int(await self.call("getBlockHeight", [{"commitment": COMMITMENT}]))
 
     async def minimum_balance(self, size: int) -> int:
         return int(await self.call("getMinimumBalanceForRentExemption", [size]))
@@ -217,9 +233,13 @@ class SolanaRpc:
         status = (res.get("value") or [None])[0] if isinstance(res, dict) else None
         return status if isinstance(status, dict) else None
 
-    async def confirm(self, signature: str, timeout: float) -> None:
-        """Wait until the signature is confirmed; a failed transaction raises."""
+    async def confirm(self, signature: str, timeout: float, last_valid: int | None = None) -> None:
+        """Wait until the signature is confirmed; a failed transaction raises. With
+        ``last_valid`` (its blockhash's last valid block height), a transaction the chain has
+        not seen once the block height passed it can never land: :class:`BlockhashExpiredError`
+        at once, so the sender signs anew without waiting out ``timeout``."""
         deadline = time.monotonic() + timeout
+        polls = 0
         while True:
             res = await self.call("getSignatureStatuses", [[signature]])
             status = (res.get("value") or [None])[0] if isinstance(res, dict) else None
@@ -229,8 +249,16 @@ class SolanaRpc:
                     raise ProgramRejectedError(code, None, json.dumps(status["err"]))
                 if status.get("confirmationStatus") in ("confirmed", "finalized"):
                     return
+            elif last_valid is not None and polls % 5 == 4:  # every 2 s: one more call
+                height = await self.block_height()
+                if height > last_valid:
+                    raise BlockhashExpiredError(
+                        f"{self.url}: transaction {signature} expired unconfirmed (block height "
+                        f"{height} > its last valid {last_valid}); signing it anew"
+                    )
             if time.monotonic() > deadline:
                 raise RpcError(f"{self.url}: transaction {signature} not confirmed in {timeout} s")
+            polls += 1
             await asyncio.sleep(0.4)
 
 
@@ -294,7 +322,7 @@ class TxSender:
                     landed = await self._landed(rpc, sent, timeout)
                     if landed is not None:
                         return landed
-                    blockhash = await rpc.latest_blockhash()
+                    blockhash, last_valid = await rpc.latest_blockhash_and_expiry()
                     msg = Message.new_with_blockhash(list(ixs), self.payer.pubkey(), blockhash)
                     signers = [self.payer, *[s for s in extra_signers if s != self.payer]]
                     tx = Transaction(signers, msg, blockhash)
@@ -303,7 +331,7 @@ class TxSender:
                     # AlreadyProcessed: this very transaction landed before; confirm it.
                     with contextlib.suppress(AlreadyProcessedError):
                         await rpc.send_transaction(tx)
-                    await rpc.confirm(sig, timeout)
+                    await rpc.confirm(sig, timeout, last_valid)
                     return sig
                 except ProgramRejectedError as e:
                     name = self._names(e.code) if e.code is not None else None

@@ -31,6 +31,9 @@ from solders.transaction import Transaction
 from .rpc_diff import error_diff, shape_diff, value_diff
 
 SOL = 10**9
+SEND = {"encoding": "base64", "preflightCommitment": "confirmed"}
+"""As the project's client sends (``SolanaRpc.send_transaction``): its blockhashes are read at
+"confirmed", and a validator's default preflight bank ("finalized") does not know them yet."""
 COORDINATOR = json.loads(
     (Path(__file__).resolve().parents[2] / "idl" / "psyche_coordinator.json").read_text()
 )["address"]
@@ -38,8 +41,16 @@ COORDINATOR = json.loads(
 SINK = Keypair().pubkey()
 """The recipient of every transfer: made rent-exempt by the first (1 SOL), so later transfers of
 a lamport are valid."""
-ACCEPTED: dict[str, str] = {}
-"""``"<case>: <difference>"`` → why it is harmless. Filled from what the validator showed."""
+ACCEPTED: dict[str, str] = {
+    "program account: $.value.owner: 'BPFLoader2111111111111111111111111111111111' here, "
+    "'BPFLoaderUpgradeab1e11111111111111111111111' on the validator": (
+        "the validator loads --bpf-program as an upgradeable program (as mainnet deploys do), "
+        "LiteSVM's add_program with loader v2; the client addresses programs by id and never "
+        "reads a program account's owner"
+    ),
+}
+"""``"<case>: <difference>"`` → why it is harmless. What the validator showed first (agave 4.2.2,
+against the local SVM of commit 63e39e8) and how each was resolved is in docs/localsvm.md."""
 
 
 @dataclass
@@ -89,7 +100,7 @@ class Side:
     def prepare(self) -> None:
         sig = self.result("requestAirdrop", [str(self.payer.pubkey()), 10 * SOL])
         self.confirm(sig)
-        sent = self.result("sendTransaction", [self.transfer_tx(SINK, SOL), {"encoding": "base64"}])
+        sent = self.result("sendTransaction", [self.transfer_tx(SINK, SOL), SEND])
         self.confirm(sent)
         self.sig = sent
 
@@ -114,19 +125,19 @@ def _message_b64(side: Side) -> str:
 def _bad_signature(side: Side) -> list[Any]:
     raw = bytearray(base64.b64decode(side.transfer_tx(SINK, 1)))
     raw[1] ^= 0xFF  # inside the first signature
-    return [base64.b64encode(bytes(raw)).decode(), {"encoding": "base64"}]
+    return [base64.b64encode(bytes(raw)).decode(), SEND]
 
 
 def _unfunded(side: Side) -> list[Any]:
     stranger = Keypair()
     ix = transfer(TransferParams(from_pubkey=stranger.pubkey(), to_pubkey=SINK, lamports=1))
     tx = Transaction.new_signed_with_payer([ix], stranger.pubkey(), [stranger], side.blockhash())
-    return [base64.b64encode(bytes(tx)).decode(), {"encoding": "base64"}]
+    return [base64.b64encode(bytes(tx)).decode(), SEND]
 
 
 def _unknown_blockhash(side: Side) -> list[Any]:
     tx = side.transfer_tx(SINK, 1, Hash.new_unique())
-    return [tx, {"encoding": "base64"}]
+    return [tx, SEND]
 
 
 UNKNOWN = str(Keypair().pubkey())
@@ -157,7 +168,12 @@ CASES = [
         Case(f"rent {n}", "getMinimumBalanceForRentExemption", lambda s, n=n: [n], values=("",))
         for n in (0, 165, 10_000)
     ],
-    Case("balance", "getBalance", lambda s: [str(s.payer.pubkey())], values=("value",)),
+    Case(
+        "balance",
+        "getBalance",
+        lambda s: [str(s.payer.pubkey()), {"commitment": "confirmed"}],
+        values=("value",),
+    ),
     Case(
         "program account",
         "getAccountInfo",
@@ -179,10 +195,18 @@ CASES = [
     Case(
         "multiple accounts",
         "getMultipleAccounts",
-        lambda s: [[str(s.payer.pubkey()), UNKNOWN], {"encoding": "base64"}],
+        lambda s: [
+            [str(s.payer.pubkey()), UNKNOWN],
+            {"encoding": "base64", "commitment": "confirmed"},
+        ],
         values=("value.1",),
     ),
-    Case("fee for message", "getFeeForMessage", lambda s: [_message_b64(s)], values=("value",)),
+    Case(
+        "fee for message",
+        "getFeeForMessage",
+        lambda s: [_message_b64(s), {"commitment": "confirmed"}],
+        values=("value",),
+    ),
     Case("priority fees", "getRecentPrioritizationFees", lambda s: [[str(s.payer.pubkey())]]),
     Case(
         "signature status",
@@ -221,10 +245,16 @@ CASES = [
     Case(
         "simulate",
         "simulateTransaction",
-        lambda s: [s.transfer_tx(SINK, 1), {"encoding": "base64"}],
+        lambda s: [s.transfer_tx(SINK, 1), {"encoding": "base64", "commitment": "confirmed"}],
         values=("value.err",),
     ),
     Case("bad signature", "sendTransaction", _bad_signature, refusal=True),
+    Case(
+        "simulate bad signature",
+        "simulateTransaction",
+        lambda s: [_bad_signature(s)[0], {"encoding": "base64", "sigVerify": True}],
+        values=("value.err", "value.fee", "value.preBalances"),
+    ),
     Case("unfunded payer", "sendTransaction", _unfunded, refusal=True),
     Case("unknown blockhash", "sendTransaction", _unknown_blockhash, refusal=True),
     Case("unknown method", "getNothing", lambda s: [], refusal=True),
@@ -260,7 +290,7 @@ def subscription(side: Side, kind: str) -> Any:
     sent: list[str] = []
 
     def send() -> None:
-        sent.append(side.result("sendTransaction", [tx, {"encoding": "base64"}]))
+        sent.append(side.result("sendTransaction", [tx, SEND]))
 
     if kind == "account":
         params: list[Any] = [str(target), {"encoding": "base64", "commitment": "confirmed"}]

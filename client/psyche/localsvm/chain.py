@@ -119,6 +119,8 @@ class Chain:
         self._clock_set: tuple[int, int] | None = None
         self._rent_minimum: dict[int, int] = {}
         self._airdrops = 0
+        self._slot_count = (-1, 0)
+        """(slot, transactions committed in it so far): the next record's ``index``."""
         self.sync()
 
     # --- time -----------------------------------------------------------------------------------
@@ -267,11 +269,17 @@ class Chain:
             res = self.svm.simulate_transaction(tx)
         finally:
             self.svm.with_sigverify(True)
+        keys = tx.message.account_keys
+        before = tuple(a.lamports if (a := pre[k]) is not None else 0 for k in keys)
+        loaded = sum(len(a.data) for k in dict.fromkeys(keys) if (a := pre[k]) is not None)
         if isinstance(res, FailedTransactionMetadata):
             err, meta = failure(res)
+            # A failed execution still pays its fee, from the payer (the first key).
+            after = (before[0] - fee.total, *before[1:])
             return Execution(
-                sig, err, self.slot, fee=fee.total, replacement_blockhash=replacement, **meta
-            )
+                sig, err, self.slot, fee=fee.total, replacement_blockhash=replacement,
+                pre_balances=before, post_balances=after, loaded_data_size=loaded, **meta,
+            )  # fmt: skip
         post = dict(res.post_accounts())
         index = rent_violation(tx.message, pre, post, fee, self.minimum_balance)
         return Execution(
@@ -281,6 +289,11 @@ class Chain:
             fee=fee.total,
             post_accounts=post,
             replacement_blockhash=replacement,
+            pre_balances=before,
+            post_balances=tuple(
+                post[k].lamports if k in post else b for k, b in zip(keys, before, strict=True)
+            ),
+            loaded_data_size=loaded,
             **meta_fields(res.meta()),
         )
 
@@ -355,7 +368,10 @@ class Chain:
         """The committed transaction as ``getTransaction`` reports it (balances before and
         after, in the message's account order)."""
         msg = tx.message
+        slot, index = self._slot_count
+        self._slot_count = (self.slot, index + 1 if slot == self.slot else 1)
         return TxRecord(
+            index=index if slot == self.slot else 0,
             signature=tx.signatures[0],
             slot=self.slot,
             block_time=self.unix_timestamp,

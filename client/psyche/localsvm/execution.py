@@ -40,6 +40,12 @@ class Execution:
     return_data: dict[str, Any] | None = None
     post_accounts: Mapping[Pubkey, Account] = field(default_factory=dict)
     replacement_blockhash: Hash | None = None
+    pre_balances: tuple[int, ...] | None = None
+    """Lamports of the message's keys before and after, where it was executed (a simulation
+    that stopped before execution reports none, as a validator's does)."""
+    post_balances: tuple[int, ...] | None = None
+    loaded_data_size: int = 0
+    """Bytes of account data the execution loaded (the keys' data; programs' ELFs not counted)."""
 
     @property
     def ok(self) -> bool:

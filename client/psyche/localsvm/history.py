@@ -32,6 +32,8 @@ class TxRecord:
     post_balances: tuple[int, ...]
     inner_instructions: tuple[dict[str, Any], ...]
     return_data: dict[str, Any] | None
+    index: int = 0
+    """Its position among the slot's transactions (``transactionIndex``)."""
 
     @property
     def ok(self) -> bool:

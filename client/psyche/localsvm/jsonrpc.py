@@ -58,7 +58,6 @@ API_VERSION = "2.2.0"
 MAX_MULTIPLE_ACCOUNTS = 100
 MAX_SIGNATURE_STATUSES = 256
 MAX_PRIORITIZATION_FEE_ADDRESSES = 128
-SIGNATURE_VERIFICATION_FAILURE = -32003
 PREFLIGHT_FAILURE = -32002
 UNSUPPORTED_TRANSACTION_VERSION = -32015
 
@@ -270,16 +269,16 @@ class RpcMethods:
         tx = decode_transaction(value, cfg.encoding or "base58")
         min_context_slot_reached(cfg, self.chain.slot)
         if not cfg.skip_preflight:
-            if not all(tx.verify_with_results()):
-                raise RpcFault(
-                    SIGNATURE_VERIFICATION_FAILURE, "Transaction signature verification failure"
-                )
-            sim = self.chain.simulate(tx)
+            # A validator verifies signatures inside its preflight simulation (agave 4.2: a
+            # preflight failure with err SignatureFailure, not -32003).
+            sim = self.chain.simulate(tx, sig_verify=True)
             if sim.err is not None:
                 raise RpcFault(
                     PREFLIGHT_FAILURE,
                     f"Transaction simulation failed: {describe(sim.err)}",
-                    simulation_value(sim, None, False, self._last_valid_block_height()),
+                    simulation_value(
+                        sim, None, False, self._last_valid_block_height(), preflight=True
+                    ),
                 )
         # Without preflight a transaction that fails before execution is dropped, as by a
         # leader: the caller gets its signature and never a status.
@@ -292,11 +291,11 @@ class RpcMethods:
             raise invalid_params("sigVerify may not be used with replaceRecentBlockhash")
         tx = decode_transaction(value, cfg.encoding or "base58")
         min_context_slot_reached(cfg, self.chain.slot)
-        if cfg.sig_verify and not all(tx.verify_with_results()):
-            raise RpcFault(
-                SIGNATURE_VERIFICATION_FAILURE, "Transaction signature verification failure"
-            )
-        ex = self.chain.simulate(tx, replace_blockhash=cfg.replace_recent_blockhash)
+        # A forged signature with sigVerify is the simulation's err (SignatureFailure), as
+        # agave 4.2 answers it, not an RPC error.
+        ex = self.chain.simulate(
+            tx, sig_verify=cfg.sig_verify, replace_blockhash=cfg.replace_recent_blockhash
+        )
         accounts: list[Any] | None = None
         if cfg.accounts is not None:
             encoding: Encoding = cfg.accounts.encoding or "base64"

@@ -91,6 +91,7 @@ class SignatureIndex:
                     "memo": None,
                     "blockTime": record.block_time,
                     "confirmationStatus": "finalized",
+                    "transactionIndex": record.index,
                 }
             )
             if len(out) >= limit:

@@ -48,7 +48,8 @@ def _ui_message(tx: VersionedTransaction) -> dict[str, Any]:
                 "accounts": list(bytes(ix.accounts)),
                 "data": base58.b58encode(bytes(ix.data)).decode(),
                 "programIdIndex": ix.program_id_index,
-                "stackHeight": None,
+                # A validator (agave 4.2) reports 1 for the message's own instructions.
+                "stackHeight": 1,
             }
             for ix in msg.instructions
         ],
@@ -67,7 +68,12 @@ def _ui_message(tx: VersionedTransaction) -> dict[str, Any]:
 
 
 def simulation_value(
-    ex: Execution, accounts: list[Any] | None, inner: bool, last_valid_block_height: int
+    ex: Execution,
+    accounts: list[Any] | None,
+    inner: bool,
+    last_valid_block_height: int,
+    *,
+    preflight: bool = False,
 ) -> dict[str, Any]:
     """A simulation's ``value``: ``simulateTransaction``'s answer, and a failed preflight's data."""
     replacement = None
@@ -76,11 +82,20 @@ def simulation_value(
             "blockhash": str(ex.replacement_blockhash),
             "lastValidBlockHeight": last_valid_block_height,
         }
+    executed = ex.pre_balances is not None
     return {
         "accounts": accounts,
         "err": ex.err,
+        "fee": ex.fee if executed else None,
         "innerInstructions": list(ex.inner_instructions) if inner else None,
+        "loadedAccountsDataSize": ex.loaded_data_size,
+        # agave 4.2: null in a preflight that stopped before execution, else always there.
+        "loadedAddresses": {"readonly": [], "writable": []} if executed or not preflight else None,
         "logs": list(ex.logs),
+        "postBalances": list(ex.post_balances) if ex.post_balances is not None else None,
+        "postTokenBalances": [] if executed else None,
+        "preBalances": list(ex.pre_balances) if ex.pre_balances is not None else None,
+        "preTokenBalances": [] if executed else None,
         "replacementBlockhash": replacement,
         "returnData": ex.return_data,
         "unitsConsumed": ex.units,
@@ -107,6 +122,33 @@ def signature_status(
     }
 
 
+SIGNATURE_COST = 720
+WRITE_LOCK_COST = 300
+DATA_BYTES_PER_UNIT = 4
+LOADED_DATA_PAGE_COST = 8
+"""agave's block cost model: per signature, per writable account, per 4 bytes of instruction
+data, and per 32 KiB page of loaded account data (one page counted here: the record does not
+keep the loaded size, and the project's transactions load less)."""
+
+
+def cost_units(tx: VersionedTransaction, consumed: int) -> int:
+    """``meta.costUnits``: what the transaction counts against the block's cost limit."""
+    msg = tx.message
+    h, n = msg.header, len(msg.account_keys)
+    signed = h.num_required_signatures
+    writable = (signed - h.num_readonly_signed_accounts) + (
+        n - signed - h.num_readonly_unsigned_accounts
+    )
+    data = sum(len(bytes(ix.data)) for ix in msg.instructions)
+    return (
+        SIGNATURE_COST * len(tx.signatures)
+        + WRITE_LOCK_COST * writable
+        + data // DATA_BYTES_PER_UNIT
+        + consumed
+        + LOADED_DATA_PAGE_COST
+    )
+
+
 def confirmed_transaction(record: TxRecord, encoding: str, with_version: bool) -> dict[str, Any]:
     """``getTransaction``'s answer for a committed transaction, the transaction in ``encoding``
     (``json``, ``base64`` or ``base58``); ``with_version`` when the caller named
@@ -124,6 +166,7 @@ def confirmed_transaction(record: TxRecord, encoding: str, with_version: bool) -
         }
     meta: dict[str, Any] = {
         "computeUnitsConsumed": record.compute_units,
+        "costUnits": cost_units(tx, record.compute_units),
         "err": record.err,
         "fee": record.fee,
         "innerInstructions": list(record.inner_instructions),
@@ -143,6 +186,7 @@ def confirmed_transaction(record: TxRecord, encoding: str, with_version: bool) -
         "meta": meta,
         "slot": record.slot,
         "transaction": transaction,
+        "transactionIndex": record.index,
     }
     if with_version:
         out["version"] = "legacy" if record.legacy else 0

@@ -124,7 +124,7 @@ def validator_command(
     argv = [
         str(binary),
         "--ledger",
-        str(ledger),
+        str(ledger.resolve()),
         "--reset",
         "--quiet",
         "--bind-address",
@@ -141,7 +141,8 @@ def validator_command(
         "50000000",
     ]
     for program_id, so in programs.items():
-        argv += ["--bpf-program", program_id, str(so)]
+        # Absolute: the validator runs in its own folder.
+        argv += ["--bpf-program", program_id, str(Path(so).resolve())]
     return argv
 
 

@@ -25,11 +25,13 @@ def test_the_pinned_version_is_the_build_scripts() -> None:
 
 def test_the_command_loads_every_program_at_its_id_on_loopback(tmp_path: Path) -> None:
     ports = v.ValidatorPorts.pick()
-    programs = {"Prog1111": tmp_path / "a.so", "Prog2222": tmp_path / "b.so"}
+    programs = {"Prog1111": tmp_path / "a.so", "Prog2222": Path("rel/b.so")}
     argv = v.validator_command(Path("/bin/stv"), tmp_path / "ledger", ports, programs)
     assert argv[0] == "/bin/stv"
     pairs = [argv[i + 1 : i + 3] for i, a in enumerate(argv) if a == "--bpf-program"]
-    assert pairs == [["Prog1111", str(tmp_path / "a.so")], ["Prog2222", str(tmp_path / "b.so")]]
+    # Absolute: the validator runs in its own folder.
+    b = str(Path.cwd() / "rel" / "b.so")
+    assert pairs == [["Prog1111", str((tmp_path / "a.so").resolve())], ["Prog2222", b]]
     assert argv[argv.index("--bind-address") + 1] == "127.0.0.1"
     assert argv[argv.index("--rpc-port") + 1] == str(ports.rpc)
     assert ports.ws_url == f"ws://127.0.0.1:{ports.rpc + 1}"

@@ -55,6 +55,9 @@ __all__ = ["SolanaSource", "SolanaTarget"]
 log = logging.getLogger(__name__)
 
 PAGE = 1000
+TX_CONFIG = {"encoding": "base64", "maxSupportedTransactionVersion": 0, "commitment": "confirmed"}
+"""``getTransaction``'s options: at ``confirmed``, where the signatures were listed (a
+validator's default, ``finalized``, answers null for about 13 s after that)."""
 MAX_NEW_PER_POLL = 2000
 """Transactions read per poll at most (a long backlog is read over several polls)."""
 
@@ -212,10 +215,7 @@ class SolanaSource:
         found: list[MetricObs] = []
         for entry in sigs:
             sig = entry["signature"]
-            tx = await self._call(
-                "getTransaction",
-                [sig, {"encoding": "base64", "maxSupportedTransactionVersion": 0}],
-            )
+            tx = await self._call("getTransaction", [sig, TX_CONFIG])
             if tx is None:
                 # Not yet visible at this node: read it next poll (the cursor stays before it).
                 break
@@ -375,20 +375,21 @@ class SolanaSource:
         known_text = self.store.cursor(run, name + ":users") or ""
         users = [u for u in known_text.split(",") if u]
         sigs = await self._signatures(pool.address, self.store.cursor(run, name))
+        read = 0
         for entry in sigs:
-            tx = await self._call(
-                "getTransaction",
-                [entry["signature"], {"encoding": "base64", "maxSupportedTransactionVersion": 0}],
-            )
+            tx = await self._call("getTransaction", [entry["signature"], TX_CONFIG])
             if tx is None:
-                continue
+                # Not yet visible at this node: read it next poll (the cursor stays before it;
+                # skipping it lost its lender for good on a real validator).
+                break
+            read += 1
             with contextlib.suppress(Exception):
                 vt = VersionedTransaction.from_bytes(base64.b64decode(tx["transaction"][0]))
                 signer = str(vt.message.account_keys[0])
                 if signer not in users:
                     users.append(signer)
-        if sigs:
-            self.store.record_transactions(run, [], [], (name, sigs[-1]["signature"]))
+        if read:
+            self.store.record_transactions(run, [], [], (name, sigs[read - 1]["signature"]))
             self.store.record_transactions(
                 run, [], [], (name + ":users", ",".join(users)[:200_000])
             )

@@ -118,14 +118,20 @@ class ValidatorPorts:
 
 
 def validator_command(
-    binary: Path, ledger: Path, ports: ValidatorPorts, programs: Mapping[str, Path]
+    binary: Path,
+    ledger: Path,
+    ports: ValidatorPorts,
+    programs: Mapping[str, Path],
+    *,
+    reset: bool = True,
 ) -> list[str]:
-    """``solana-test-validator`` on loopback with ``programs`` (id → .so) loaded at their ids."""
+    """``solana-test-validator`` on loopback with ``programs`` (id → .so) loaded at their ids;
+    ``reset=False`` continues an existing ledger (a restart)."""
     argv = [
         str(binary),
         "--ledger",
         str(ledger.resolve()),
-        "--reset",
+        *(["--reset"] if reset else []),
         "--quiet",
         "--bind-address",
         "127.0.0.1",

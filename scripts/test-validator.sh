@@ -10,6 +10,10 @@
 #                                                calls, local SVM vs validator, field by field
 #   tests/validator/test_testnet_on_validator.py psyche-solana-local-testnet --validator real:
 #                                                3 clients, one killed and rejoining, 2 epochs
+#   tests/validator/test_reconnect.py            the validator stops and comes back: the
+#                                                client's account subscription resubscribes
+#   tests/validator/test_expiry.py               a lost transaction is signed anew when its
+#                                                blockhash expires, and lands once
 #   tests/e2e/test_solana_rewards.py             a Treasurer run, claims, a Mining Pool, the
 #                                                explorer's pool page in Chromium
 #   tests/e2e/test_solana_local_testnet.py       the SparseLoCo Solana run

@@ -53,7 +53,7 @@ def test_a_priority_fee_is_charged_by_the_validator(validator: Any) -> None:
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # timing: on an idle validator the transaction may land within the 10 ms
     reason="open defect (issue 41 item 4): right after a missed confirmation TxSender asks "
     "whether the earlier signature landed while the transaction is still in flight on a real "
     "cluster, and signs anew: 2 sends in 2 of 2 runs; the validator ran it once only because the "

@@ -96,8 +96,9 @@ class RpcMethods:
             "simulateTransaction": self.simulate_transaction,
         }
 
-        methods.update(SignatureIndex(self.chain).methods())
-        methods.update(ProgramAccounts(self.chain, self._context).methods())
+        index = SignatureIndex(self.chain)
+        methods.update(index.methods())
+        methods.update(ProgramAccounts(self.chain, index, self._context).methods())
 
         def synced(fn: Handler) -> Handler:
             def call(params: list[Any]) -> Any:

@@ -1,7 +1,8 @@
 """``getProgramAccounts``: the accounts a program owns, with a validator's filters (``dataSize``,
 ``memcmp``) and answer shape.
 
-LiteSVM cannot list its accounts, so the keys come from what the chain committed: every account
+LiteSVM cannot list its accounts, so the keys come from what the chain committed (the index that
+``getSignaturesForAddress`` keeps, :mod:`psyche.localsvm.signatures`): every account
 key of every committed transaction (accounts a program creates are always among its
 instruction's keys; the project sends no address-lookup-table transactions). The owner and data
 are read live, so an account closed or reassigned since drops out. Found missing by the
@@ -17,12 +18,9 @@ from typing import Any
 
 import base58
 import msgspec
-from solders.pubkey import Pubkey
-from solders.transaction import VersionedTransaction
 
 from psyche.localsvm.accounts import EncodingError, ui_account
 from psyche.localsvm.chain import Chain
-from psyche.localsvm.history import TxRecord
 from psyche.localsvm.params import AccountConfig, config, min_context_slot_reached, parse_pubkey
 from psyche.localsvm.protocol import (
     INVALID_REQUEST,
@@ -31,6 +29,7 @@ from psyche.localsvm.protocol import (
     invalid_params,
     positional,
 )
+from psyche.localsvm.signatures import SignatureIndex
 
 __all__ = ["ProgramAccounts"]
 
@@ -74,23 +73,16 @@ def _matcher(f: Filter) -> tuple[int | None, int, bytes]:
 
 
 class ProgramAccounts:
-    """Every key the chain committed, and the ``getProgramAccounts`` method over them."""
+    """The ``getProgramAccounts`` method over every key the chain committed."""
 
-    def __init__(self, chain: Chain, context: Callable[[Any], dict[str, Any]]) -> None:
+    def __init__(
+        self, chain: Chain, index: SignatureIndex, context: Callable[[Any], dict[str, Any]]
+    ) -> None:
         self.chain = chain
+        self.index = index
+        """The committed keys, already kept by ``getSignaturesForAddress``'s index."""
         self.context = context
         """Wraps a value in the front's ``{"context", "value"}`` (``withContext``)."""
-        self._keys: dict[Pubkey, None] = {}
-        for record in chain.history:
-            self._add(record)
-        chain.tx_listeners.append(self._add)
-
-    def _add(self, record: TxRecord) -> None:
-        try:
-            keys = VersionedTransaction.from_bytes(record.wire).message.account_keys
-        except Exception:  # a record the chain committed always parses; be safe anyway
-            return
-        self._keys.update(dict.fromkeys(keys))
 
     def methods(self) -> dict[str, Handler]:
         return {"getProgramAccounts": self.get_program_accounts}
@@ -105,7 +97,7 @@ class ProgramAccounts:
             raise invalid_params(f"Too many filters provided; max {MAX_FILTERS}")
         encoding = cfg.encoding or "binary"
         found = []
-        for key in self._keys:
+        for key in self.index.committed_keys():
             acc = self.chain.get_account(key)
             if acc is None or acc.owner != owner or acc.lamports == 0:
                 continue

@@ -14,6 +14,7 @@ at ``until`` (both exclusive).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from solders.pubkey import Pubkey
@@ -54,6 +55,10 @@ class SignatureIndex:
             return
         for key in dict.fromkeys(keys):
             self._by_key[key].append(record.signature)
+
+    def committed_keys(self) -> Iterable[Pubkey]:
+        """Every account key of a committed transaction, in first-seen order."""
+        return self._by_key.keys()
 
     def methods(self) -> dict[str, Handler]:
         return {"getSignaturesForAddress": self.get_signatures_for_address}

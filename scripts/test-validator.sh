@@ -14,8 +14,8 @@
 #                                                client's account subscription resubscribes
 #   tests/validator/test_expiry.py               a lost transaction is signed anew when its
 #                                                blockhash expires, and lands once
-#   tests/validator/test_sender_on_validator.py  the priority fee the validator charges; a re-send
-#                                                while in flight (xfail: an open defect)
+#   tests/validator/test_sender_on_validator.py  the priority fee the validator charges; a
+#                                                confirmation missed while in flight: sent once
 #   tests/e2e/test_solana_rewards.py             a Treasurer run, claims, a Mining Pool, the
 #                                                explorer's pool page in Chromium
 #   tests/e2e/test_solana_local_testnet.py       the SparseLoCo Solana run

@@ -1,7 +1,9 @@
 """The transaction sender against a real validator: a priority fee (``--compute-unit-price``)
 is charged by the validator at price × compute-unit limit / 10⁶ on top of the signature fee;
 and what a local SVM hides: a sent transaction is in flight for a while before any status is
-seen, so a sender that re-signs after a missed confirmation may run its instructions twice."""
+seen, so a sender that re-signed at once after a missed confirmation sent it twice (2 sends in 2 of
+2 runs before the fix; the validator ran it once only because the copy carried the same
+blockhash). The sender now waits for the signature to land or expire first."""
 
 from __future__ import annotations
 
@@ -52,14 +54,6 @@ def test_a_priority_fee_is_charged_by_the_validator(validator: Any) -> None:
     assert tx["meta"]["fee"] == 5000 + -(-PRICE * limit // 10**6), tx["meta"]
 
 
-@pytest.mark.xfail(
-    strict=False,  # timing: on an idle validator the transaction may land within the 10 ms
-    reason="open defect (issue 41 item 4): right after a missed confirmation TxSender asks "
-    "whether the earlier signature landed while the transaction is still in flight on a real "
-    "cluster, and signs anew: 2 sends in 2 of 2 runs; the validator ran it once only because the "
-    "copy carried the same blockhash, a newer one would run it twice. The fix: wait for each sent "
-    "signature until it lands or its blockhash expires before signing anew",
-)
 def test_a_transaction_whose_confirmation_was_missed_runs_once(validator: Any) -> None:
     payer, to = Keypair(), Keypair()
     request_airdrop(validator.url, str(payer.pubkey()), 10 * SOL)

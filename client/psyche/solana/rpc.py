@@ -9,7 +9,8 @@ retry, timeout and fallback policy is ours and visible (docs/solana.md, "Python 
 * :class:`TxSender` — signs and sends one transaction through a list of endpoints: 3 attempts per
   endpoint with a backoff of 500 ms ×1.5 (at most 10 s), then the next endpoint. A transaction
   the *program* rejects is not retried (the same transaction fails the same way); the error names
-  the program's error from the IDL.
+  the program's error from the IDL. Before signing anew it waits for each signature it already
+  sent to land or expire, so a transaction still in flight is never run twice.
 * :func:`account_updates` — one websocket subscription with reconnects after
   ``min(30, 2·retries)`` s; the backend runs one per websocket endpoint (primary and fallback).
 """
@@ -40,6 +41,7 @@ __all__ = [
     "BlockhashExpiredError",
     "ProgramRejectedError",
     "RpcError",
+    "RpcRefusedError",
     "SolanaRpc",
     "TxSender",
     "account_updates",
@@ -55,6 +57,10 @@ RATE_LIMIT_RETRIES = 4
 """Calls answered HTTP 429 (a public RPC's rate limit) are repeated this many times, each after
 the answer's ``Retry-After`` (capped by :data:`RATE_LIMIT_MAX_WAIT_S`) or 1, 2, 4, 8 s."""
 RATE_LIMIT_MAX_WAIT_S = 10.0
+SETTLE_TIMEOUT_S = 180.0
+"""How long the sender may wait for an earlier signature of the same instructions to land or
+expire before it signs them anew: longer than a blockhash lives on a real cluster (150 blocks,
+60-90 s), so the wait normally ends with the expiry, not with this bound."""
 
 
 def retry_after(header: str | None, attempt: int) -> float:
@@ -89,6 +95,11 @@ def reconnect_delay(retries: int) -> float:
     return float(min(30, 2 * retries))
 
 
+class RpcRefusedError(RpcError):
+    """The node answered the call with a JSON-RPC error: it did the call's work not at all (for
+    ``sendTransaction``: the transaction was not forwarded, so it is not in flight)."""
+
+
 class AlreadyProcessedError(RpcError):
     """The node has already processed this very transaction (same signature)."""
 
@@ -96,6 +107,10 @@ class AlreadyProcessedError(RpcError):
 class BlockhashExpiredError(RpcError):
     """A sent transaction's blockhash expired before it landed: it never will, and signing the
     instructions anew cannot run them twice."""
+
+    def __init__(self, message: str, signature: str = "") -> None:
+        super().__init__(message)
+        self.signature = signature
 
 
 def deterministic_error(err: Any) -> bool:
@@ -166,7 +181,7 @@ class SolanaRpc:
                 raise ProgramRejectedError(custom_error_code(tx_err), None, message)
             if tx_err == "AlreadyProcessed":
                 raise AlreadyProcessedError(f"{self.url}: {method}: {message}")
-            raise RpcError(f"{self.url}: {method}: {err.get('message', reply['error'])}")
+            raise RpcRefusedError(f"{self.url}: {method}: {err.get('message', reply['error'])}")
         return reply.get("result")
 
     async def get_account(self, pubkey: Pubkey) -> bytes | None:
@@ -254,7 +269,8 @@ class SolanaRpc:
                 if height > last_valid:
                     raise BlockhashExpiredError(
                         f"{self.url}: transaction {signature} expired unconfirmed (block height "
-                        f"{height} > its last valid {last_valid}); signing it anew"
+                        f"{height} > its last valid {last_valid}); signing it anew",
+                        signature,
                     )
             if time.monotonic() > deadline:
                 raise RpcError(f"{self.url}: transaction {signature} not confirmed in {timeout} s")
@@ -312,31 +328,25 @@ class TxSender:
             ixs = self._prepare(ixs)
         last: Exception | None = None
         delay, factor, cap = self._backoff
-        # Signatures already sent: a send or confirm that failed on our side may still have
-        # landed, and signing anew (with a newer blockhash) would run the instructions twice.
-        sent: list[str] = []
+        # Signatures sent and possibly in flight, with their blockhash's last valid block height:
+        # a send or confirm that failed on our side may still land (on a real cluster a
+        # transaction is seen only some hundred milliseconds after it was sent), and signing
+        # anew with a newer blockhash while one is in flight could run the instructions twice.
+        pending: dict[str, int | None] = {}
         for rpc in self.rpcs:
             wait = delay
             for attempt in range(1, self._attempts + 1):
                 try:
-                    landed = await self._landed(rpc, sent, timeout)
+                    landed = await self._settle(rpc, pending, timeout)
                     if landed is not None:
                         return landed
-                    blockhash, last_valid = await rpc.latest_blockhash_and_expiry()
-                    msg = Message.new_with_blockhash(list(ixs), self.payer.pubkey(), blockhash)
-                    signers = [self.payer, *[s for s in extra_signers if s != self.payer]]
-                    tx = Transaction(signers, msg, blockhash)
-                    sig = str(tx.signatures[0])
-                    sent.append(sig)
-                    # AlreadyProcessed: this very transaction landed before; confirm it.
-                    with contextlib.suppress(AlreadyProcessedError):
-                        await rpc.send_transaction(tx)
-                    await rpc.confirm(sig, timeout, last_valid)
-                    return sig
+                    return await self._sign_and_send(rpc, ixs, extra_signers, pending, timeout)
                 except ProgramRejectedError as e:
                     name = self._names(e.code) if e.code is not None else None
                     raise ProgramRejectedError(e.code, name, f"{label}: {e}") from None
                 except ChainError as e:
+                    if isinstance(e, BlockhashExpiredError):
+                        pending.pop(e.signature, None)  # it can never land
                     last = e
                     log.warning(
                         "%s: attempt %d/%d on %s failed: %s",
@@ -351,15 +361,51 @@ class TxSender:
                     wait = min(cap, wait * factor)
         raise RpcError(f"{label or 'transaction'} failed on every RPC endpoint: {last}")
 
+    async def _sign_and_send(
+        self,
+        rpc: SolanaRpc,
+        ixs: Sequence[Instruction],
+        extra_signers: Sequence[Keypair],
+        pending: dict[str, int | None],
+        timeout: float,
+    ) -> str:
+        blockhash, last_valid = await rpc.latest_blockhash_and_expiry()
+        msg = Message.new_with_blockhash(list(ixs), self.payer.pubkey(), blockhash)
+        signers = [self.payer, *[s for s in extra_signers if s != self.payer]]
+        tx = Transaction(signers, msg, blockhash)
+        sig = str(tx.signatures[0])
+        pending[sig] = last_valid
+        try:
+            # AlreadyProcessed: this very transaction landed before; confirm it.
+            with contextlib.suppress(AlreadyProcessedError):
+                await rpc.send_transaction(tx)
+        except RpcRefusedError:
+            # The node refused it (preflight, an unhealthy node): not in flight, so the next
+            # attempt need not wait for it.
+            del pending[sig]
+            raise
+        await rpc.confirm(sig, timeout, last_valid)
+        return sig
+
     @staticmethod
-    async def _landed(rpc: SolanaRpc, sent: Sequence[str], timeout: float) -> str | None:
-        """The signature among ``sent`` that landed (confirmed), if any; a landed one that
-        failed raises its error."""
-        for sig in sent:
-            status = await rpc.status(sig)
-            if status is not None:
+    async def _settle(rpc: SolanaRpc, pending: dict[str, int | None], timeout: float) -> str | None:
+        """Waits until each signature in ``pending`` landed or can no longer land, before the
+        instructions are signed anew: the landed one (confirmed; a landed one that failed raises
+        its error), or None once every one expired. A signature whose blockhash expiry the node
+        did not give is waited for only if the node already knows it."""
+        for sig, last_valid in list(pending.items()):
+            if last_valid is None:
+                if await rpc.status(sig) is None:
+                    del pending[sig]
+                    continue
                 await rpc.confirm(sig, timeout)
                 return sig
+            try:
+                await rpc.confirm(sig, max(timeout, SETTLE_TIMEOUT_S), last_valid)
+            except BlockhashExpiredError:
+                del pending[sig]
+                continue
+            return sig
         return None
 
 

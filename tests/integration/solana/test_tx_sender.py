@@ -1,9 +1,11 @@
-"""``TxSender`` against the local SVM: a transaction that landed is never sent again, and a
-failure that would recur (an instruction error, rent) is not retried."""
+"""``TxSender`` against the local SVM: a transaction that landed, or may still land, is never
+sent again; one the node refused is; and a failure that would recur (an instruction error, rent)
+is not retried."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -13,7 +15,13 @@ from solders.system_program import TransferParams, transfer
 from solders.transaction import Transaction
 
 from psyche.localsvm import LocalSvmThread
-from psyche.solana.rpc import ProgramRejectedError, RpcError, SolanaRpc, TxSender
+from psyche.solana.rpc import (
+    ProgramRejectedError,
+    RpcError,
+    RpcRefusedError,
+    SolanaRpc,
+    TxSender,
+)
 
 SOL = 1_000_000_000
 
@@ -125,4 +133,103 @@ def test_a_lost_transaction_is_signed_anew_once_its_blockhash_expired(
 
     took = asyncio.run(go())
     assert took < 30, took
+    assert _balance(local_svm, to.pubkey()) == SOL
+
+
+class InFlight(SolanaRpc):
+    """An endpoint on which a sent transaction is in flight for ``latency`` seconds before the
+    node sees it (as on a real cluster, where it travels to the leader), and whose first
+    confirmation fails on our side at once (a dropped connection)."""
+
+    def __init__(self, url: str, node: LocalSvmThread, latency: float) -> None:
+        super().__init__(url)
+        self.node = node
+        self.latency = latency
+        self.sends = 0
+        self.confirm_failures = 1
+        self._deliveries: list[asyncio.Task[str]] = []
+
+    async def send_transaction(self, tx: Transaction) -> str:
+        self.sends += 1
+
+        async def deliver() -> str:
+            await asyncio.sleep(self.latency)
+            return await SolanaRpc.send_transaction(self, tx)
+
+        self._deliveries.append(asyncio.create_task(deliver()))
+        # Meanwhile the cluster moves on: a transaction signed now gets a newer blockhash.
+        await asyncio.to_thread(self.node.advance_slots, 2)
+        return str(tx.signatures[0])
+
+    async def confirm(self, signature: str, timeout: float, last_valid: int | None = None) -> None:
+        if self.confirm_failures:
+            self.confirm_failures -= 1
+            raise RpcError("connection reset (injected)")
+        await super().confirm(signature, timeout, last_valid)
+
+    async def close(self) -> None:
+        for task in self._deliveries:
+            with contextlib.suppress(Exception):
+                await task
+        await super().close()
+
+
+def test_a_transaction_still_in_flight_is_waited_for_not_signed_anew(
+    local_svm: LocalSvmThread,
+) -> None:
+    """A confirmation missed while the transaction is still on its way: the sender waits for
+    that signature to land or expire before it signs anew, so the transfer runs once (signing
+    anew at once, with the newer blockhash, ran it twice)."""
+    payer, to = Keypair(), Keypair()
+    local_svm.airdrop(payer.pubkey(), 10 * SOL)
+
+    async def go() -> None:
+        rpc = InFlight(local_svm.url, local_svm, latency=1.5)
+        sender = TxSender([rpc], payer, backoff=0.01)
+        ix = transfer(
+            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to.pubkey(), lamports=SOL)
+        )
+        await sender.send([ix], label="transfer")
+        await rpc.close()
+        assert rpc.sends == 1
+
+    asyncio.run(go())
+    assert _balance(local_svm, to.pubkey()) == SOL
+
+
+class RefusingFirst(SolanaRpc):
+    """An endpoint that refuses the first transaction with a JSON-RPC error (a node behind, an
+    unhealthy node): it was not forwarded, so nothing is in flight."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.sends = 0
+
+    async def send_transaction(self, tx: Transaction) -> str:
+        self.sends += 1
+        if self.sends == 1:
+            raise RpcRefusedError("Node is unhealthy (injected)")
+        return await super().send_transaction(tx)
+
+
+def test_a_refused_send_is_signed_anew_without_waiting_for_its_expiry(
+    local_svm: LocalSvmThread,
+) -> None:
+    payer, to = Keypair(), Keypair()
+    local_svm.airdrop(payer.pubkey(), 10 * SOL)
+
+    async def go() -> float:
+        rpc = RefusingFirst(local_svm.url)
+        sender = TxSender([rpc], payer, backoff=0.01, confirm_timeout=60)
+        ix = transfer(
+            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to.pubkey(), lamports=SOL)
+        )
+        t0 = time.monotonic()
+        await sender.send([ix], label="transfer")
+        await rpc.close()
+        assert rpc.sends == 2
+        return time.monotonic() - t0
+
+    took = asyncio.run(go())
+    assert took < 10, took
     assert _balance(local_svm, to.pubkey()) == SOL

@@ -92,6 +92,7 @@ class Distro:
         config: DistroConfig,
         *,
         payload_version: int = PAYLOAD_VERSION,
+        commitments: bool = False,
     ) -> None:
         """`payload_version` is the wire format this client sends and accepts; clients of one
         protocol version agree on it (docs/protocol.md, "Payload formats"), and tests and the
@@ -107,6 +108,8 @@ class Distro:
                 raise ValueError(f"parameter {name!r} is {param.dtype}, not floating point")
         self.config = config
         self.payload_version = payload_version
+        self.commitments = commitments
+        """Whether this run's payloads carry per-sample commitments (a run that verifies)."""
         self.names = names
         self._params = tuple(param for _, param in items)
         self._residual = [
@@ -126,7 +129,10 @@ class Distro:
     def payload_spec(self) -> PayloadSpec:
         """The layout this client's payloads have, and that peers' payloads must have."""
         return PayloadSpec(
-            tensors=self._specs, quantized=self.config.quantize_1bit, version=self.payload_version
+            tensors=self._specs,
+            quantized=self.config.quantize_1bit,
+            version=self.payload_version,
+            commitments=self.commitments,
         )
 
     @property
@@ -135,15 +141,26 @@ class Distro:
         return self._backup is not None
 
     @torch.no_grad()
-    def lookahead(self, prev_lr: float) -> None:
+    def lookahead(
+        self, prev_lr: float, public: Payload | None = None, *, verifiable: bool = False
+    ) -> None:
         """`p ← p − prev_lr·sign(δ)`; call before forward/backward.
 
-        This is step 2 of docs/distro.md, "Train step".
+        This is step 2 of docs/distro.md, "Train step". With `verifiable` the direction is
+        instead that of `public`, the result this client sent last (`p ← p − prev_lr·sign(decode
+        (public))`, exactly as `apply` would step on it alone; no step when None): a point of
+        gradient a verifier can rebuild from public data, which per-sample commitments need
+        (docs/protocol.md, "Free riders: per-sample commitments").
         """
         if self._backup is not None:
             raise RuntimeError("a lookahead is already applied: call generate() or cancel() first")
         self._backup = [p.detach().clone() for p in self._params]
         self._lookahead_lr = prev_lr
+        if verifiable:
+            if public is not None:
+                self._check_results(public, "public")
+                self._sign_step([public], prev_lr)
+            return
         for p, delta in zip(self._params, self._residual, strict=True):
             p.sub_(torch.sign(delta).to(p.dtype), alpha=prev_lr)
 
@@ -259,6 +276,9 @@ class Distro:
             self._check_results(payload, f"payload {n}")
         if not payloads:
             return
+        self._sign_step(payloads, lr)
+
+    def _sign_step(self, payloads: Sequence[Payload], lr: float) -> None:
         window: list[tuple[torch.Tensor, torch.Tensor]] = []
         size = 0
         for n, p in enumerate(self._params):

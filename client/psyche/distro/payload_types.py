@@ -18,6 +18,7 @@ import torch
 from psyche.distro.compress import DistroResult, chunk_shape, index_width, totalk_of
 from psyche.distro.config import DistroConfig
 from psyche.distro.dct import encoded_shape
+from psyche.distro.sample_commit import SampleCommitments
 
 MAGIC = b"PDT"
 FORMAT_VERSION = 1
@@ -128,10 +129,16 @@ class PayloadSpec:
     quantized: bool
     version: int = PAYLOAD_VERSION
     """The format peers must send; `decode_payload` refuses the other one."""
+    commitments: bool = False
+    """Whether every payload must carry per-sample commitments (v2 only; a run that verifies,
+    `psyche.distro.payload_commit`), and a payload without them is refused; when False, one
+    with them is."""
 
     def __post_init__(self) -> None:
         if self.version not in _KNOWN_VERSIONS:
             raise ValueError(f"payload format version must be one of {_KNOWN_VERSIONS}")
+        if self.commitments and self.version == 1:
+            raise ValueError("per-sample commitments need payload format v2")
 
     @classmethod
     def from_model(
@@ -179,6 +186,9 @@ class Payload:
     trainer_nonce: int
     quantized: bool
     results: tuple[DistroResult, ...]
+    commitments: SampleCommitments | None = None
+    """Per-micro-batch gradient fingerprints (`psyche.distro.sample_commit`); v2 only, and
+    None in a payload without them."""
 
 
 def _check_range(what: str, value: int, limit: int) -> None:

@@ -42,6 +42,8 @@ __all__ = ["decode_v1", "encode_v1"]
 def encode_v1(payload: Payload) -> bytes:
     check_sendable(payload)
     _check_range("tensor count", len(payload.results), _U32_MAX)
+    if payload.commitments is not None:
+        raise PayloadError("per-sample commitments need payload format v2")
     flags = _FLAG_1BIT if payload.quantized else 0
     parts = [
         _HEADER.pack(

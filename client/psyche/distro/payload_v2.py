@@ -36,6 +36,12 @@ import torch
 
 from psyche.distro.compress import DistroResult, chunk_shape
 from psyche.distro.elias_fano import EliasFano, EliasFanoError
+from psyche.distro.payload_commit import (
+    FLAG_COMMITMENTS,
+    SECTION_MAX_BYTES,
+    decode_section,
+    encode_section,
+)
 from psyche.distro.payload_types import (
     _CODE_DTYPES,
     _FLOAT_CODES,
@@ -123,7 +129,8 @@ def body_bytes(spec: PayloadSpec) -> int:
 
 def max_bytes_v2(spec: PayloadSpec) -> int:
     """Upper bound on a v2 payload's size under `spec` (header integers at their widest)."""
-    return _FIXED.size + _VARINT_MAX_BYTES + body_bytes(spec)
+    section = SECTION_MAX_BYTES if spec.commitments else 0
+    return _FIXED.size + _VARINT_MAX_BYTES + body_bytes(spec) + section
 
 
 register_size_bound(VERSION, max_bytes_v2)
@@ -150,11 +157,15 @@ def encode_v2(payload: Payload) -> bytes:
         bits.append(tensor_bits)
         values.append(raw)
     flags = _FLAG_1BIT if payload.quantized else 0
+    section = b""
+    if payload.commitments is not None:
+        flags |= FLAG_COMMITMENTS
+        section = encode_section(payload.commitments)
     head = _FIXED.pack(MAGIC, VERSION, flags, layout_digest(entries, payload.quantized))
     ints = (payload.step, payload.batch_start, payload.batch_end - payload.batch_start)
     head += b"".join(_varint(v) for v in (*ints, payload.trainer_nonce))
     packed = np.packbits(np.concatenate(bits) if bits else np.zeros(0, np.uint8), bitorder="little")
-    return b"".join([head, packed.tobytes(), *values])
+    return b"".join([head, packed.tobytes(), *values, section])
 
 
 def _encode_tensor(n: int, result: DistroResult, quantized: bool) -> tuple[int, np.ndarray, bytes]:
@@ -212,7 +223,13 @@ def decode_v2(data: bytes, expected: PayloadSpec) -> Payload:
         raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}")
     if version != VERSION:
         raise PayloadError(f"format version {version}, expected {VERSION}")
-    quantized = quantized_flag(flags, expected)
+    has_section = bool(flags & FLAG_COMMITMENTS)
+    if has_section != expected.commitments:
+        raise PayloadError(
+            f"per-sample commitments {'present' if has_section else 'missing'}; the run "
+            f"{'requires' if expected.commitments else 'does not take'} them"
+        )
+    quantized = quantized_flag(flags & ~FLAG_COMMITMENTS, expected)
     plan = _plan(expected)
     if layout != plan.digest:
         raise PayloadError(
@@ -225,6 +242,12 @@ def decode_v2(data: bytes, expected: PayloadSpec) -> Payload:
     length, offset = _read_varint(data, offset, _U64_MAX - start, "batch length")
     nonce, offset = _read_varint(data, offset, _U32_MAX, "trainer_nonce")
     body = plan.body_bytes
+    section = None
+    if has_section:
+        if len(data) - offset < body:
+            raise PayloadError(f"truncated: body needs {body} bytes after offset {offset}")
+        section = decode_section(data, offset + body)
+        data = data[: offset + body]
     if len(data) - offset != body:
         raise PayloadError(
             f"body has {len(data) - offset} bytes after offset {offset}, expected {body}"
@@ -242,7 +265,7 @@ def decode_v2(data: bytes, expected: PayloadSpec) -> Payload:
         raw = data[byte_at : byte_at + value_size]
         results.append(_decode_tensor(spec, code, bits[bit_at : bit_at + size], raw))
         bit_at, byte_at = bit_at + size, byte_at + value_size
-    return Payload(step, start, start + length, nonce, quantized, tuple(results))
+    return Payload(step, start, start + length, nonce, quantized, tuple(results), section)
 
 
 def _decode_tensor(spec: TensorSpec, code: EliasFano, bits: np.ndarray, raw: bytes) -> DistroResult:

@@ -22,6 +22,7 @@ this class testable with fakes and independent of how the residual is stored.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,8 @@ from typing import Protocol
 import torch
 
 from psyche.distro import DistroConfig, Payload, encode_payload
+from psyche.distro.result_format import distro_fingerprint
+from psyche.distro.sample_commit import NO_LOOKAHEAD, Probe, SampleCommitments, probe_seed
 from psyche.protocol.optimizers import DistroOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
@@ -44,7 +47,9 @@ class StepOptimizer(Protocol):
     payload_version: int
     """The payload format the trainer encodes its results in."""
 
-    def lookahead(self, prev_lr: float) -> None: ...
+    def lookahead(
+        self, prev_lr: float, public: Payload | None = None, *, verifiable: bool = False
+    ) -> None: ...
 
     def cancel(self, lr: float | None = None) -> None: ...
 
@@ -107,7 +112,11 @@ class Trainer:
         device: torch.device,
         grad_accum_fp32: bool = False,
         seed: int = DEFAULT_SEED,
+        commit_samples: bool = False,
     ) -> None:
+        """`commit_samples`: look ahead by the previous result sent (a point a verifier can
+        rebuild) and attach per-micro-batch gradient fingerprints to every payload
+        (`psyche.distro.sample_commit`; what a run with verification needs)."""
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be ≥ 1, got {micro_batch_size}")
         for name, p in model.named_parameters():
@@ -119,11 +128,18 @@ class Trainer:
         self.micro_batch_size = micro_batch_size
         self.device = device
         self.grad_accum_fp32 = grad_accum_fp32
+        self.commit_samples = commit_samples
+        self.verifiable_lookahead = commit_samples
+        """Whether the lookahead follows the previous result sent (with `commit_samples`; False
+        only to measure commitments at the private lookahead, bench/free_rider_commitments.py)."""
         self.trainer_nonce = 0
         """Train steps started since this trainer was built, sent in payloads.
 
         See docs/distro.md, "Payload format".
         """
+        self.last_commitments: SampleCommitments | None = None
+        """The per-micro-batch fingerprints of the last `accumulate_gradients` given a probe
+        (`psyche.distro.sample_commit`); None after one without."""
 
     def _check_batch(self, batch: torch.Tensor) -> torch.Tensor:
         return check_batch(batch, self.device)
@@ -134,12 +150,16 @@ class Trainer:
         return loss
 
     def accumulate_gradients(
-        self, batch: torch.Tensor, cancel: threading.Event | None = None
+        self,
+        batch: torch.Tensor,
+        cancel: threading.Event | None = None,
+        probe: Probe | None = None,
     ) -> float:
         """Forward/backward `batch` in micro-batches into `.grad`; returns the mean loss.
 
         Each micro-batch's loss is divided by the number of micro-batches. `cancel` is checked
         before every micro-batch; when set, `TrainingCancelled` is raised (the caller restores).
+        With `probe`, each micro-batch's own gradient is fingerprinted into `last_commitments`.
         """
         batch = self._check_batch(batch)
         self.model.train()
@@ -147,6 +167,8 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         use_buffers = self.grad_accum_fp32 and any(p.dtype != torch.float32 for p in params)
         buffers = [torch.zeros_like(p, dtype=torch.float32) for p in params] if use_buffers else []
+        fingerprints = _Fingerprints(self.model, probe, len(chunks)) if probe else None
+        self.last_commitments = None
         total = 0.0
         for chunk in chunks:
             if cancel is not None and cancel.is_set():
@@ -154,6 +176,8 @@ class Trainer:
             loss = self._loss(chunk) / len(chunks)
             loss.backward()
             total += float(loss.detach())
+            if fingerprints is not None:
+                fingerprints.record(fresh=use_buffers)
             if use_buffers:
                 for p, buf in zip(params, buffers, strict=True):
                     if p.grad is not None:
@@ -162,7 +186,14 @@ class Trainer:
         if use_buffers:
             for p, buf in zip(params, buffers, strict=True):
                 p.grad = buf.to(p.dtype)
+        if fingerprints is not None:
+            self.last_commitments = fingerprints.done(self.micro_batch_size)
         return total
+
+    def probe(self, step: int) -> Probe:
+        """The public probe of `step` for this model (`psyche.distro.sample_commit`)."""
+        shapes = [tuple(p.shape) for _, p in sorted(self.model.named_parameters(), key=_name)]
+        return Probe.for_shapes(shapes, probe_seed(step))
 
     def train_step(
         self,
@@ -189,9 +220,20 @@ class Trainer:
         self.model.zero_grad(set_to_none=True)
         if zero_optim:
             self.distro.zero_residual()
-        self.distro.lookahead(prev_lr)
+        probe = None
+        if self.commit_samples:
+            # The commitments are taken where the gradient is, and a verifier must rebuild that
+            # point exactly: the private lookahead sign(δ) moves every weight, and the gradient
+            # there agrees with the pre-round one no better than another sample's does
+            # (bench/README.md, "Per-sample commitments"), so the lookahead follows the
+            # previous result sent instead.
+            probe = self.probe(step)
+        if probe is not None and self.verifiable_lookahead:
+            self.distro.lookahead(prev_lr, prev_self_results, verifiable=True)
+        else:
+            self.distro.lookahead(prev_lr)
         try:
-            loss = self.accumulate_gradients(batch, cancel)
+            loss = self.accumulate_gradients(batch, cancel, probe)
             if cancel is not None and cancel.is_set():
                 raise TrainingCancelled("training was cancelled before the payload was built")
             result = self.distro.generate(
@@ -209,6 +251,12 @@ class Trainer:
         except BaseException:
             self._abandon(lr)
             raise
+        if self.last_commitments is not None:
+            ahead = (
+                NO_LOOKAHEAD if prev_self_results is None else distro_fingerprint(prev_self_results)
+            )
+            commitments = dataclasses.replace(self.last_commitments, lookahead=ahead)
+            result = dataclasses.replace(result, commitments=commitments)
         return TrainOutput(
             payload=encode_payload(result, self.distro.payload_version),
             self_result=result,
@@ -237,6 +285,33 @@ class Trainer:
     def evaluate(self, batches: Iterable[torch.Tensor]) -> float:
         """Mean token cross-entropy over `batches`, weighted by predicted tokens; no gradients."""
         return evaluate_loss(self.model, batches, self.micro_batch_size, self.device)
+
+
+def _name(item: tuple[str, torch.nn.Parameter]) -> str:
+    return item[0]
+
+
+class _Fingerprints:
+    """The fingerprints of one `accumulate_gradients`: after each micro-batch, the probed
+    coordinates' change since the previous one (the micro-batch's own gradient, read from the
+    accumulated `.grad` without a copy of it), scaled back to the micro-batch's mean loss."""
+
+    def __init__(self, model: torch.nn.Module, probe: Probe, chunks: int) -> None:
+        self.params = [p for _, p in sorted(model.named_parameters(), key=_name)]
+        self.probe = probe
+        self.scale = float(chunks)
+        self.before = torch.zeros(probe.signs.shape[1])
+        self.rows: list[torch.Tensor] = []
+
+    def record(self, *, fresh: bool) -> None:
+        """After a micro-batch's backward; `fresh`: `.grad` holds that micro-batch alone."""
+        now = self.probe.gather([p.grad for p in self.params])
+        own = now if fresh else now - self.before
+        self.before = now
+        self.rows.append(self.probe.project(own * self.scale))
+
+    def done(self, group: int) -> SampleCommitments:
+        return SampleCommitments(group, torch.stack(self.rows))
 
 
 def check_batch(batch: torch.Tensor, device: torch.device) -> torch.Tensor:

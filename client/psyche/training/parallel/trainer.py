@@ -43,6 +43,7 @@ from types import TracebackType
 
 import torch
 
+from psyche.distro.sample_commit import Probe
 from psyche.training.device import DEFAULT_SEED
 from psyche.training.errors import TrainingCancelled
 from psyche.training.parallel.group import WorkerGroup
@@ -121,7 +122,10 @@ class ParallelTrainer(Trainer):
         return self._group.closed
 
     def accumulate_gradients(
-        self, batch: torch.Tensor, cancel: threading.Event | None = None
+        self,
+        batch: torch.Tensor,
+        cancel: threading.Event | None = None,
+        probe: Probe | None = None,
     ) -> float:
         """Like `Trainer.accumulate_gradients`, over all ranks: the canonical `.grad` gets the
         full gradient of the whole batch; returns the mean loss.
@@ -130,6 +134,10 @@ class ParallelTrainer(Trainer):
         other replicas stop at their next micro-batch. The step's collectives always complete,
         so after `TrainingCancelled` the next step works.
         """
+        if probe is not None:
+            # The micro-batches run on the workers; their fingerprints are not gathered yet
+            # (issue 39 item 1), so a parallel client cannot commit per sample.
+            raise ValueError("per-sample commitments are not supported by the parallel trainer")
         self._check_batch(batch)  # the same errors as Trainer, before any worker is involved
         command = Command(
             "train",

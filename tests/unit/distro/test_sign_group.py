@@ -1,5 +1,6 @@
 """The fast sign's evaluation of a tile shape's sparse tensors together (`sign_group`) gives the
-exact path's bits: mixed tile columns (several `bmm` shapes and runs), lead dimensions, all-zero
+exact path's bits, in either layout of the second axis (the tile rows' `bmm`, or each tile's
+non-zero rows): mixed tile columns (several `bmm` shapes and runs), lead dimensions, all-zero
 tiles, a non-finite tensor in the group (the group falls back to tensor by tensor), dense tensors
 beside sparse ones, bf16 inputs, outputs written over the inputs or fresh, float64 evaluation."""
 
@@ -26,12 +27,16 @@ def _inputs(seed: int) -> list[torch.Tensor]:
     return xs
 
 
+@pytest.mark.parametrize("kept", [0.0, 0.5, 1.0])
 @pytest.mark.parametrize("overwrite", [False, True])
 @pytest.mark.parametrize("batch", [1, 300, 1 << 18])
 def test_a_group_gives_the_exact_bits(
-    monkeypatch: pytest.MonkeyPatch, overwrite: bool, batch: int
+    monkeypatch: pytest.MonkeyPatch, overwrite: bool, batch: int, kept: float
 ) -> None:
+    """`kept` 0 sends the group through the tile rows' `bmm`, 1 through the tile layout with
+    every row kept if need be."""
     monkeypatch.setattr(sign_group, "_BATCH", batch)
+    monkeypatch.setattr(sign_group, "_KEPT_ROWS", kept)
     calls = []
     group = sign_bound.tiles_group
     monkeypatch.setattr(sign_bound, "tiles_group", lambda *a: calls.append(len(a[0])) or group(*a))

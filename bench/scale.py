@@ -36,7 +36,9 @@ timestamps of consecutive round ends:
   false-positive rate against the bound ``(1 − (1 − 1/m)^(k n))^k`` (m = 3072 bits, k = 8 keys,
   n = the bloom's entries).
 
-``--profile`` runs the largest N under cProfile and prints the top entries by own time.
+``--profile`` runs the largest N under cProfile (timed by the event loop thread's CPU time) and
+prints the top entries by own time
+(``--profile-out FILE``: its statistics also written to FILE, for ``pstats``).
 
 Separately, blooms built as a witness builds them (``Bloom.empty(seed)`` with a random seed,
 ``participant_item`` of 256 random identities) for the largest witness quorum: 32 witnesses
@@ -252,8 +254,11 @@ class CopyTimer:
         return timed
 
 
-def sim_one(n: int, rounds: int, witnesses: int, work: Path, profile: bool) -> dict[str, Any]:
-    """One simulated run of ``n`` clients (in this process); its figures."""
+def sim_one(
+    n: int, rounds: int, witnesses: int, work: Path, profile: bool, profile_out: str | None = None
+) -> dict[str, Any]:
+    """One simulated run of ``n`` clients (in this process); its figures. With ``profile``, the
+    run under cProfile, its statistics also written to ``profile_out`` if given (for pstats)."""
     from psyche.distro.copy_index import COUNTS
     from psyche.protocol.model import LLM
     from psyche.protocol.run_file import load_run_config
@@ -323,7 +328,10 @@ def sim_one(n: int, rounds: int, witnesses: int, work: Path, profile: bool) -> d
 
     rss_before = _rss_kb() * 1024
     t_start = time.perf_counter()
-    prof = cProfile.Profile() if profile else None
+    # The event loop's thread CPU time, not wall time: on a machine shared with other jobs wall
+    # time charges their time to whatever this thread was running (the loop's functions run
+    # here; training and the apply's worker threads are not profiled either way).
+    prof = cProfile.Profile(time.thread_time) if profile else None
 
     async def main() -> Any:
         if prof is not None:
@@ -384,6 +392,8 @@ def sim_one(n: int, rounds: int, witnesses: int, work: Path, profile: bool) -> d
         "run_blooms": bloom_fig,
     }
     if prof is not None:
+        if profile_out:
+            prof.dump_stats(profile_out)
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
         result["profile_tottime"] = s.getvalue()
@@ -415,6 +425,8 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                "--witnesses", str(args.witnesses), "--_work", str(work)]  # fmt: skip
         if profile:
             cmd.append("--profile")
+            if args.profile_out:
+                cmd += ["--profile-out", args.profile_out]
         print(f"N={n}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
         res = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True)
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
@@ -627,6 +639,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="trained rounds measured per N")
     parser.add_argument("--witnesses", type=int, default=2, help="witness_nodes (0: up to 32)")
     parser.add_argument("--profile", action="store_true", help="cProfile the largest N")
+    parser.add_argument("--profile-out", default=None, help="with --profile: pstats file")
     parser.add_argument("--p2p-hosts", type=int, default=0)
     parser.add_argument("--p2p-rounds", type=int, default=20)
     parser.add_argument("--p2p-size", type=int, default=5534)
@@ -635,7 +648,9 @@ def main() -> None:
     parser.add_argument("--_work", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._one:
-        r = sim_one(args._one, args.rounds, args.witnesses, Path(args._work), args.profile)
+        r = sim_one(
+            args._one, args.rounds, args.witnesses, Path(args._work), args.profile, args.profile_out
+        )
         print(json.dumps(r))
         return
     out: dict[str, Any] = {"commit": _commit()}

@@ -132,7 +132,14 @@ def _table(obj: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _bytes(obj: Any, path: str, length: int) -> bytes:
-    data: bytes = from_obj(bytes, obj, path)
+    # A hex string decoded here directly, as from_obj(bytes, …) would: its generic dispatch was
+    # most of a client's decode of every state it receives (two keys per client listed).
+    try:
+        data = bytes.fromhex(obj) if isinstance(obj, str) else None
+    except ValueError:
+        data = None
+    if data is None:
+        data = from_obj(bytes, obj, path)  # raises the error naming what is wrong
     if len(data) != length:
         raise ConfigError(f"{path}: expected {length} bytes, got {len(data)}")
     return data

@@ -50,10 +50,39 @@ log = logging.getLogger("psyche.daemon")
 DOWNLOAD_TIMEOUT_S = 120.0
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Members:
+    """The epoch's clients as an announcement and a download look them up, made once per
+    coordinator state: each announcement and download scanned the whole list (and encoded every
+    member's peer id), O(N) per result and O(N²) per client and round (issue 38)."""
+
+    holders: dict[bytes, list[NodeIdentity]]
+    """P2P key → the clients listing it, in list order."""
+    others: tuple[str, ...]
+    """Every other client's peer id, in list order: where a blob may also be fetched."""
+
+    @classmethod
+    def of(cls, coord: Coordinator, me: NodeIdentity) -> _Members:
+        holders: dict[bytes, list[NodeIdentity]] = {}
+        for c in coord.epoch_state.clients:
+            holders.setdefault(c.id.p2p_identity, []).append(c.id)
+        others = tuple(
+            peer_id_for(c.id.p2p_identity) for c in coord.epoch_state.clients if c.id != me
+        )
+        return cls(holders, others)
+
+
 class GossipRouter:
     def __init__(self, parts: ClientParts, held: Holdings) -> None:
         self.parts = parts
         self.held = held
+        self._members: tuple[Coordinator, _Members] | None = None
+
+    def members(self, coord: Coordinator) -> _Members:
+        """``coord``'s clients, looked up (a new state object is a new list, and may differ)."""
+        if self._members is None or self._members[0] is not coord:
+            self._members = (coord, _Members.of(coord, self.parts.identity))
+        return self._members[1]
 
     async def run(self) -> None:
         async for peer, data in self.parts.transport.announcements():
@@ -72,7 +101,7 @@ class GossipRouter:
         # Coordinators refuse a P2P key held by two wallets, but should an epoch list it twice
         # (a coordinator from before that rule), list order must not decide whose it is: a
         # result counts for the holder its batch is assigned to (docs/protocol.md item 16).
-        holders = [c.id for c in coord.epoch_state.clients if c.id.p2p_identity == sender]
+        holders = self.members(coord).holders.get(sender, [])
         if not holders:
             self.parts.rejections.record(Rejection.not_epoch_client, peer, type(payload).__name__)
             return
@@ -212,9 +241,7 @@ class GossipRouter:
         (and the result forgotten, so a repeat announcement may try again) when it fails."""
         coord, kit = self.held.coord, self.held.kit
         assert coord is not None and kit is not None
-        me = self.parts.identity
-        others = [peer_id_for(c.id.p2p_identity) for c in coord.epoch_state.clients if c.id != me]
-        peers = [peer, *[p for p in others if p != peer]]
+        peers = [peer, *[p for p in self.members(coord).others if p != peer]]
         size = min(ann.blob_size, kit.format.max_bytes)
         try:
             async with self.parts.downloads:
@@ -266,7 +293,7 @@ class GossipRouter:
             detail = f"batch {full.batch} of step {state.step} repeats batch {original.batch}"
             self.parts.rejections.record(Rejection.copy_payload, peer, detail)
             return
-        state.hold(dataclasses.replace(full, fingerprint=sk.fingerprint), sk)
+        state.hold(dataclasses.replace(full, fingerprint=sk.fingerprint), sk, decoded)
         write_gradient(self.parts, state.step, full.batch, full.trainer.p2p_identity, full.payload)
         self.parts.wake()
 

@@ -31,6 +31,15 @@ from psyche.protocol.data_selection import BatchId, assign_data_for_state
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.schedule import lr_for_step, prev_lr_for_step
 
+DECODED_BUDGET = 32 << 20
+"""Bytes of decoded results a round keeps for its apply (:meth:`RoundState.hold`). A result is
+decoded when it arrives (to verify it and sketch it for the copy check) and was decoded again at
+its apply two rounds later, the largest per-result cost of a round at 64 clients after the copy
+check (issue 38; bench/README.md "Scale"). Keeping the decoded form costs memory: about 12 bytes
+per coefficient (int64 index, float32 value) against about 1.5 on the wire, 34 kB per result on
+the tiny preset. Within the budget the apply reuses it; past it, results are decoded again as
+before, so a large model's round holds at most this much more."""
+
 APPLY_LAG = 2
 """Results of round h are applied at the start of round h + 2, by the consensus of round h + 1's
 witnesses (docs/protocol.md, "Epoch and round pipeline"); the two drain rounds at the end of an
@@ -71,13 +80,39 @@ class RoundState:
     recomputed for them, until the witness carries the verdict (``psyche.daemon.verifying``)."""
     copies: CopyIndex[ReceivedResult] = field(default_factory=CopyIndex, compare=False, repr=False)
     """The sketches of the verified results held (:meth:`hold`), for the copy check."""
+    decoded: dict[BatchId, tuple[ReceivedResult, Any]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Held results' decoded payloads, for the apply (within ``DECODED_BUDGET``)."""
+    decoded_bytes: int = 0
+    """What ``decoded`` has taken of the budget (not given back when the apply takes one)."""
 
-    def hold(self, result: ReceivedResult, sk: CopySketch) -> None:
+    def hold(self, result: ReceivedResult, sk: CopySketch, decoded: Any = None) -> None:
         """Keep a verified ``result`` (its fingerprint set) whose copy-check sketch is ``sk``
         (:func:`result_sketch`): later results of this round and the next are checked against
-        it (:func:`copied_from`)."""
+        it (:func:`copied_from`). ``decoded``, its payload as the run's format decoded it, is
+        kept for the apply if the round's ``DECODED_BUDGET`` allows."""
         self.results[result.batch] = result
         self.copies.add(result, sk)
+        size = decoded_nbytes(decoded)
+        if size is not None and self.decoded_bytes + size <= DECODED_BUDGET:
+            self.decoded[result.batch] = (result, decoded)
+            self.decoded_bytes += size
+
+    def kept_decoded(self, result: ReceivedResult) -> Any | None:
+        """``result``'s decoded payload if :meth:`hold` kept it (the same result object)."""
+        kept = self.decoded.get(result.batch)
+        return kept[1] if kept is not None and kept[0] is result else None
+
+    def take_decoded(self, result: ReceivedResult, fmt: ResultFormat) -> Any:
+        """``result``'s decoded payload for its apply, the last use (so no longer kept): the one
+        kept when it was held, else its bytes decoded again (the same tensors, bit for bit)."""
+        kept = self.kept_decoded(result)
+        if kept is not None:
+            del self.decoded[result.batch]
+            return kept
+        assert result.payload is not None
+        return fmt.decode(result.payload)
 
     def batch_of(self, trainer: NodeIdentity) -> BatchId | None:
         for batch, who in self.assignment.items():
@@ -178,6 +213,13 @@ def decode_verified(result: ReceivedResult, step: int, fmt: ResultFormat) -> Any
         return None
 
 
+def decoded_nbytes(decoded: Any) -> int | None:
+    """The tensor bytes of a decoded DisTrO payload; None for anything else (not kept)."""
+    if not isinstance(decoded, Payload):
+        return None
+    return sum(r.idx.nbytes + r.val.nbytes for r in decoded.results)
+
+
 def result_fingerprint(payload: Payload) -> bytes:
     """SHA-256 of what a DisTrO result says — every tensor's indices and value signs — without
     its header (step, interval, nonce), so a copied or replayed result has the fingerprint of its
@@ -226,7 +268,9 @@ def copied_from(
             if state.results.get(other.batch) is not other:
                 continue
             COUNTS.confirmations += 1
-            held = decode_verified(other, state.step, fmt)
+            held = state.kept_decoded(other)
+            if held is None:
+                held = decode_verified(other, state.step, fmt)
             if held is not None and fmt.near_duplicate(payload, held):
                 return other
     return None

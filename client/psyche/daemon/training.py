@@ -163,7 +163,8 @@ class TrainingStep:
                     f"witnesses agree on, were not downloaded within "
                     f"{self.parts.apply_deadline_s:g} s"
                 )
-            payloads = [kit.format.decode(r.payload) for r in received if r.payload is not None]
+            # Decoded when they arrived (kept within the round's budget), else decoded again.
+            payloads = [applied.take_decoded(r, kit.format) for r in received]
             if payloads:
                 await asyncio.to_thread(kit.trainer.apply_step, payloads, lr=state.lrs.lr)
         digest = await asyncio.to_thread(model_hash, kit.trainer.model)
@@ -236,8 +237,11 @@ class TrainingStep:
         blob = parts.transport.serve(payload)
         commitment = make_commitment(parts.key, digest)
         # Its fingerprint lets this client refuse a peer's copy of it (docs/protocol.md).
-        sk = result_sketch(kit.format.decode(payload), kit.format)
-        state.hold(ReceivedResult(parts.identity, batch, digest, payload, sk.fingerprint), sk)
+        decoded = kit.format.decode(payload)
+        sk = result_sketch(decoded, kit.format)
+        state.hold(
+            ReceivedResult(parts.identity, batch, digest, payload, sk.fingerprint), sk, decoded
+        )
         ann = TrainingResult(
             step=state.step,
             batch_start=batch.start,

@@ -29,6 +29,7 @@ the 48 words u64 LE (392 bytes); JSON = ``{"seed": int, "words": [48 ints]}``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -37,6 +38,8 @@ __all__ = ["Bloom", "fnv1a64", "splitmix64_keys"]
 _U64_MASK = (1 << 64) - 1
 _FNV_PRIME = 0x100000001B3
 _GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+_UNPACK = struct.Struct("<49Q").unpack
+"""A bloom's bytes: its seed and 48 words, little-endian u64s."""
 
 
 def _is_u64(value: object) -> bool:
@@ -137,8 +140,15 @@ class Bloom:
     def from_bytes(cls, data: bytes) -> Bloom:
         if len(data) != cls.BYTES_LEN:
             raise ValueError(f"a bloom filter is {cls.BYTES_LEN} bytes, got {len(data)}")
-        values = [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
-        return cls(values[0], values[1:])
+        # Every value unpacked from 8 bytes is an unsigned 64-bit integer, so the constructor's
+        # check of each word is skipped: a client decodes every witness's blooms in every
+        # coordinator state it receives, and that check was most of it (issue 38).
+        seed, *words = _UNPACK(data)
+        bloom = cls.__new__(cls)
+        bloom._keys = splitmix64_keys(seed, cls.KEYS)
+        bloom._seed = seed
+        bloom._words = words
+        return bloom
 
     def to_json(self) -> dict[str, Any]:
         return {"seed": self._seed, "words": list(self._words)}

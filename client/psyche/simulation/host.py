@@ -91,7 +91,8 @@ class SimulatedHost:
         if self.on_publish is not None:
             self.on_publish(self.coordinator_copy())
         for backend in self.backends.values():
-            backend.deliver(self.coordinator_copy())
+            if not backend.closed:  # its copy would be dropped unread: not decoded at all
+                backend.deliver(self.coordinator_copy())
 
     def _next_seed(self) -> int:
         self._seed += 1

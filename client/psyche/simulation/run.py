@@ -65,6 +65,9 @@ class RoundReport:
     compute_s: float
     model_hash: str
     hashes_agree: bool
+    clients_hashed: int = 0
+    """Clients whose parameter hash after this step's apply was read (``hashes_agree`` is over
+    theirs): every running client's, unless one failed to apply."""
 
 
 @dataclass
@@ -291,6 +294,12 @@ class SimulatedRun:
             await self.settle()
             self._report(on_round)
         finally:
+            # The run is over: no client takes another state, so none is delivered. Otherwise
+            # each client's disconnect would publish a state that every client still running
+            # decodes (O(N) copies of an O(N) state per disconnect: most of a 64-client run's
+            # teardown, issue 38).
+            for client in self.clients.values():
+                client.backend.closed = True
             for i in list(self.clients):
                 await self.kill_client(i)
         self.summary.final_state = self.coordinator.run_state.name
@@ -340,6 +349,7 @@ class SimulatedRun:
                 compute_s=max((e.compute_s for e in trains), default=0.0),
                 model_hash=min(hashes, default=""),
                 hashes_agree=len(hashes) == 1,
+                clients_hashed=len(applies),
             )
             self.summary.rounds.append(report)
             if on_round is not None:

@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from free_rider import TINY, prepare_inputs  # noqa: E402
+from free_rider import TINY, prepare_inputs
 
 SAMPLES = 8
 MICRO = (1, 2)
@@ -58,6 +58,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--trials", type=int, default=70, help="measured steps")
     p.add_argument("--skip", type=int, default=3, help="steps trained before measuring")
     p.add_argument("--thread-every", type=int, default=3, help="2-thread recompute every N")
+    p.add_argument(
+        "--lookahead", choices=("public", "private"), default="public",
+        help="public: the product's (the previous result sent); private: sign(δ), as a verifier "
+        "holding the trainer's revealed sign(δ) would rebuild it",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -86,7 +91,7 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
     import torch
 
     from psyche.data.local import LocalDataProvider
-    from psyche.distro import Distro
+    from psyche.distro import Distro, decode_payload
     from psyche.protocol.data_selection import get_batch_ids_for_round
     from psyche.protocol.run_file import load_run_config
     from psyche.training import load_model, lr_for_step, prev_lr_for_step
@@ -101,14 +106,20 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
     model, _ = load_model(str(model_dir), device=device, dtype=torch.float32)
     params = [p for _, p in sorted(model.named_parameters(), key=lambda i: i[0])]
     trainers = [
-        Trainer(model, Distro(model.named_parameters(), dcfg), micro_batch_size=m,
-                device=device, seed=args.seed)
+        Trainer(model, Distro(model.named_parameters(), dcfg, commitments=True),
+                micro_batch_size=m, device=device, seed=args.seed, commit_samples=True)
         for m in MICRO
     ]  # fmt: skip
+    public = args.lookahead == "public"
+    for t in trainers:
+        t.verifiable_lookahead = public
+    spec = trainers[0].distro.payload_spec
     verifier = Trainer(model, Distro(model.named_parameters(), dcfg), micro_batch_size=1,
                        device=device, seed=args.seed)  # fmt: skip
     data = LocalDataProvider(data_dir, llm.max_seq_len)  # type: ignore[union-attr]
     prev_self: list[Any] = [None] * len(trainers)
+    prev_sent: list[Any] = [None] * len(trainers)
+    losses: list[float] = []
     pending: dict[int, list[Any]] = {}
     gen = torch.Generator().manual_seed(args.seed + 39)
     rows: list[dict[str, Any]] = []
@@ -137,9 +148,13 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
             for s, m in enumerate(MICRO):
                 groups = [batches[s][g : g + m] for g in range(0, SAMPLES, m)]
                 pre[s] = [recompute(t, probe) for t in groups]
-                # At the trainer's lookahead weights, as a verifier holding the trainer's
-                # revealed sign(δ) would set them (`Distro.lookahead` itself, then restored).
-                trainers[s].distro.lookahead(prev_lr)
+                # At the trainer's lookahead weights, as a verifier rebuilds them from the
+                # trainer's previous result as received (public), or would from its revealed
+                # sign(δ) (private): `Distro.lookahead` itself, then restored.
+                if public:
+                    trainers[s].distro.lookahead(prev_lr, prev_sent[s], verifiable=True)
+                else:
+                    trainers[s].distro.lookahead(prev_lr)
                 ver[s] = [recompute(t, probe) for t in groups]
                 if two:
                     torch.set_num_threads(2)
@@ -153,13 +168,16 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
                                batch_id=(slices[s].start, slices[s].end))  # fmt: skip
             prev_self[s] = out.self_result
             results.append(out.self_result)
-            assert t.last_commitments is not None
-            commits.append(t.last_commitments.values)
+            prev_sent[s] = decode_payload(out.payload, spec)  # what a verifier holds: f16 values
+            commits.append(prev_sent[s].commitments.values)
+            losses.append(out.loss)
         pending[step] = results
         if measured:
             rows += trial_rows(step, commits, (pre, ver, ver2), gen)
         if step % 10 == 0:
             print(f"step {step}/{steps} lr {lr:.2e}", file=sys.stderr, flush=True)
+    # The lookahead's effect on training: the last 10 steps' mean train loss of both clients.
+    rows.append({"train_loss_last10": sum(losses[-20:]) / len(losses[-20:])})
     return rows
 
 
@@ -201,6 +219,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     from psyche.distro.sample_commit import MATCH_THRESHOLD
 
     out: dict[str, Any] = {"threshold": MATCH_THRESHOLD}
+    out.update(rows.pop())  # the train loss
     for key in ("pre_round", "honest", "honest_2t", *FAKES):
         for s, m in enumerate(MICRO):
             xs = np.array([r[key] for r in rows if key in r and r["slot"] == s])

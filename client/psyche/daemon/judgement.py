@@ -55,6 +55,9 @@ class SlotGradient:
     score: float | None = None
     """``grads``' score of the held result when the recompute already took it (to decide on
     escalating), so the verdict does not decode and score the result again."""
+    commitment: float | None = None
+    """The agreement of the held result's per-sample commitment with this verifier's recompute
+    (``psyche.daemon.commit_check``); None when not checked."""
 
 
 @dataclass(frozen=True, slots=True)

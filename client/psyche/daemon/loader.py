@@ -74,8 +74,11 @@ def model_loader(
             check_tp_compatible(model.config, layout.tp)
         except ValueError as e:
             raise ModelLoadError(f"this run's model cannot be tensor-parallel here: {e}") from e
+        # A run that verifies results takes per-sample commitments from every DisTrO trainer
+        # (docs/protocol.md, "Free riders: per-sample commitments").
+        commit = coord.config.verification_percent > 0
         trainer, fmt = _trainer_and_format(
-            llm, model, files, dev, layout, micro_batch_size, grad_accum_fp32
+            llm, model, files, dev, layout, micro_batch_size, grad_accum_fp32, commit
         )
         data = provider_for_location(llm.data_location, llm.max_seq_len, secret_key=key)
         log.info(
@@ -114,15 +117,22 @@ def _trainer_and_format(
     layout: ParallelLayout,
     micro_batch_size: int,
     grad_accum_fp32: bool,
+    commit: bool = False,
 ) -> tuple[Trainer | SparseLoCoTrainer, ResultFormat]:
     """The trainer of the run's optimizer around ``model``, and the format of its results.
-    SparseLoCo takes its run-global state out of ``files``."""
+    SparseLoCo takes its run-global state out of ``files``. ``commit``: DisTrO payloads carry
+    per-sample commitments (a run that verifies)."""
     if isinstance(llm.optimizer, SparseLoCoOptimizer):
         sparseloco = SparseLoCoTrainer(model, llm.optimizer, micro_batch_size=micro_batch_size)
         _load_optimizer_state(sparseloco, files)
         return sparseloco, sparseloco.format
     assert isinstance(llm.optimizer, DistroOptimizer)  # _check_optimizer let no other through
-    distro = Distro(model.named_parameters(), distro_config(llm.optimizer))
+    if commit and layout.is_parallel:
+        raise ModelLoadError(
+            "this run verifies results, and a data- or tensor-parallel client cannot commit to "
+            "its samples yet (issue 39): run without --data-parallelism/--tensor-parallelism"
+        )
+    distro = Distro(model.named_parameters(), distro_config(llm.optimizer), commitments=commit)
     trainer = build_trainer(
         model,
         distro,
@@ -132,6 +142,7 @@ def _trainer_and_format(
         tensor_parallelism=layout.tp,
         grad_accum_fp32=grad_accum_fp32,
     )
+    trainer.commit_samples = trainer.verifiable_lookahead = commit
     return trainer, DistroFormat(distro.payload_spec)
 
 

@@ -40,6 +40,7 @@ import torch
 from psyche.coordinator import Coordinator
 from psyche.coordinator.types import Verdict
 from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
+from psyche.daemon.commit_check import MISMATCH, commitment_agreement, lookahead_of
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.judgement import Judgement, SlotGradient, SubBatch
 from psyche.daemon.kit import ModelKit
@@ -48,6 +49,7 @@ from psyche.daemon.rounds import RoundState, decode_verified
 from psyche.data.provider import DataProvider
 from psyche.distro import Payload
 from psyche.distro.result_format import ResultFormat
+from psyche.distro.sample_commit import MATCH_THRESHOLD
 from psyche.distro.similarity import THRESHOLD, captured_mass, verdict_on
 from psyche.protocol.commitment import sha256v
 from psyche.protocol.optimizers import DistroOptimizer
@@ -152,11 +154,14 @@ def recompute(
     judgement: Judgement,
     budget_s: float,
     judged: RoundState | None = None,
+    before: RoundState | None = None,
 ) -> Judgement:
     """Blocking: the gradient of each slot's sub-batch at the model's current weights, in the
     payload's parameter order (ascending name), until ``budget_s`` has passed; escalated to the
     slot's wider sub-batch when its result is already held in ``judged`` (this client's record
-    of the judged round) and scores below ``THRESHOLD``. The model's ``.grad`` is left cleared
+    of the judged round) and scores below ``THRESHOLD``; and the held result's per-sample
+    commitment checked at its lookahead point (``before``: the record of the round before the
+    judged one, which holds the result that point follows). The model's ``.grad`` is left cleared
     and torch's RNG state untouched, so the client's own training that follows is bit-identical
     to a client that verified nothing."""
     deadline = time.monotonic() + budget_s
@@ -165,7 +170,7 @@ def recompute(
     timer.start()
     params = tuple(p for _, p in sorted(trainer.model.named_parameters(), key=lambda i: i[0]))
     devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
-    run = _Recompute(trainer, data, judgement, judged, deadline, cancel, params, devices)
+    run = _Recompute(trainer, data, judgement, judged, before, deadline, cancel, params, devices)
     try:
         out = tuple(run.slot(s) for s in judgement.slots)
     finally:
@@ -181,6 +186,7 @@ class _Recompute:
     data: DataProvider
     judgement: Judgement
     judged: RoundState | None
+    before: RoundState | None
     deadline: float
     cancel: threading.Event
     params: tuple[torch.nn.Parameter, ...]
@@ -203,7 +209,37 @@ class _Recompute:
             log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
             return s
         done = SlotGradient(s.slot, s.trainer, s.batch, s.sub, grads, not s.sub.escalates)
-        return done if done.may_accuse else self._escalate(done, samples)
+        done = dataclasses.replace(done, commitment=self._commitment(s, samples))
+        if done.may_accuse or (done.commitment is not None and done.commitment < MATCH_THRESHOLD):
+            return done  # a failed commitment is evidence enough: no escalation
+        return self._escalate(done, samples)
+
+    def _commitment(self, s: SlotGradient, samples: torch.Tensor) -> float | None:
+        """The held result's commitment agreement for the slot's first sample; None when the
+        result is not held yet, has no commitments, or its point cannot be rebuilt here."""
+        payload = held_payload(self.judged, s, self.judgement.fmt)
+        if payload is None or payload.commitments is None or self.judged is None:
+            return None
+        known, point = lookahead_of(
+            self.before, s.trainer, payload.commitments.lookahead, self.judgement.fmt
+        )
+        if known != "ok":
+            return MISMATCH if known == "mismatch" else None
+        try:
+            return commitment_agreement(
+                self.trainer,
+                payload,
+                point,
+                self.judged.lrs.prev_lr,
+                samples,
+                s.sub.rows[0],
+                self._gradient,
+            )
+        except TrainingCancelled:
+            log.info("commitment of slot %d left unchecked: out of time", s.slot)
+        except Exception as e:  # a verifier's failure must never cost the round
+            log.warning("commitment of slot %d not checked: %s", s.slot, e)
+        return None
 
     def _escalate(self, done: SlotGradient, samples: torch.Tensor) -> SlotGradient:
         """``done`` recomputed on the wider sub-batch if its held result scores below the match
@@ -232,7 +268,7 @@ class _Recompute:
             len(done.sub.rows),
             len(wider.rows),
         )
-        return SlotGradient(done.slot, done.trainer, done.batch, wider, grads, True)
+        return dataclasses.replace(done, sub=wider, grads=grads, may_accuse=True)
 
     def _gradient(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
         model = self.trainer.model
@@ -268,13 +304,14 @@ async def judge_previous(
     if me is None or not isinstance(kit.trainer, Trainer):
         return  # recomputing a result is defined for DisTrO's one-gradient step
     judged = epoch.rounds.get(state.height - 1)
+    before = epoch.rounds.get(state.height - 2)
     judgement = slots_to_judge(coord, me, judged, kit.format)
     if judgement is None:
         return
     budget = TIME_SHARE * coord.config.max_round_train_time
     t0 = time.perf_counter()
     state.judgement = await asyncio.to_thread(
-        recompute, kit.trainer, kit.data, judgement, budget, judged
+        recompute, kit.trainer, kit.data, judgement, budget, judged, before
     )
     done = sum(1 for s in state.judgement.slots if s.grads is not None)
     log.info(
@@ -295,6 +332,17 @@ def verdict_of(judgement: Judgement, judged: RoundState | None) -> Verdict:
     if judged is None or judged.height != judgement.judged_height:
         return Verdict()
     for s in judgement.slots:
+        if s.commitment is not None and s.commitment < MATCH_THRESHOLD:
+            log.info(
+                "verified step %d slot %d %s: commitment %.4f MISMATCH",
+                judged.step,
+                s.slot,
+                s.trainer.hex()[:8],
+                s.commitment,
+            )
+            checked |= 1 << s.slot
+            mismatch |= 1 << s.slot
+            continue
         score = s.score if s.score is not None else _held_score(judged, s, judgement)
         if score is None:
             continue

@@ -10,6 +10,7 @@ the keys the copy check's sketch is made of (``psyche.distro.copy_index``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
+from psyche.distro.compress import DistroResult
 from psyche.distro.copy_index import CopyKeys, distro_keys
 from psyche.distro.overlap import near_duplicate
 from psyche.distro.payload import Payload, PayloadSpec, decode_payload
@@ -29,6 +31,7 @@ __all__ = [
     "ResultFormat",
     "SparseLoCoFormat",
     "distro_fingerprint",
+    "sent_fingerprint",
 ]
 
 
@@ -80,6 +83,19 @@ def distro_fingerprint(payload: Payload) -> bytes:
         h.update(signs[at : at + n])
         at += n
     return h.digest()
+
+
+def sent_fingerprint(payload: Payload) -> bytes:
+    """`distro_fingerprint` of `payload` as a peer decodes it from the v2 wire: indices ascending
+    within each tile, values following (`Distro.generate` orders them by magnitude), so a
+    trainer can name its own previous result by what every peer holds."""
+    ordered = []
+    for r in payload.results:
+        order = r.idx.argsort(dim=-1)
+        ordered.append(
+            DistroResult(r.idx.gather(-1, order), r.val.gather(-1, order), r.xshape, r.totalk)
+        )
+    return distro_fingerprint(dataclasses.replace(payload, results=tuple(ordered)))
 
 
 @dataclass(frozen=True, slots=True)

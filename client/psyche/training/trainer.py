@@ -32,7 +32,7 @@ from typing import Protocol
 import torch
 
 from psyche.distro import DistroConfig, Payload, encode_payload
-from psyche.distro.result_format import distro_fingerprint
+from psyche.distro.result_format import sent_fingerprint
 from psyche.distro.sample_commit import NO_LOOKAHEAD, Probe, SampleCommitments, probe_seed
 from psyche.protocol.optimizers import DistroOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
@@ -220,18 +220,7 @@ class Trainer:
         self.model.zero_grad(set_to_none=True)
         if zero_optim:
             self.distro.zero_residual()
-        probe = None
-        if self.commit_samples:
-            # The commitments are taken where the gradient is, and a verifier must rebuild that
-            # point exactly: the private lookahead sign(δ) moves every weight, and the gradient
-            # there agrees with the pre-round one no better than another sample's does
-            # (bench/README.md, "Per-sample commitments"), so the lookahead follows the
-            # previous result sent instead.
-            probe = self.probe(step)
-        if probe is not None and self.verifiable_lookahead:
-            self.distro.lookahead(prev_lr, prev_self_results, verifiable=True)
-        else:
-            self.distro.lookahead(prev_lr)
+        probe = self._look_ahead(step, prev_lr, prev_self_results)
         try:
             loss = self.accumulate_gradients(batch, cancel, probe)
             if cancel is not None and cancel.is_set():
@@ -251,12 +240,7 @@ class Trainer:
         except BaseException:
             self._abandon(lr)
             raise
-        if self.last_commitments is not None:
-            ahead = (
-                NO_LOOKAHEAD if prev_self_results is None else distro_fingerprint(prev_self_results)
-            )
-            commitments = dataclasses.replace(self.last_commitments, lookahead=ahead)
-            result = dataclasses.replace(result, commitments=commitments)
+        result = self._with_commitments(result, prev_self_results)
         return TrainOutput(
             payload=encode_payload(result, self.distro.payload_version),
             self_result=result,
@@ -264,6 +248,28 @@ class Trainer:
             tokens=batch.numel(),
             seconds=time.perf_counter() - started,
         )
+
+    def _look_ahead(self, step: int, prev_lr: float, prev_self: Payload | None) -> Probe | None:
+        """The lookahead; and with `commit_samples` the step's probe, or None."""
+        probe = self.probe(step) if self.commit_samples else None
+        if probe is not None and self.verifiable_lookahead:
+            # The commitments are taken where the gradient is, and a verifier must rebuild that
+            # point exactly: the private lookahead sign(δ) moves every weight, and the gradient
+            # there agrees with the pre-round one no better than another sample's does
+            # (bench/README.md, "Per-sample commitments"), so the lookahead follows the
+            # previous result sent instead.
+            self.distro.lookahead(prev_lr, prev_self, verifiable=True)
+        else:
+            self.distro.lookahead(prev_lr)
+        return probe
+
+    def _with_commitments(self, result: Payload, prev_self: Payload | None) -> Payload:
+        """`result` carrying the fingerprints just taken, and which result it looked ahead by."""
+        if self.last_commitments is None:
+            return result
+        ahead = NO_LOOKAHEAD if prev_self is None else sent_fingerprint(prev_self)
+        commitments = dataclasses.replace(self.last_commitments, lookahead=ahead)
+        return dataclasses.replace(result, commitments=commitments)
 
     def _abandon(self, lr: float) -> None:
         # With `lr` the decoupled weight decay is applied as `generate` would have: every client

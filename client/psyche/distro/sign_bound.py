@@ -42,6 +42,7 @@ from psyche.distro.sign_parts import (
     fill_exact,
     grid_basis,
     grid_columns,
+    rows_sign_cpu,
     tile_nonzeros,
 )
 
@@ -103,7 +104,8 @@ def fast_decode_sign_many(
     for members in rows.values():
         joined = torch.cat([encoded[n] for n in members])
         if joined.device.type == "cpu" and joined.numel() <= _ROWS_EXACT:
-            joined = decode_sign_exact(joined)
+            exact = rows_sign_cpu(joined) if joined.dtype == torch.float32 else None
+            joined = decode_sign_exact(joined) if exact is None else exact
             clock.add(joined.numel(), joined.numel())  # all recomputed exactly
             clock.lap("exact")
         else:

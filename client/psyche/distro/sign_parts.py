@@ -29,6 +29,7 @@ __all__ = [
     "fill_exact",
     "grid_basis",
     "grid_columns",
+    "rows_sign_cpu",
     "tile_nonzeros",
 ]
 
@@ -229,3 +230,20 @@ def _fill_exact_cpu(todos: list[Pending], shape: tuple[int, int]) -> None:
             m = where.numel()
             out.view(-1).numpy()[where.numpy()] = exact[begin : begin + m]  # ±1, 0: exact
             begin += m
+
+
+def rows_sign_cpu(x: torch.Tensor) -> torch.Tensor | None:
+    """`decode_sign_exact` of 1-D chunks (the rows of `x`, float32 on the CPU) in NumPy, as
+    flat float64 {−1, 0, 1}; None where a value is not finite (the exact path itself decides those).
+    The same exact steps as `exact_rows_times_basis` (a row's peak, `frexp`, a power-of-two
+    scaling, rounding half to even, an integer matmul below 2^53), so the same signs; a model's
+    few short 1-D tensors cost about ten torch calls of ~15 µs each there."""
+    a = x.numpy()
+    peak = np.abs(a).max(axis=1, initial=0.0)
+    if not np.isfinite(peak).all():
+        return None
+    _, peak_exp = np.frexp(peak)  # 0 for an all-zero row
+    c = a.shape[1]
+    ints = np.rint(a * _pow2(coefficient_bits(c) - peak_exp.astype(np.int64))[:, None])
+    signs = np.sign(ints @ int_basis(c, torch.device("cpu")).numpy().T) + 0.0  # −0 → +0
+    return torch.from_numpy(signs.reshape(-1))

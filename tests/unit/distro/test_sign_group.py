@@ -94,5 +94,19 @@ def test_one_dimensional_tensors_by_either_path(
         for d in (0.05, 1.0)
     ]
     xs.append(torch.zeros(3, 64))
+    xs.append(random_encoded((4, 64), seed=9, density=0.5).bfloat16())
     outs = sign_bound.fast_decode_sign_many(xs)
     assert all(same_bits(o, decode_sign_exact(x)) for o, x in zip(outs, xs, strict=True))
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_one_dimensional_tensors_with_a_non_finite_value(bad: float) -> None:
+    """Short 1-D chunks go exact in NumPy unless a value is not finite: then `decode_sign_exact`
+    itself decides them all, as it did before."""
+    xs = [random_encoded((6, 64), seed=n, density=0.3) for n in range(3)]
+    xs[1][2, 5] = bad
+    outs = sign_bound.fast_decode_sign_many(xs)
+    for out, x in zip(outs, xs, strict=True):
+        want = decode_sign_exact(x)
+        assert torch.equal(out.isnan(), want.isnan())
+        assert same_bits(out.nan_to_num(), want.nan_to_num())

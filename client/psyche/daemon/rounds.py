@@ -36,7 +36,7 @@ DECODED_BUDGET = 32 << 20
 decoded when it arrives (to verify it and sketch it for the copy check) and was decoded again at
 its apply two rounds later, the largest per-result cost of a round at 64 clients after the copy
 check (issue 38; bench/README.md "Scale"). Keeping the decoded form costs memory: about 12 bytes
-per coefficient (int64 index, float32 value) against about 1.5 on the wire, 34 kB per result on
+per coefficient (int64 index, float32 value) against about 1.5 on the wire: 29 kB per result on
 the tiny preset. Within the budget the apply reuses it; past it, results are decoded again as
 before, so a large model's round holds at most this much more."""
 

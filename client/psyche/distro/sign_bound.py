@@ -42,7 +42,9 @@ from psyche.distro.sign_parts import (
     fill_exact,
     grid_basis,
     grid_columns,
+    release_scratch,
     rows_sign_cpu,
+    thread_scratch,
     tile_nonzeros,
 )
 
@@ -83,7 +85,7 @@ def fast_decode_sign_many(
     page faults, which a model's worth of fresh outputs does.
     """
     clock = Clock(parts)
-    scratch = Scratch()
+    scratch = thread_scratch()
     outs: list[torch.Tensor | None] = [None] * len(encoded)
     pending: dict[tuple[int, int, torch.device], list[Pending]] = {}
     rows: dict[tuple[int, torch.device, torch.dtype], list[int]] = {}
@@ -116,6 +118,7 @@ def fast_decode_sign_many(
     for (h, w, _), todos in pending.items():
         fill_exact(todos, (h, w))
     clock.lap("exact")
+    release_scratch(scratch)
     return [out.to(dtype=x.dtype) for out, x in zip(outs, encoded, strict=True)]  # type: ignore[union-attr]
 
 

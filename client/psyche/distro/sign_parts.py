@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import time
 
 import numpy as np
@@ -29,7 +30,9 @@ __all__ = [
     "fill_exact",
     "grid_basis",
     "grid_columns",
+    "release_scratch",
     "rows_sign_cpu",
+    "thread_scratch",
     "tile_nonzeros",
 ]
 
@@ -92,6 +95,12 @@ class Scratch:
     def __init__(self) -> None:
         self.buffers: dict[str, torch.Tensor] = {}
 
+    def trim(self, limit: int) -> None:
+        """Drop the buffers over `limit` bytes (a large tensor's, not worth holding)."""
+        for name, buf in list(self.buffers.items()):
+            if buf.numel() * buf.element_size() > limit:
+                del self.buffers[name]
+
     def get(self, name: str, size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A flat tensor of `size` elements (contents undefined), `dtype`, on `device`."""
         buf = self.buffers.get(name)
@@ -99,6 +108,29 @@ class Scratch:
             buf = torch.empty(size, dtype=dtype, device=device)
             self.buffers[name] = buf
         return buf[:size]
+
+
+_KEPT_BYTES = 1 << 22
+"""Scratch buffers up to this size stay with the thread between calls: an apply's batches
+(2^18 elements) fit, and their pages are then not faulted in again on every call (about 6 % of
+a tiny model's apply)."""
+
+_local = threading.local()
+
+
+def thread_scratch() -> Scratch:
+    """This thread's `Scratch`, kept between calls (trimmed to `_KEPT_BYTES` per buffer by
+    `release_scratch`); one per thread, so concurrent applies never share a buffer."""
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = _local.scratch = Scratch()
+    assert isinstance(scratch, Scratch)
+    return scratch
+
+
+def release_scratch(scratch: Scratch) -> None:
+    """End of a call: keep only the buffers small enough to hold on to."""
+    scratch.trim(_KEPT_BYTES)
 
 
 class Clock:

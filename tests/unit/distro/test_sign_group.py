@@ -110,3 +110,33 @@ def test_one_dimensional_tensors_with_a_non_finite_value(bad: float) -> None:
         want = decode_sign_exact(x)
         assert torch.equal(out.isnan(), want.isnan())
         assert same_bits(out.nan_to_num(), want.nan_to_num())
+
+
+def test_kept_scratch_across_calls_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buffers kept between calls (per thread, the large ones dropped) change no bits: a second
+    call, a call with other shapes and calls from other threads at once."""
+    import threading
+
+    from psyche.distro import sign_parts
+
+    monkeypatch.setattr(sign_parts, "_KEPT_BYTES", 4096)
+    monkeypatch.setattr(sign_group, "_BATCH", 300)
+    runs = [_inputs(seed=11), _inputs(seed=12)[:3], _inputs(seed=11)]
+    wants = [[decode_sign_exact(x) for x in xs] for xs in runs]
+    failures: list[int] = []
+
+    def check(n: int) -> None:
+        for xs, want in zip(runs, wants, strict=True):
+            outs = sign_bound.fast_decode_sign_many([x.clone() for x in xs], overwrite=True)
+            if not all(same_bits(o, e) for o, e in zip(outs, want, strict=True)):
+                failures.append(n)
+
+    threads = [threading.Thread(target=check, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    check(-1)
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    kept = sign_parts.thread_scratch().buffers.values()
+    assert all(b.numel() * b.element_size() <= 4096 for b in kept)

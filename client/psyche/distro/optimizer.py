@@ -142,7 +142,12 @@ class Distro:
 
     @torch.no_grad()
     def lookahead(
-        self, prev_lr: float, public: Payload | None = None, *, verifiable: bool = False
+        self,
+        prev_lr: float,
+        public: Payload | None = None,
+        *,
+        verifiable: bool = False,
+        decay_lr: float | None = None,
     ) -> None:
         """`p ← p − prev_lr·sign(δ)`; call before forward/backward.
 
@@ -150,13 +155,18 @@ class Distro:
         instead that of `public`, the result this client sent last (`p ← p − prev_lr·sign(decode
         (public))`, exactly as `apply` would step on it alone; no step when None): a point of
         gradient a verifier can rebuild from public data, which per-sample commitments need
-        (docs/protocol.md, "Free riders: per-sample commitments").
+        (docs/protocol.md, "Free riders: per-sample commitments"). `decay_lr` (with `verifiable`)
+        first applies the weight decay `generate(decay_lr)` will apply after restoring, so the
+        point is that of the weights every client holds once the round is done: what the
+        verifier of the next round starts from.
         """
         if self._backup is not None:
             raise RuntimeError("a lookahead is already applied: call generate() or cancel() first")
         self._backup = [p.detach().clone() for p in self._params]
         self._lookahead_lr = prev_lr
         if verifiable:
+            if decay_lr is not None:
+                self._weight_decay(decay_lr)
             if public is not None:
                 self._check_results(public, "public")
                 self._sign_step([public], prev_lr)

@@ -147,6 +147,7 @@ class PayloadSpec:
         config: DistroConfig,
         value_dtype: torch.dtype = torch.bfloat16,
         version: int = PAYLOAD_VERSION,
+        commitments: bool = False,
     ) -> PayloadSpec:
         """Spec for parameters `named_shapes` (ordered by name here), values sent as `value_dtype`.
 
@@ -160,7 +161,12 @@ class PayloadSpec:
             TensorSpec.for_parameter(name, shape, config, value_dtype)
             for name, shape in sorted(items, key=lambda item: item[0])
         )
-        return cls(tensors=tensors, quantized=config.quantize_1bit, version=version)
+        return cls(
+            tensors=tensors,
+            quantized=config.quantize_1bit,
+            version=version,
+            commitments=commitments,
+        )
 
     @property
     def max_bytes(self) -> int:

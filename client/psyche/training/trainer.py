@@ -48,7 +48,12 @@ class StepOptimizer(Protocol):
     """The payload format the trainer encodes its results in."""
 
     def lookahead(
-        self, prev_lr: float, public: Payload | None = None, *, verifiable: bool = False
+        self,
+        prev_lr: float,
+        public: Payload | None = None,
+        *,
+        verifiable: bool = False,
+        decay_lr: float | None = None,
     ) -> None: ...
 
     def cancel(self, lr: float | None = None) -> None: ...
@@ -220,7 +225,7 @@ class Trainer:
         self.model.zero_grad(set_to_none=True)
         if zero_optim:
             self.distro.zero_residual()
-        probe = self._look_ahead(step, prev_lr, prev_self_results)
+        probe = self._look_ahead(step, lr, prev_lr, prev_self_results)
         try:
             loss = self.accumulate_gradients(batch, cancel, probe)
             if cancel is not None and cancel.is_set():
@@ -249,7 +254,9 @@ class Trainer:
             seconds=time.perf_counter() - started,
         )
 
-    def _look_ahead(self, step: int, prev_lr: float, prev_self: Payload | None) -> Probe | None:
+    def _look_ahead(
+        self, step: int, lr: float, prev_lr: float, prev_self: Payload | None
+    ) -> Probe | None:
         """The lookahead; and with `commit_samples` the step's probe, or None."""
         probe = self.probe(step) if self.commit_samples else None
         if probe is not None and self.verifiable_lookahead:
@@ -257,8 +264,9 @@ class Trainer:
             # point exactly: the private lookahead sign(δ) moves every weight, and the gradient
             # there agrees with the pre-round one no better than another sample's does
             # (bench/README.md, "Per-sample commitments"), so the lookahead follows the
-            # previous result sent instead.
-            self.distro.lookahead(prev_lr, prev_self, verifiable=True)
+            # previous result sent instead, from the weights after this round's weight decay
+            # (what the verifier holds).
+            self.distro.lookahead(prev_lr, prev_self, verifiable=True, decay_lr=lr)
         else:
             self.distro.lookahead(prev_lr)
         return probe

@@ -48,8 +48,10 @@ class _Data:
         return _tokens(batch_id)
 
 
-def _trainer(model: torch.nn.Module, micro: int = 1, commit: bool = True) -> Trainer:
-    distro = Distro(model.named_parameters(), distro_cfg(), commitments=True)
+def _trainer(
+    model: torch.nn.Module, micro: int = 1, commit: bool = True, wd: float | None = None
+) -> Trainer:
+    distro = Distro(model.named_parameters(), distro_cfg(weight_decay=wd), commitments=True)
     return Trainer(model, distro, micro_batch_size=micro, device=CPU, commit_samples=commit)
 
 
@@ -145,6 +147,22 @@ def test_a_free_rider_is_accused_when_a_skipped_sample_is_drawn(
     got = _agreements(world, _train(world, trained), range(8))
     assert all(a > 0.9999 for a in got[:trained]), got  # what it computed is right
     assert all(a < MATCH_THRESHOLD for a in got[trained:]), got  # what it skipped is not
+
+
+def test_an_honest_trainer_matches_with_weight_decay() -> None:
+    """The trainer's point includes the round's weight decay, which the verifier's weights hold
+    once the round is done (the decay is applied after the lookahead is undone)."""
+    model = init_model(llama_config(TINY), seed=1)
+    trainer = _trainer(model, wd=0.1)
+    out = trainer.train_step(_tokens(BATCH), step=STEP, lr=0.05, prev_lr=0.05,
+                             prev_self_results=None, zero_optim=True, batch_id=(0, 7))  # fmt: skip
+    assert out.self_result is not None and out.self_result.commitments is not None
+    verifier = _trainer(model, commit=False)
+    for row in (0, 7):
+        a = commitment_agreement(verifier, out.self_result, None, 0.05, _tokens(BATCH), row,
+                                 _gradient(verifier))  # fmt: skip
+        # 1 − 7e-5 from the pre-decay point: still a match, but not the exact point.
+        assert a is not None and a > 1 - 1e-6, a
 
 
 def test_commitments_that_do_not_fit_the_batch_are_a_mismatch(world: _World) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
+from psyche.distro import sparseloco_overlap
 from psyche.distro.compress import DistroResult
 from psyche.distro.copy_index import CopyKeys, distro_keys
 from psyche.distro.overlap import near_duplicate
@@ -152,9 +153,8 @@ class SparseLoCoFormat:
         return h.digest()
 
     def near_duplicate(self, a: SparseLoCoPayload, b: SparseLoCoPayload) -> bool:
-        # The near-duplicate measure is defined on DisTrO's DCT coefficients; for SparseLoCo
-        # only exact copies (equal fingerprints) are refused (docs/distro.md, "SparseLoCo").
-        return False
+        # DisTrO's rule on the kept entries (psyche.distro.sparseloco_overlap).
+        return sparseloco_overlap.near_duplicate(a, b, self.shapes, self.settings)
 
-    def copy_keys(self, decoded: SparseLoCoPayload) -> None:
-        return None
+    def copy_keys(self, decoded: SparseLoCoPayload) -> CopyKeys:
+        return sparseloco_overlap.copy_keys(decoded, self.shapes, self.settings)

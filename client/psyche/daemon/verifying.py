@@ -13,12 +13,16 @@ samples. Two moments:
    sent). When the slot's result is already held and scores below the match threshold on the
    sub-batch, it **escalates**: recomputes half the batch and keeps that gradient instead, since
    one sample's gradient scored honest results as low as −0.14 (bench/README.md). The recompute
-   has a time budget; slots it does not reach stay unchecked.
+   has a time budget; slots it does not reach stay unchecked. When the slot's result is already
+   held and carries per-sample commitments (a run that verifies), the micro-batch of the slot's
+   first sample is also recomputed at the trainer's lookahead point and its fingerprint compared
+   (``psyche.daemon.commit_check``): the check that catches a free rider, which the score cannot.
 2. When its witness of round ``r + 1`` is sent (:func:`verdict_of`): each recomputed slot whose
    result was downloaded and verified is scored with :func:`psyche.distro.similarity.captured_mass`
    and the ``checked``/``mismatch`` masks ride in the witness. Only an escalated gradient may
    accuse; a low score on the sub-batch alone is no vote. A slot whose result has not arrived is
-   left unchecked: a verifier never holds a round back.
+   left unchecked: a verifier never holds a round back. A failed commitment (agreement below
+   ``MATCH_THRESHOLD``) votes "mismatch" whatever the score.
 
 The sub-batch is drawn with the seed of round ``r + 1``, unknown while round ``r`` trained, so a
 trainer cannot tell which of its samples will be recomputed.

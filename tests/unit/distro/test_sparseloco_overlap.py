@@ -128,3 +128,20 @@ def test_dense_groups_are_left_out() -> None:
     a = fmt.decode(t.train_round(batch_of(1), step=0, lr=4e-3).payload)
     assert signed_overlap(flipped(a, 0.05), a, fmt.shapes, fmt.settings) == 0.0
     assert not fmt.near_duplicate(flipped(a, 0.05), a)
+
+
+def test_one_step_results_of_fresh_trainers_are_not_copies() -> None:
+    """A joiner's first round, or a client with one sample: one inner AdamW step from zero
+    moments moves every weight by about the learning rate, so the top-k magnitudes nearly tie;
+    two such clients from one model must still not look like copies of each other."""
+    trainers = [_trainer(inner_steps=1) for _ in range(3)]
+    fmt = trainers[0].format
+    assert isinstance(fmt, SparseLoCoFormat)
+    results = [
+        fmt.decode(t.train_round(batch_of(i, samples=1), step=0, lr=4e-3).payload)
+        for i, t in enumerate(trainers)
+    ]
+    for i, a in enumerate(results):
+        for b in results[i + 1 :]:
+            assert signed_overlap(a, b, fmt.shapes, fmt.settings) < 0.25
+            assert not fmt.near_duplicate(a, b)

@@ -304,7 +304,12 @@ def _compact(
     np.not_equal(key[1:], key[:-1], out=new[1:])
     rows = key[new]
     tile = rows // h
-    slot = np.arange(len(rows)) - np.searchsorted(tile, tile)
+    # A row's slot: its rank among its tile's rows (rows ascending, so a tile's rows are a run).
+    number = np.arange(len(rows))
+    run = np.empty(len(rows), dtype=bool)
+    run[:1] = True
+    np.not_equal(tile[1:], tile[:-1], out=run[1:])
+    slot = number - np.maximum.accumulate(np.where(run, number, 0))
     slots = int(slot.max(initial=0)) + 1
     if slots > _KEPT_ROWS * h:
         return key, None, slots

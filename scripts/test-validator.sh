@@ -16,6 +16,8 @@
 #                                                blockhash expires, and lands once
 #   tests/validator/test_sender_on_validator.py  the priority fee the validator charges; a
 #                                                confirmation missed while in flight: sent once
+#   tests/validator/test_rate_limit_on_validator.py  a transfer through a proxy answering every
+#                                                third call HTTP 429: waited out, lands once
 #   tests/e2e/test_solana_rewards.py             a Treasurer run, claims, a Mining Pool, the
 #                                                explorer's pool page in Chromium
 #   tests/e2e/test_solana_local_testnet.py       the SparseLoCo Solana run

@@ -47,6 +47,7 @@ def forged(attack: str, wire: Payload, gen: torch.Generator) -> Payload:
         wire.trainer_nonce,
         wire.quantized,
         tuple(results),
+        wire.commitments,  # its honest per-sample commitments: the score must catch the rest
     )
 
 

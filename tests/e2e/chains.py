@@ -80,6 +80,6 @@ def solana_chain(workdir: Path) -> Iterator[Chain]:
             yield svm
 
 
-def testnet_chain_flags() -> list[str]:
+def chain_flags_for_testnet() -> list[str]:
     """``psyche-solana-local-testnet start`` flags that pick this session's chain."""
     return ["--validator", "real"] if REAL else []

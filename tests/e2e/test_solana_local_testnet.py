@@ -25,7 +25,7 @@ import pytest
 
 from psyche.events import TrainEvent, read_events
 
-from .chains import testnet_chain_flags
+from .chains import chain_flags_for_testnet
 from .conftest import ROOT
 
 SOLANA_CONFIG = ROOT / "config" / "tiny-solana"
@@ -95,7 +95,7 @@ def run_solana_testnet(cfg: Path, out: Path, summary: Path, *extra: str) -> tupl
         *extra,
     ]
     if "--rpc" not in extra:
-        cmd += testnet_chain_flags()
+        cmd += chain_flags_for_testnet()
     started = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd

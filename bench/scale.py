@@ -36,6 +36,10 @@ timestamps of consecutive round ends:
   false-positive rate against the bound ``(1 − (1 − 1/m)^(k n))^k`` (m = 3072 bits, k = 8 keys,
   n = the bloom's entries).
 
+``--decoded-mib M``: each client keeps at most M MiB of decoded results per round for their apply
+(default: the client's ``DECODED_BUDGET``, 32; 0: every result decoded again at its apply, as
+before; N clients share the process, so at 256 the default costs several GB).
+
 ``--profile`` runs the largest N under cProfile (timed by the event loop thread's CPU time) and
 prints the top entries by own time
 (``--profile-out FILE``: its statistics also written to FILE, for ``pstats``).
@@ -423,6 +427,8 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         profile = args.profile and n == max(ns)
         cmd = [sys.executable, __file__, "--_one", str(n), "--rounds", str(args.rounds),
                "--witnesses", str(args.witnesses), "--_work", str(work)]  # fmt: skip
+        if args.decoded_mib is not None:
+            cmd += ["--decoded-mib", str(args.decoded_mib)]
         if profile:
             cmd.append("--profile")
             if args.profile_out:
@@ -638,6 +644,13 @@ def main() -> None:
     parser.add_argument("--clients", default=None, help="N list, e.g. 4,16,64 (default 4,16,64)")
     parser.add_argument("--rounds", type=int, default=4, help="trained rounds measured per N")
     parser.add_argument("--witnesses", type=int, default=2, help="witness_nodes (0: up to 32)")
+    parser.add_argument(
+        "--decoded-mib",
+        type=float,
+        default=None,
+        help="decoded results a client keeps per round for its apply, MiB (default: the "
+        "client's DECODED_BUDGET; 0 decodes every result again at its apply)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the largest N")
     parser.add_argument("--profile-out", default=None, help="with --profile: pstats file")
     parser.add_argument("--p2p-hosts", type=int, default=0)
@@ -648,6 +661,12 @@ def main() -> None:
     parser.add_argument("--_work", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._one:
+        if args.decoded_mib is not None:
+            # Each client of the run keeps up to this much per round; N clients share one
+            # process here, so at 256 the default may not fit in this machine's memory.
+            from psyche.daemon import rounds
+
+            rounds.DECODED_BUDGET = int(args.decoded_mib * 2**20)
         r = sim_one(
             args._one, args.rounds, args.witnesses, Path(args._work), args.profile, args.profile_out
         )

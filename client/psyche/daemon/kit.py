@@ -10,7 +10,9 @@ from typing import Any
 from psyche.checkpoint.p2p import ReceivedModel
 from psyche.coordinator import Coordinator
 from psyche.data.provider import DataProvider
-from psyche.distro.result_format import ResultFormat
+from psyche.distro import Distro
+from psyche.distro.result_format import DistroFormat, ResultFormat
+from psyche.training.errors import ModelLoadError
 from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
 from psyche.training.trainer import Trainer
 
@@ -31,6 +33,27 @@ class ModelKit:
     """``config.json`` and tokenizer files exactly as the model came (served and checkpointed
     with it, so every copy of a run's model has byte-identical files)."""
     source: str = "checkpoint"
+
+    def follow_verification(self, verification_percent: int) -> None:
+        """Take per-sample commitments (a DisTrO trainer, one device) exactly when the run
+        verifies: a kit kept across epochs must follow a config changed in between, or its
+        payloads and its decoder would disagree with a client loaded since
+        (docs/protocol.md, "Free riders: per-sample commitments")."""
+        trainer = self.trainer
+        commit = verification_percent > 0
+        if not isinstance(trainer, Trainer) or not isinstance(self.format, DistroFormat):
+            return
+        distro = trainer.distro
+        if not isinstance(distro, Distro) or self.format.spec.commitments == commit:
+            return
+        if commit and type(trainer) is not Trainer:
+            raise ModelLoadError(
+                "this run now verifies results, and a data- or tensor-parallel client cannot "
+                "commit to its samples yet (issue 39)"
+            )
+        distro.commitments = commit
+        trainer.commit_samples = trainer.verifiable_lookahead = commit
+        self.format = DistroFormat(distro.payload_spec)
 
     def shared_files(self) -> dict[str, bytes]:
         """:attr:`files` plus the optimizer's run-global state as it is now (SparseLoCo's outer

@@ -61,6 +61,7 @@ class WarmupStep:
         """The kit to train with: the one kept from an earlier epoch, or a freshly loaded one."""
         if self.kit is None:
             self.kit = kit if kit is not None else await self._load(coord)
+            self.kit.follow_verification(coord.config.verification_percent)
         return self.kit
 
     async def _load(self, coord: Coordinator) -> ModelKit:

@@ -230,3 +230,20 @@ def test_the_verdict_accuses_a_free_rider_through_the_recompute(world: _World) -
 def test_sample_commitments_rows() -> None:
     c = SampleCommitments(2, torch.zeros(4, 32))
     assert c.group_of(5) == 2 and c.rows(2, 8) == (4, 5) and c.rows(3, 7) == (6,)
+
+
+def test_a_kept_kit_follows_the_runs_verification_setting() -> None:
+    from psyche.daemon.kit import ModelKit
+
+    model = init_model(llama_config(TINY), seed=0)
+    trainer = Trainer(model, Distro(model.named_parameters(), distro_cfg()), micro_batch_size=1,
+                      device=CPU)  # fmt: skip
+    kit = ModelKit(trainer, DistroFormat(trainer.distro.payload_spec), _Data())  # type: ignore[arg-type, attr-defined]
+    kit.follow_verification(25)
+    assert isinstance(kit.format, DistroFormat) and kit.format.spec.commitments
+    assert trainer.commit_samples and trainer.verifiable_lookahead
+    out = trainer.train_step(_tokens(BATCH), step=1, lr=LR, prev_lr=0.0, prev_self_results=None,
+                             zero_optim=True, batch_id=(0, 7))  # fmt: skip
+    assert kit.format.decode(out.payload).commitments is not None
+    kit.follow_verification(0)
+    assert not kit.format.spec.commitments and not trainer.commit_samples

@@ -59,10 +59,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--skip", type=int, default=3, help="steps trained before measuring")
     p.add_argument("--thread-every", type=int, default=3, help="2-thread recompute every N")
     p.add_argument(
-        "--lookahead", choices=("public", "private"), default="public",
+        "--lookahead", choices=("public", "private", "none"), default="public",
         help="public: the product's (the previous result sent); private: sign(δ), as a verifier "
-        "holding the trainer's revealed sign(δ) would rebuild it",
+        "holding the trainer's revealed sign(δ) would rebuild it; none: no lookahead",
     )  # fmt: skip
+    p.add_argument("--train-only", action="store_true", help="only the train loss (no verifier)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -110,9 +111,11 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
                 micro_batch_size=m, device=device, seed=args.seed, commit_samples=True)
         for m in MICRO
     ]  # fmt: skip
-    public = args.lookahead == "public"
+    public = args.lookahead != "private"
     for t in trainers:
         t.verifiable_lookahead = public
+        if args.lookahead == "none":
+            t.distro.lookahead = _no_lookahead(t.distro)  # type: ignore[method-assign]
     spec = trainers[0].distro.payload_spec
     verifier = Trainer(model, Distro(model.named_parameters(), dcfg), micro_batch_size=1,
                        device=device, seed=args.seed)  # fmt: skip
@@ -139,7 +142,7 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
                                          len(MICRO))  # fmt: skip
         batches = [data.get_samples(b) for b in slices]
         probe = verifier.probe(step)
-        measured = step >= args.skip and lr > 0
+        measured = step >= args.skip and lr > 0 and not args.train_only
         two = measured and args.thread_every and (step - args.skip) % args.thread_every == 0
         pre: list[list[Any]] = [[], []]
         ver: list[list[Any]] = [[], []]
@@ -152,7 +155,8 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
                 # trainer's previous result as received (public), or would from its revealed
                 # sign(δ) (private): `Distro.lookahead` itself, then restored.
                 if public:
-                    trainers[s].distro.lookahead(prev_lr, prev_sent[s], verifiable=True)
+                    ahead = None if args.lookahead == "none" else prev_sent[s]
+                    trainers[s].distro.lookahead(prev_lr, ahead, verifiable=True)
                 else:
                     trainers[s].distro.lookahead(prev_lr)
                 ver[s] = [recompute(t, probe) for t in groups]
@@ -179,6 +183,16 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
     # The lookahead's effect on training: the last 10 steps' mean train loss of both clients.
     rows.append({"train_loss_last10": sum(losses[-20:]) / len(losses[-20:])})
     return rows
+
+
+def _no_lookahead(distro: Any) -> Any:
+    """`distro.lookahead` with no step at all (the verifiable form without a public result)."""
+    original = distro.lookahead
+
+    def lookahead(prev_lr: float, public: Any = None, **kwargs: Any) -> None:
+        original(prev_lr, None, verifiable=True, decay_lr=kwargs.get("decay_lr"))
+
+    return lookahead
 
 
 def trial_rows(

@@ -277,5 +277,7 @@ def rows_sign_cpu(x: torch.Tensor) -> torch.Tensor | None:
     _, peak_exp = np.frexp(peak)  # 0 for an all-zero row
     c = a.shape[1]
     ints = np.rint(a * _pow2(coefficient_bits(c) - peak_exp.astype(np.int64))[:, None])
-    signs = np.sign(ints @ int_basis(c, torch.device("cpu")).numpy().T) + 0.0  # −0 → +0
-    return torch.from_numpy(signs.reshape(-1))
+    # The integer matmul in torch (MKL), not NumPy: NumPy's own BLAS starts a thread pool that
+    # a client process did not have before (it hung the two-client determinism run).
+    sums = torch.from_numpy(ints) @ int_basis(c, torch.device("cpu")).T
+    return (torch.sign(sums) + 0.0).reshape(-1)  # −0 → +0

@@ -265,7 +265,7 @@ def _fill_exact_cpu(todos: list[Pending], shape: tuple[int, int]) -> None:
 
 
 def rows_sign_cpu(x: torch.Tensor) -> torch.Tensor | None:
-    """`decode_sign_exact` of 1-D chunks (the rows of `x`, float32 on the CPU) in NumPy, as
+    """`decode_sign_exact` of 1-D chunks (the rows of `x`, float32 on the CPU), gridded in NumPy, as
     flat float64 {−1, 0, 1}; None where a value is not finite (the exact path itself decides those).
     The same exact steps as `exact_rows_times_basis` (a row's peak, `frexp`, a power-of-two
     scaling, rounding half to even, an integer matmul below 2^53), so the same signs; a model's

@@ -56,6 +56,12 @@ def keypair(root: Path, name: str) -> Keypair:
     return kp
 
 
+JOIN_S = 300 if os.environ.get("PSYCHE_TEST_CHAIN") == "validator" else 120
+"""How long the joiner may take to join. Its first start in a fresh copy compiles the bytecode
+of transformers and torch's Python; on a real validator, whose proof-of-history thread keeps one
+of 2 cores busy, that took 116 s before its first line (16 s beside the local SVM)."""
+
+
 @contextlib.contextmanager
 def local_svm(root: Path, logs: Path, wallets: list[Keypair]) -> Iterator[tuple[str, str]]:
     """``psyche-local-svm run`` on free ports with ``wallets`` funded: (rpc, ws) URLs. With
@@ -198,7 +204,7 @@ def test_solana_run_creator_and_joiner(copy: Path, shell_for: Any, tmp_path: Pat
         # The joiner's environment (the env file the README names; its wallet is a delegate's).
         joiner = {"WALLET_PRIVATE_KEY_PATH": "delegate1.json", "RUN_ID": "myrun",
                   "RPC_2": rpc, "WS_RPC_2": ws}  # fmt: skip
-        client, _ = shell.start(train, r"joined epoch 0 of the run", env=joiner)
+        client, _ = shell.start(train, r"joined epoch 0 of the run", env=joiner, timeout=JOIN_S)
         out = shell.run(dump, r'^\s*"name": "My run"')
         run = last_json(out)
         assert run["coordinator"]["run_state"] == "WaitingForMembers"  # 1 of 3 clients so far

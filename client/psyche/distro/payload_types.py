@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -133,6 +133,9 @@ class PayloadSpec:
     """Whether every payload must carry per-sample commitments (v2 only; a run that verifies,
     `psyche.distro.payload_commit`), and a payload without them is refused; when False, one
     with them is."""
+    _max_bytes: int = field(default=-1, init=False, repr=False, compare=False)
+    """`max_bytes`, once computed: every download and decode asks for it (24,384 times in a
+    64-client simulated round, 0.2 ms each)."""
 
     def __post_init__(self) -> None:
         if self.version not in _KNOWN_VERSIONS:
@@ -172,9 +175,13 @@ class PayloadSpec:
     def max_bytes(self) -> int:
         """Hard upper bound on a payload's size in this spec's format (v1: the exact size; v2:
         the size with the header's variable-length integers at their widest)."""
-        if self.version == 1:
-            return _HEADER.size + sum(t.wire_bytes for t in self.tensors)
-        return _SIZE_BOUNDS[self.version](self)
+        if self._max_bytes < 0:
+            if self.version == 1:
+                bound = _HEADER.size + sum(t.wire_bytes for t in self.tensors)
+            else:
+                bound = _SIZE_BOUNDS[self.version](self)
+            object.__setattr__(self, "_max_bytes", bound)  # frozen: a cache, not a change
+        return self._max_bytes
 
 
 @dataclass(frozen=True, slots=True)

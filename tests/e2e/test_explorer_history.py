@@ -127,7 +127,11 @@ def _page(url: str, name: str = "history") -> dict[str, Any]:
         seen["listed_progress"] = seen["listed_progress"].inner_text()
         page.screenshot(path=str(SCREENSHOTS / f"{name}-runs.png"), full_page=True)
         link.first.click()
-        page.locator("#phase").wait_for(timeout=30_000)
+        try:
+            page.locator("#phase").wait_for(timeout=30_000)
+        except Exception as e:  # say what the page showed (CI once timed out here under load)
+            shown = page.locator("#error").inner_text(timeout=1_000), page.url
+            raise AssertionError(f"no run page after the click: error line, url {shown}") from e
         page.wait_for_function(
             "document.getElementById('loss-chart')?.dataset.points !== undefined"
         )

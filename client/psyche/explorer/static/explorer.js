@@ -122,14 +122,22 @@ async function render() {
     if (m) await runView(m[1]); else if (h === "#/pools") await poolsView(); else await runsView();
     error.textContent = "";
   } catch (e) {
-    // Keep what is shown (the explorer may be restarting); say why it is not updating.
+    // Keep what is shown (the explorer may be restarting); say why it is not updating, and try
+    // again: a stored history sends no change events that would.
     error.textContent = e.message;
     if (main.textContent === "loading…") main.innerHTML = "";
+    setTimeout(refresh, 2000);
   }
 }
 
-let pending = false;
-async function refresh() { if (pending) return; pending = true; try { await render(); } finally { pending = false; } }
+// One render at a time; a request that arrives during one (a click on a run while the list is
+// still rendering, a change event) renders again after it instead of being dropped.
+let pending = false, again = false;
+async function refresh() {
+  if (pending) { again = true; return; }
+  pending = true;
+  try { do { again = false; await render(); } while (again); } finally { pending = false; }
+}
 window.addEventListener("hashchange", refresh);
 setInterval(() => { const el = document.getElementById("in-phase"); if (el) el.textContent = ago(Number(el.dataset.since)); }, 1000);
 // Live: re-render whenever the indexer stores something. History: nothing will change, so no

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Solana tests against a real validator (issue 41): agave's solana-test-validator, built once
-# by scripts/validator.sh (hours the first time on 2 cores, then cached under
+# by scripts/validator.sh (about an hour of CPU the first time, then cached under
 # ~/.cache/psyche/validator), with the four SBF programs loaded at their ids. Not part of
-# scripts/test.sh / .ci/run: the cold build alone is longer than CI's budget.
+# scripts/test.sh / .ci/run: the cold build does not fit beside CI in its 60 minutes.
 #
 # What runs, each on its own validator (PSYCHE_TEST_CHAIN=validator picks it; the same tests run
 # on the local SVM in the default suite):

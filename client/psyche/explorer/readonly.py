@@ -20,6 +20,7 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import QueuePool
 
 from psyche.explorer.schema import SCHEMA_VERSION, current_version
 
@@ -78,7 +79,11 @@ def _sqlite(name: str) -> Engine:
         # a thread pool, one connection at a time.
         return sqlite3.connect(uri, uri=True, check_same_thread=False)
 
-    engine = create_engine("sqlite://", creator=connect)
+    # A queue pool, as SQLAlchemy gives file databases: the "sqlite://" URL alone would pick the
+    # in-memory database's SingletonThreadPool, which closes other threads' connections once
+    # more threads than its size have read (the page's five parallel reads in Starlette's thread
+    # pool), even mid-query: HTTP 500s, and a segfault with 16 threads.
+    engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]

@@ -206,3 +206,39 @@ def test_not_servable_names_no_password() -> None:
     assert "secret" not in shown_url("postgresql://explorer:secret@db-host/explorer")
     with pytest.raises(NotServable, match="no database file"):
         open_read_only("sqlite://")
+
+
+READERS = """
+import sys, threading
+from sqlalchemy import text
+from psyche.explorer.readonly import open_read_only
+engine = open_read_only(sys.argv[1])
+barrier, errors = threading.Barrier(16), []
+def read():
+    try:
+        barrier.wait()
+        for _ in range(30):
+            with engine.connect() as conn:
+                conn.execute(text("select count(*) from schema_version")).scalar()
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=read) for _ in range(16)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(type(engine.pool).__name__, len(errors), errors[:1])
+"""
+
+
+def test_the_read_only_engine_serves_many_threads_at_once(tmp_path: Path) -> None:
+    """The page's reads run in Starlette's thread pool, five at once per run page. The read-only
+    SQLite engine once used the in-memory database's SingletonThreadPool (its URL is
+    ``sqlite://`` with a creator), which closes other threads' connections mid-query once more
+    threads than its size have read: HTTP 500s, and with 16 threads a segfault (so the readers
+    run in a child process). CI once waited 30 s for a run page that never came."""
+    db = tmp_path / "explorer.sqlite"
+    open_engine(f"sqlite:///{db}").dispose()  # an empty explorer database at this schema
+    out = subprocess.run(
+        [sys.executable, "-c", READERS, str(db)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.split()[:2] == ["QueuePool", "0"], out.stdout

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -40,95 +41,99 @@ from psyche.distro.sparseloco_payload import (
 __all__ = ["copy_keys", "near_duplicate", "signed_overlap", "sparse_groups"]
 
 Groups = tuple[tuple[ChunkGroup, ...], ...]
+Shapes = tuple[tuple[int, ...], ...]
 
 DENSE_SHARE = 4
 """A group whose chunks keep more than 1/``DENSE_SHARE`` of their entries is left out."""
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What the rule needs of a model's shapes, worked out once per (shapes, settings)."""
+
+    counted: tuple[tuple[bool, ...], ...]
+    """Per tensor, per chunk group: whether the overlap counts it (a sparse group)."""
+    groups: Groups
+    """Per tensor, all its chunk groups (a payload's indices and signs follow them)."""
+    repeatable: tuple[bool, ...]
+    """Per tensor: whether its counted groups have ``REPEAT_MIN_TILES`` chunks or more."""
+
+
 @functools.cache
-def sparse_groups(shapes: tuple[tuple[int, ...], ...], settings: SparseLoCoSettings) -> Groups:
+def _layout(shapes: Shapes, settings: SparseLoCoSettings) -> _Layout:
+    groups = tuple(
+        tensor_groups(int(np.prod(shape, dtype=np.int64)) if shape else 1, settings)
+        for shape in shapes
+    )
+    counted = tuple(tuple(g.k * DENSE_SHARE <= g.n for g in gs) for gs in groups)
+    repeatable = tuple(
+        sum(g.chunks for g, c in zip(gs, cs, strict=True) if c) >= REPEAT_MIN_TILES
+        for gs, cs in zip(groups, counted, strict=True)
+    )
+    return _Layout(counted, groups, repeatable)
+
+
+def sparse_groups(shapes: Shapes, settings: SparseLoCoSettings) -> Groups:
     """Per tensor, its chunk groups that the overlap counts (the sparse ones)."""
-    out = []
-    for shape in shapes:
-        numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        groups = tensor_groups(numel, settings)
-        out.append(tuple(g for g in groups if g.k * DENSE_SHARE <= g.n))
-    return tuple(out)
+    layout = _layout(shapes, settings)
+    return tuple(
+        tuple(g for g, c in zip(gs, cs, strict=True) if c)
+        for gs, cs in zip(layout.groups, layout.counted, strict=True)
+    )
 
 
 def _tensor_keys(
-    t: SparseTensor, all_groups: Sequence[ChunkGroup], counted: Sequence[ChunkGroup]
+    t: SparseTensor, groups: Sequence[ChunkGroup], counted: Sequence[bool]
 ) -> npt.NDArray[np.int64]:
     """One int64 per kept entry of the counted groups: (flat index) · 2 + (positive)."""
     parts = []
-    for g, idx, signs in zip(all_groups, t.indices, t.signs, strict=True):
-        if g not in counted:
+    for g, c, idx, signs in zip(groups, counted, t.indices, t.signs, strict=True):
+        if not c:
             continue
         base = g.start + g.n * np.arange(g.chunks, dtype=np.int64)[:, None]
         parts.append(((idx + base) * 2 + (signs == 0)).reshape(-1).astype(np.int64))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _keys(
-    payload: SparseLoCoPayload, shapes: tuple[tuple[int, ...], ...], settings: SparseLoCoSettings
-) -> list[npt.NDArray[np.int64]]:
-    counted = sparse_groups(shapes, settings)
-    out = []
-    for t, shape, sparse in zip(payload.tensors, shapes, counted, strict=True):
-        numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        out.append(_tensor_keys(t, tensor_groups(numel, settings), sparse))
-    return out
-
-
-def copy_keys(
-    payload: SparseLoCoPayload, shapes: tuple[tuple[int, ...], ...], settings: SparseLoCoSettings
-) -> CopyKeys:
-    """The keys the copy check's sketch is made of (``psyche.distro.copy_index``)."""
-    repeatable = [
-        sum(g.chunks for g in groups) >= REPEAT_MIN_TILES
-        for groups in sparse_groups(shapes, settings)
+def _keys(payload: SparseLoCoPayload, layout: _Layout) -> list[npt.NDArray[np.int64]]:
+    return [
+        _tensor_keys(t, groups, counted)
+        for t, groups, counted in zip(payload.tensors, layout.groups, layout.counted, strict=True)
     ]
-    return CopyKeys.of(_keys(payload, shapes, settings), repeatable)
 
 
-def _overlaps(
-    a: SparseLoCoPayload,
-    b: SparseLoCoPayload,
-    shapes: tuple[tuple[int, ...], ...],
-    settings: SparseLoCoSettings,
-) -> list[tuple[int, int]]:
+def copy_keys(payload: SparseLoCoPayload, shapes: Shapes, settings: SparseLoCoSettings) -> CopyKeys:
+    """The keys the copy check's sketch is made of (``psyche.distro.copy_index``)."""
+    layout = _layout(shapes, settings)
+    return CopyKeys.of(_keys(payload, layout), layout.repeatable)
+
+
+def _overlaps(a: SparseLoCoPayload, b: SparseLoCoPayload, layout: _Layout) -> list[tuple[int, int]]:
     """Per tensor, (keys of ``a``, those also in ``b``)."""
     return [
         (int(ka.size), int(np.isin(ka, kb, assume_unique=True).sum()))
-        for ka, kb in zip(_keys(a, shapes, settings), _keys(b, shapes, settings), strict=True)
+        for ka, kb in zip(_keys(a, layout), _keys(b, layout), strict=True)
     ]
 
 
-def signed_overlap(
-    a: SparseLoCoPayload,
-    b: SparseLoCoPayload,
-    shapes: tuple[tuple[int, ...], ...],
-    settings: SparseLoCoSettings,
-) -> float:
-    """The share of ``a``'s counted kept entries that ``b`` keeps with the same sign."""
-    pairs = _overlaps(a, b, shapes, settings)
+def _share(pairs: Sequence[tuple[int, int]]) -> float:
     total = sum(n for n, _ in pairs)
     return sum(m for _, m in pairs) / total if total else 0.0
 
 
+def signed_overlap(
+    a: SparseLoCoPayload, b: SparseLoCoPayload, shapes: Shapes, settings: SparseLoCoSettings
+) -> float:
+    """The share of ``a``'s counted kept entries that ``b`` keeps with the same sign."""
+    return _share(_overlaps(a, b, _layout(shapes, settings)))
+
+
 def near_duplicate(
-    a: SparseLoCoPayload,
-    b: SparseLoCoPayload,
-    shapes: tuple[tuple[int, ...], ...],
-    settings: SparseLoCoSettings,
+    a: SparseLoCoPayload, b: SparseLoCoPayload, shapes: Shapes, settings: SparseLoCoSettings
 ) -> bool:
     """Whether ``a`` is refused as a copy of ``b`` (module docstring)."""
-    pairs = _overlaps(a, b, shapes, settings)
-    total = sum(n for n, _ in pairs)
-    if total and sum(m for _, m in pairs) / total >= NEAR_DUPLICATE:
+    layout = _layout(shapes, settings)
+    pairs = _overlaps(a, b, layout)
+    if _share(pairs) >= NEAR_DUPLICATE:
         return True
-    repeatable = [
-        sum(g.chunks for g in groups) >= REPEAT_MIN_TILES
-        for groups in sparse_groups(shapes, settings)
-    ]
-    return any(rep and n and m == n for rep, (n, m) in zip(repeatable, pairs, strict=True))
+    return any(rep and n and m == n for rep, (n, m) in zip(layout.repeatable, pairs, strict=True))

@@ -10,13 +10,10 @@ from pathlib import Path
 import pytest
 
 from psyche.checkpoint.manifest import SHARED_FILES
-from psyche.coordinator.scripted_clients import sim_identity
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.loader import _load_optimizer_state
-from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState, decode_verified
-from psyche.distro.payload import payload_hash
+from psyche.daemon.rounds import decode_verified
 from psyche.distro.result_format import SparseLoCoFormat
-from psyche.protocol.data_selection import BatchId
 from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.protocol.run_file import load_run_config
@@ -25,7 +22,7 @@ from psyche.training.errors import ModelLoadError
 from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
 
 from ..training.helpers import TINY, batch_of
-from .copy_helpers import copied, hold
+from .copy_helpers import copied, held_in_round
 
 CONFIG = Path(__file__).resolve().parents[3] / "config" / "tiny-sparseloco" / "state.toml"
 
@@ -59,18 +56,7 @@ def test_a_relabelled_copy_has_its_originals_fingerprint_and_is_refused() -> Non
     relabelled = dataclasses.replace(relabelled, step=4, trainer_nonce=99)
     assert fmt.fingerprint(relabelled) == fmt.fingerprint(original)
     assert fmt.fingerprint(fmt.decode(b)) != fmt.fingerprint(original)
-    batch = BatchId(0, 3)
-    held = ReceivedResult(
-        sim_identity(0), batch, payload_hash(3, 0, 3, a), a, fmt.fingerprint(original)
-    )
-    state = RoundState(
-        height=2,
-        step=3,
-        trains=True,
-        assignment={batch: sim_identity(0)},
-        lrs=RoundLRs(lr=4e-3, prev_lr=4e-3, zero_optim=False),
-    )
-    hold(state, held, original, fmt)
+    state, held = held_in_round(a, original, fmt, step=3)
     found = copied(fmt.fingerprint(relabelled), [state], relabelled, fmt)
     assert found is held
     assert copied(fmt.fingerprint(fmt.decode(b)), [state], fmt.decode(b), fmt) is None

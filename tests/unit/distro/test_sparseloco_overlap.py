@@ -9,15 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from psyche.coordinator.scripted_clients import sim_identity
-from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState
-from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco import SparseLoCoPayload, SparseTensor
 from psyche.distro.sparseloco_overlap import near_duplicate, signed_overlap, sparse_groups
-from psyche.protocol.data_selection import BatchId
 
-from ..daemon.copy_helpers import copied, hold
+from ..daemon.copy_helpers import copied, held_in_round
 from ..daemon.test_sparseloco_kit import _trainer
 from ..training.helpers import batch_of
 
@@ -74,19 +70,7 @@ def test_a_copy_with_a_few_signs_flipped_is_refused_by_the_copy_check(
     assert fmt.fingerprint(copy) != fmt.fingerprint(original)  # the exact rule misses it
     assert signed_overlap(copy, original, fmt.shapes, fmt.settings) == pytest.approx(0.95, abs=0.02)
     assert fmt.near_duplicate(copy, original)
-    batch = BatchId(0, 3)
-    wire = WIRES[id(original)]
-    held = ReceivedResult(
-        sim_identity(0), batch, payload_hash(2, 0, 3, wire), wire, fmt.fingerprint(original)
-    )
-    state = RoundState(
-        height=2,
-        step=2,
-        trains=True,
-        assignment={batch: sim_identity(0)},
-        lrs=RoundLRs(lr=4e-3, prev_lr=4e-3, zero_optim=False),
-    )
-    hold(state, held, original, fmt)
+    state, held = held_in_round(WIRES[id(original)], original, fmt, step=2)
     assert copied(fmt.fingerprint(copy), [state], copy, fmt) is held
     assert copied(fmt.fingerprint(honest), [state], honest, fmt) is None
 

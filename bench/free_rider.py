@@ -63,12 +63,13 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "config" / "tiny" / "state.toml"
+T = TypeVar("T")
 SAMPLES = 8
 """Samples per trainer and step."""
 FRACTIONS = (4, 2, 1)
@@ -104,19 +105,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    samples, seconds = on_fresh_inputs(args, measure)
+    figures = summarize(samples, args)
+    figures["seconds"] = seconds
+    print_tables(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def on_fresh_inputs(
+    args: argparse.Namespace, measure: Callable[[argparse.Namespace, Path, Path], T]
+) -> tuple[T, float]:
+    """What ``measure`` gives on a fresh tiny model and corpus (`prepare_inputs`) at one torch
+    thread, and the seconds it all took."""
     import torch  # after parsing: --help stays fast
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, data_dir = prepare_inputs(Path(tmp), args)
-        samples = measure(args, model_dir, data_dir)
-    figures = summarize(samples, args)
-    figures["seconds"] = round(time.perf_counter() - t0, 1)
-    print_tables(figures)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
-    return 0
+        out = measure(args, model_dir, data_dir)
+    return out, round(time.perf_counter() - t0, 1)
 
 
 def prepare_inputs(work: Path, args: argparse.Namespace) -> tuple[Path, Path]:

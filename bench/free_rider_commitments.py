@@ -37,15 +37,13 @@ import argparse
 import dataclasses
 import json
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from free_rider import TINY, prepare_inputs
+from free_rider import TINY, on_fresh_inputs
 
 SAMPLES = 8
 MICRO = (1, 2)
@@ -73,15 +71,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    import torch
-
-    torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir, data_dir = prepare_inputs(Path(tmp), args)
-        rows = measure(args, model_dir, data_dir)
+    rows, seconds = on_fresh_inputs(args, measure)
     figures = summarize(rows)
-    figures["seconds"] = round(time.perf_counter() - t0, 1)
+    figures["seconds"] = seconds
     print(json.dumps(figures, indent=1))
     if args.json:
         args.json.write_text(json.dumps({"figures": figures, "rows": rows}) + "\n")

@@ -90,15 +90,11 @@ class Trainer:
     def round(self, model: Any, batches: list[Any], lrs: list[float], start: list[Any],
               rnd: int) -> bytes:  # fmt: skip
         """H inner steps on `batches` from `start`; returns the wire payload, weights restored."""
-        import torch
 
         import distro_vs_adamw as base
         from psyche.distro import clip_grad_norm_
         from psyche.distro import sparseloco as sl
 
-        with torch.no_grad():
-            for p, s in zip(self.params, start, strict=True):
-                p.copy_(s)
         for toks, lr in zip(batches, lrs, strict=True):
             model.zero_grad(set_to_none=True)
             base.forward_backward(model, toks, 1.0)
@@ -107,9 +103,7 @@ class Trainer:
                 g["lr"] = lr
             self.inner.step()
         wire = sl.encode_round(self.state, start, self.params, step=rnd, nonce=0)
-        with torch.no_grad():
-            for p, s in zip(self.params, start, strict=True):
-                p.copy_(s)
+        restore(self.params, start)
         return wire
 
 
@@ -139,23 +133,27 @@ def per_sample_loss(model: Any, toks: Any) -> list[float]:
         return loss.view(toks.shape[0], -1).mean(dim=1).tolist()
 
 
+def restore(params: list[Any], start: list[Any]) -> None:
+    """Puts the round's start weights back: every step that moves the weights (an inner round,
+    an outer step to measure) ends with this, so the weights are θ₀ between them."""
+    import torch
+
+    with torch.no_grad():
+        for p, s in zip(params, start, strict=True):
+            p.copy_(s)
+
+
 def drops(model: Any, params: list[Any], start: list[Any], payloads: list[Any], ctx: Any,
           toks: Any, base_loss: list[float]) -> list[float]:  # fmt: skip
     """d(x) for every sample of `toks`: the loss drop from θ₀ to θ₀ with the outer step of
     `payloads` applied (their mean)."""
-    import torch
 
     from psyche.distro import sparseloco as sl
 
     state, settings, outer_lr = ctx
-    with torch.no_grad():
-        for p, s in zip(params, start, strict=True):
-            p.copy_(s)
     sl.outer_apply(params, payloads, state, settings, outer_lr)
     after = per_sample_loss(model, toks)
-    with torch.no_grad():
-        for p, s in zip(params, start, strict=True):
-            p.copy_(s)
+    restore(params, start)
     return [b - a for b, a in zip(base_loss, after, strict=True)]
 
 
@@ -235,15 +233,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             decoded = [sl.decode_payload(w, shapes, settings) for w in wires]
             judged = {"honest": decoded[0]}
             for kind, t in shadows.items():
-                wire = t.round(
-                    model, cheap(kind, slices[0]), lrs[: len(cheap(kind, slices[0]))], start, rnd
-                )
+                batches = cheap(kind, slices[0])
+                wire = t.round(model, batches, lrs[: len(batches)], start, rnd)
                 judged[kind] = sl.decode_payload(wire, shapes, settings)
             judged["copy"] = slb.flipped(decoded[1], 0.05, gen)
             assigned, other = torch.cat(slices[0]), torch.cat(slices[1])
-            with torch.no_grad():
-                for p, s in zip(params, start, strict=True):
-                    p.copy_(s)
             base_a, base_u = per_sample_loss(model, assigned), per_sample_loss(model, other)
             row: dict[str, Any] = {"round": rnd}
             # The paired reference: the same drops under the outer step of the payloads of
@@ -276,9 +270,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "copy_1": overlap(judged["copy"], decoded[1], ctx[0]),
             }
             rows.append(row)
-            with torch.no_grad():
-                for p, s in zip(params, start, strict=True):
-                    p.copy_(s)
             sl.outer_apply(params, decoded, ctx[0], settings, args.outer_lr)
             console.print(
                 f"round {rnd:3d} ({time.perf_counter() - t0:5.0f} s): lowest z / zp "

@@ -7,58 +7,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from psyche.solana.rpc import RATE_LIMIT_RETRIES, RpcError, SolanaRpc, retry_after
 
-
-class Limited(ThreadingHTTPServer):
-    refuse = 0
-    retry_after: str | None = "0.2"
-    seen = 0
+from .limiting_http import LimitingServer, serving
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: Limited
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.seen += 1
-        if self.server.seen <= self.server.refuse:
-            self.send_response(429)
-            if self.server.retry_after is not None:
-                self.send_header("Retry-After", self.server.retry_after)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        out = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": 42}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args: object) -> None:
-        pass
+def _answer(body: bytes) -> bytes:
+    call_id = json.loads(body)["id"]
+    return json.dumps({"jsonrpc": "2.0", "id": call_id, "result": 42}).encode()
 
 
 @pytest.fixture
-def server() -> Iterator[Limited]:
-    srv = Limited(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def server() -> Iterator[LimitingServer]:
+    with serving(LimitingServer(lambda n: False, _answer)) as srv:
+        yield srv
 
 
-def call(srv: Limited) -> object:
+def call(srv: LimitingServer) -> object:
     async def go() -> object:
-        rpc = SolanaRpc(f"http://127.0.0.1:{srv.server_address[1]}")
+        rpc = SolanaRpc(srv.url)
         try:
             return await rpc.call("getSlot", [])
         finally:
@@ -67,20 +39,20 @@ def call(srv: Limited) -> object:
     return asyncio.run(go())
 
 
-def test_a_rate_limited_call_is_repeated_after_retry_after(server: Limited) -> None:
-    server.refuse = 2
+def test_a_rate_limited_call_is_repeated_after_retry_after(server: LimitingServer) -> None:
+    server.refuses = lambda n: n <= 2
     t0 = time.monotonic()
     assert call(server) == 42
-    assert server.seen == 3
+    assert server.calls == 3
     assert time.monotonic() - t0 >= 0.4  # two waits of Retry-After: 0.2
 
 
-def test_endless_rate_limiting_is_one_clear_error(server: Limited) -> None:
-    server.refuse = 100
+def test_endless_rate_limiting_is_one_clear_error(server: LimitingServer) -> None:
+    server.refuses = lambda n: True
     server.retry_after = "0"
     with pytest.raises(RpcError, match=r"rate-limited \(HTTP 429\) 5 times: use a less busy"):
         call(server)
-    assert server.seen == RATE_LIMIT_RETRIES + 1
+    assert server.calls == RATE_LIMIT_RETRIES + 1
 
 
 def test_the_wait_follows_retry_after_and_is_capped() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 from solders.keypair import Keypair
@@ -51,45 +52,67 @@ def _balance(node: LocalSvmThread, key: Pubkey) -> int:
     return 0 if account is None else int(account.lamports)
 
 
+def _funded(node: LocalSvmThread) -> tuple[Keypair, Pubkey]:
+    """A payer holding 10 SOL, and a new account to pay."""
+    payer = Keypair()
+    node.airdrop(payer.pubkey(), 10 * SOL)
+    return payer, Keypair().pubkey()
+
+
+async def send_transfer(
+    rpc: SolanaRpc,
+    payer: Keypair,
+    to: Pubkey,
+    *,
+    lamports: int = SOL,
+    during: Callable[[], Awaitable[object]] | None = None,
+    confirm_timeout: float | None = None,
+) -> float:
+    """Sends ``lamports`` from ``payer`` to ``to`` through a ``TxSender`` over ``rpc`` alone
+    (its own confirmation timeout unless one is given), running ``during`` meanwhile, and closes
+    ``rpc``; returns the seconds the send took."""
+    options = {} if confirm_timeout is None else {"confirm_timeout": confirm_timeout}
+    sender = TxSender([rpc], payer, backoff=0.01, **options)
+    ix = transfer(TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to, lamports=lamports))
+    t0 = time.monotonic()
+    try:
+        sending = asyncio.create_task(sender.send([ix], label="transfer"))
+        if during is not None:
+            await during()
+        await sending
+        return time.monotonic() - t0
+    finally:
+        await rpc.close()
+
+
+async def received(rpc: SolanaRpc, key: Pubkey) -> int:
+    """``key``'s confirmed balance, asked of ``rpc`` (closed after)."""
+    try:
+        answer = await rpc.call("getBalance", [str(key), {"commitment": "confirmed"}])
+        return int(answer["value"])
+    finally:
+        await rpc.close()
+
+
 def test_a_landed_transaction_whose_confirmation_failed_is_not_sent_again(
     local_svm: LocalSvmThread,
 ) -> None:
-    payer, to = Keypair(), Keypair()
-    local_svm.airdrop(payer.pubkey(), 10 * SOL)
-
-    async def go() -> None:
-        rpc = FlakyConfirm(local_svm.url)
-        sender = TxSender([rpc], payer, backoff=0.01)
-        ix = transfer(
-            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to.pubkey(), lamports=SOL)
-        )
-        await sender.send([ix], label="transfer")
-        await rpc.close()
-        assert rpc.sends == 1
-
-    asyncio.run(go())
-    assert _balance(local_svm, to.pubkey()) == SOL
+    payer, to = _funded(local_svm)
+    rpc = FlakyConfirm(local_svm.url)
+    asyncio.run(send_transfer(rpc, payer, to))
+    assert rpc.sends == 1
+    assert _balance(local_svm, to) == SOL
 
 
 def test_a_rent_failure_is_not_retried(local_svm: LocalSvmThread) -> None:
-    payer, to = Keypair(), Keypair()
-    local_svm.airdrop(payer.pubkey(), 10 * SOL)
-
-    async def go() -> None:
-        rpc = FlakyConfirm(local_svm.url)
-        rpc.confirm_failures = 0
-        sender = TxSender([rpc], payer, backoff=0.01)
-        # 100 lamports would leave a new account below rent exemption: fails the same every time.
-        ix = transfer(
-            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to.pubkey(), lamports=100)
-        )
-        with pytest.raises(ProgramRejectedError):
-            await sender.send([ix], label="transfer")
-        await rpc.close()
-        assert rpc.sends == 1
-
-    asyncio.run(go())
-    assert _balance(local_svm, to.pubkey()) == 0
+    payer, to = _funded(local_svm)
+    rpc = FlakyConfirm(local_svm.url)
+    rpc.confirm_failures = 0
+    # 100 lamports would leave a new account below rent exemption: fails the same every time.
+    with pytest.raises(ProgramRejectedError):
+        asyncio.run(send_transfer(rpc, payer, to, lamports=100))
+    assert rpc.sends == 1
+    assert _balance(local_svm, to) == 0
 
 
 class LostSend(SolanaRpc):
@@ -113,27 +136,17 @@ def test_a_lost_transaction_is_signed_anew_once_its_blockhash_expired(
     """The sender does not wait out its confirmation timeout (120 s here) for a transaction
     that can no longer land: once the block height passes its blockhash's last valid height
     (moved ahead here, as 60 s of a real cluster would), it signs anew, and it lands once."""
-    payer, to = Keypair(), Keypair()
-    local_svm.airdrop(payer.pubkey(), 10 * SOL)
+    payer, to = _funded(local_svm)
 
-    async def go() -> float:
-        rpc = LostSend(local_svm.url)
-        sender = TxSender([rpc], payer, backoff=0.01, confirm_timeout=120)
-        ix = transfer(
-            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to.pubkey(), lamports=SOL)
-        )
-        t0 = time.monotonic()
-        sending = asyncio.create_task(sender.send([ix], label="transfer"))
+    async def moved_ahead() -> None:
         await asyncio.sleep(1.0)
         await asyncio.to_thread(local_svm.advance_slots, 200)
-        await sending
-        await rpc.close()
-        assert rpc.sends == 2
-        return time.monotonic() - t0
 
-    took = asyncio.run(go())
+    rpc = LostSend(local_svm.url)
+    took = asyncio.run(send_transfer(rpc, payer, to, during=moved_ahead, confirm_timeout=120))
+    assert rpc.sends == 2
     assert took < 30, took
-    assert _balance(local_svm, to.pubkey()) == SOL
+    assert _balance(local_svm, to) == SOL
 
 
 class InFlight(SolanaRpc):
@@ -180,21 +193,11 @@ def test_a_transaction_still_in_flight_is_waited_for_not_signed_anew(
     """A confirmation missed while the transaction is still on its way: the sender waits for
     that signature to land or expire before it signs anew, so the transfer runs once (signing
     anew at once, with the newer blockhash, ran it twice)."""
-    payer, to = Keypair(), Keypair()
-    local_svm.airdrop(payer.pubkey(), 10 * SOL)
-
-    async def go() -> None:
-        rpc = InFlight(local_svm.url, local_svm, latency=1.5)
-        sender = TxSender([rpc], payer, backoff=0.01)
-        ix = transfer(
-            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to.pubkey(), lamports=SOL)
-        )
-        await sender.send([ix], label="transfer")
-        await rpc.close()
-        assert rpc.sends == 1
-
-    asyncio.run(go())
-    assert _balance(local_svm, to.pubkey()) == SOL
+    payer, to = _funded(local_svm)
+    rpc = InFlight(local_svm.url, local_svm, latency=1.5)
+    asyncio.run(send_transfer(rpc, payer, to))
+    assert rpc.sends == 1
+    assert _balance(local_svm, to) == SOL
 
 
 class RefusingFirst(SolanaRpc):
@@ -215,21 +218,9 @@ class RefusingFirst(SolanaRpc):
 def test_a_refused_send_is_signed_anew_without_waiting_for_its_expiry(
     local_svm: LocalSvmThread,
 ) -> None:
-    payer, to = Keypair(), Keypair()
-    local_svm.airdrop(payer.pubkey(), 10 * SOL)
-
-    async def go() -> float:
-        rpc = RefusingFirst(local_svm.url)
-        sender = TxSender([rpc], payer, backoff=0.01, confirm_timeout=60)
-        ix = transfer(
-            TransferParams(from_pubkey=payer.pubkey(), to_pubkey=to.pubkey(), lamports=SOL)
-        )
-        t0 = time.monotonic()
-        await sender.send([ix], label="transfer")
-        await rpc.close()
-        assert rpc.sends == 2
-        return time.monotonic() - t0
-
-    took = asyncio.run(go())
+    payer, to = _funded(local_svm)
+    rpc = RefusingFirst(local_svm.url)
+    took = asyncio.run(send_transfer(rpc, payer, to, confirm_timeout=60))
+    assert rpc.sends == 2
     assert took < 10, took
-    assert _balance(local_svm, to.pubkey()) == SOL
+    assert _balance(local_svm, to) == SOL

@@ -115,19 +115,29 @@ def test_a_rent_failure_is_not_retried(local_svm: LocalSvmThread) -> None:
     assert _balance(local_svm, to) == 0
 
 
-class LostSend(SolanaRpc):
-    """An endpoint that loses the first transaction it is given (a packet dropped on the way to
-    the leader: the node answers with the signature but never sees it)."""
+class FirstSendFails(SolanaRpc):
+    """An endpoint whose first send goes wrong as ``first_send`` says; it counts the sends."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.sends = 0
 
+    async def first_send(self, tx: Transaction) -> str:
+        raise NotImplementedError
+
     async def send_transaction(self, tx: Transaction) -> str:
         self.sends += 1
         if self.sends == 1:
-            return str(tx.signatures[0])
+            return await self.first_send(tx)
         return await super().send_transaction(tx)
+
+
+class LostSend(FirstSendFails):
+    """An endpoint that loses the first transaction it is given (a packet dropped on the way to
+    the leader: the node answers with the signature but never sees it)."""
+
+    async def first_send(self, tx: Transaction) -> str:
+        return str(tx.signatures[0])
 
 
 def test_a_lost_transaction_is_signed_anew_once_its_blockhash_expired(
@@ -200,19 +210,12 @@ def test_a_transaction_still_in_flight_is_waited_for_not_signed_anew(
     assert _balance(local_svm, to) == SOL
 
 
-class RefusingFirst(SolanaRpc):
+class RefusingFirst(FirstSendFails):
     """An endpoint that refuses the first transaction with a JSON-RPC error (a node behind, an
     unhealthy node): it was not forwarded, so nothing is in flight."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.sends = 0
-
-    async def send_transaction(self, tx: Transaction) -> str:
-        self.sends += 1
-        if self.sends == 1:
-            raise RpcRefusedError("Node is unhealthy (injected)")
-        return await super().send_transaction(tx)
+    async def first_send(self, tx: Transaction) -> str:
+        raise RpcRefusedError("Node is unhealthy (injected)")
 
 
 def test_a_refused_send_is_signed_anew_without_waiting_for_its_expiry(

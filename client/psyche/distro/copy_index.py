@@ -73,6 +73,7 @@ import torch
 
 from psyche.distro.overlap import REPEAT_MIN_TILES
 from psyche.distro.payload import Payload
+from psyche.distro.payload_types import FlatLayout
 
 __all__ = [
     "AGREE_MIN",
@@ -235,6 +236,13 @@ def _layout(shapes: tuple[tuple[tuple[int, ...], int, torch.dtype, torch.dtype],
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _flat_layout(flat: FlatLayout) -> _Layout:
+    """The layout of a decoder's flat arrays (cached by the spec's `FlatLayout`, by identity)."""
+    i64, f32 = torch.int64, torch.float32
+    return _layout(tuple((shape, totalk, i64, f32) for shape, totalk in flat.shapes))
+
+
 def _distro_parts(
     payload: Payload,
 ) -> tuple[_Layout, npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
@@ -243,6 +251,12 @@ def _distro_parts(
     hold it). Decoded payloads hold int64 indices and float32 values: those go through numpy
     with one conversion per tensor; anything else through torch as the fingerprint does."""
     results = payload.results
+    flat = payload.flat
+    if flat is not None and flat.results is results:
+        # The v2 decoder's arrays, of which the tensors are views: no conversion at all.
+        val = flat.val
+        sign = np.signbit(val) if val.dtype.kind == "f" else val < 0
+        return _flat_layout(flat.layout), flat.idx, sign, val > 0
     layout = _layout(tuple((r.idx.shape, r.totalk, r.idx.dtype, r.val.dtype) for r in results))
     with contextlib.suppress(TypeError, RuntimeError):  # on another device, or with grad
         if layout.native:

@@ -202,6 +202,32 @@ class Payload:
     commitments: SampleCommitments | None = None
     """Per-micro-batch gradient fingerprints (`psyche.distro.sample_commit`); v2 only, and
     None in a payload without them."""
+    flat: FlatResults | None = field(default=None, compare=False, repr=False)
+    """Set by the v2 decoder: every tensor's indices and values in one array each, of which
+    `results`' tensors are views (for the copy check's sketch, which reads them all)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FlatLayout:
+    """Per tensor: the index tensor's shape and `totalk`; one object per spec (hashed by
+    identity, so that a cache keyed by it costs no hash of the tuple)."""
+
+    shapes: tuple[tuple[tuple[int, ...], int], ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FlatResults:
+    """A decoded payload's tensors in two flat arrays, tensor after tensor in spec order."""
+
+    results: tuple[DistroResult, ...]
+    """The results these arrays back: a payload whose `results` is another tuple (built with
+    `dataclasses.replace`) does not use them."""
+    idx: np.ndarray
+    """int64 indices."""
+    val: np.ndarray
+    """The values as the decoder checked them (finite): float32 (±1 in 1-bit mode), or the
+    int16 bits of bf16/f16 values (a value's sign is the int's, and it is > 0 iff the int is)."""
+    layout: FlatLayout
 
 
 def _check_range(what: str, value: int, limit: int) -> None:

@@ -51,6 +51,8 @@ from psyche.distro.payload_types import (
     MAGIC,
     VALUE_1BIT,
     VALUE_F32,
+    FlatLayout,
+    FlatResults,
     Payload,
     PayloadError,
     PayloadSpec,
@@ -100,6 +102,8 @@ class _Plan:
     bits: tuple[int, ...]
     """Per tensor: index bits plus, in 1-bit mode, sign bits."""
     value_bytes: tuple[int, ...]
+    fast: _Fast | None
+    """The whole-payload decode (None: a spec without tensors)."""
 
     @property
     def n_bits(self) -> int:
@@ -119,7 +123,68 @@ def _plan(spec: PayloadSpec) -> _Plan:
         bits.append(_tiles(t.xshape) * (code.tile_bits + (t.k if one_bit else 0)))
         value_bytes.append(0 if one_bit else t.n_values * (4 if t.value_code == VALUE_F32 else 2))
     digest = layout_digest([(t.xshape, t.k, t.value_code) for t in spec.tensors], spec.quantized)
-    return _Plan(digest, codes, tuple(bits), tuple(value_bytes))
+    fast = _fast_plan(spec, codes, bits) if spec.tensors else None
+    return _Plan(digest, codes, tuple(bits), tuple(value_bytes), fast)
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """The tensors of one Elias–Fano code, decoded in one call."""
+
+    code: EliasFano
+    tiles: int
+    parts: tuple[tuple[int, int], ...]
+    """Bit ranges: every tensor's low part, then every tensor's high part (as `decode` reads
+    one tensor's: all low parts, then all high parts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Fast:
+    """A spec's whole-payload decode: a few numpy calls per distinct code, not per tensor."""
+
+    groups: tuple[_Group, ...]
+    pieces: tuple[tuple[int, int, int], ...]
+    """Per tensor: its group and its range in the group's decoded indices."""
+    signs: tuple[tuple[int, int], ...]
+    """1-bit mode: per tensor, the bit range of its signs."""
+    tensors: tuple[TensorSpec, ...]
+    sizes: list[int]
+    shapes: tuple[tuple[int, ...], ...]
+    value_code: int | None
+    """The one value code of every tensor (None: mixed, decoded per tensor)."""
+    layout: FlatLayout
+
+
+def _fast_plan(spec: PayloadSpec, codes: tuple[EliasFano, ...], bits: list[int]) -> _Fast:
+    by_code: dict[EliasFano, list[int]] = {}
+    for n, code in enumerate(codes):
+        by_code.setdefault(code, []).append(n)
+    starts = np.cumsum([0, *bits]).tolist()
+    groups, pieces, signs = [], [(0, 0, 0)] * len(codes), []
+    for g, (code, members) in enumerate(by_code.items()):
+        low, high, row = [], [], 0
+        for n in members:
+            tiles = _tiles(spec.tensors[n].xshape)
+            split = starts[n] + tiles * code.k * code.low_bits
+            low.append((starts[n], split))
+            high.append((split, starts[n] + tiles * code.tile_bits))
+            pieces[n] = (g, row, row + tiles * code.k)
+            row += tiles * code.k
+        groups.append(_Group(code, row // code.k, tuple(low + high)))
+    for n, t in enumerate(spec.tensors):
+        signs.append((starts[n] + _tiles(t.xshape) * codes[n].tile_bits, starts[n + 1]))
+    value_codes = {t.value_code for t in spec.tensors}
+    shapes = tuple((*chunk_shape(t.xshape), t.k) for t in spec.tensors)
+    return _Fast(
+        tuple(groups),
+        tuple(pieces),
+        tuple(signs),
+        spec.tensors,
+        [t.n_values for t in spec.tensors],
+        shapes,
+        value_codes.pop() if len(value_codes) == 1 else None,
+        FlatLayout(tuple((shape, t.totalk) for shape, t in zip(shapes, spec.tensors, strict=True))),
+    )
 
 
 def body_bytes(spec: PayloadSpec) -> int:
@@ -257,15 +322,70 @@ def decode_v2(data: bytes, expected: PayloadSpec) -> Payload:
     bits = np.unpackbits(np.frombuffer(data, np.uint8, bit_bytes, offset), bitorder="little")
     if bits[n_bits:].any():
         raise PayloadError("padding bits after the bit section are not zero")
-    bit_at, byte_at = 0, offset + bit_bytes
-    results = []
+    at = offset + bit_bytes
+    fast = _decode_fast(plan.fast, bits, data, at) if plan.fast is not None else None
+    if fast is not None:
+        results, flat = fast
+        return Payload(step, start, start + length, nonce, quantized, results, section, flat)
+    # No tensors, or a defect: tensor by tensor, which names the defect.
+    results = _decode_each(expected, plan, bits, data, at)
+    return Payload(step, start, start + length, nonce, quantized, results, section)
+
+
+def _decode_each(
+    expected: PayloadSpec, plan: _Plan, bits: np.ndarray, data: bytes, byte_at: int
+) -> tuple[DistroResult, ...]:
+    bit_at, results = 0, []
     for spec, code, size, value_size in zip(
         expected.tensors, plan.codes, plan.bits, plan.value_bytes, strict=True
     ):
         raw = data[byte_at : byte_at + value_size]
         results.append(_decode_tensor(spec, code, bits[bit_at : bit_at + size], raw))
         bit_at, byte_at = bit_at + size, byte_at + value_size
-    return Payload(step, start, start + length, nonce, quantized, tuple(results), section)
+    return tuple(results)
+
+
+def _decode_fast(
+    fast: _Fast, bits: np.ndarray, data: bytes, at: int
+) -> tuple[tuple[DistroResult, ...], FlatResults] | None:
+    """Every tensor at once: one Elias–Fano decode per code, one array of indices and one of
+    values, the tensors views of them. None if anything is refused (the caller then decodes
+    tensor by tensor, as before, to name the defect): it accepts exactly what that accepts,
+    with the same bits."""
+    decoded = []
+    for g in fast.groups:
+        chunk = np.concatenate([bits[a:b] for a, b in g.parts]) if g.parts else bits[:0]
+        try:
+            decoded.append(g.code.decode(chunk, g.tiles).reshape(-1))
+        except EliasFanoError:
+            return None
+    flat_idx = np.concatenate([decoded[g][a:b] for g, a, b in fast.pieces])
+    if fast.value_code == VALUE_1BIT:
+        signs = np.concatenate([bits[a:b] for a, b in fast.signs])
+        flat_val = 1.0 - 2.0 * signs.astype(np.float32)
+        val_t = torch.from_numpy(flat_val)
+    elif fast.value_code is not None:
+        _, wire_dtype = _INT_VIEWS[fast.value_code]
+        count = sum(fast.sizes)
+        ints = np.frombuffer(data, wire_dtype, count, at).astype(wire_dtype.newbyteorder("="))
+        val_t = torch.from_numpy(ints).view(_CODE_DTYPES[fast.value_code])
+        if not bool(torch.isfinite(val_t).all()):
+            return None
+        flat_val = ints.view(np.float32) if fast.value_code == VALUE_F32 else ints
+    else:
+        return None
+    idx_t = torch.from_numpy(flat_idx)
+    results = tuple(
+        DistroResult(i.view(shape), v.view(shape), t.xshape, t.totalk)
+        for i, v, shape, t in zip(
+            torch.split(idx_t, fast.sizes),
+            torch.split(val_t, fast.sizes),
+            fast.shapes,
+            fast.tensors,
+            strict=True,
+        )
+    )
+    return results, FlatResults(results, flat_idx, flat_val, fast.layout)
 
 
 def _decode_tensor(spec: TensorSpec, code: EliasFano, bits: np.ndarray, raw: bytes) -> DistroResult:

@@ -28,6 +28,10 @@ and earns no points. Points: one per applied result (the Treasurer's share befor
 Every honest verifier's judgement of an honest result counts as an honest vote; a mismatch vote
 among them is a false positive, and an undecided one is counted apart.
 
+With `--commitments` every client also sends per-sample commitments and every honest verifier
+checks the one of its first sample before it votes (`bench/byzantine_commit.py`, the daemon's
+check): a free rider's fake fingerprint is a mismatch vote.
+
 Aggregation (`--aggregation`): `mean` is the protocol's (per coefficient, over the peers that
 chose it); `sum` adds the peers' ±1 values instead, which, since apply takes the sign, is the same
 as dividing by the number of results: one client weighs 1/K wherever it is alone.
@@ -53,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import byzantine_attacks as cheap  # beside this file, not a package
+import byzantine_commit as bc
 
 ATTACKS = ("none", "flip", "random", "cancel", "replay", "garbage", "push", *cheap.NEW_ATTACKS)
 PUSHED = "model.embed_tokens.weight"
@@ -91,6 +96,9 @@ class RunResult:
     honest_repeats: dict[str, int] = field(default_factory=dict)
     honest_pairs: int = 0
     votes: list[tuple[int, int, int, bool, float]] = field(default_factory=list)
+    honest_agreement: list[float] = field(default_factory=list)
+    """Commitment agreements of honest results (`--commitments`)."""
+    attacker_agreement: list[float] = field(default_factory=list)
     escalations: int = 0
     escalated: list[tuple[int, int, int, bool, float, float]] = field(default_factory=list)
     """Escalated votes: (step, trainer, verifier, attacker, first score, escalated score)."""
@@ -137,6 +145,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the verdict: Score.passed (z) or the former captured-mass threshold",
     )  # fmt: skip
     p.add_argument("--calibration", action="store_true", help="keep every score in the JSON")
+    p.add_argument(
+        "--commitments", action="store_true",
+        help="every client commits per sample and verifiers check it (bench/byzantine_commit.py)",
+    )  # fmt: skip
+    p.add_argument(
+        "--score-at-point", action="store_true",
+        help="with --commitments: score at the trainer's lookahead point, one gradient for both",
+    )  # fmt: skip
     p.add_argument(
         "--score-only", action="store_true",
         help="judge and record scores but never reject or eject (score distributions of attacks)",
@@ -285,6 +301,11 @@ def report(results: Sequence[RunResult], calibration: bool = False) -> list[dict
                 "overlap_honest_own_previous": _quantiles(r.honest_own_overlap),
                 "honest_tensor_repeats": r.honest_repeats,
                 "honest_pairs": r.honest_pairs,
+                "commitment": {
+                    "honest": _quantiles(r.honest_agreement),
+                    "attacker": _quantiles(r.attacker_agreement),
+                    "attacker_below_threshold": sum(a < 0.999 for a in r.attacker_agreement),
+                },
                 "escalations": r.escalations,
                 "escalated": r.escalated,
             }
@@ -319,10 +340,12 @@ def run(
 
     import distro_vs_adamw as base
     from psyche.coordinator.verification import sampled_trainers
+    from psyche.daemon.commit_check import MISMATCH
     from psyche.daemon.rounds import result_fingerprint
     from psyche.data.local import LocalDataProvider
     from psyche.distro import Distro, DistroResult, Payload, decode_payload, encode_payload
     from psyche.distro.overlap import near_duplicate, repeated_tensors, signed_overlap
+    from psyche.distro.sample_commit import MATCH_THRESHOLD
     from psyche.distro.similarity import THRESHOLD, Score, score, verdict_on
     from psyche.protocol.commitment import sha256
     from psyche.protocol.shuffle import compute_shuffled_index
@@ -336,10 +359,15 @@ def run(
     clients = []
     for _ in range(k):
         model = base.load(ws)
-        clients.append(base.Client(model, Distro(model.named_parameters(), dcfg)))
+        clients.append(base.Client(model, Distro(model.named_parameters(), dcfg,
+                                                 commitments=args.commitments)))  # fmt: skip
     verifier_model = base.load(ws)
-    trainers = {i: cheap.trainer_for(clients[i], cfg.batch_per_client, cfg.seed) for i in
-                attackers if attack in cheap.TRAINER_ATTACKS}  # fmt: skip
+    committing = {i: bc.committing_trainer(c, cfg.seed) for i, c in enumerate(clients)
+                  if args.commitments}  # fmt: skip
+    commit = bc.CommitVerifier(verifier_model, dcfg, cfg.seed) if args.commitments else None
+    trainers = {i: committing.get(i) or cheap.trainer_for(clients[i], cfg.batch_per_client,
+                                                          cfg.seed)
+                for i in attackers if attack in cheap.TRAINER_ATTACKS}  # fmt: skip
     spec = clients[0].distro.payload_spec
     names = clients[0].distro.names
     schedule = cfg.schedule(cfg.lr_distro)
@@ -385,27 +413,53 @@ def run(
         start = position * (args.verify_samples or b)
         return [int(order[(start + i) % b]) for i in range(m)]
 
-    def score_of(
-        judged: int, trainer: int, payload: Payload, verifier: int, rows: list[int]
-    ) -> tuple[Score, float]:
-        """One verifier's score and the seconds its forward/backward took: it recomputes the
-        samples `rows` of the batch, on `--verify-threads` threads if its index is even, else
-        on the trainers' `--threads` (so both thread counts judge every run's results)."""
-        with torch.no_grad():
-            for p, w in zip(vparams, step_pre[judged], strict=True):
-                p.copy_(w)
+    def verifier_threads(verifier: int) -> int:
+        return (args.verify_threads or args.threads) if verifier % 2 == 0 else args.threads
+
+    def gradient_of(toks: Any, verifier: int) -> tuple[list[Any], float]:
+        """The verifier's gradient of `toks` at its model's weights, on `--verify-threads`
+        threads if its index is even, else on the trainers' `--threads` (so both thread counts
+        judge every run's results), and the seconds its forward/backward took."""
         verifier_model.zero_grad(set_to_none=True)
-        # The verifier may run other kernels than the trainer: another thread count.
-        threads = (args.verify_threads or args.threads) if verifier % 2 == 0 else args.threads
-        torch.set_num_threads(threads)
-        toks = step_tokens[judged][trainer][rows]
+        torch.set_num_threads(verifier_threads(verifier))
         t = time.perf_counter()
         base.forward_backward(verifier_model, toks, 1.0)
         dt = time.perf_counter() - t
         torch.set_num_threads(args.threads)
-        grads = [p.grad for p in vparams]
-        assert all(g is not None for g in grads)
-        return score(payload, grads, cfg.chunk), dt  # type: ignore[arg-type]
+        grads = [p.grad.clone() for p in vparams]  # type: ignore[union-attr]
+        verifier_model.zero_grad(set_to_none=True)
+        return grads, dt
+
+    def score_of(judged: int, trainer: int, payload: Payload, verifier: int, rows: list[int],
+                 check: bool = False) -> tuple[Score, float, float | None]:  # fmt: skip
+        """One verifier's score of `payload` on the samples `rows` of the trainer's batch, the
+        seconds its forward/backward took and, with `check`, the commitment agreement of
+        `rows[0]` (None: no vote). With `--score-at-point` a result with commitments is scored
+        at the trainer's lookahead point, and one sample's gradient serves both checks."""
+        with torch.no_grad():
+            for p, w in zip(vparams, step_pre[judged], strict=True):
+                p.copy_(w)
+        toks = step_tokens[judged][trainer]
+        status, public = ("none", None)
+        if commit is not None:
+            status, public = commit.point(payload, held.get(judged - 1, []), trainer)
+        agreement = MISMATCH if check and status == "mismatch" else None
+        prev_lr = prev_lr_for_step(schedule, judged)
+        if status == "ok" and args.score_at_point:
+            assert commit is not None
+            with commit.at_point(public, prev_lr):
+                grads, dt = gradient_of(toks[rows], verifier)
+                if check and len(rows) == 1:
+                    agreement = commit.agreement(payload, grads, rows[0], len(toks))
+                    check = False
+        else:
+            grads, dt = gradient_of(toks[rows], verifier)
+        if check and status == "ok":
+            assert commit is not None
+            with commit.at_point(public, prev_lr):
+                one, dt1 = gradient_of(toks[rows[:1]], verifier)
+            agreement, dt = commit.agreement(payload, one, rows[0], len(toks)), dt + dt1
+        return score(payload, grads, cfg.chunk), dt, agreement
 
     def verify_round(judging: int) -> None:
         """Round `judging` judges the results of `judging − 1` (docs/protocol.md)."""
@@ -433,21 +487,27 @@ def run(
                 position = verifiers.index(v)
                 m = args.verify_samples or len(step_tokens[judged][trainer])
                 rows = rows_of(judged, trainer, position, m)
-                sc, dt = score_of(judged, trainer, by_client[trainer], v, rows)
+                sc, dt, agreement = score_of(judged, trainer, by_client[trainer], v, rows,
+                                             check=commit is not None)  # fmt: skip
                 out.verify_fwd_bwd_s += dt
-                if args.escalate > m and sc.captured < THRESHOLD and args.measure == "captured":
+                if agreement is not None:
+                    (out.attacker_agreement if bad else out.honest_agreement).append(agreement)
+                failed = agreement is not None and agreement < MATCH_THRESHOLD
+                if (not failed and args.escalate > m and sc.captured < THRESHOLD
+                        and args.measure == "captured"):  # fmt: skip
                     # Too low to match on one sub-batch: more samples before any vote (the
                     # daemon's escalation, psyche.daemon.verifying).
                     out.escalations += 1
                     first = sc.captured
                     rows = rows_of(judged, trainer, position, args.escalate)
-                    sc, dt = score_of(judged, trainer, by_client[trainer], v, rows)
+                    sc, dt, _ = score_of(judged, trainer, by_client[trainer], v, rows)
                     out.verify_fwd_bwd_s += dt
                     out.escalated.append((judged, trainer, v, bad, round(first, 5),
                                           round(sc.captured, 5)))  # fmt: skip
                 # The daemon's vote: match, mismatch, or none in the gap between the two
                 # thresholds (psyche.distro.similarity.verdict_on).
                 vote = sc.passed if args.measure == "z" else verdict_on(sc.captured)
+                vote = False if failed else vote  # a failed commitment is evidence enough
                 value = sc.z if args.measure == "z" else sc.captured
                 against += 1 if vote is False else 0
                 if vote is None:
@@ -534,32 +594,31 @@ def run(
         slices = base.step_slices(cfg, step)
         tokens = [data.get_samples(b) for b in slices]
         for i, (c, batch) in enumerate(zip(clients, slices, strict=True)):
-            if i in trainers:  # a cheaper-work attacker: the real Trainer on less or worse data
-                t = time.perf_counter()
-                payload, wire = cheap.train_cheaply(
-                    attack, trainers[i], c, tokens[i], batch, step, lr, prev_lr
-                )
-                out.train_fwd_bwd_s += time.perf_counter() - t
-                if i not in ejected:
-                    send(step, i, wire, sent, lr > 0 and prev_lr > 0)
-                continue
-            c.model.zero_grad(set_to_none=True)
-            c.distro.lookahead(prev_lr)
             toks = tokens[i]
             if i in attackers and attack == "garbage":
                 toks = torch.randint(0, 256, toks.shape, generator=gen)
             t = time.perf_counter()
-            base.forward_backward(c.model, toks, 1.0)
+            if i in trainers:  # a cheaper-work attacker: the real Trainer on less or worse data
+                _, wire = cheap.train_cheaply(attack, trainers[i], c, toks, batch, step, lr,
+                                              prev_lr)  # fmt: skip
+                wire = bc.faked_commitments(wire, toks.shape[0])
+            elif committing:  # a client of a verifying run: the Trainer, committing
+                _, wire = cheap.train_cheaply("none", committing[i], c, toks, batch, step, lr,
+                                              prev_lr)  # fmt: skip
+            else:
+                c.model.zero_grad(set_to_none=True)
+                c.distro.lookahead(prev_lr)
+                base.forward_backward(c.model, toks, 1.0)
+                payload = c.distro.generate(
+                    lr, prev_lr, c.prev_self, step=step, batch_start=batch.start,
+                    batch_end=batch.end, trainer_nonce=c.nonce,
+                )  # fmt: skip
+                c.prev_self, c.nonce = payload, c.nonce + 1
+                wire = decode_payload(encode_payload(payload, 2), spec)
             out.train_fwd_bwd_s += time.perf_counter() - t
-            payload = c.distro.generate(
-                lr, prev_lr, c.prev_self, step=step, batch_start=batch.start,
-                batch_end=batch.end, trainer_nonce=c.nonce,
-            )  # fmt: skip
-            c.prev_self, c.nonce = payload, c.nonce + 1
-            wire = decode_payload(encode_payload(payload, 2), spec)
             if i in ejected:
                 continue
-            if i in attackers:
+            if i in attackers and i not in trainers:
                 if attack == "flip":
                     wire = flipped(wire)
                 elif attack == "random":

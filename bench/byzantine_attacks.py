@@ -45,7 +45,10 @@ def trainer_for(client: Any, batch: int, seed: int) -> Any:
 
 
 def cheap_batch(attack: str, tokens: Any) -> Any:
-    """What the attacker trains on instead of its batch `tokens` ([B, seq])."""
+    """What the attacker trains on instead of its batch `tokens` ([B, seq]); `none`: the batch
+    itself (an honest client trained through the `Trainer`)."""
+    if attack == "none":
+        return tokens
     if attack in FREE_RIDERS:
         return tokens[: max(1, tokens.shape[0] // FREE_RIDERS[attack])]
     if attack == "repeat":

@@ -9,13 +9,15 @@ trainer agrees to rounding (cosine 1.000000 on the tiny model at 1 and 2 threads
 fingerprint of a sample it skipped — another sample's, the mean of those it did, a copy, random
 numbers — stays below ``MATCH_THRESHOLD`` (bench/README.md, "Per-sample commitments").
 
-:func:`lookahead_of` finds the point, :func:`commitment_agreement` measures the agreement.
+:func:`lookahead_of` finds the point, :func:`at_point` sets it, :func:`commitment_agreement`
+measures the agreement (:func:`fingerprint_agreement` from a gradient already taken there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import torch
@@ -27,7 +29,14 @@ from psyche.distro.sample_commit import NO_LOOKAHEAD, agreement
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.trainer import Trainer
 
-__all__ = ["MISMATCH", "commitment_agreement", "lookahead_of"]
+__all__ = [
+    "MISMATCH",
+    "at_point",
+    "commitment_agreement",
+    "committed_rows",
+    "fingerprint_agreement",
+    "lookahead_of",
+]
 
 MISMATCH = -1.0
 """The agreement a result scores when its commitments cannot be right whatever the gradient:
@@ -54,6 +63,40 @@ def lookahead_of(
     return ("mismatch" if held else "unknown"), None
 
 
+@contextlib.contextmanager
+def at_point(trainer: Trainer, public: Payload | None, prev_lr: float) -> Iterator[None]:
+    """The model at the pre-round weights moved by ``public`` as the trainer's verifiable
+    lookahead moved them (``Distro.lookahead(verifiable=True)``); the pre-round weights again
+    after, bit for bit (no decay: the pre-round weights already hold it)."""
+    trainer.distro.lookahead(prev_lr, public, verifiable=True)
+    try:
+        yield
+    finally:
+        trainer.distro.cancel()
+
+
+def committed_rows(payload: Payload, batch_size: int, row: int) -> tuple[int, ...] | None:
+    """The batch offsets of the micro-batch whose fingerprint covers the sample ``row``; None
+    when the commitments do not fit a batch of ``batch_size`` (a mismatch)."""
+    c = payload.commitments
+    assert c is not None
+    if c.values.shape[0] != math.ceil(batch_size / c.group):
+        return None
+    return c.rows(c.group_of(row), batch_size)
+
+
+def fingerprint_agreement(
+    trainer: Trainer, payload: Payload, row: int, grads: Sequence[torch.Tensor]
+) -> float:
+    """Cosine between the committed fingerprint of the micro-batch holding the sample ``row``
+    and that of ``grads``, this verifier's gradient of that micro-batch at the trainer's point
+    (in the payload's parameter order)."""
+    c = payload.commitments
+    assert c is not None
+    probe = trainer.probe(payload.step)
+    return agreement(c.values[c.group_of(row)], probe.project(probe.gather(list(grads))))
+
+
 def commitment_agreement(
     trainer: Trainer,
     payload: Payload,
@@ -65,20 +108,14 @@ def commitment_agreement(
 ) -> float | None:
     """Cosine between the committed fingerprint of the micro-batch that holds the batch's sample
     ``row`` and this verifier's, recomputed with ``gradient`` (in the payload's parameter order)
-    at the pre-round weights moved by ``public`` (``Distro.lookahead(verifiable=True)``, undone
-    after); ``MISMATCH`` when the commitments do not fit the batch; None when the payload has
-    none (a run that does not take them)."""
-    c = payload.commitments
-    if c is None:
+    at the pre-round weights moved by ``public`` (:func:`at_point`); ``MISMATCH`` when the
+    commitments do not fit the batch; None when the payload has none (a run that does not take
+    them)."""
+    if payload.commitments is None:
         return None
-    if c.values.shape[0] != math.ceil(samples.shape[0] / c.group):
+    rows = committed_rows(payload, samples.shape[0], row)
+    if rows is None:
         return MISMATCH
-    rows = c.rows(c.group_of(row), samples.shape[0])
-    probe = trainer.probe(payload.step)
-    trainer.distro.lookahead(prev_lr, public, verifiable=True)
-    try:
+    with at_point(trainer, public, prev_lr):
         grads = gradient(samples[list(rows)])
-    finally:
-        trainer.distro.cancel()  # restores the pre-round weights bit for bit, no decay
-    mine = probe.project(probe.gather(list(grads)))
-    return agreement(c.values[c.group_of(row)], mine)
+    return fingerprint_agreement(trainer, payload, row, grads)

@@ -14,9 +14,14 @@ samples. Two moments:
    sub-batch, it **escalates**: recomputes half the batch and keeps that gradient instead, since
    one sample's gradient scored honest results as low as −0.14 (bench/README.md). The recompute
    has a time budget; slots it does not reach stay unchecked. When the slot's result is already
-   held and carries per-sample commitments (a run that verifies), the micro-batch of the slot's
-   first sample is also recomputed at the trainer's lookahead point and its fingerprint compared
-   (``psyche.daemon.commit_check``): the check that catches a free rider, which the score cannot.
+   held and carries per-sample commitments (a run that verifies), the recompute is done at the
+   trainer's own lookahead point instead (the pre-round weights moved by its previous result,
+   which this client holds), and the fingerprint of the slot's first sample's micro-batch is
+   compared with the commitment (``psyche.daemon.commit_check``): the check that catches a free
+   rider, which the score cannot. When that micro-batch is the sub-batch (one sample per
+   micro-batch), one gradient serves both the score and the commitment; at the trainer's point
+   honest results also score higher than at the pre-round weights (bench/README.md,
+   "Per-sample commitments in the attack bench").
 2. When its witness of round ``r + 1`` is sent (:func:`verdict_of`): each recomputed slot whose
    result was downloaded and verified is scored with :func:`psyche.distro.similarity.captured_mass`
    and the ``checked``/``mismatch`` masks ride in the witness. Only an escalated gradient may
@@ -44,7 +49,13 @@ import torch
 from psyche.coordinator import Coordinator
 from psyche.coordinator.types import Verdict
 from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
-from psyche.daemon.commit_check import MISMATCH, commitment_agreement, lookahead_of
+from psyche.daemon.commit_check import (
+    MISMATCH,
+    at_point,
+    committed_rows,
+    fingerprint_agreement,
+    lookahead_of,
+)
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.judgement import Judgement, SlotGradient, SubBatch
 from psyche.daemon.kit import ModelKit
@@ -183,6 +194,15 @@ def recompute(
 
 
 @dataclass(frozen=True, slots=True)
+class _Point:
+    """A held result's trainer's gradient point: the pre-round weights moved by ``public``."""
+
+    payload: Payload
+    public: Payload | None
+    prev_lr: float
+
+
+@dataclass(frozen=True, slots=True)
 class _Recompute:
     """One verifier's recompute pass over its slots (see :func:`recompute`)."""
 
@@ -205,6 +225,28 @@ class _Recompute:
             samples = self.data.get_samples(s.batch)
             if time.monotonic() >= self.deadline:  # a slow data fetch spent the budget
                 raise TrainingCancelled("out of time after fetching the samples")
+        except TrainingCancelled:
+            log.info("verification of slot %d left unchecked: out of time", s.slot)
+            return s
+        except Exception as e:  # a verifier's failure must never cost the round
+            log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
+            return s
+        point = self._point(s)
+        if not isinstance(point, _Point):
+            return self._judged_at(s, samples, point)
+        try:
+            with at_point(self.trainer, point.public, point.prev_lr):
+                return self._judged_at(s, samples, point)
+        except Exception as e:  # the lookahead itself failed: a verifier's failure only
+            log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
+            return s
+
+    def _judged_at(
+        self, s: SlotGradient, samples: torch.Tensor, point: _Point | float | None
+    ) -> SlotGradient:
+        """``s`` recomputed at the model's weights as they are (the trainer's point when
+        ``point`` is one), its commitment checked, escalated if need be."""
+        try:
             grads = self._gradient(s.sub.of(samples))
         except TrainingCancelled:
             log.info("verification of slot %d left unchecked: out of time", s.slot)
@@ -213,32 +255,44 @@ class _Recompute:
             log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
             return s
         done = SlotGradient(s.slot, s.trainer, s.batch, s.sub, grads, not s.sub.escalates)
-        done = dataclasses.replace(done, commitment=self._commitment(s, samples))
+        commitment = (
+            point if not isinstance(point, _Point) else self._commitment(s, samples, point, grads)
+        )
+        done = dataclasses.replace(done, commitment=commitment)
         if done.may_accuse or (done.commitment is not None and done.commitment < MATCH_THRESHOLD):
             return done  # a failed commitment is evidence enough: no escalation
         return self._escalate(done, samples)
 
-    def _commitment(self, s: SlotGradient, samples: torch.Tensor) -> float | None:
-        """The held result's commitment agreement for the slot's first sample; None when the
-        result is not held yet, has no commitments, or its point cannot be rebuilt here."""
+    def _point(self, s: SlotGradient) -> _Point | float | None:
+        """Where the slot's held result says its trainer took its gradient: a :class:`_Point`
+        when this client can rebuild it; ``MISMATCH`` when the result claims a lookahead other
+        than its trainer's previous result held here; None when nothing is checked (the result
+        is not held yet, has no commitments, or its point is unknown here): the recompute is
+        then at the pre-round weights, as for a run without commitments."""
         payload = held_payload(self.judged, s, self.judgement.fmt)
         if payload is None or payload.commitments is None or self.judged is None:
             return None
-        known, point = lookahead_of(
+        known, public = lookahead_of(
             self.before, s.trainer, payload.commitments.lookahead, self.judgement.fmt
         )
         if known != "ok":
             return MISMATCH if known == "mismatch" else None
+        return _Point(payload, public, self.judged.lrs.prev_lr)
+
+    def _commitment(
+        self, s: SlotGradient, samples: torch.Tensor, point: _Point, grads: Sequence[torch.Tensor]
+    ) -> float | None:
+        """The held result's commitment agreement for the slot's first sample, at the point the
+        model is at; ``grads`` (the sub-batch's gradient there) serves when the sub-batch is
+        that sample's micro-batch."""
+        row = s.sub.rows[0]
+        rows = committed_rows(point.payload, samples.shape[0], row)
+        if rows is None:
+            return MISMATCH
         try:
-            return commitment_agreement(
-                self.trainer,
-                payload,
-                point,
-                self.judged.lrs.prev_lr,
-                samples,
-                s.sub.rows[0],
-                self._gradient,
-            )
+            if rows != s.sub.rows:
+                grads = self._gradient(samples[list(rows)])
+            return fingerprint_agreement(self.trainer, point.payload, row, grads)
         except TrainingCancelled:
             log.info("commitment of slot %d left unchecked: out of time", s.slot)
         except Exception as e:  # a verifier's failure must never cost the round

@@ -22,6 +22,7 @@ from psyche.distro import Distro, Payload, PayloadSpec, decode_payload, encode_p
 from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import DistroFormat
 from psyche.distro.sample_commit import MATCH_THRESHOLD, NO_LOOKAHEAD, SampleCommitments
+from psyche.distro.similarity import captured_mass
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
 from psyche.training import init_model, llama_config
@@ -225,6 +226,53 @@ def test_the_verdict_accuses_a_free_rider_through_the_recompute(world: _World) -
         Verdict(checked=1, mismatch=1),
         Verdict(checked=1, mismatch=1),
     ]
+
+
+def _judged_honest(world: _World, row: int) -> tuple[RoundState, RoundState, SlotGradient]:
+    """An honest result of the world's trainer held in the judged round's record, its previous
+    result in the record before, and a slot recomputing the sample ``row``."""
+    who = NodeIdentity(b"\x07" * 32, b"\x07" * 32)
+    lrs = RoundLRs(lr=LR, prev_lr=LR, zero_optim=False)
+    wire = encode_payload(_train(world, 8), world.spec.version)
+    judged = RoundState(1, STEP, True, {BATCH: who}, lrs)
+    judged.results[BATCH] = _received(who, BATCH, STEP, wire, world.spec)
+    prev = RoundState(0, STEP - 1, True, {BatchId(100, 107): who}, lrs)
+    prev.results[BatchId(100, 107)] = _received(who, BatchId(100, 107), STEP - 1,
+                                                world.prev_wire, world.spec)  # fmt: skip
+    return judged, prev, SlotGradient(0, who, BATCH, SubBatch((row,), (row, 0, 1, 2)))
+
+
+def test_a_committed_result_is_recomputed_once_at_its_trainers_point(world: _World) -> None:
+    """With one sample per micro-batch the sub-batch's gradient is taken at the trainer's
+    lookahead point and serves the score and the commitment both: one forward and backward
+    (two before: one at the pre-round weights for the score, one at the point). It is exactly
+    the gradient the trainer took of that sample, so the honest result scores higher there than
+    at the pre-round weights, and the model is left at the pre-round weights bit for bit."""
+    judged, prev, slot = _judged_honest(world, row=4)
+    fmt = DistroFormat(world.spec)
+    verifier = _trainer(copy.deepcopy(world.model), micro=1, commit=False)
+    before = [p.detach().clone() for p in verifier.model.parameters()]
+    calls = 0
+    honest_accumulate = verifier.accumulate_gradients
+
+    def counted(*args: object, **kwargs: object) -> float:
+        nonlocal calls
+        calls += 1
+        return honest_accumulate(*args, **kwargs)  # type: ignore[arg-type]
+
+    verifier.accumulate_gradients = counted  # type: ignore[method-assign]
+    done = recompute(verifier, _Data(), Judgement(1, (slot,), fmt, 64), 60, judged, prev)  # type: ignore[arg-type]
+    (s,) = done.slots
+    assert calls == 1
+    assert s.commitment is not None and s.commitment > 0.9999
+    assert all(torch.equal(a, b) for a, b in zip(before, verifier.model.parameters(), strict=True))
+    # The same gradient, taken at the pre-round weights (what the score used before), scores
+    # the honest result lower.
+    pre = recompute(verifier, _Data(), Judgement(1, (slot,), fmt, 64), 60, None, None)  # type: ignore[arg-type]
+    payload = decode_payload(judged.results[BATCH].payload, world.spec)  # type: ignore[arg-type]
+    assert pre.slots[0].grads is not None and s.grads is not None and s.score is not None
+    at_pre = captured_mass(payload, pre.slots[0].grads, 64)
+    assert s.score == captured_mass(payload, s.grads, 64) > at_pre, (s.score, at_pre)
 
 
 def test_sample_commitments_rows() -> None:

@@ -50,6 +50,8 @@ from psyche.distro.payload_types import (
     _U64_MAX,
     MAGIC,
     VALUE_1BIT,
+    VALUE_BF16,
+    VALUE_F16,
     VALUE_F32,
     FlatLayout,
     FlatResults,
@@ -148,10 +150,12 @@ class _Fast:
     signs: tuple[tuple[int, int], ...]
     """1-bit mode: per tensor, the bit range of its signs."""
     tensors: tuple[TensorSpec, ...]
-    sizes: list[int]
-    shapes: tuple[tuple[int, ...], ...]
+    spans: tuple[tuple[int, int, tuple[int, ...]], ...]
+    """Per tensor: its range in the flat arrays and its index and value shape."""
     value_code: int | None
     """The one value code of every tensor (None: mixed, decoded per tensor)."""
+    dtype: torch.dtype
+    """The values' torch dtype."""
     layout: FlatLayout
 
 
@@ -174,15 +178,17 @@ def _fast_plan(spec: PayloadSpec, codes: tuple[EliasFano, ...], bits: list[int])
     for n, t in enumerate(spec.tensors):
         signs.append((starts[n] + _tiles(t.xshape) * codes[n].tile_bits, starts[n + 1]))
     value_codes = {t.value_code for t in spec.tensors}
+    value_code = value_codes.pop() if len(value_codes) == 1 else None
     shapes = tuple((*chunk_shape(t.xshape), t.k) for t in spec.tensors)
+    ends = np.cumsum([t.n_values for t in spec.tensors]).tolist()
     return _Fast(
         tuple(groups),
         tuple(pieces),
         tuple(signs),
         spec.tensors,
-        [t.n_values for t in spec.tensors],
-        shapes,
-        value_codes.pop() if len(value_codes) == 1 else None,
+        tuple(zip([0, *ends[:-1]], ends, shapes, strict=True)),
+        value_code,
+        _CODE_DTYPES.get(value_code, torch.float32) if value_code is not None else torch.float32,
         FlatLayout(tuple((shape, t.totalk) for shape, t in zip(shapes, spec.tensors, strict=True))),
     )
 
@@ -362,28 +368,29 @@ def _decode_fast(
     flat_idx = np.concatenate([decoded[g][a:b] for g, a, b in fast.pieces])
     if fast.value_code == VALUE_1BIT:
         signs = np.concatenate([bits[a:b] for a, b in fast.signs])
-        flat_val = 1.0 - 2.0 * signs.astype(np.float32)
-        val_t = torch.from_numpy(flat_val)
+        flat_val = np_val = 1.0 - 2.0 * signs.astype(np.float32)
     elif fast.value_code is not None:
         _, wire_dtype = _INT_VIEWS[fast.value_code]
-        count = sum(fast.sizes)
+        count = fast.spans[-1][1]
         ints = np.frombuffer(data, wire_dtype, count, at).astype(wire_dtype.newbyteorder("="))
-        val_t = torch.from_numpy(ints).view(_CODE_DTYPES[fast.value_code])
-        if not bool(torch.isfinite(val_t).all()):
+        if not bool(torch.isfinite(torch.from_numpy(ints).view(fast.dtype)).all()):
             return None
-        flat_val = ints.view(np.float32) if fast.value_code == VALUE_F32 else ints
+        flat_val = np_val = ints.view(np.float32) if fast.value_code == VALUE_F32 else ints
     else:
         return None
-    idx_t = torch.from_numpy(flat_idx)
+    # One torch tensor per numpy view: cheaper than splitting a torch tensor and viewing.
+    bf16 = fast.value_code == VALUE_BF16
+    f16 = fast.value_code == VALUE_F16
     results = tuple(
-        DistroResult(i.view(shape), v.view(shape), t.xshape, t.totalk)
-        for i, v, shape, t in zip(
-            torch.split(idx_t, fast.sizes),
-            torch.split(val_t, fast.sizes),
-            fast.shapes,
-            fast.tensors,
-            strict=True,
+        DistroResult(
+            torch.from_numpy(flat_idx[a:b].reshape(shape)),
+            torch.from_numpy(np_val[a:b].reshape(shape)).view(fast.dtype)
+            if bf16 or f16
+            else torch.from_numpy(np_val[a:b].reshape(shape)),
+            t.xshape,
+            t.totalk,
         )
+        for (a, b, shape), t in zip(fast.spans, fast.tensors, strict=True)
     )
     return results, FlatResults(results, flat_idx, flat_val, fast.layout)
 

@@ -14,6 +14,7 @@ import torch
 
 from psyche.distro import DistroResult, Payload, PayloadError, PayloadSpec, encode_payload
 from psyche.distro.copy_index import distro_sketch
+from psyche.distro.elias_fano import EliasFano, EliasFanoError
 from psyche.distro.payload_v2 import _decode_each, _plan, decode_v2
 
 from .test_payload_v2 import config, make_payload
@@ -132,3 +133,35 @@ def test_tensors_are_views_of_the_flat_arrays() -> None:
         assert r.val.reshape(-1).tolist() == p.flat.val[at : at + n].tolist()
         at += n
     assert at == p.flat.idx.size == p.flat.val.size
+
+
+@pytest.mark.parametrize("n, k", [(64, 8), (2816, 8), (4096, 8), (9, 9), (100, 1), (2**20, 3)])
+def test_elias_fano_decode_is_the_checked_decode(n: int, k: int) -> None:
+    """`EliasFano.decode` (one flat pass) gives `_decode`'s values, and refuses what it refuses
+    with its message, on codings and on random flips of them."""
+    rng = np.random.default_rng(n + k)
+    code = EliasFano.for_tile(n, k)
+    tiles = 40
+    idx = np.sort(np.stack([rng.choice(n, k, replace=False) for _ in range(tiles)]), axis=1)
+    bits = code.encode(idx)
+    assert np.array_equal(code.decode(bits, tiles), idx)
+    outcomes = set()
+    for _ in range(200):
+        bad = bits.copy()
+        if bad.size:
+            bad[rng.integers(0, bad.size, size=int(rng.integers(1, 4)))] ^= 1
+        try:
+            old: object = code._decode(bad, tiles)
+        except EliasFanoError as e:
+            old = str(e)
+        try:
+            new: object = code.decode(bad, tiles)
+        except EliasFanoError as e:
+            new = str(e)
+        if isinstance(old, str) or isinstance(new, str):
+            assert old == new
+            outcomes.add("refused")
+        else:
+            assert np.array_equal(new, old)  # type: ignore[arg-type]
+            outcomes.add("accepted")
+    assert outcomes == ({"accepted"} if code.tile_bits == 0 else {"refused", "accepted"})

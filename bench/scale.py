@@ -25,6 +25,10 @@ timestamps of consecutive round ends:
   index (``RoundState.hold``), per result, not counted in ``copy %`` (so that it compares with
   the figures before it was measured); with the copy check's operation counts
   (``psyche.distro.copy_index.COUNTS``: checks, band candidates, exact confirmations) per round;
+- the event loop thread's CPU seconds per round (``loop cpu s``: the clients' handling of
+  results and coordinator states, without training and the apply's worker threads) and per
+  result (``loop µs/result``), the copy check's share of it, and the v2 payload decodes
+  (``psyche.distro.payload.decode_v2``, wrapped): per round, µs each, share of the loop;
 - peak RSS of the child, and over N (``RSS/client``: (peak − RSS before the run) / N). Per held
   result: a client holds the results of two rounds (2 N), so the N² part of the peak RSS over
   the runs is ``bytes per held result × 2 N²``; fitted (least squares, ``a + b N + c 2N²``) over the
@@ -240,6 +244,17 @@ class CopyTimer:
                           (training, "result_sketch")):  # fmt: skip
             setattr(mod, name, self._wrap(getattr(mod, name), name, True))
         rounds.RoundState.hold = self._wrap(rounds.RoundState.hold, "hold", False)  # type: ignore[method-assign]
+        from psyche.distro import payload
+
+        self.parts["decode"] = 0.0
+        self.decodes = 0
+        inner = self._wrap(payload.decode_v2, "decode", False)
+
+        def counted(*args: Any, **kw: Any) -> Any:
+            self.decodes += 1
+            return inner(*args, **kw)
+
+        payload.decode_v2 = counted  # type: ignore[assignment]
 
     def _wrap(self, fn: Any, name: str, counted: bool) -> Any:
         # The event loop's thread runs the check synchronously, so its thread CPU time is the
@@ -315,6 +330,9 @@ def sim_one(
                 {
                     "t": time.perf_counter(),
                     "cpu": time.process_time(),
+                    "loop_cpu": time.thread_time(),
+                    "decode_s": timer.parts["decode"],
+                    "decodes": timer.decodes,
                     "copy_s": timer.seconds,
                     "sketch_s": timer.parts["result_sketch"],
                     "hold_s": timer.parts["hold"],
@@ -379,6 +397,12 @@ def sim_one(
         "copy_checks": per_round("checks"),
         "copy_us_per_result": per_round("copy_s") / (n * n) * 1e6,
         "sketch_us_per_result": per_round("sketch_s") / (n * n) * 1e6,
+        "loop_cpu_s": per_round("loop_cpu"),
+        "loop_us_per_result": per_round("loop_cpu") / (n * n) * 1e6,
+        "copy_share_of_loop": per_round("copy_s") / per_round("loop_cpu"),
+        "decodes": per_round("decodes"),
+        "decode_us": per_round("decode_s") / max(1.0, per_round("decodes")) * 1e6,
+        "decode_share_of_loop": per_round("decode_s") / per_round("loop_cpu"),
         "lookup_us_per_check": (per_round("copy_s") - per_round("sketch_s"))
         / max(1.0, per_round("checks"))
         * 1e6,
@@ -457,6 +481,17 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             f"| {r['band_candidates']:.0f} | {r['confirmations']:.0f} "
             f"| {r['rss_peak'] / 1e6:.0f} | {r['rss_per_client'] / 1e6:.1f} "
             f"| {'identical' if r['hashes_agree'] else 'DIVERGED'} | {bl} |"
+        )
+    print(
+        "\nThe event loop's thread (the clients' handling of results, without training):\n\n"
+        "| N | loop cpu s | loop µs/result | copy % of loop | decodes | decode µs "
+        "| decode % of loop |\n|" + "---|" * 7
+    )
+    for r in rows:
+        print(
+            f"| {r['n']} | {r['loop_cpu_s']:.2f} | {r['loop_us_per_result']:.0f} "
+            f"| {100 * r['copy_share_of_loop']:.1f} | {r['decodes']:.0f} | {r['decode_us']:.0f} "
+            f"| {100 * r['decode_share_of_loop']:.1f} |"
         )
     if len(rows) >= 2:
         lo, hi = rows[0], rows[-1]

@@ -150,6 +150,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="every client commits per sample and verifiers check it (bench/byzantine_commit.py)",
     )  # fmt: skip
     p.add_argument(
+        "--private-lookahead", action="store_true",
+        help="with --commitments and no --verify: trainers look ahead by sign(δ) (loss only)",
+    )  # fmt: skip
+    p.add_argument(
         "--score-at-point", action="store_true",
         help="with --commitments: score at the trainer's lookahead point, one gradient for both",
     )  # fmt: skip
@@ -172,6 +176,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--attackers must be below --clients")
     if not 0 <= args.verify <= 100:
         p.error("--verify must be 0 … 100")
+    if args.private_lookahead and (args.verify or args.matrix or not args.commitments):
+        p.error("--private-lookahead measures the loss only: with --commitments, no --verify")
     if args.attacks is None and args.optimizer == "sparseloco":
         import byzantine_sparseloco as slb
 
@@ -364,6 +370,8 @@ def run(
     verifier_model = base.load(ws)
     committing = {i: bc.committing_trainer(c, cfg.seed) for i, c in enumerate(clients)
                   if args.commitments}  # fmt: skip
+    for t in committing.values():
+        t.verifiable_lookahead = not args.private_lookahead
     commit = bc.CommitVerifier(verifier_model, dcfg, cfg.seed) if args.commitments else None
     trainers = {i: committing.get(i) or cheap.trainer_for(clients[i], cfg.batch_per_client,
                                                           cfg.seed)

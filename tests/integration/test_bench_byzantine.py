@@ -33,6 +33,26 @@ def test_flip_attacker_is_ejected(
     assert row["attacker_scores"]["max"] < 0
 
 
+@pytest.mark.slow
+def test_a_free_rider_is_ejected_by_its_commitments(
+    tmp_path: Path, reap_children: list[subprocess.Popen[bytes]]
+) -> None:
+    """`--commitments --score-at-point`: the free rider on half its batch passes the score but
+    not its commitments; honest commitments agree exactly (seeded: the same run every time)."""
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, str(SCRIPT), "--steps", "8", "--attack", "fr2", "--verify", "100"]
+    cmd += ["--batch", "8", "--verify-samples", "1", "--escalate", "4", "--measure", "captured"]
+    cmd += ["--commitments", "--score-at-point", "--json", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    reap_children.append(proc)
+    stdout, _ = proc.communicate(timeout=LIMIT_S)
+    assert proc.returncode == 0, stdout.decode(errors="replace")[-2000:]
+    (row,) = json.loads(out.read_text(encoding="utf-8"))
+    assert "3" in row["ejected_at_step"] and row["points"]["3"] < row["points"]["0"] == 8
+    assert row["false_positives"] == 0 and row["commitment"]["honest"]["min"] > 0.9999
+    assert row["commitment"]["attacker_below_threshold"] >= 2
+
+
 def test_bad_arguments_exit_with_one_line() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--attackers", "4"], capture_output=True, timeout=60

@@ -4,7 +4,15 @@ result in its place, chosen by ``PSYCHE_ROGUE_ATTACK``:
 
 - ``flip`` (default): its honest result with every sign flipped;
 - ``random``: random well-formed coefficients and signs;
-- ``replay``: its previous round's result bytes again (the first round's is honest).
+- ``replay``: its previous round's result bytes again (the first round's is honest);
+- ``half``: a DisTrO **free rider** (issue 39): it trains, through the real ``Trainer``, on the
+  first half of its batch only, reports the whole batch, and fills the per-sample commitments of
+  the samples it skipped with those it computed, in turn (the best it can do without the
+  compute; ``tests/unit/daemon/test_commit_check.py``);
+- ``sparse-replay``: a **SparseLoCo** trainer (``SparseLoCoTrainer``) that trains honestly and
+  sends, from its second round on, its previous round's result under this round's header with 5 %
+  of the kept signs flipped: the fingerprint differs, so only the near-duplicate rule (signed
+  overlap ≥ 0.75, ``psyche.distro.sparseloco_overlap``) can refuse it.
 
 It lives in the tests, not in the product: the daemon has no switch for misbehaving. Run it as
 ``python rogue_trainer.py <the client's usual arguments>`` (``psyche``'s, or with
@@ -14,16 +22,21 @@ result it forged, which the tests read from the client's log.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
 
+import numpy as np
 import torch
 
 from psyche.distro import DistroResult, Payload, decode_payload, encode_payload
+from psyche.distro import sparseloco_payload as slp
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 from psyche.training.trainer import Trainer, TrainOutput
 
-ATTACKS = ("flip", "random", "replay")
+ATTACKS = ("flip", "random", "replay", "half", "sparse-replay")
+FLIPPED_SIGNS = 0.05
 
 _honest_train_step = Trainer.train_step
 _last: dict[int, bytes] = {}
@@ -67,10 +80,67 @@ def _rogue_train_step(self: Trainer, batch: torch.Tensor, **kwargs: Any) -> Trai
     return TrainOutput(payload, out.self_result, out.loss, out.tokens, out.seconds)
 
 
+def _free_ride(self: Trainer, batch: torch.Tensor, **kwargs: Any) -> TrainOutput:
+    """The ½ free rider: the real train step on the first half of ``batch``, reported as the
+    whole, with the skipped samples' commitments copied from the computed ones."""
+    trained = max(1, batch.shape[0] // 2)
+    out = _honest_train_step(self, batch[:trained], **kwargs)
+    result = out.self_result
+    assert result is not None and result.commitments is not None, "no commitments to fake"
+    c = result.commitments
+    groups = -(-batch.shape[0] // c.group)
+    fill = c.values[torch.arange(groups) % c.values.shape[0]]
+    result = dataclasses.replace(result, commitments=dataclasses.replace(c, values=fill))
+    payload = encode_payload(result, self.distro.payload_version)
+    print(
+        f"rogue: half result step={kwargs['step']} trained={trained}/{batch.shape[0]}", flush=True
+    )
+    return TrainOutput(payload, result, out.loss, batch.numel(), out.seconds)
+
+
+_honest_sparse_step = SparseLoCoTrainer.train_step
+
+
+def _flip_some(t: slp.SparseTensor, rng: np.random.Generator) -> slp.SparseTensor:
+    """``t`` with ``FLIPPED_SIGNS`` of its non-zero values' signs flipped (a zero value's sign
+    bit must stay 0: the canonical form)."""
+    signs = []
+    for s, m, sc in zip(t.signs, t.mags, t.scales, strict=True):
+        levels = (sc.astype(np.uint32) << 16).view(np.float32)
+        level = np.take_along_axis(levels, m, axis=1) if levels.shape[1] > 1 else levels
+        flip = (rng.random(s.shape) < FLIPPED_SIGNS) & (np.broadcast_to(level, s.shape) != 0)
+        signs.append(s ^ flip)
+    return dataclasses.replace(t, signs=tuple(signs))
+
+
+def _sparse_replay(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) -> TrainOutput:
+    """Its previous SparseLoCo result, re-headed, with ``FLIPPED_SIGNS`` of its signs flipped."""
+    out = _honest_sparse_step(self, batch, **kwargs)
+    previous = _last.get(id(self))
+    _last[id(self)] = out.payload
+    if previous is None:
+        return out
+    step = kwargs["step"]
+    now = slp.decode_payload(out.payload, self.shapes, self.settings)
+    old = slp.decode_payload(previous, self.shapes, self.settings)
+    rng = np.random.default_rng(step)
+    tensors = tuple(_flip_some(t, rng) for t in old.tensors)
+    forged_payload = slp.SparseLoCoPayload(now.step, now.trainer_nonce, tensors)
+    payload = slp.encode_payload(forged_payload, self.shapes, self.settings)
+    print(f"rogue: sparse-replay result step={step}", flush=True)
+    return TrainOutput(payload, None, out.loss, out.tokens, out.seconds)
+
+
 if __name__ == "__main__":
-    if os.environ.get("PSYCHE_ROGUE_ATTACK", "flip") not in ATTACKS:
+    attack = os.environ.get("PSYCHE_ROGUE_ATTACK", "flip")
+    if attack not in ATTACKS:
         sys.exit(f"PSYCHE_ROGUE_ATTACK must be one of {', '.join(ATTACKS)}")
-    Trainer.train_step = _rogue_train_step  # type: ignore[method-assign]
+    if attack == "sparse-replay":
+        SparseLoCoTrainer.train_step = _sparse_replay  # type: ignore[method-assign]
+    elif attack == "half":
+        Trainer.train_step = _free_ride  # type: ignore[method-assign]
+    else:
+        Trainer.train_step = _rogue_train_step  # type: ignore[method-assign]
     if os.environ.get("PSYCHE_ROGUE_CLI") == "solana":
         from psyche.cli.solana import solana
 

@@ -1,0 +1,113 @@
+"""Issue 39 item 5: a DisTrO free rider and a SparseLoCo copier, each the fourth of 4 clients, on
+the centralized backend and on Solana, are ejected and slashed (credited nothing; on Solana the
+Treasurer pays them nothing) while the 3 honest clients finish the epoch Healthy with identical
+weights. Both rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
+
+- ``half``, the free rider: it trains through the real ``Trainer`` on the first half of its batch
+  only, reports the whole, and fills the commitments of the samples it skipped with those it
+  computed. Only the per-sample commitments catch it (docs/protocol.md, "Free riders: per-sample
+  commitments"): a verifier votes mismatch exactly when its seed-drawn sample is one the rider
+  skipped. See :data:`FREE_RIDER` for the run and the odds it is ejected in time.
+- ``sparse-replay``, the SparseLoCo copier (config/tiny-sparseloco, ``verification_percent = 0``:
+  SparseLoCo results are never recomputed): from its second round it sends its previous
+  result under the new header with 5 % of its signs flipped, so only the near-duplicate rule
+  (signed overlap ≥ 0.75) refuses it as ``copy_payload``; unattested, it is accused by the
+  health checks and ejected (docs/protocol.md, "Copy checks").
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import ROOT
+from .test_rogue_trainer import (
+    centralized_run,
+    rogue_removed,
+    slashed_centrally,
+    solana_rogue_run,
+)
+
+pytestmark = pytest.mark.slow
+
+SPARSELOCO = ROOT / "config" / "tiny-sparseloco"
+SOLANA_SPARSELOCO = ROOT / "config" / "tiny-solana-sparseloco"
+
+FREE_RIDER = {
+    "global_batch_size_start": 24,
+    "global_batch_size_end": 24,
+    "total_steps": 40,
+    "verification_percent": 100,
+    "max_round_train_time": 20,
+}
+"""6 samples per trainer, of which the free rider trains 3. Every result is judged by the
+verifiers (witness positions 0–2) of the next round, each on one distinct sample of a seeded
+shuffle (``verifying.sub_batch``: ``⌊6/8⌋ → 1`` sample, distinct positions), and a quorum of 2
+mismatch votes ejects. A judged round ejects the rider with probability 1/2 when it is not one
+of the 3 verifiers (≥ 2 of 3 distinct draws among its 3 skipped samples: (9 + 1)/20) and 1/5
+when it is (both honest verifiers draw skipped samples: 3/6 · 2/5), so 1/4 · 1/2 + 3/4 · 1/5 =
+0.275 with the witnesses elected uniformly. Over the 39 judged rounds of 40 steps it escapes
+with probability 0.725³⁹ ≈ 3.5·10⁻⁶ (≤ 0.8³⁹ ≈ 1.7·10⁻⁴ were it a verifier every round). It is
+usually ejected within the first few rounds (observed: removed by step 3); the run's rounds last
+about a second on the tiny model, so the 28 extra steps cost about 30 s a run."""
+
+SPARSE = {"total_steps": 5, "max_round_train_time": 10}
+
+
+def _free_rider_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:
+    """The free rider was removed, by commitment mismatches only (its results point the right
+    way, so no score accused it), a quorum of two in one round; no honest client was accused."""
+    rogue, honest, gone = rogue_removed(net, s, "half")
+    logs = net.out / "logs"
+    verdicts = "".join((logs / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
+    accused = re.findall(
+        r"verified step (\d+) slot \d+ (\w+): commitment [-\d.]+ MISMATCH", verdicts
+    )
+    assert all(who == rogue for _, who in accused), accused
+    steps = [step for step, _ in accused]
+    assert any(steps.count(step) >= 2 for step in steps), accused
+    scored = re.findall(r"verified step \d+ slot \d+ (\w+): [-\d.]+ on \d+ samples (\w+)", verdicts)
+    assert all(word != "MISMATCH" for _, word in scored), scored
+    print(f"free rider removed at step {gone.step}")
+    return rogue, honest
+
+
+def _copier_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:
+    """The SparseLoCo copier was removed after its copies were refused as near-duplicates."""
+    rogue, honest, gone = rogue_removed(net, s, "sparse-replay")
+    logs = net.out / "logs"
+    refusals = "".join((logs / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
+    assert "copy_payload" in refusals, refusals[-3000:]
+    print(f"copier removed at step {gone.step}")
+    return rogue, honest
+
+
+def test_a_free_rider_is_ejected_and_slashed(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    net, s, saved = centralized_run(tmp_path, local_inputs, "half", **FREE_RIDER)
+    slashed_centrally(saved, *_free_rider_caught(net, s))
+
+
+def test_a_sparseloco_copier_is_ejected_and_slashed(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    net, s, saved = centralized_run(tmp_path, local_inputs, "sparse-replay", SPARSELOCO, **SPARSE)
+    slashed_centrally(saved, *_copier_caught(net, s), run_id="tiny-sparseloco")
+
+
+def test_a_free_rider_is_ejected_on_solana(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    solana_rogue_run(tmp_path, local_inputs, "half", _free_rider_caught, **FREE_RIDER)
+
+
+def test_a_sparseloco_copier_is_ejected_on_solana(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    solana_rogue_run(
+        tmp_path, local_inputs, "sparse-replay", _copier_caught, SOLANA_SPARSELOCO, **SPARSE
+    )

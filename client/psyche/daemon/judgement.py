@@ -27,6 +27,11 @@ class SubBatch:
 
     rows: tuple[int, ...]
     escalation: tuple[int, ...] = ()
+    committed: int | None = None
+    """The sample whose per-sample commitment is checked (None: ``rows[0]``). The same for every
+    verifier of the slot, so that their votes on a commitment, which is exact, always agree: with
+    a sample each, a free rider splits them (one draws a skipped sample, two draw trained ones),
+    and the match majority makes the one right verifier a false accuser."""
 
     def of(self, tokens: torch.Tensor) -> torch.Tensor:
         return tokens[list(self.rows)]
@@ -37,7 +42,11 @@ class SubBatch:
         return len(self.escalation) > len(self.rows)
 
     def escalated(self) -> SubBatch:
-        return SubBatch(self.escalation, self.escalation)
+        return SubBatch(self.escalation, self.escalation, self.committed)
+
+    @property
+    def commitment_row(self) -> int:
+        return self.rows[0] if self.committed is None else self.committed
 
 
 @dataclass(frozen=True, slots=True)

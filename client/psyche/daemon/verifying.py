@@ -16,7 +16,8 @@ samples. Two moments:
    has a time budget; slots it does not reach stay unchecked. When the slot's result is already
    held and carries per-sample commitments (a run that verifies), the recompute is done at the
    trainer's own lookahead point instead (the pre-round weights moved by its previous result,
-   which this client holds), and the fingerprint of the slot's first sample's micro-batch is
+   which this client holds), and the fingerprint of the micro-batch holding the slot's committed
+   sample (the same for all its verifiers: ``sub_batch``) is
    compared with the commitment (``psyche.daemon.commit_check``): the check that catches a free
    rider, which the score cannot. When that micro-batch is the sub-batch (one sample per
    micro-batch), one gradient serves both the score and the commitment; at the trainer's point
@@ -107,7 +108,9 @@ def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatc
     shuffle's positions ``p·rows …``, so the verifiers of a slot recompute distinct samples while
     the batch has enough of them (one unlucky sample can then not make a quorum accuse an honest
     trainer together). Its escalation is ``⌈ESCALATE_SHARE · batch_size⌉`` samples from the same
-    start (wrapping).
+    start (wrapping). The sample whose commitment it checks is the shuffle's first, the same for
+    every verifier of the slot (``SubBatch.committed``): a commitment is exact, so the verifiers'
+    votes on it must not split.
 
     Whole samples, not prefixes: on the tiny model a verifier recomputing the first 8, 16 or 32 of
     a sample's 64 tokens scored honest results as low as −0.06, −0.04 and −0.03 (below τ), a whole
@@ -123,7 +126,7 @@ def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatc
         positions = {(start + i) % batch_size for i in range(n)}
         return tuple(sorted(compute_shuffled_index(p, batch_size, key) for p in positions))
 
-    return SubBatch(picked(rows), picked(wider))
+    return SubBatch(picked(rows), picked(wider), compute_shuffled_index(0, batch_size, key))
 
 
 def slots_to_judge(
@@ -282,10 +285,10 @@ class _Recompute:
     def _commitment(
         self, s: SlotGradient, samples: torch.Tensor, point: _Point, grads: Sequence[torch.Tensor]
     ) -> float | None:
-        """The held result's commitment agreement for the slot's first sample, at the point the
+        """The held result's commitment agreement for the slot's committed sample, at the point the
         model is at; ``grads`` (the sub-batch's gradient there) serves when the sub-batch is
         that sample's micro-batch."""
-        row = s.sub.rows[0]
+        row = s.sub.commitment_row
         rows = committed_rows(point.payload, samples.shape[0], row)
         if rows is None:
             return MISMATCH

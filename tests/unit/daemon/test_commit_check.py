@@ -17,7 +17,7 @@ from psyche.coordinator.types import Verdict
 from psyche.daemon.commit_check import MISMATCH, commitment_agreement, lookahead_of
 from psyche.daemon.judgement import Judgement, SlotGradient, SubBatch
 from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState, result_fingerprint
-from psyche.daemon.verifying import recompute, verdict_of
+from psyche.daemon.verifying import recompute, sub_batch, verdict_of
 from psyche.distro import Distro, Payload, PayloadSpec, decode_payload, encode_payload
 from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import DistroFormat
@@ -273,6 +273,39 @@ def test_a_committed_result_is_recomputed_once_at_its_trainers_point(world: _Wor
     assert pre.slots[0].grads is not None and s.grads is not None and s.score is not None
     at_pre = captured_mass(payload, pre.slots[0].grads, 64)
     assert s.score == captured_mass(payload, s.grads, 64) > at_pre, (s.score, at_pre)
+
+
+def test_a_free_riders_verifiers_agree_on_its_commitment(world: _World) -> None:
+    """The three verifiers of a ½ free rider's slot (their sub-batches from ``sub_batch``) vote
+    alike on its commitment, for every seed: all mismatch when the shared committed sample is
+    one it skipped, all match otherwise. With each verifier checking its own first sample they
+    split for some of these seeds, and the match majority made the right one a false accuser."""
+    payload = _train(world, 4)
+    wire = encode_payload(payload, world.spec.version)
+    who = NodeIdentity(b"\x05" * 32, b"\x05" * 32)
+    lrs = RoundLRs(lr=LR, prev_lr=LR, zero_optim=False)
+    judged = RoundState(1, STEP, True, {BATCH: who}, lrs)
+    judged.results[BATCH] = _received(who, BATCH, STEP, wire, world.spec)
+    prev = RoundState(0, STEP - 1, True, {BatchId(100, 107): who}, lrs)
+    prev.results[BatchId(100, 107)] = _received(who, BatchId(100, 107), STEP - 1,
+                                                world.prev_wire, world.spec)  # fmt: skip
+    fmt = DistroFormat(world.spec)
+    verifier = _trainer(copy.deepcopy(world.model), micro=1, commit=False)
+    outcomes, would_split = set(), False
+    for i in range(6):
+        subs = [sub_batch(8, bytes([i + 1]) * 32, 0, v) for v in range(3)]
+        would_split |= len({sub.rows[0] >= 4 for sub in subs}) > 1
+        votes = set()
+        for sub in subs:
+            slot = SlotGradient(0, who, BATCH, sub)
+            done = recompute(verifier, _Data(), Judgement(1, (slot,), fmt, 64), 60, judged, prev)  # type: ignore[arg-type]
+            commitment = done.slots[0].commitment
+            assert commitment is not None
+            votes.add(commitment < MATCH_THRESHOLD)
+        assert len(votes) == 1, (i, subs)
+        assert votes == {subs[0].committed >= 4}  # mismatch exactly on a skipped sample
+        outcomes |= votes
+    assert would_split and outcomes == {True, False}
 
 
 def test_sample_commitments_rows() -> None:

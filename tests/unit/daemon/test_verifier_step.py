@@ -97,6 +97,21 @@ def test_the_verifiers_of_a_slot_recompute_distinct_samples() -> None:
                 assert not (subs[0] & subs[1] or subs[0] & subs[2] or subs[1] & subs[2])
 
 
+def test_the_verifiers_of_a_slot_check_the_same_committed_sample() -> None:
+    """A commitment is exact, so the verifiers of a slot check the same sample's (the seeded
+    shuffle's first) and their votes on it cannot split; it is uniform over the batch, not the
+    lowest of a verifier's rows (a free rider that trains the first samples would pass that)."""
+    seen = set()
+    for i in range(40):
+        seed = bytes([i]) * 32
+        subs = [sub_batch(16, seed, 0, v) for v in range(3)]
+        committed = {s.committed for s in subs}
+        assert len(committed) == 1 and subs[0].committed in subs[0].rows
+        assert {s.escalated().committed for s in subs} == committed
+        seen |= committed
+    assert len(seen) >= 10 and max(seen) >= 8  # spread over the batch, late samples included
+
+
 # --- which slots a client judges ---
 
 

@@ -15,15 +15,10 @@ weights. Both rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
   health checks and ejected (docs/protocol.md, "Copy checks"). Its refused rounds wait out
   ``max_round_train_time`` (set to 6 s here); it is removed by step 5 (observed on both backends).
 
-Cost (2-core machine, 2026-12-03, one test at a time; ``pytest --durations=0``, call time): free
-rider 90.6 s centralized (40 steps) and 83.2 s on Solana; SparseLoCo copier 97.5 s centralized at
-``max_round_train_time`` 10 s (72.4 s at 6 s, under load) and 79.8 s on Solana: about 5.5 minutes
-together, over the ~4 minutes the suite's budget allowed. Decision: all four kept, none combined (a
-free rider beside another rogue changes its verifiers and so its odds, and the two optimizers cannot
-share a run); the free rider's 40 steps are what makes its ejection near-certain. The Solana flip
-test (``test_rogue_trainer.py``) exercises the same witness-verdict, ejection, slash and Treasurer
-path as the Solana free rider, which also carries the commitments: dropping it would bring the four
-back near the budget (it is referenced by bench/README.md, so it is left for now).
+Cost (2-core machine beside other jobs, 2026-12-03; ``pytest --durations=0``, call time): free
+rider 64.6 s centralized and 61.5 s on Solana (20 steps); SparseLoCo copier 50.3 s centralized and
+55.0 s on Solana: about 4 minutes together. All four kept, none combined: a free rider beside
+another rogue changes its verifiers and so its odds, and the two optimizers cannot share a run.
 """
 
 from __future__ import annotations
@@ -50,21 +45,19 @@ SOLANA_SPARSELOCO = ROOT / "config" / "tiny-solana-sparseloco"
 FREE_RIDER: dict[str, Any] = {
     "global_batch_size_start": 24,
     "global_batch_size_end": 24,
-    "total_steps": 40,
+    "total_steps": 20,
     "verification_percent": 100,
     "max_round_train_time": 20,
 }
 """6 samples per trainer, of which the free rider trains 3. Every result is judged by the
-verifiers (witness positions 0–2) of the next round, each on one distinct sample of a seeded
-shuffle (``verifying.sub_batch``: ``⌊6/8⌋ → 1`` sample, distinct positions), and a quorum of 2
-mismatch votes ejects. A judged round ejects the rider with probability 1/2 when it is not one
-of the 3 verifiers (≥ 2 of 3 distinct draws among its 3 skipped samples: (9 + 1)/20) and 1/5
-when it is (both honest verifiers draw skipped samples: 3/6 · 2/5), so 1/4 · 1/2 + 3/4 · 1/5 =
-0.275 with the witnesses elected uniformly (and ≥ 1/5 whatever the election; two verifiers
-drawing one sample only raise it). Over the 39 judged rounds of 40 steps it escapes
-with probability 0.725³⁹ ≈ 3.5·10⁻⁶ (≤ 0.8³⁹ ≈ 1.7·10⁻⁴ were it a verifier every round). It is
-usually ejected within the first few rounds (observed: removed at step 3, 4, 6); the rounds last
-about a second on the tiny model, so the 28 extra steps cost about 30 s a run."""
+verifiers (witness positions 0–2) of the next round, and every verifier of a slot checks the
+commitment of the same seed-drawn sample (``verifying.sub_batch``: the shuffle's first), so the
+honest ones vote alike: all mismatch when that sample is one of the 3 the rider skipped, with
+probability 1/2, and then they are 2 or 3 (the rider never judges itself), a quorum of the 3
+verifiers. Over the 19 judged rounds of 20 steps the rider escapes with probability
+2⁻¹⁹ ≈ 1.9·10⁻⁶; it is usually removed within the first few rounds. Before every verifier
+checked the same sample, one right verifier against two drawing trained samples was ejected
+as a false accuser (rule 2), which this test caught on Solana. About 60–85 s a run here."""
 
 SPARSE: dict[str, Any] = {"total_steps": 5, "max_round_train_time": 6}
 

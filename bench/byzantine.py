@@ -439,11 +439,12 @@ def run(
         return grads, dt
 
     def score_of(judged: int, trainer: int, payload: Payload, verifier: int, rows: list[int],
-                 check: bool = False) -> tuple[Score, float, float | None]:  # fmt: skip
+                 check: int | None = None) -> tuple[Score, float, float | None]:  # fmt: skip
         """One verifier's score of `payload` on the samples `rows` of the trainer's batch, the
-        seconds its forward/backward took and, with `check`, the commitment agreement of
-        `rows[0]` (None: no vote). With `--score-at-point` a result with commitments is scored
-        at the trainer's lookahead point, and one sample's gradient serves both checks."""
+        seconds its forward/backward took and, with `check` (a sample of the batch), the
+        commitment agreement of that sample (None: no vote). With `--score-at-point` a result
+        with commitments is scored at the trainer's lookahead point, and where `rows` is that
+        one sample its gradient serves both checks."""
         with torch.no_grad():
             for p, w in zip(vparams, step_pre[judged], strict=True):
                 p.copy_(w)
@@ -451,22 +452,22 @@ def run(
         status, public = ("none", None)
         if commit is not None:
             status, public = commit.point(payload, held.get(judged - 1, []), trainer)
-        agreement = MISMATCH if check and status == "mismatch" else None
+        agreement = MISMATCH if check is not None and status == "mismatch" else None
         prev_lr = prev_lr_for_step(schedule, judged)
         if status == "ok" and args.score_at_point:
             assert commit is not None
             with commit.at_point(public, prev_lr):
                 grads, dt = gradient_of(toks[rows], verifier)
-                if check and len(rows) == 1:
-                    agreement = commit.agreement(payload, grads, rows[0], len(toks))
-                    check = False
+                if check is not None and rows == [check]:
+                    agreement = commit.agreement(payload, grads, check, len(toks))
+                    check = None
         else:
             grads, dt = gradient_of(toks[rows], verifier)
-        if check and status == "ok":
+        if check is not None and status == "ok":
             assert commit is not None
             with commit.at_point(public, prev_lr):
-                one, dt1 = gradient_of(toks[rows[:1]], verifier)
-            agreement, dt = commit.agreement(payload, one, rows[0], len(toks)), dt + dt1
+                one, dt1 = gradient_of(toks[[check]], verifier)
+            agreement, dt = commit.agreement(payload, one, check, len(toks)), dt + dt1
         return score(payload, grads, cfg.chunk), dt, agreement
 
     def verify_round(judging: int) -> None:
@@ -491,12 +492,15 @@ def run(
                 continue
             against = 0
             bad = trainer in attackers
+            # Every verifier checks the commitment of the same sample (the daemon's
+            # `SubBatch.committed`): the first of the slot's shuffle.
+            committed = rows_of(judged, trainer, 0, 1)[0] if commit is not None else None
             for v in honest:  # each honest verifier recomputes and votes on its own
                 position = verifiers.index(v)
                 m = args.verify_samples or len(step_tokens[judged][trainer])
                 rows = rows_of(judged, trainer, position, m)
                 sc, dt, agreement = score_of(judged, trainer, by_client[trainer], v, rows,
-                                             check=commit is not None)  # fmt: skip
+                                             check=committed)  # fmt: skip
                 out.verify_fwd_bwd_s += dt
                 if agreement is not None:
                     (out.attacker_agreement if bad else out.honest_agreement).append(agreement)

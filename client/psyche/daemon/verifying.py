@@ -37,6 +37,7 @@ trainer cannot tell which of its samples will be recomputed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -224,23 +225,22 @@ class _Recompute:
     def slot(self, s: SlotGradient) -> SlotGradient:
         if time.monotonic() >= self.deadline:
             return s
+        point = self._point(s)
         try:
             samples = self.data.get_samples(s.batch)
             if time.monotonic() >= self.deadline:  # a slow data fetch spent the budget
                 raise TrainingCancelled("out of time after fetching the samples")
+            at = (
+                at_point(self.trainer, point.public, point.prev_lr)
+                if isinstance(point, _Point)
+                else contextlib.nullcontext()
+            )
+            with at:
+                return self._judged_at(s, samples, point)
         except TrainingCancelled:
             log.info("verification of slot %d left unchecked: out of time", s.slot)
             return s
         except Exception as e:  # a verifier's failure must never cost the round
-            log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
-            return s
-        point = self._point(s)
-        if not isinstance(point, _Point):
-            return self._judged_at(s, samples, point)
-        try:
-            with at_point(self.trainer, point.public, point.prev_lr):
-                return self._judged_at(s, samples, point)
-        except Exception as e:  # the lookahead itself failed: a verifier's failure only
             log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
             return s
 
@@ -248,15 +248,9 @@ class _Recompute:
         self, s: SlotGradient, samples: torch.Tensor, point: _Point | float | None
     ) -> SlotGradient:
         """``s`` recomputed at the model's weights as they are (the trainer's point when
-        ``point`` is one), its commitment checked, escalated if need be."""
-        try:
-            grads = self._gradient(s.sub.of(samples))
-        except TrainingCancelled:
-            log.info("verification of slot %d left unchecked: out of time", s.slot)
-            return s
-        except Exception as e:  # a verifier's failure must never cost the round
-            log.warning("verification of slot %d failed: %s; left unchecked", s.slot, e)
-            return s
+        ``point`` is one), its commitment checked, escalated if need be. Its commitment and
+        escalation settle their own failures; the recompute's propagate to :meth:`slot`."""
+        grads = self._gradient(s.sub.of(samples))
         done = SlotGradient(s.slot, s.trainer, s.batch, s.sub, grads, not s.sub.escalates)
         commitment = (
             point if not isinstance(point, _Point) else self._commitment(s, samples, point, grads)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["CommitVerifier", "committing_trainer", "faked_commitments"]
@@ -85,26 +85,19 @@ class CommitVerifier:
             return "ok", found[0]
         return ("mismatch" if own else "unknown"), None
 
-    @contextlib.contextmanager
-    def at_point(self, public: Any, prev_lr: float) -> Iterator[None]:
-        """The verifier's weights (already the pre-step ones) at the lookahead by `public`."""
-        self.trainer.distro.lookahead(prev_lr, public, verifiable=True)
-        try:
-            yield
-        finally:
-            self.trainer.distro.cancel()
+    def at_point(self, public: Any, prev_lr: float) -> contextlib.AbstractContextManager[None]:
+        """The verifier's weights (already the pre-step ones) at the lookahead by `public`
+        (`psyche.daemon.commit_check.at_point`)."""
+        from psyche.daemon.commit_check import at_point
+
+        return at_point(self.trainer, public, prev_lr)
 
     def agreement(self, payload: Any, grads: Sequence[Any], row: int, batch_size: int) -> float:
-        """Cosine between the committed fingerprint of the sample `row` (its micro-batch of one)
-        and that of `grads`, the gradient of that sample alone at the trainer's point;
-        `MISMATCH` when the commitments do not fit a batch of `batch_size`."""
-        import math
+        """Cosine between the committed fingerprint of the sample `row` and that of `grads`, the
+        gradient of that sample alone at the trainer's point; `MISMATCH` when the commitments do
+        not fit a batch of `batch_size` in micro-batches of one (the bench recomputes one)."""
+        from psyche.daemon.commit_check import MISMATCH, committed_rows, fingerprint_agreement
 
-        from psyche.daemon.commit_check import MISMATCH
-        from psyche.distro.sample_commit import agreement
-
-        c = payload.commitments
-        if c.values.shape[0] != math.ceil(batch_size / c.group) or c.group != 1:
+        if committed_rows(payload, batch_size, row) != (row,):
             return MISMATCH
-        probe = self.trainer.probe(payload.step)
-        return agreement(c.values[c.group_of(row)], probe.project(probe.gather(list(grads))))
+        return fingerprint_agreement(self.trainer, payload, row, grads)

@@ -368,25 +368,24 @@ def _decode_fast(
     flat_idx = np.concatenate([decoded[g][a:b] for g, a, b in fast.pieces])
     if fast.value_code == VALUE_1BIT:
         signs = np.concatenate([bits[a:b] for a, b in fast.signs])
-        flat_val = np_val = 1.0 - 2.0 * signs.astype(np.float32)
+        flat_val = 1.0 - 2.0 * signs.astype(np.float32)
     elif fast.value_code is not None:
         _, wire_dtype = _INT_VIEWS[fast.value_code]
         count = fast.spans[-1][1]
         ints = np.frombuffer(data, wire_dtype, count, at).astype(wire_dtype.newbyteorder("="))
         if not bool(torch.isfinite(torch.from_numpy(ints).view(fast.dtype)).all()):
             return None
-        flat_val = np_val = ints.view(np.float32) if fast.value_code == VALUE_F32 else ints
+        flat_val = ints.view(np.float32) if fast.value_code == VALUE_F32 else ints
     else:
         return None
     # One torch tensor per numpy view: cheaper than splitting a torch tensor and viewing.
-    bf16 = fast.value_code == VALUE_BF16
-    f16 = fast.value_code == VALUE_F16
+    half = fast.value_code in (VALUE_BF16, VALUE_F16)  # int16 bits on the numpy side
     results = tuple(
         DistroResult(
             torch.from_numpy(flat_idx[a:b].reshape(shape)),
-            torch.from_numpy(np_val[a:b].reshape(shape)).view(fast.dtype)
-            if bf16 or f16
-            else torch.from_numpy(np_val[a:b].reshape(shape)),
+            torch.from_numpy(flat_val[a:b].reshape(shape)).view(fast.dtype)
+            if half
+            else torch.from_numpy(flat_val[a:b].reshape(shape)),
             t.xshape,
             t.totalk,
         )

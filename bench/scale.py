@@ -236,6 +236,7 @@ class CopyTimer:
         self.seconds = 0.0
         self.calls = 0
         self.parts: dict[str, float] = {"result_sketch": 0.0, "copied_from": 0.0, "hold": 0.0}
+        self.counts: dict[str, int] = dict.fromkeys(self.parts, 0)
 
     def install(self) -> None:
         from psyche.daemon import gossip, rounds, training
@@ -246,15 +247,8 @@ class CopyTimer:
         rounds.RoundState.hold = self._wrap(rounds.RoundState.hold, "hold", False)  # type: ignore[method-assign]
         from psyche.distro import payload
 
-        self.parts["decode"] = 0.0
-        self.decodes = 0
-        inner = self._wrap(payload.decode_v2, "decode", False)
-
-        def counted(*args: Any, **kw: Any) -> Any:
-            self.decodes += 1
-            return inner(*args, **kw)
-
-        payload.decode_v2 = counted  # type: ignore[assignment]
+        self.parts["decode"], self.counts["decode"] = 0.0, 0
+        payload.decode_v2 = self._wrap(payload.decode_v2, "decode", False)  # type: ignore[assignment]
 
     def _wrap(self, fn: Any, name: str, counted: bool) -> Any:
         # The event loop's thread runs the check synchronously, so its thread CPU time is the
@@ -266,6 +260,7 @@ class CopyTimer:
             finally:
                 spent = time.thread_time() - t0
                 self.parts[name] += spent
+                self.counts[name] += 1
                 if counted:
                     self.seconds += spent
                     self.calls += 1
@@ -332,7 +327,7 @@ def sim_one(
                     "cpu": time.process_time(),
                     "loop_cpu": time.thread_time(),
                     "decode_s": timer.parts["decode"],
-                    "decodes": timer.decodes,
+                    "decodes": timer.counts["decode"],
                     "copy_s": timer.seconds,
                     "sketch_s": timer.parts["result_sketch"],
                     "hold_s": timer.parts["hold"],

@@ -607,6 +607,9 @@ async def p2p(hosts: int, rounds: int, size: int) -> dict[str, Any]:
             print(f"  round {step}: {round_s[-1]:.2f} s", file=sys.stderr, flush=True)
         elapsed = time.monotonic() - t_rounds
         cpu = {i: (_proc_cpu(by_id[i].pid) - cpu0[i]) / rounds for i in ids}
+        await asyncio.sleep(1.5)  # the hosts send their counters every second
+        requests = sum(n.counters.blobs_served + n.counters.blob_requests_refused
+                       for n in nodes)  # fmt: skip
         parent_cpu = (time.process_time() - parent0) / rounds
         for task in [*consumers, *pending]:
             task.cancel()
@@ -643,6 +646,7 @@ async def p2p(hosts: int, rounds: int, size: int) -> dict[str, Any]:
             "producer_sends_max": max(own_counts),
             "producer_sends_mean": sum(own_counts) / len(own_counts),
             "producer_sends_le_2": max(own_counts) <= 2,
+            "blob_requests_per_fetch": requests / max(1, len(got) + len(failed)),
         }
     finally:
         await asyncio.gather(*(n.stop() for n in nodes), return_exceptions=True)
@@ -665,7 +669,9 @@ def print_p2p(r: dict[str, Any]) -> None:
     )
     print(
         f"copies a producer sent of its own payload: max {r['producer_sends_max']}, mean "
-        f"{r['producer_sends_mean']:.2f} (≤ 2: {r['producer_sends_le_2']})"
+        f"{r['producer_sends_mean']:.2f} (≤ 2: {r['producer_sends_le_2']}); blob requests "
+        f"answered per fetch (every host's served + refused) "
+        f"{r['blob_requests_per_fetch']:.2f}"
     )
 
 

@@ -15,13 +15,17 @@ import trio.testing
 from psyche.p2p.control import FetchDone, FetchErrorKind, blob_path
 from psyche.p2p.host.blobs import (
     HEADER_LEN,
+    MAX_HINTS,
+    MAX_HINTS_LEN,
     REQUEST_LEN,
     BlobServer,
     ByteStream,
     Status,
     decode_header,
+    decode_hints,
     decode_request,
     encode_header,
+    encode_hints,
     encode_request,
     ping,
     read_exactly,
@@ -67,6 +71,7 @@ def run_fetch(
     table: PeerTable | None = None,
     allowed: set[str] | None = None,
     connected: set[str] | None = None,
+    clock: trio.abc.Clock | None = None,
 ) -> tuple[FetchDone, list[str]]:
     """Fetch ``H`` from ``peers`` served by ``handlers``; returns the outcome and peers dialled."""
     table = table or PeerTable()
@@ -108,7 +113,7 @@ def run_fetch(
             nursery.cancel_scope.cancel()
             return done
 
-    done = trio.run(main)
+    done = trio.run(main, clock=clock)
     assert not list(tmp_path.glob("*.part")), "partial downloads must be cleaned up"
     return done, opened
 
@@ -177,8 +182,12 @@ def test_forged_truncated_and_lying_peers_are_skipped(tmp_path: Path) -> None:
 def test_stalled_peer_hits_the_attempt_timeout_then_another_peer_serves(tmp_path: Path) -> None:
     stall = scripted(encode_header(Status.OK, len(BLOB)), BLOB[:10], then="stall")
     _, honest = server_for(tmp_path, BLOB)
+    # Virtual time that moves only once every task has waited 0.5 s of real time: the stall is
+    # skipped at once, while the honest upload (its file read in a worker thread) cannot run
+    # into the 0.3 s timeout however loaded the machine is (it did once on real time).
+    clock = trio.testing.MockClock(autojump_threshold=0.5)
     done, _ = run_fetch(
-        tmp_path, {"frozen": stall, "b": honest}, ["frozen", "b"], attempt_timeout=0.3
+        tmp_path, {"frozen": stall, "b": honest}, ["frozen", "b"], attempt_timeout=0.3, clock=clock
     )
     assert done.from_peer == "b"
     assert [f.peer for f in done.failures] == ["frozen"]
@@ -195,7 +204,8 @@ def test_connected_peers_are_asked_before_unreachable_ones(tmp_path: Path) -> No
     done, opened = run_fetch(tmp_path, handlers, peers, attempt_timeout=3, connected={"reserver"})
     assert done.from_peer == "reserver" and opened == ["reserver"] and done.seconds < 2
     # Without the hint the old order stands (and the stall costs its attempt timeout).
-    done, opened = run_fetch(tmp_path, handlers, peers, attempt_timeout=0.3)
+    clock = trio.testing.MockClock(autojump_threshold=0.5)  # as in the stalled-peer test
+    done, opened = run_fetch(tmp_path, handlers, peers, attempt_timeout=0.3, clock=clock)
     assert opened[0] == "natd-producer" and done.from_peer == "reserver"
 
 
@@ -237,8 +247,11 @@ def test_one_blob_is_uploaded_to_at_most_two_fetchers_at_once(tmp_path: Path) ->
                 await Stream(ours).write(encode_request(H, len(BLOB)))
                 streams.append(Stream(ours))
             # Nobody reads yet: the first two uploads are under way, the third is turned away.
-            headers = [decode_header(await read_exactly(s, HEADER_LEN))[0] for s in streams]
-            assert headers == [Status.OK, Status.OK, Status.BUSY]
+            headers = [decode_header(await read_exactly(s, HEADER_LEN)) for s in streams]
+            assert [h[0] for h in headers] == [Status.OK, Status.OK, Status.BUSY]
+            # ... and told whom to ask instead: the two peers the blob is on its way to.
+            hints = decode_hints(await read_exactly(streams[2], headers[2][1]))
+            assert hints == ["peer1", "peer0"]
             for s in streams[:2]:
                 assert await read_exactly(s, len(BLOB)) == BLOB
         assert server.served == 2 and server.refused == 1
@@ -260,7 +273,7 @@ def test_server_refuses_outsiders_oversize_and_overload(tmp_path: Path) -> None:
         assert await ask("outsider", len(BLOB)) == (Status.FORBIDDEN, len(BLOB))
         assert await ask("peer", len(BLOB) - 1) == (Status.TOO_LARGE, len(BLOB))
         assert await ask("peer", len(BLOB), bytes(32)) == (Status.NOT_FOUND, 0)
-        assert await ask("peer", len(BLOB)) == (Status.BUSY, len(BLOB))
+        assert await ask("peer", len(BLOB)) == (Status.BUSY, 0)  # no hints: nobody has it
 
     trio.run(main)
     assert server.refused == 4 and server.served == 0
@@ -334,6 +347,134 @@ def test_a_blob_is_handed_off_after_two_uploads_then_served_again(
     else:
         assert trio.run(main) == [Status.OK] * 4
         assert server.served == 4 and server.handed_off == 0 and server.refused == 0
+
+
+def test_a_busy_answer_names_the_peers_the_blob_was_uploaded_to(tmp_path: Path) -> None:
+    server, _ = server_for(tmp_path, BLOB, handoff_min_s=5.0)
+
+    async def ask(peer: str) -> tuple[Status, list[str]]:
+        ours, theirs = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.handle, Stream(theirs), peer)
+            await Stream(ours).write(encode_request(H, len(BLOB)))
+            status, length = decode_header(await read_exactly(Stream(ours), HEADER_LEN))
+            body = await read_exactly(Stream(ours), length)
+            return status, decode_hints(body) if status is Status.BUSY else []
+
+    async def main() -> list[tuple[Status, list[str]]]:
+        return [await ask(p) for p in ("first", "second", "third", "fourth")]
+
+    assert trio.run(main) == [
+        (Status.OK, []),
+        (Status.OK, []),
+        (Status.BUSY, ["second", "first"]),  # newest first
+        (Status.BUSY, ["second", "first"]),
+    ]
+
+
+def test_a_fetcher_turned_away_three_times_is_served_within_the_window(tmp_path: Path) -> None:
+    # Its named holders did not serve it (NAT, departed, unwilling): it must not wait for the
+    # whole window, and others still are handed off meanwhile.
+    server, _ = server_for(tmp_path, BLOB, handoff_min_s=60.0, handoff_patience=3)
+
+    async def ask(peer: str) -> Status:
+        ours, theirs = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.handle, Stream(theirs), peer)
+            await Stream(ours).write(encode_request(H, len(BLOB)))
+            status, length = decode_header(await read_exactly(Stream(ours), HEADER_LEN))
+            await read_exactly(Stream(ours), length)
+            return status
+
+    async def main() -> list[Status]:
+        order = ("first", "second", "late", "late", "other", "late", "late", "other")
+        return [await ask(p) for p in order]
+
+    busy, ok = Status.BUSY, Status.OK
+    assert trio.run(main) == [ok, ok, busy, busy, busy, busy, ok, busy]
+    assert server.served == 3 and server.handed_off == 5
+
+
+def test_hints_are_bounded_and_never_more_than_peer_names() -> None:
+    assert decode_hints(encode_hints(["a", "b"])) == ["a", "b"]
+    many = [f"peer{i}" for i in range(10)]
+    assert decode_hints(encode_hints(many)) == many[:MAX_HINTS]
+    assert len(encode_hints(["x" * 600, "y" * 600])) <= MAX_HINTS_LEN
+    assert decode_hints(b"ok\n\x00bad\n\xffx\nfine") == ["ok", "fine"]
+
+
+def busy_naming(*holders: str) -> Handler:
+    """A producer handing its blob off: ``BUSY``, naming ``holders``."""
+    hints = encode_hints(holders)
+    return scripted(encode_header(Status.BUSY, len(hints)) + hints)
+
+
+def test_a_fetcher_asks_the_named_holders_next(tmp_path: Path) -> None:
+    _, honest = server_for(tmp_path, BLOB)
+    empty = BlobServer(is_allowed=lambda p: True)
+
+    async def lacking(stream: ByteStream) -> None:
+        await empty.handle(stream, "fetcher")
+
+    handlers = {"producer": busy_naming("c"), "a": lacking, "b": lacking, "c": honest}
+    done, opened = run_fetch(tmp_path, handlers, ["producer", "a", "b", "c"])
+    assert done.from_peer == "c" and opened == ["producer", "c"]  # not a and b, which lack it
+
+
+def test_named_holders_come_before_the_producer_in_the_next_pass(tmp_path: Path) -> None:
+    # The named holder is still downloading when first asked (NOT_FOUND). In the next pass it
+    # is asked before the producer, which would otherwise be first again and, once its
+    # handoff window closed, upload a third copy.
+    holder, _ = server_for(tmp_path, BLOB)
+    empty = BlobServer(is_allowed=lambda p: True)
+    asked = 0
+
+    async def downloading_then_holding(stream: ByteStream) -> None:
+        nonlocal asked
+        asked += 1
+        await (empty if asked == 1 else holder).handle(stream, "fetcher")
+
+    async def lacking(stream: ByteStream) -> None:
+        await empty.handle(stream, "fetcher")
+
+    handlers = {"producer": busy_naming("c"), "a": lacking, "c": downloading_then_holding}
+    done, opened = run_fetch(tmp_path, handlers, ["producer", "a", "c"])
+    assert done.from_peer == "c" and opened == ["producer", "c", "a", "c"]
+
+
+def test_a_producer_that_handed_off_is_asked_last_in_later_passes(tmp_path: Path) -> None:
+    # Its handoff window closes while the named holder is still downloading: the fetcher
+    # still asks everyone else first, and the producer serves only when nobody else can.
+    _, honest = server_for(tmp_path, BLOB)
+    empty = BlobServer(is_allowed=lambda p: True)
+    asked = 0
+
+    async def producer(stream: ByteStream) -> None:
+        nonlocal asked
+        asked += 1
+        await (busy_naming("c") if asked == 1 else honest)(stream)
+
+    async def lacking(stream: ByteStream) -> None:
+        await empty.handle(stream, "fetcher")
+
+    handlers = {"producer": producer, "a": lacking, "c": lacking}
+    done, opened = run_fetch(tmp_path, handlers, ["producer", "a", "c"])
+    assert done.from_peer == "producer" and opened == ["producer", "c", "a", "c", "a", "producer"]
+
+
+def test_passes_after_busy_answers_slow_down_to_one_a_second(tmp_path: Path) -> None:
+    # Many fetchers turned away at once must not flood the few holders while copies spread:
+    # 0.1 s, 0.2 s, 0.4 s, 0.8 s, then 1 s between passes (every 0.1 s would be ~100 here).
+    handlers = {"holder": scripted(encode_header(Status.BUSY, 0))}
+    done, opened = run_fetch(
+        tmp_path,
+        handlers,
+        ["holder"],
+        timeout=10.0,
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+    assert done.path is None and done.kind is FetchErrorKind.timeout
+    assert 10 <= len(opened) <= 14, len(opened)
 
 
 def test_a_busy_holder_is_waited_for_instead_of_dialling_an_unconnected_peer(

@@ -3,15 +3,17 @@
 Protocol ``/psyche/blob/1``, one request per stream::
 
     request   blob_hash (32 bytes, SHA-256 of the content) ‖ max_size (u64 big-endian)
-    response  status (u8) ‖ length (u64 big-endian) ‖ length bytes when status is OK
+    response  status (u8) ‖ length (u64 big-endian) ‖ length bytes when status is OK;
+              with BUSY, length bytes of hints (≤ MAX_HINTS_LEN): the peer ids, newline-separated,
+              of the last few peers this server uploaded the blob to, which serve it from then on
 
 Content addressing makes serving safe for everyone: a client serves its own payloads *and* every
 payload it has downloaded and verified, so a producer uploads a handful of copies rather than
 N−1 and the blob survives the producer leaving. The server answers only allowed peers
 (``FORBIDDEN``), refuses a blob larger than the requester's ``max_size`` before sending a byte
 (``TOO_LARGE``), caps concurrent uploads (``BUSY``) so serving cannot starve gossip, hands a
-blob off once it has uploaded it twice (``BUSY`` for a short while, so later fetchers take it
-from the peers that got it; see :class:`BlobServer`), and gives every request a deadline
+blob off once it has uploaded it twice (``BUSY`` for a while, naming the peers that got it, so
+later fetchers take it from them; see :class:`BlobServer`), and gives every request a deadline
 derived from the blob size (a floor rate), so a frozen or malicious reader cannot hold an
 upload slot. ``/psyche/ping/1`` echoes 8 bytes; its round trip is the latency the fetcher ranks
 peers by.
@@ -26,7 +28,8 @@ import contextlib
 import enum
 import logging
 import os
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,14 +37,18 @@ import trio
 
 __all__ = [
     "BLOB_PROTOCOL",
+    "MAX_HINTS",
+    "MAX_HINTS_LEN",
     "PING_PROTOCOL",
     "BlobServer",
     "ByteStream",
     "Status",
     "cleanup_scope",
     "decode_header",
+    "decode_hints",
     "decode_request",
     "encode_header",
+    "encode_hints",
     "encode_request",
     "ping",
     "read_exactly",
@@ -61,6 +68,15 @@ CHUNK = 1 << 20
 
 See docs/p2p-nat.md, "The libp2p host process".
 """
+
+
+_MAX_TRACKED = 1024
+"""Fetchers a blob's handoff counts refusals for (more than a run's clients)."""
+
+MAX_HINTS = 4
+"""Peers a ``BUSY`` answer names at most: the blob's most recent receivers."""
+MAX_HINTS_LEN = 1024
+"""A longer hint list is not read (the fetcher treats the answer as a plain ``BUSY``)."""
 
 
 class Status(enum.IntEnum):
@@ -102,6 +118,27 @@ def decode_header(data: bytes) -> tuple[Status, int]:
     except ValueError:
         raise ValueError(f"unknown blob response status {data[0]}") from None
     return status, int.from_bytes(data[1:], "big")
+
+
+def encode_hints(peers: Iterable[str]) -> bytes:
+    """The hint list of a ``BUSY`` answer: up to :data:`MAX_HINTS` peer ids that fit."""
+    out = b""
+    for peer in list(peers)[:MAX_HINTS]:
+        item = peer.encode("ascii", "replace")
+        if b"\n" in item or len(out) + len(item) + 1 > MAX_HINTS_LEN:
+            continue
+        out += item + b"\n"
+    return out
+
+
+def decode_hints(data: bytes) -> list[str]:
+    """Peer ids named by a ``BUSY`` answer; anything that is not printable ASCII is dropped
+    (a hint only changes whom a fetcher asks first, and every copy is still hash-checked)."""
+    peers = []
+    for item in data.split(b"\n")[:MAX_HINTS]:
+        if item and item.isascii() and item.decode("ascii").isprintable():
+            peers.append(item.decode("ascii"))
+    return peers
 
 
 async def read_exactly(stream: ByteStream, n: int) -> bytes:
@@ -156,6 +193,11 @@ class _Served:
     """Uploads completed."""
     handoff_until: float = -1.0
     """Until then (trio clock) this blob is left to the peers that got it from us."""
+    receivers: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_HINTS))
+    turned_away: dict[str, int] = field(default_factory=dict)
+    """Per fetcher, the requests the handoff refused."""
+    """The peers we last uploaded it to or are uploading it to, newest first: a ``BUSY``
+    answer names them."""
 
 
 @dataclass(slots=True)
@@ -176,11 +218,19 @@ class BlobServer:
     the producer included, then uploads a blob about twice whatever the number of fetchers,
     and the copies spread as a tree. After the window anyone is served again, so a fetcher
     that cannot reach any other holder (NAT, departed peers) still gets it, late."""
-    handoff_min_s: float = 1.0
+    handoff_min_s: float = 10.0
     """The handoff window: this, plus ``handoff_factor`` times the upload that completed the
-    ``handoff_after``-th copy (a slower link gives the new holders longer to be asked)."""
+    ``handoff_after``-th copy (a slower link gives the new holders longer to be asked). Long
+    enough for the copies to spread as a tree on loaded hosts (the 16-host bench's rounds take
+    about 9 s on 2 cores; a 1 s window let producers upload up to 9 copies); a fetcher the
+    named holders do not serve is not held up by it (``handoff_patience``)."""
     handoff_factor: float = 4.0
-    handoff_max_s: float = 10.0
+    handoff_max_s: float = 30.0
+    handoff_patience: int = 3
+    """A fetcher turned away this many times by one blob's handoff is served on its next
+    request, window or not: the holders it was named did not serve it (NAT, departed or
+    unwilling peers), and each of its passes has asked everyone else first (``fetch`` asks a
+    peer that named others last), so it waits a few passes, never the whole window."""
     request_timeout: float = 10.0
     """Time to receive the request; also the fixed part of every upload's deadline."""
     min_rate_bps: float = 250_000.0
@@ -230,16 +280,29 @@ class BlobServer:
             status = Status.TOO_LARGE
         elif self._active >= self.max_concurrent or blob.active >= self.max_per_blob:
             status = Status.BUSY
-        elif self._handing_off(blob):
+        elif self._handing_off(blob, peer):
             status = Status.BUSY
             self.handed_off += 1
+        if status is Status.BUSY and blob is not None:
+            # Name the peers that got it from us: the fetcher asks them next instead of
+            # walking every peer (most lack it) and coming back here once the window closes.
+            self.refused += 1
+            hints = encode_hints(blob.receivers)
+            await stream.write(encode_header(status, len(hints)) + hints)
+            return
         if status is not Status.OK or blob is None:
             self.refused += 1
             await stream.write(encode_header(status, blob.size if blob else 0))
             return
         self._active += 1
         blob.active += 1
+        # Named from the start of its upload: a fetcher turned away meanwhile asks it first in
+        # its next pass, by when it holds the blob, instead of this server again.
+        if peer in blob.receivers:
+            blob.receivers.remove(peer)
+        blob.receivers.appendleft(peer)
         t0 = trio.current_time()
+        uploaded = False
         try:
             with trio.move_on_after(self.request_timeout + blob.size / self.min_rate_bps) as scope:
                 uploaded = await self._upload(stream, blob)
@@ -257,13 +320,23 @@ class BlobServer:
         finally:
             self._active -= 1
             blob.active -= 1
+            if not uploaded and peer in blob.receivers:
+                blob.receivers.remove(peer)
 
-    def _handing_off(self, blob: _Served) -> bool:
-        """True while further fetchers should ask the blob's other holders: ``handoff_after``
-        copies are done or under way, and the window after the last of them is not over."""
+    def _handing_off(self, blob: _Served, peer: str) -> bool:
+        """True while ``peer`` should ask the blob's other holders: ``handoff_after`` copies
+        are done or under way, the window after the last of them is not over, and ``peer`` has
+        not been turned away ``handoff_patience`` times already (counted here)."""
         if not blob.handoff or blob.uploads + blob.active < self.handoff_after:
             return False
-        return blob.handoff_until < 0 or trio.current_time() < blob.handoff_until
+        if blob.handoff_until >= 0 and trio.current_time() >= blob.handoff_until:
+            return False
+        refused = blob.turned_away.get(peer, 0)
+        if refused >= self.handoff_patience:
+            return False
+        if refused or len(blob.turned_away) < _MAX_TRACKED:
+            blob.turned_away[peer] = refused + 1
+        return True
 
     async def _upload(self, stream: ByteStream, blob: _Served) -> bool:
         """Send the blob; False if its file is gone (the fetcher is told NOT_FOUND)."""

@@ -9,6 +9,11 @@ mid-transfer looks like a clean EOF to py-libp2p and a frozen one is never detec
 (docs/p2p-nat.md, "The libp2p host process"), hence the explicit length and a deadline on every
 attempt.
 
+A server handing a blob off answers ``BUSY`` naming the peers it uploaded it to: the fetcher
+asks those next (and first in later passes) and asks the server that named them last, so a
+producer is asked again only once nobody else served the copy (docs/protocol.md, "Blobs").
+Names only reorder the candidates; every copy is hash-checked whoever is named.
+
 Peers that sent a wrong hash, announced an oversize blob or refused us are excluded for the rest
 of that fetch; peers that were busy, did not have the blob yet, were slow or unreachable are
 asked again in later passes (with backoff) until the overall deadline, since a peer still
@@ -36,17 +41,25 @@ from psyche.p2p.control import FetchDone, FetchErrorKind, FetchFailure, blob_pat
 from psyche.p2p.host.blobs import (
     CHUNK,
     HEADER_LEN,
+    MAX_HINTS_LEN,
     ByteStream,
     Status,
     cleanup_scope,
     decode_header,
+    decode_hints,
     encode_request,
     read_exactly,
 )
 from psyche.p2p.host.peers import PeerTable
 from psyche.p2p.rejections import Rejection, Rejections
 
-__all__ = ["BUSY_RETRY_S", "MAX_REPORTED_FAILURES", "FetchRequest", "fetch_blob"]
+__all__ = [
+    "BUSY_RETRY_MAX_S",
+    "BUSY_RETRY_S",
+    "MAX_REPORTED_FAILURES",
+    "FetchRequest",
+    "fetch_blob",
+]
 
 
 class _AttemptFailed(Exception):
@@ -65,6 +78,7 @@ class _AttemptFailed(Exception):
         penalize: bool,
         too_large: bool = False,
         busy: bool = False,
+        hints: Sequence[str] = (),
         rejection: Rejection | None = None,
     ) -> None:
         super().__init__(reason)
@@ -72,6 +86,7 @@ class _AttemptFailed(Exception):
         self.penalize = penalize
         self.too_large = too_large
         self.busy = busy
+        self.hints = hints
         self.rejection = rejection
 
 
@@ -94,8 +109,11 @@ async def _download(
         reason, exclude = _STATUS_FAILURE[status]
         too_large = status is Status.TOO_LARGE
         busy = status is Status.BUSY
+        hints: list[str] = []
+        if busy and 0 < length <= MAX_HINTS_LEN:
+            hints = decode_hints(await read_exactly(stream, length))
         raise _AttemptFailed(
-            reason, exclude=exclude, penalize=False, too_large=too_large, busy=busy
+            reason, exclude=exclude, penalize=False, too_large=too_large, busy=busy, hints=hints
         )
     if length > max_size:
         reason = f"announced {length} bytes > max_size {max_size}"
@@ -153,7 +171,13 @@ class FetchRequest:
 
 
 BUSY_RETRY_S = 0.1
-"""The pause before the next pass after a peer answered BUSY (no growing backoff)."""
+"""The pause before the next pass after a peer answered BUSY; doubled after each further such
+pass up to ``BUSY_RETRY_MAX_S``, so that many fetchers turned away at once (a blob handed off
+to a few holders) do not flood the holders with passes while the copies spread."""
+BUSY_RETRY_MAX_S = 1.0
+
+MAX_HOLDERS = 16
+"""Named holders a fetch remembers (a hint costs at most a wasted attempt, never trust)."""
 
 MAX_REPORTED_FAILURES = 256
 """Failures kept per fetch (the most recent); a long fetch against dead peers makes many."""
@@ -227,10 +251,16 @@ class _Fetch:
         self.too_large = False
         self.last_pass: list[str] = []
         self.busy_seen = False
+        self.holders: list[str] = []
+        """Peers busy holders named as having the blob, newest first: asked first in a pass."""
+        self.handing_off: set[str] = set()
+        """Peers that answered BUSY naming others: asked last in later passes."""
+        self.new_hints: list[str] = []
         self.part = blob_dir / f"{req.blob_hash.hex()}.{req.req_id}.part"
 
     async def run(self) -> FetchDone:
         backoff = 0.25
+        busy_pause = BUSY_RETRY_S
         try:
             while trio.current_time() < self.deadline:
                 got = await self._pass()
@@ -246,9 +276,11 @@ class _Fetch:
                     )
                 # A busy holder is free again (or has handed the blob to others) within moments;
                 # peers that lack the blob are given more and more time to get it.
-                pause = BUSY_RETRY_S if self.busy_seen else backoff
+                pause = busy_pause if self.busy_seen else backoff
                 await trio.sleep(min(pause, max(self.deadline - trio.current_time(), 0.0)))
-                if not self.busy_seen:
+                if self.busy_seen:
+                    busy_pause = min(busy_pause * 2, BUSY_RETRY_MAX_S)
+                else:
                     backoff = min(backoff * 2, 4.0)
             not_found = _STATUS_FAILURE[Status.NOT_FOUND][0]
             if self.last_pass and all(r == not_found for r in self.last_pass):
@@ -265,6 +297,13 @@ class _Fetch:
     def _candidates(self) -> tuple[list[str], set[str] | None]:
         """This pass's peers in asking order, and the peers we are connected to (if known)."""
         candidates = [p for p in self.table.order(self.req.peers) if p not in self.excluded]
+        # Peers a busy holder named as having the blob come first and the peers that named
+        # others come last (stable sorts: the table's ranking is kept within each group), so a
+        # producer handing its blob off is asked again only once nobody else served it, not as
+        # soon as its handoff window closes.
+        named = {p: i for i, p in enumerate(self.holders)}
+        last = len(named) + 1
+        candidates.sort(key=lambda p: last if p in self.handing_off else named.get(p, len(named)))
         reachable = None if self.connected is None else self.connected()
         if reachable is not None:
             candidates.sort(key=lambda p: p not in reachable)  # stable: ranking kept within
@@ -275,7 +314,9 @@ class _Fetch:
         candidates, reachable = self._candidates()
         self.last_pass = []
         self.busy_seen = False
-        for peer in candidates:
+        queue = deque(candidates)
+        while queue:
+            peer = queue.popleft()
             remaining = self.deadline - trio.current_time()
             if remaining <= 0:
                 break
@@ -291,6 +332,11 @@ class _Fetch:
             got = await self._ask(peer, remaining)
             if got is not None:
                 return got
+            for named in reversed(self.new_hints):  # ask the peers it named next
+                if named in queue:
+                    queue.remove(named)
+                    queue.appendleft(named)
+            self.new_hints = []
         return None
 
     async def _ask(self, peer: str, remaining: float) -> FetchDone | None:
@@ -321,6 +367,10 @@ class _Fetch:
         """A peer answered without a usable blob: note why, and a dishonest answer as such."""
         self.too_large |= e.too_large
         self.busy_seen |= e.busy
+        if e.hints:
+            self.handing_off.add(peer)
+            self.new_hints = list(e.hints)
+            self.holders = list(dict.fromkeys([*e.hints, *self.holders]))[:MAX_HOLDERS]
         self._fail(peer, str(e), exclude=e.exclude, penalize=e.penalize)
         if e.rejection is Rejection.blob_hash_mismatch:
             self.liars.add(peer)

@@ -41,6 +41,7 @@ from psyche.distro.sparseloco import (
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
+from psyche.training.sparseloco_audit import AuditTrail, capture_state, inner_batches, load_state
 from psyche.training.trainer import TrainOutput, evaluate_loss
 
 __all__ = [
@@ -151,27 +152,38 @@ class SparseLoCoTrainer:
         step: int,
         lr: float,
         cancel: threading.Event | None = None,
+        trail: AuditTrail | None = None,
     ) -> SparseLoCoRoundOutput:
         """H inner steps over ``batch`` ([samples, seq] token ids), then this round's payload.
-        The weights are restored to the round's start whatever happens (cancel, non-finite)."""
+        The weights are restored to the round's start whatever happens (cancel, non-finite).
+        ``trail`` records the inner state before each inner step and after the last
+        (:mod:`psyche.training.sparseloco_audit`)."""
         if batch.ndim != 2 or batch.shape[0] < 1 or batch.shape[1] < 2:
             raise ValueError(f"batch must be [samples ≥ 1, seq ≥ 2], got {tuple(batch.shape)}")
         started = time.perf_counter()
         device = self.params[0].device
         batch = batch.to(device, torch.int64)
-        parts = [p for p in torch.tensor_split(batch, self.config.inner_steps) if p.shape[0] > 0]
+        parts = inner_batches(batch, self.config.inner_steps)
         start = [p.detach().to("cpu", copy=True) for p in self.params]
         self.model.train()
         losses = []
+        if trail is not None:
+            trail.record_error(self.state.error)
         try:
             for part in parts:
+                if trail is not None:
+                    trail.record(self.params, self._inner)
                 losses.append(self._inner_step(part, lr, cancel))
+            if trail is not None:
+                trail.record(self.params, self._inner)
             if cancel is not None and cancel.is_set():
                 raise TrainingCancelled("training was cancelled before the payload was built")
             end = [p.detach().to("cpu", copy=True) for p in self.params]
             nonce = self.nonce
             self.nonce += 1
             payload = encode_round(self.state, start, end, step=step, nonce=nonce)
+            if trail is not None:
+                trail.record_error(self.state.error)
         except (FloatingPointError, PayloadError) as e:
             # encode_round refuses a non-finite pseudo-gradient part-way through its tensors:
             # the buffers it touched are no longer meaningful.
@@ -186,6 +198,24 @@ class SparseLoCoTrainer:
             tokens=batch.numel(),
             seconds=time.perf_counter() - started,
         )
+
+    def replay_inner_step(
+        self, before: dict[str, torch.Tensor], part: torch.Tensor, lr: float
+    ) -> dict[str, torch.Tensor]:
+        """A verifier's replay of another trainer's inner step from its committed state
+        ``before`` (:mod:`psyche.training.sparseloco_audit`): the state it leads to. This
+        trainer's weights and own inner state are put back exactly, whatever happens."""
+        own_weights = [p.detach().clone() for p in self.params]
+        own_inner = self._inner
+        try:
+            self._inner = self._new_inner()
+            load_state(self.params, self._inner, before)
+            self.model.train()
+            self._inner_step(part.to(self.device, torch.int64), lr, None)
+            return capture_state(self.params, self._inner)
+        finally:
+            self._inner = own_inner
+            self._restore(own_weights)
 
     @torch.no_grad()
     def _restore(self, start: Sequence[torch.Tensor]) -> None:

@@ -1,0 +1,259 @@
+"""Does replaying one committed inner step catch SparseLoCo free riders, and at what cost?
+
+Issue 39 item 2, the audit core (`psyche.training.sparseloco_audit`; the protocol does not carry
+it yet). A trainer's round leaves H + 1 committed inner states (weights, AdamW moments, step);
+a verifier replays one seed-chosen link j (inner step j on the j-th inner batch of the
+trainer's assigned samples) and compares its next state with the committed one (relative error
+of the weights' step and of the moments), plus the encode link (payload and error buffers from
+the committed states, exact).
+
+Method. byzantine.py's workspace (the tiny preset, a synthetic corpus, sequence length 128). One
+honest client trains `--rounds` rounds of H = `--inner-steps` inner steps of `--batch` samples
+(the product's `SparseLoCoTrainer`, 1 torch thread), beside shadows with their own inner state
+on the same start weights, each reporting the same batch: `fr2`/`fr4`/`fr8` train every inner
+step on the first ½, ¼, ⅛ of that step's samples (at least one) repeated to fill it, `repeat`
+on the round's first sample, `lazy1` honestly but for one inner step (the round's last) done as
+`fr8`. No outer step is applied (the start weights stay; the states carry over between rounds),
+which keeps the comparison about the link, not the run. Every link of every round is replayed
+at 1 thread; the honest trainer's also at 2 threads (the calibration: honest error across
+thread counts). Per kind: the largest / smallest error, the share of links caught at the
+tolerance (= detection per audit of one uniformly drawn link), the audits needed for
+P(caught) ≥ 0.9, and the encode link's verdicts.
+
+Usage: `python bench/sparseloco_audit.py` (8 rounds of H = 4, about 2 min on 2 loaded cores);
+`--json PATH` keeps every link's errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+KINDS = ("honest", "fr2", "fr4", "fr8", "repeat", "lazy1")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--inner-steps", type=int, default=4, help="H")
+    p.add_argument("--batch", type=int, default=4, help="samples per inner step")
+    p.add_argument("--lr-inner", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--kernels",
+        default="default",
+        help="ATEN_CPU_CAPABILITY of the second verifier process ('' to skip)",
+    )
+    p.add_argument("--replay-dir", type=Path, help=argparse.SUPPRESS)  # the second process
+    p.add_argument("--report", type=Path, help="print the tables of a --json file and stop")
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.inner_steps < 1 or args.batch < 1:
+        p.error("--rounds, --inner-steps and --batch must be ≥ 1")
+    return args
+
+
+def cheap(kind: str, parts: list[Any], rnd_first: Any) -> list[Any]:
+    """The inner batches a shadow of `kind` trains on, each the shape of the honest one."""
+
+    def shrink(part: Any, s: int) -> Any:
+        kept = part[: max(1, part.shape[0] // s)]
+        reps = math.ceil(part.shape[0] / kept.shape[0])
+        return kept.repeat(reps, 1)[: part.shape[0]]
+
+    if kind == "honest":
+        return parts
+    if kind == "repeat":
+        return [rnd_first.expand(p.shape[0], -1).contiguous() for p in parts]
+    if kind == "lazy1":
+        return [*parts[:-1], shrink(parts[-1], 8)]
+    s = {"fr2": 2, "fr4": 4, "fr8": 8}[kind]
+    return [shrink(p, s) for p in parts]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from rich.console import Console
+
+    import distro_vs_adamw as base
+    from psyche.data.local import LocalDataProvider
+    from psyche.protocol.optimizers import SparseLoCoOptimizer
+    from psyche.training import lr_for_step
+    from psyche.training import sparseloco_audit as audit
+    from psyche.training.sparseloco_trainer import SparseLoCoTrainer
+
+    torch.set_num_threads(1)
+    console = Console(stderr=True)
+    h = args.inner_steps
+    cfg = base.BenchConfig(
+        steps=args.rounds * h, clients=1, batch_per_client=args.batch, seq_len=128,
+        val_samples=8, seed=args.seed, lr_distro=3e-3, lr_adamw=3e-3, lag=2, evals=1,
+        timing_warmup=0,
+    )  # fmt: skip
+    opt = _optimizer(SparseLoCoOptimizer, h)
+    links: dict[str, list[dict[str, Any]]] = {k: [] for k in (*KINDS, "honest@2")}
+    saved: list[dict[str, Any]] = []
+    encode_ok: dict[str, list[bool]] = {k: [] for k in KINDS}
+    cost = {"train_s": 0.0, "record_s": 0.0, "replay_s": 0.0, "replays": 0, "state_bytes": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = base.prepare_workspace(cfg, Path(tmp), console)
+        data = LocalDataProvider(ws.data_dir, cfg.seq_len)
+        model = base.load(ws)
+        trainers = {k: SparseLoCoTrainer(model, opt, micro_batch_size=args.batch) for k in KINDS}
+        verifier = SparseLoCoTrainer(model, opt, micro_batch_size=args.batch)
+        shapes = list(verifier.shapes)
+        numels = [math.prod(s) for s in shapes]
+        schedule = cfg.schedule(args.lr_inner)
+        for rnd in range(args.rounds):
+            steps = range(rnd * h, (rnd + 1) * h)
+            parts = [data.get_samples(base.step_slices(cfg, s)[0]) for s in steps]
+            batch = torch.cat(parts)
+            lr = lr_for_step(schedule, rnd * h)
+            for kind, t in trainers.items():
+                trained = torch.cat(cheap(kind, parts, batch[:1]))
+                t0 = time.process_time()
+                out_plain = None
+                if kind == "honest":  # the cost of recording, side by side with a plain round
+                    probe = SparseLoCoTrainer(model, opt, micro_batch_size=args.batch)
+                    out_plain = probe.train_round(trained, step=rnd, lr=lr)
+                    cost["train_s"] += time.process_time() - t0
+                    t0 = time.process_time()
+                trail = audit.AuditTrail()
+                out = t.train_round(trained, step=rnd, lr=lr, trail=trail)
+                if out_plain is not None:
+                    cost["record_s"] += time.process_time() - t0
+                    cost["state_bytes"] = len(trail.states[0])
+                if kind == "honest":
+                    saved.append({"states": trail.states, "parts": parts, "lr": lr})
+                for j in range(h):
+                    before = audit.decode_state(trail.states[j], shapes, trail.hashes[j])
+                    after = audit.decode_state(trail.states[j + 1], shapes, trail.hashes[j + 1])
+                    threads = (1, 2) if kind == "honest" else (1,)
+                    for n in threads:
+                        torch.set_num_threads(n)
+                        t0 = time.process_time()
+                        v = audit.replay_link(verifier, j, before, after, parts[j], lr)
+                        cost["replay_s"] += time.process_time() - t0
+                        cost["replays"] += 1
+                        key = kind if n == 1 else f"{kind}@{n}"
+                        links[key].append({"round": rnd, "link": j, "weight": v.weight_error,
+                                           "moment": v.moment_error, "ok": v.ok})  # fmt: skip
+                    torch.set_num_threads(1)
+                last = audit.decode_state(trail.states[h], shapes, trail.hashes[h])
+                e0, e1 = (audit.decode_error(d, numels) for d in trail.errors)
+                encode_ok[kind].append(audit.replay_encode(verifier, e0, last, out.payload, e1))
+            console.print(f"round {rnd + 1}/{args.rounds} done", highlight=False)
+        if args.kernels:
+            links[f"honest@{args.kernels}"] = other_kernels(ws.model_dir, saved, args, Path(tmp))
+    return {"links": links, "encode_ok": encode_ok, "cost": cost, "h": h,
+            "tolerance": audit.TOLERANCE}  # fmt: skip
+
+
+def other_kernels(
+    model_dir: Path, saved: list[dict[str, Any]], args: argparse.Namespace, tmp: Path
+) -> list[dict[str, Any]]:
+    """Replay the honest trails in a second process on another CPU kernel set."""
+    import os
+    import subprocess
+
+    import torch
+
+    torch.save(saved, tmp / "trails.pt")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": args.kernels}
+    cmd = [sys.executable, __file__, "--replay-dir", str(tmp), "--inner-steps",
+           str(args.inner_steps), "--batch", str(args.batch)]  # fmt: skip
+    subprocess.run(cmd, check=True, env=env,
+                   input=str(model_dir), text=True)  # fmt: skip
+    out: list[dict[str, Any]] = json.loads((tmp / "replayed.json").read_text())
+    return out
+
+
+def replay_saved(args: argparse.Namespace) -> int:
+    """The second process: replay every link of the saved honest trails on this kernel set."""
+    import torch
+
+    from psyche.protocol.optimizers import SparseLoCoOptimizer
+    from psyche.training import load_model
+    from psyche.training import sparseloco_audit as audit
+    from psyche.training.sparseloco_trainer import SparseLoCoTrainer
+
+    torch.set_num_threads(1)
+    model_dir = sys.stdin.read().strip()
+    model, _ = load_model(model_dir, device=torch.device("cpu"), dtype=torch.float32)
+    verifier = SparseLoCoTrainer(model, _optimizer(SparseLoCoOptimizer, args.inner_steps),
+                                 micro_batch_size=args.batch)  # fmt: skip
+    shapes = list(verifier.shapes)
+    rows = []
+    for rnd, r in enumerate(torch.load(args.replay_dir / "trails.pt", weights_only=True)):
+        for j in range(len(r["parts"])):
+            before = audit.decode_state(r["states"][j], shapes)
+            after = audit.decode_state(r["states"][j + 1], shapes)
+            v = audit.replay_link(verifier, j, before, after, r["parts"][j], r["lr"])
+            rows.append({"round": rnd, "link": j, "weight": v.weight_error,
+                         "moment": v.moment_error, "ok": v.ok})  # fmt: skip
+    (args.replay_dir / "replayed.json").write_text(json.dumps(rows))
+    return 0
+
+
+def _optimizer(cls: Any, h: int) -> Any:
+    return cls(
+        betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8, clip_grad_norm=1.0, inner_steps=h,
+        outer_lr=1.0, outer_momentum=0.0, topk_chunk=4096, topk=32, value_bits=2,
+        error_decay=0.95,
+    )  # fmt: skip
+
+
+def report(res: dict[str, Any]) -> None:
+    import statistics
+
+    tol = res["tolerance"]
+    print(f"tolerance {tol:g}; H = {res['h']}; a link's error = max(weight, moment) error")
+    print("| kind | links | link error min / median / max | caught per audit "
+          "| audits for P ≥ 0.9 | encode link ok |")  # fmt: skip
+    print("|---|---:|---|---:|---:|---|")
+    for kind, rows in res["links"].items():
+        if not rows:
+            continue
+        e = [max(r["weight"], r["moment"]) for r in rows]
+        p = sum(not r["ok"] for r in rows) / len(rows)
+        need = (
+            "—" if p == 0 else ("1" if p == 1 else str(math.ceil(math.log(0.1) / math.log(1 - p))))
+        )
+        enc = res["encode_ok"].get(kind)
+        enc_s = f"{sum(enc)}/{len(enc)}" if enc else "—"
+        print(f"| {kind} | {len(rows)} | {min(e):.2e} / {statistics.median(e):.2e} / "
+              f"{max(e):.2e} | {p:.0%} | {need} | {enc_s} |")  # fmt: skip
+    c = res["cost"]
+    rounds = len(res["encode_ok"]["honest"])
+    per_link = c["replay_s"] / max(c["replays"], 1)
+    per_round = c["train_s"] / max(rounds, 1)
+    print(f"CPU s: a plain honest round {per_round:.3f}; the same round recording its trail "
+          f"{c['record_s'] / max(rounds, 1):.3f} ({c['record_s'] / max(c['train_s'], 1e-9):.2f}×); "
+          f"one link's replay {per_link:.3f} ({per_link / max(per_round, 1e-9):.2f} of a round); "
+          f"a state blob {c['state_bytes']:,} bytes")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if args.replay_dir is not None:
+        return replay_saved(args)
+    if args.report is not None:
+        report(json.loads(args.report.read_text()))
+        return 0
+    res = run(args)
+    report(res)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

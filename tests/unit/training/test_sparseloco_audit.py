@@ -1,0 +1,146 @@
+"""The SparseLoCo audit core (issue 39 item 2): a trainer's round leaves a chain of committed
+inner states; a verifier replays one link and accepts an honest one (exactly, on the same
+kernels), rejects a free rider's, a tampered or malformed blob, and a payload not encoded from
+the committed states; the verifier's own weights and inner state are untouched by a replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training import init_model, llama_config, model_hash
+from psyche.training.sparseloco_audit import (
+    AuditError,
+    AuditTrail,
+    capture_state,
+    decode_error,
+    decode_state,
+    encode_state,
+    inner_batches,
+    link_for,
+    replay_encode,
+    replay_link,
+    starts_at,
+    state_hash,
+)
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
+
+from .helpers import TINY, batch_of
+
+H = 3
+
+
+def config() -> SparseLoCoOptimizer:
+    return SparseLoCoOptimizer(
+        betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8, clip_grad_norm=1.0, inner_steps=H,
+        outer_lr=0.7, outer_momentum=0.0, topk_chunk=64, topk=2, value_bits=2, error_decay=0.95,
+    )  # fmt: skip
+
+
+def trainer() -> SparseLoCoTrainer:
+    return SparseLoCoTrainer(init_model(llama_config(TINY), seed=0), config(), micro_batch_size=2)
+
+
+def two_rounds(t: SparseLoCoTrainer, batch: torch.Tensor) -> tuple[AuditTrail, bytes]:
+    """A warm-up round (so the moments and error buffers are not zero), then the audited one."""
+    t.train_round(batch_of(7, samples=6), step=1, lr=4e-3)
+    trail = AuditTrail()
+    out = t.train_round(batch, step=2, lr=4e-3, trail=trail)
+    return trail, out.payload
+
+
+def states(t: SparseLoCoTrainer, trail: AuditTrail, j: int) -> tuple[dict, dict]:
+    shapes = list(t.shapes)
+    before = decode_state(trail.states[j], shapes, trail.hashes[j])
+    after = decode_state(trail.states[j + 1], shapes, trail.hashes[j + 1])
+    return before, after
+
+
+def test_an_honest_round_passes_every_link_exactly_and_the_verifier_is_untouched() -> None:
+    trainer_, verifier = trainer(), trainer()
+    batch = batch_of(1, samples=6)
+    trail, payload = two_rounds(trainer_, batch)
+    assert len(trail.hashes) == H + 1 and len(trail.error_hashes) == 2
+    verifier.train_round(batch_of(9, samples=6), step=1, lr=4e-3)  # its own, different state
+    own = capture_state(verifier.params, verifier._inner)
+    weights = model_hash(verifier.model)
+    parts = inner_batches(batch, H)
+    for j in range(H):
+        before, after = states(verifier, trail, j)
+        verdict = replay_link(verifier, j, before, after, parts[j], 4e-3)
+        assert verdict.ok and verdict.weight_error == 0.0 and verdict.moment_error == 0.0
+    assert model_hash(verifier.model) == weights
+    again = capture_state(verifier.params, verifier._inner)
+    assert all(torch.equal(own[k], again[k]) for k in own)
+    assert starts_at(verifier.params, states(verifier, trail, 0)[0])
+    assert not starts_at(verifier.params, states(verifier, trail, 1)[0])
+    numels = [int(torch.tensor(s).prod()) for s in verifier.shapes]
+    last = decode_state(trail.states[H], list(verifier.shapes), trail.hashes[H])
+    e0 = decode_error(trail.errors[0], numels, trail.error_hashes[0])
+    e1 = decode_error(trail.errors[1], numels, trail.error_hashes[1])
+    assert replay_encode(verifier, e0, last, payload, e1)
+
+
+def test_a_free_rider_fails_every_link_it_cheated_on() -> None:
+    honest, rider, verifier = trainer(), trainer(), trainer()
+    batch = batch_of(1, samples=6)
+    two_rounds(honest, batch)
+    # It reports the 6-sample batch but trains each inner step on the first sample of it.
+    rider.train_round(batch_of(7, samples=6), step=1, lr=4e-3)
+    trail = AuditTrail()
+    cheap = torch.cat([p[:1].repeat(p.shape[0], 1) for p in inner_batches(batch, H)])
+    rider.train_round(cheap, step=2, lr=4e-3, trail=trail)
+    parts = inner_batches(batch, H)
+    for j in range(H):
+        before, after = states(verifier, trail, j)
+        verdict = replay_link(verifier, j, before, after, parts[j], 4e-3)
+        assert not verdict.ok and verdict.weight_error > 0.1, verdict
+
+
+def test_a_payload_not_encoded_from_the_committed_states_fails_the_encode_link() -> None:
+    t, other, verifier = trainer(), trainer(), trainer()
+    trail, _ = two_rounds(t, batch_of(1, samples=6))
+    _, foreign = two_rounds(other, batch_of(2, samples=6))
+    numels = [int(torch.tensor(s).prod()) for s in verifier.shapes]
+    last = decode_state(trail.states[H], list(verifier.shapes))
+    e0, e1 = (decode_error(d, numels) for d in trail.errors)
+    assert not replay_encode(verifier, e0, last, foreign, e1)
+    assert not replay_encode(verifier, e0, last, b"garbage", e1)
+
+
+def test_tampered_or_malformed_blobs_are_the_trainers_fault() -> None:
+    t = trainer()
+    trail, _ = two_rounds(t, batch_of(1, samples=6))
+    shapes = list(t.shapes)
+    state = decode_state(trail.states[1], shapes)
+    state["w.0"] = state["w.0"] + 1e-3
+    with pytest.raises(AuditError, match="commitment"):
+        decode_state(encode_state(state), shapes, trail.hashes[1])
+    with pytest.raises(AuditError, match="safetensors"):
+        decode_state(b"not a state", shapes)
+    state["w.0"] = state["w.0"] * float("nan")
+    with pytest.raises(AuditError, match="finite"):
+        decode_state(encode_state(state), shapes)
+    del state["m.0"]
+    with pytest.raises(AuditError, match="expected"):
+        decode_state(encode_state(state), shapes)
+    assert state_hash(trail.states[0]) == trail.hashes[0]
+
+
+def test_a_round_without_a_trail_is_unchanged_by_auditing() -> None:
+    a, b = trainer(), trainer()
+    batch = batch_of(3, samples=6)
+    pa = a.train_round(batch, step=1, lr=4e-3).payload
+    pb = b.train_round(batch, step=1, lr=4e-3, trail=AuditTrail(keep=False)).payload
+    assert pa == pb
+
+
+def test_the_link_is_uniform_and_fixed_by_the_seed() -> None:
+    counts = [0] * 4
+    for i in range(4000):
+        counts[link_for(i.to_bytes(4, "big"), 4)] += 1
+    assert link_for(b"seed", 4) == link_for(b"seed", 4)
+    assert all(900 < c < 1100 for c in counts), counts
+    with pytest.raises(ValueError):
+        link_for(b"seed", 0)

@@ -12,7 +12,16 @@ result in its place, chosen by ``PSYCHE_ROGUE_ATTACK``:
 - ``sparse-replay``: a **SparseLoCo** trainer (``SparseLoCoTrainer``) that trains honestly and
   sends, from its second round on, its previous round's result under this round's header with 5 %
   of the kept signs flipped: the fingerprint differs, so only the near-duplicate rule (signed
-  overlap ≥ 0.75, ``psyche.distro.sparseloco_overlap``) can refuse it.
+  overlap ≥ 0.75, ``psyche.distro.sparseloco_overlap``) can refuse it;
+- ``sparse-half``: a **SparseLoCo free rider**: each of its inner AdamW steps trains on the first
+  half of that step's samples only, and it reports the whole batch. It commits to the chain of
+  inner states it really went through and serves it, and its payload is that chain's honest
+  encoding, so only the replay of an inner step (``psyche.daemon.sparseloco_verifying``) can
+  tell; as a verifier it replays honestly (it saves its own work, not its judgement);
+- ``sparse-reset``: a SparseLoCo trainer that does all its work but zeroes its error-feedback
+  buffers before every round (standing in for one that picks its "before" buffers to shape its
+  payload): its chain and encoding are honest from the buffers it commits to, so only the
+  continuity check (a round's buffers before are its previous round's after) catches it.
 
 It lives in the tests, not in the product: the daemon has no switch for misbehaving. Run it as
 ``python rogue_trainer.py <the client's usual arguments>`` (``psyche``'s, or with
@@ -35,7 +44,7 @@ from psyche.distro import sparseloco_payload as slp
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 from psyche.training.trainer import Trainer, TrainOutput
 
-ATTACKS = ("flip", "random", "replay", "half", "sparse-replay")
+ATTACKS = ("flip", "random", "replay", "half", "sparse-replay", "sparse-half", "sparse-reset")
 FLIPPED_SIGNS = 0.05
 
 _honest_train_step = Trainer.train_step
@@ -131,12 +140,44 @@ def _sparse_replay(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) 
     return TrainOutput(payload, None, out.loss, out.tokens, out.seconds)
 
 
+_honest_inner_step = SparseLoCoTrainer._inner_step
+
+
+def _half_inner_step(self: SparseLoCoTrainer, batch: torch.Tensor, lr: float, cancel: Any) -> float:
+    if getattr(self, "_rogue_riding", False):
+        batch = batch[: max(1, batch.shape[0] // 2)]
+    return _honest_inner_step(self, batch, lr, cancel)
+
+
+def _sparse_half(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) -> TrainOutput:
+    """The SparseLoCo ½ free rider: every inner step on half its samples (see the module)."""
+    self._rogue_riding = True  # type: ignore[attr-defined]
+    try:
+        out = _honest_sparse_step(self, batch, **kwargs)
+    finally:
+        self._rogue_riding = False  # type: ignore[attr-defined]
+    print(f"rogue: sparse-half result step={kwargs['step']}", flush=True)
+    return out
+
+
+def _sparse_reset(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) -> TrainOutput:
+    self.state.reset_error()
+    out = _honest_sparse_step(self, batch, **kwargs)
+    print(f"rogue: sparse-reset result step={kwargs['step']}", flush=True)
+    return out
+
+
 if __name__ == "__main__":
     attack = os.environ.get("PSYCHE_ROGUE_ATTACK", "flip")
     if attack not in ATTACKS:
         sys.exit(f"PSYCHE_ROGUE_ATTACK must be one of {', '.join(ATTACKS)}")
     if attack == "sparse-replay":
         SparseLoCoTrainer.train_step = _sparse_replay  # type: ignore[method-assign]
+    elif attack == "sparse-reset":
+        SparseLoCoTrainer.train_step = _sparse_reset  # type: ignore[method-assign]
+    elif attack == "sparse-half":
+        SparseLoCoTrainer._inner_step = _half_inner_step  # type: ignore[method-assign]
+        SparseLoCoTrainer.train_step = _sparse_half  # type: ignore[method-assign]
     elif attack == "half":
         Trainer.train_step = _free_ride  # type: ignore[method-assign]
     else:

@@ -1,7 +1,8 @@
-"""Issue 39 item 5: a DisTrO free rider and a SparseLoCo copier, each the fourth of 4 clients, on
-the centralized backend and on Solana, are ejected and slashed (credited nothing; on Solana the
-Treasurer pays them nothing) while the 3 honest clients finish the epoch Healthy with identical
-weights. Both rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
+"""Issue 39 item 5: a DisTrO free rider, a SparseLoCo copier and a SparseLoCo free rider, each
+the fourth of 4 clients, on the centralized backend and on Solana, are ejected and slashed
+(credited nothing; on Solana the Treasurer pays them nothing) while the 3 honest clients finish
+the epoch Healthy with identical weights; so is a SparseLoCo trainer that resets its error
+buffers (centralized only). The rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
 
 - ``half``, the free rider: it trains through the real ``Trainer`` on the first half of its batch
   only, reports the whole, and fills the commitments of the samples it skipped with those it
@@ -14,11 +15,18 @@ weights. Both rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
   (signed overlap ≥ 0.75) refuses it as ``copy_payload``; unattested, it is accused by the
   health checks and ejected (docs/protocol.md, "Copy checks"). Its refused rounds wait out
   ``max_round_train_time`` (set to 6 s here); it is removed by step 5 (observed on both backends).
+- ``sparse-half``, the SparseLoCo free rider (``verification_percent = 100``): every inner step
+  on half its samples. Only the inner-step audit catches it (docs/protocol.md, "SparseLoCo: the
+  inner-step audit"); see :data:`SPARSE_RIDER`. Removed at step 3 in the runs so far.
+- ``sparse-reset``: honest work from zeroed error buffers every round; only the audit's
+  continuity check catches it. Removed at step 4.
 
 Cost (2-core machine beside other jobs, 2026-12-03; ``pytest --durations=0``, call time): free
 rider 64.6 s centralized and 61.5 s on Solana (20 steps); SparseLoCo copier 50.3 s centralized and
-55.0 s on Solana: about 4 minutes together. All four kept, none combined: a free rider beside
-another rogue changes its verifiers and so its odds, and the two optimizers cannot share a run.
+55.0 s on Solana: about 4 minutes together; the SparseLoCo free rider 56.6 s centralized and 60.6 s
+on Solana, the error-buffer reset 44–58 s (2026-12-04): about 3 minutes more. None combined:
+a free rider beside another rogue changes its verifiers and so its odds, and the two optimizers
+cannot share a run.
 """
 
 from __future__ import annotations
@@ -61,6 +69,18 @@ as a false accuser (rule 2), which this test caught on Solana. About 60–85 s a
 
 SPARSE: dict[str, Any] = {"total_steps": 5, "max_round_train_time": 6}
 
+SPARSE_RIDER: dict[str, Any] = {
+    "global_batch_size_start": 24,
+    "global_batch_size_end": 24,
+    "total_steps": 10,
+    "verification_percent": 100,
+    "max_round_train_time": 20,
+}
+"""6 samples per trainer, two inner batches of 3, of which the SparseLoCo free rider trains 1
+each. Every result is audited by the next round's verifiers (witness positions 0–2), all on the
+same seed-drawn inner step of its chain (and its encode link); the rider cheated in both steps,
+so a quorum of 2 or 3 honest verifiers accuses it at the first round its result is judged."""
+
 
 def _free_rider_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:
     """The free rider was removed, by commitment mismatches only (its results point the right
@@ -90,6 +110,24 @@ def _copier_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:
     return rogue, honest
 
 
+def _sparse_rider_caught(
+    net: Any, s: dict[str, Any], attack: str = "sparse-half"
+) -> tuple[str, set[str]]:
+    """The SparseLoCo rogue was removed by audit mismatches, a quorum in one round, and no
+    honest client's chain failed an audit."""
+    rogue, honest, gone = rogue_removed(net, s, attack)
+    logs = net.out / "logs"
+    audits = "".join((logs / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
+    failed = re.findall(r"audited step (\d+) slot \d+ (\w+): step \d+ of \d+ MISMATCH", audits)
+    assert all(who == rogue for _, who in failed), failed
+    steps = [step for step, _ in failed]
+    assert any(steps.count(step) >= 2 for step in steps), failed
+    passed = re.findall(r"audited step \d+ slot \d+ (\w+): step \d+ of \d+ match", audits)
+    assert any(who in honest for who in passed), "no honest chain was audited"
+    print(f"SparseLoCo {attack} removed at step {gone.step}")
+    return rogue, honest
+
+
 def test_a_free_rider_is_ejected_and_slashed(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
@@ -102,6 +140,40 @@ def test_a_sparseloco_copier_is_ejected_and_slashed(
 ) -> None:
     net, s, saved = centralized_run(tmp_path, local_inputs, "sparse-replay", SPARSELOCO, **SPARSE)
     slashed_centrally(saved, *_copier_caught(net, s), run_id="tiny-sparseloco")
+
+
+def test_a_sparseloco_free_rider_is_ejected_and_slashed(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    net, s, saved = centralized_run(
+        tmp_path, local_inputs, "sparse-half", SPARSELOCO, **SPARSE_RIDER
+    )
+    slashed_centrally(saved, *_sparse_rider_caught(net, s), run_id="tiny-sparseloco")
+
+
+def test_a_sparseloco_trainer_that_resets_its_error_buffers_is_ejected(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    """Centralized only: the continuity check is the client's, and the verdict path it votes
+    through is the one the free rider's Solana run exercises."""
+    rogue = "sparse-reset"
+    net, s, saved = centralized_run(tmp_path, local_inputs, rogue, SPARSELOCO, **SPARSE_RIDER)
+    who, honest = _sparse_rider_caught(net, s, rogue)
+    logs = "".join(
+        (net.out / "logs" / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3)
+    )
+    # The console wraps long lines: compare with the whitespace collapsed.
+    assert "not those after its previous round" in " ".join(logs.split())
+    slashed_centrally(saved, who, honest, run_id="tiny-sparseloco")
+
+
+def test_a_sparseloco_free_rider_is_ejected_on_solana(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    solana_rogue_run(
+        tmp_path, local_inputs, "sparse-half", _sparse_rider_caught, SOLANA_SPARSELOCO,
+        **SPARSE_RIDER,
+    )  # fmt: skip
 
 
 def test_a_free_rider_is_ejected_on_solana(

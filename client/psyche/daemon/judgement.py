@@ -67,6 +67,9 @@ class SlotGradient:
     commitment: float | None = None
     """The agreement of the held result's per-sample commitment with this verifier's recompute
     (``psyche.daemon.commit_check``); None when not checked."""
+    audit: bool | None = None
+    """A SparseLoCo result's audited link held (``psyche.daemon.sparseloco_verifying``); None
+    when not audited."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,12 +35,20 @@ class ModelKit:
     source: str = "checkpoint"
 
     def follow_verification(self, verification_percent: int) -> None:
-        """Take per-sample commitments (a DisTrO trainer, one device) exactly when the run
+        """Take per-sample commitments (a DisTrO trainer, one device; a SparseLoCo trainer
+        commits to its inner states) exactly when the run
         verifies: a kit kept across epochs must follow a config changed in between, or its
         payloads and its decoder would disagree with a client loaded since
         (docs/protocol.md, "Free riders: per-sample commitments")."""
         trainer = self.trainer
         commit = verification_percent > 0
+        if isinstance(trainer, SparseLoCoTrainer):
+            # SparseLoCo commits to its chain of inner states instead (docs/protocol.md,
+            # "SparseLoCo: the inner-step audit").
+            if trainer.audit != commit:
+                trainer.set_audit(commit)
+            self.format = trainer.format
+            return
         if not isinstance(trainer, Trainer) or not isinstance(self.format, DistroFormat):
             return
         distro = trainer.distro

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from psyche.backends.base import Backend
 from psyche.coordinator import ClientState, Coordinator
+from psyche.daemon.audit_serving import AuditBlobs
 from psyche.daemon.checkpointing import Checkpointer, CheckpointOptions
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.evaluating import EvalOptions, Evaluating
@@ -85,6 +86,8 @@ class ClientParts:
     evals: Evaluating | None = None
     downloads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(8))
     """Bounds the peers' results fetched at once (``--max-concurrent-downloads``)."""
+    audit_blobs: AuditBlobs = field(default_factory=AuditBlobs)
+    """The SparseLoCo inner states this client serves to its verifiers."""
 
     @property
     def identity(self) -> NodeIdentity:

@@ -41,6 +41,7 @@ from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
 from psyche.training.hashing import model_hash
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 from psyche.training.trainer import Trainer, TrainOutput
 
 __all__ = ["MissingConsensusResult", "TrainingStep"]
@@ -187,6 +188,12 @@ class TrainingStep:
             return
         self.self_result = out.self_result
         await self._publish(batch, out.payload)
+        trainer = self.kit.trainer
+        if isinstance(trainer, SparseLoCoTrainer) and trainer.last_trail is not None:
+            # The chain this result commits to, for the next round's verifiers to fetch.
+            self.parts.audit_blobs.publish(
+                self.parts.transport, self.state.height, trainer.last_trail
+            )
         self._record(batch, out, t0)
         every = self.parts.options.optim_stats_steps
         if every and self.state.step % every == 0:

@@ -63,6 +63,7 @@ from psyche.daemon.judgement import Judgement, SlotGradient, SubBatch
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.daemon.rounds import RoundState, decode_verified
+from psyche.daemon.sparseloco_verifying import judge_sparseloco
 from psyche.data.provider import DataProvider
 from psyche.distro import Payload
 from psyche.distro.result_format import ResultFormat
@@ -72,6 +73,7 @@ from psyche.protocol.commitment import sha256v
 from psyche.protocol.optimizers import DistroOptimizer
 from psyche.protocol.shuffle import compute_shuffled_index
 from psyche.training.errors import TrainingCancelled
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 from psyche.training.trainer import Trainer
 
 __all__ = [
@@ -355,6 +357,9 @@ async def judge_previous(
     """At the start of round ``state`` (before its apply): if this client verifies it, recompute
     the previous round's sampled results into ``state.judgement``. Nothing at all when
     ``verification_percent`` is 0 or this client is not a verifier."""
+    if isinstance(kit.trainer, SparseLoCoTrainer):
+        await judge_sparseloco(parts, coord, epoch, state, kit)
+        return
     me = healthy_index(parts, coord)
     if me is None or not isinstance(kit.trainer, Trainer):
         return  # recomputing a result is defined for DisTrO's one-gradient step
@@ -387,6 +392,11 @@ def verdict_of(judgement: Judgement, judged: RoundState | None) -> Verdict:
     if judged is None or judged.height != judgement.judged_height:
         return Verdict()
     for s in judgement.slots:
+        if s.audit is not None:  # a SparseLoCo link, audited and logged already
+            checked |= 1 << s.slot
+            if not s.audit:
+                mismatch |= 1 << s.slot
+            continue
         if s.commitment is not None and s.commitment < MATCH_THRESHOLD:
             log.info(
                 "verified step %d slot %d %s: commitment %.4f MISMATCH",

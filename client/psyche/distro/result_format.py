@@ -19,10 +19,11 @@ from typing import Any, Protocol
 import torch
 
 from psyche.distro import sparseloco_overlap
+from psyche.distro.audit_trailer import decode_trailer, trailer_bytes
 from psyche.distro.compress import DistroResult
 from psyche.distro.copy_index import CopyKeys, distro_keys
 from psyche.distro.overlap import near_duplicate
-from psyche.distro.payload import Payload, PayloadSpec, decode_payload
+from psyche.distro.payload import Payload, PayloadError, PayloadSpec, decode_payload
 from psyche.distro.sparseloco_payload import SparseLoCoPayload, SparseLoCoSettings
 from psyche.distro.sparseloco_payload import decode_payload as decode_sparseloco
 from psyche.distro.sparseloco_payload import max_payload_bytes as sparseloco_bytes
@@ -129,17 +130,38 @@ class SparseLoCoFormat:
 
     shapes: tuple[tuple[int, ...], ...]
     settings: SparseLoCoSettings
+    audit_steps: int = 0
+    """In a run that verifies, the run's ``inner_steps``: every result then ends in an audit
+    trailer of that many links (``psyche.distro.audit_trailer``); 0: no trailer."""
 
     @classmethod
-    def of(cls, shapes: Sequence[Sequence[int]], settings: SparseLoCoSettings) -> SparseLoCoFormat:
-        return cls(tuple(tuple(int(d) for d in s) for s in shapes), settings)
+    def of(
+        cls, shapes: Sequence[Sequence[int]], settings: SparseLoCoSettings, audit_steps: int = 0
+    ) -> SparseLoCoFormat:
+        return cls(tuple(tuple(int(d) for d in s) for s in shapes), settings, audit_steps)
+
+    @property
+    def payload_bytes(self) -> int:
+        """The payload's size without its audit trailer."""
+        return sparseloco_bytes(self.shapes, self.settings)
 
     @property
     def max_bytes(self) -> int:
-        return sparseloco_bytes(self.shapes, self.settings)
+        trailer = trailer_bytes(self.audit_steps) if self.audit_steps else 0
+        return self.payload_bytes + trailer
 
     def decode(self, data: bytes) -> SparseLoCoPayload:
-        return decode_sparseloco(data, self.shapes, self.settings)
+        if not self.audit_steps:
+            return decode_sparseloco(data, self.shapes, self.settings)
+        if len(data) != self.max_bytes:
+            raise PayloadError(
+                f"result has {len(data)} bytes, expected exactly {self.max_bytes} "
+                "(payload and audit trailer)"
+            )
+        cut = self.payload_bytes
+        payload = decode_sparseloco(data[:cut], self.shapes, self.settings)
+        audit = decode_trailer(data[cut:], self.audit_steps)
+        return dataclasses.replace(payload, audit=audit)
 
     def fingerprint(self, decoded: SparseLoCoPayload) -> bytes:
         # Indices, signs and which level each entry uses, but not the scales: as for DisTrO,

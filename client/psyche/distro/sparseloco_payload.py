@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from psyche.distro.audit_trailer import AuditCommitments
 from psyche.distro.elias_fano import EliasFano, EliasFanoError
 from psyche.distro.payload import PayloadError
 
@@ -198,6 +199,9 @@ class SparseLoCoPayload:
     step: int
     trainer_nonce: int
     tensors: tuple[SparseTensor, ...]
+    audit: AuditCommitments | None = None
+    """The inner-state commitments of its audit trailer, in a run that verifies
+    (``psyche.distro.audit_trailer``; the result format appends and parses it)."""
 
 
 def _bf16_to_f32(bits: Ints) -> npt.NDArray[np.float32]:

@@ -63,9 +63,10 @@ class CoordinatorConfig:
     global_batch_size_end: U16
     """Samples per step after the ramp."""
     verification_percent: U8 = 0
-    """Percent (0..=100) of each round's DisTrO results sampled for recompute verification
-    (docs/protocol.md, "Threat model and result verification"); never a Verifier committee.
-    SparseLoCo results are not checked (``validate-config`` warns)."""
+    """Percent (0..=100) of each round's results sampled for verification (docs/protocol.md,
+    "Threat model and result verification"); never a Verifier committee. DisTrO results are
+    recomputed; SparseLoCo results carry a chain of inner-state commitments, one link of which
+    is audited ("SparseLoCo: the inner-step audit")."""
     waiting_for_members_extra_time: U8 = 3
     """Grace seconds in WaitingForMembers before Warmup (defaults to 3 when omitted, as some
     reference configs omit it)."""

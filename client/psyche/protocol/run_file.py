@@ -43,6 +43,7 @@ PUBLIC_RUN_VERIFICATION_PERCENT = 25
 of its training compute recomputing others' results (bench/README.md, "Escalation")."""
 VERIFICATION_COST = "about 7-10 % of its training compute"
 VERIFICATION_DOCS = 'docs/protocol.md, "Public runs and verification"'
+SPARSELOCO_AUDIT_DOCS = 'docs/protocol.md, "SparseLoCo: the inner-step audit"'
 
 
 def unverified_public_run_warning(run_id: str) -> str:
@@ -54,7 +55,8 @@ def unverified_public_run_warning(run_id: str) -> str:
         f"run {run_id!r} is public and no result is verified until its config sets "
         f"config.verification_percent: give update-config a config with "
         f"verification_percent = {vp} (each client then spends {VERIFICATION_COST} "
-        f"recomputing sampled results; it checks DisTrO results only) - {VERIFICATION_DOCS}"
+        "recomputing sampled DisTrO results; SparseLoCo results are audited instead) - "
+        f"{VERIFICATION_DOCS}"
     )
 
 
@@ -96,38 +98,27 @@ class RunConfig:
 
     def advisories(self) -> list[str]:
         """Valid but risky settings (warnings, never errors); see
-        :meth:`CoordinatorConfig.advisories`, and a verification fraction that the run's
-        optimizer makes moot."""
-        out = self.config.advisories()
-        sparseloco = isinstance(self.model, LLM) and isinstance(
-            self.model.optimizer, SparseLoCoOptimizer
-        )
-        if sparseloco and self.config.verification_percent > 0:
-            out.append(
-                f"config.verification_percent = {self.config.verification_percent} checks "
-                "nothing with the SparseLoCo optimizer: a SparseLoCo result is H AdamW steps "
-                "from its trainer's private moments, which no verifier can recompute, so "
-                'verifiers leave it unchecked (docs/distro.md, "SparseLoCo")'
-            )
-        return out
+        :meth:`CoordinatorConfig.advisories`. (``verification_percent`` with SparseLoCo checks
+        results too, by auditing one inner step of each sampled result: docs/protocol.md,
+        "SparseLoCo: the inner-step audit".)"""
+        return self.config.advisories()
 
     def public_run_advisories(self) -> list[str]:
         """What a public run (one whose ``local_run`` flag is off: its clients need not trust
-        each other) pays without verification, for ``update-config`` to warn about: a
-        SparseLoCo run, whose results no verifier checks whatever ``verification_percent``,
-        and a DisTrO run with ``verification_percent = 0`` (docs/protocol.md, "Public runs and
+        each other) pays without verification, for ``update-config`` to warn about: a run with
+        ``verification_percent = 0``, DisTrO or SparseLoCo (docs/protocol.md, "Public runs and
         verification")."""
         sparseloco = isinstance(self.model, LLM) and isinstance(
             self.model.optimizer, SparseLoCoOptimizer
         )
-        if sparseloco:
+        if sparseloco and self.config.verification_percent == 0:
             return [
-                "model.LLM.optimizer.SparseLoCo on a public run: SparseLoCo results are not "
-                "verified at all, whatever config.verification_percent, so a client that sends "
-                "garbage, a perturbed copy of another's result or an update from part of its "
-                "batch has it applied and is paid in full; where clients are not trusted use "
-                f"Distro with config.verification_percent = {PUBLIC_RUN_VERIFICATION_PERCENT} "
-                f"({VERIFICATION_DOCS})"
+                "config.verification_percent = 0 on a public run: no SparseLoCo result is "
+                "audited, so a client that sends garbage or an update from part of its batch "
+                "has it applied and is paid in full; set it to "
+                f"{PUBLIC_RUN_VERIFICATION_PERCENT}: each client then replays one inner step of "
+                "each result it audits, fetching 32-44 bytes per parameter of its trainer's "
+                f"committed states, which ejects such a client - {SPARSELOCO_AUDIT_DOCS}"
             ]
         if self.config.verification_percent == 0:
             return [

@@ -1,5 +1,6 @@
-"""Auditing a SparseLoCo round one inner step at a time (issue 39 item 2; the core, not yet on
-the wire — docs/protocol.md, "SparseLoCo audit").
+"""Auditing a SparseLoCo round one inner step at a time (issue 39 item 2; the core: the wire
+format is ``psyche.distro.audit_trailer``, the verifier ``psyche.daemon.sparseloco_verifying``;
+docs/protocol.md, "SparseLoCo: the inner-step audit").
 
 A SparseLoCo result is H inner AdamW steps from the trainer's private moments, so nobody can
 recompute it from public data, and a public loss test cannot tell a free rider from an honest
@@ -231,10 +232,14 @@ class LinkVerdict:
 class Audited(Protocol):
     """What a link's replay needs of the verifier's trainer (a SparseLoCoTrainer)."""
 
-    params: list[torch.Tensor]
-    shapes: list[tuple[int, ...]]
-    settings: SparseLoCoSettings
-    config: SparseLoCoOptimizer
+    @property
+    def params(self) -> Sequence[torch.Tensor]: ...
+    @property
+    def shapes(self) -> Sequence[tuple[int, ...]]: ...
+    @property
+    def settings(self) -> SparseLoCoSettings: ...
+    @property
+    def config(self) -> SparseLoCoOptimizer: ...
 
     def replay_inner_step(
         self, before: dict[str, torch.Tensor], part: torch.Tensor, lr: float

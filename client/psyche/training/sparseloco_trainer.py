@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from psyche.distro.audit_trailer import AuditCommitments, encode_trailer
 from psyche.distro.payload import Payload, PayloadError
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco import (
@@ -105,6 +106,19 @@ class SparseLoCoTrainer:
         self.device = self.params[0].device
         self.nonce = 0
         self._inner = self._new_inner()
+        self.audit = False
+        """Whether results carry the audit trailer (a run that verifies): see :meth:`set_audit`."""
+        self.last_trail: AuditTrail | None = None
+        """The chain of the last result :meth:`train_step` made while auditing, blobs kept, for
+        the client to serve to its verifiers."""
+
+    def set_audit(self, on: bool) -> None:
+        """Commit to each round's chain of inner states (``psyche.distro.audit_trailer``) exactly
+        when the run verifies; :attr:`format` follows, so a client's payloads and its decoder
+        agree with its peers'."""
+        self.audit = on
+        steps = self.config.inner_steps if on else 0
+        self.format = SparseLoCoFormat.of(self.shapes, self.settings, steps)
 
     def _new_inner(self) -> torch.optim.AdamW:
         c = self.config
@@ -271,9 +285,18 @@ class SparseLoCoTrainer:
         del prev_lr, prev_self_results, batch_id
         if zero_optim:
             self.reset_private()
-        out = self.train_round(batch, step=step, lr=lr, cancel=cancel)
+        self.last_trail = None
+        trail = AuditTrail() if self.audit else None
+        out = self.train_round(batch, step=step, lr=lr, cancel=cancel, trail=trail)
+        payload = out.payload
+        if trail is not None:
+            commitments = AuditCommitments(
+                tuple(trail.hashes), trail.error_hashes[0], trail.error_hashes[1]
+            )
+            payload += encode_trailer(commitments, self.config.inner_steps)
+            self.last_trail = trail
         return TrainOutput(
-            payload=out.payload,
+            payload=payload,
             self_result=None,
             loss=out.loss,
             tokens=out.tokens,

@@ -93,10 +93,20 @@ def test_a_state_file_that_does_not_fit_the_run_is_one_clear_error() -> None:
     _load_optimizer_state(other, {})  # nothing came: nothing to load, no error
 
 
-def test_verification_with_sparseloco_is_a_warning_not_an_error() -> None:
+def test_verification_with_sparseloco_is_valid_and_no_longer_a_warning() -> None:
     rc = load_run_config(CONFIG)
     assert not any("verification_percent" in a for a in rc.advisories())
     rc = dataclasses.replace(rc, config=dataclasses.replace(rc.config, verification_percent=25))
-    rc.check()  # valid: the run trains, its results are just not recomputed
-    (warning,) = [a for a in rc.advisories() if "verification_percent" in a]
-    assert "checks nothing with the SparseLoCo optimizer" in warning
+    rc.check()  # valid, and its results are audited (docs/protocol.md, "SparseLoCo: ...")
+    assert not any("verification_percent" in a for a in rc.advisories())
+
+
+def test_the_kit_follows_verification_with_the_audit_trailer() -> None:
+    t = _trainer()
+    kit = ModelKit(trainer=t, format=t.format, data=None)  # type: ignore[arg-type]
+    kit.follow_verification(25)
+    assert t.audit and isinstance(kit.format, SparseLoCoFormat)
+    assert kit.format.audit_steps == t.config.inner_steps
+    assert kit.format.max_bytes > t.payload_bytes
+    kit.follow_verification(0)
+    assert not t.audit and kit.format.max_bytes == t.payload_bytes

@@ -1,0 +1,150 @@
+"""What the SparseLoCo audit costs on the wire, per round, measured side by side (issue 39).
+
+One process, one torch thread, the tiny preset (1.18 M parameters) and the product's classes:
+for each of ``--rounds`` rounds, a trainer takes the round once without the audit and once with
+it (``SparseLoCoTrainer.set_audit``, the same start: the second from a copy of the first's state),
+and a verifier runs the daemon's check of one inner step and the encode link
+(``psyche.daemon.sparseloco_verifying.audit_link``) on the audited result. Printed: the CPU
+seconds of each (medians), the recording overhead, an audit's cost as a share of a plain round,
+the bytes an audit fetches, and what a client then spends per round at ``verification_percent``
+p with 3 verifiers per sampled result (each audits every sampled result but its own, so about
+3·p/100 audits per client and round).
+
+    .venv/bin/python bench/sparseloco_audit_wire.py              # H = 2, as config/tiny-sparseloco
+    .venv/bin/python bench/sparseloco_audit_wire.py --inner-steps 4 --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--inner-steps", type=int, default=2, help="H")
+    p.add_argument("--batch", type=int, default=4, help="samples per inner step")
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--percent", type=int, default=25, help="verification_percent for the share")
+    p.add_argument("--json", type=Path)
+    return p.parse_args(argv)
+
+
+def _cpu(fn: Any) -> tuple[Any, float]:
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from psyche.daemon.sparseloco_verifying import audit_link, wanted
+    from psyche.protocol.optimizers import SparseLoCoOptimizer
+    from psyche.training import init_model, llama_config
+    from psyche.training.presets import PRESETS
+    from psyche.training.sparseloco_trainer import SparseLoCoTrainer
+
+    torch.set_num_threads(1)
+    h = args.inner_steps
+    opt = SparseLoCoOptimizer(
+        betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8, clip_grad_norm=1.0, inner_steps=h,
+        outer_lr=1.0, outer_momentum=0.0, topk_chunk=256, topk=8, value_bits=2, error_decay=0.95,
+    )  # fmt: skip
+    cfg = llama_config(PRESETS["tiny"])
+
+    def trainer() -> SparseLoCoTrainer:
+        return SparseLoCoTrainer(init_model(cfg, seed=0), opt, micro_batch_size=args.batch)
+
+    plain, audited, verifier = trainer(), trainer(), trainer()
+    audited.set_audit(True)
+    gen = torch.Generator().manual_seed(0)
+    rows: list[dict[str, float]] = []
+    for r in range(args.rounds):
+        batch = torch.randint(3, 259, (h * args.batch, args.seq), generator=gen)
+        kw: dict[str, Any] = {
+            "step": r + 1, "lr": 3e-3, "prev_lr": 3e-3, "prev_self_results": None,
+            "zero_optim": False,
+        }  # fmt: skip
+        audited.state = copy.deepcopy(plain.state)
+        audited._inner.load_state_dict(copy.deepcopy(plain._inner.state_dict()))
+        _, t_plain = _cpu(partial(plain.train_step, batch, **kw))
+        out, t_audit = _cpu(partial(audited.train_step, batch, **kw))
+        trail = audited.last_trail
+        assert trail is not None
+        decoded = audited.format.decode(out.payload)
+        assert decoded.audit is not None
+        served = dict(zip(trail.hashes, trail.states, strict=True))
+        served.update(zip(trail.error_hashes, trail.errors, strict=True))
+        link = r % h
+        need = wanted(decoded.audit, link)
+        base = out.payload[: audited.payload_bytes]
+        check = partial(audit_link, verifier, link, decoded.audit, served, batch, 3e-3, base)
+        (ok, why), t_check = _cpu(partial(check, hashed=True))
+        assert ok, why
+        rows.append(
+            {
+                "plain_s": t_plain,
+                "audited_s": t_audit,
+                "audit_s": t_check,
+                "fetched_bytes": sum(len(served[x]) for x in need),
+                "served_bytes": sum(len(b) for b in (*trail.states, *trail.errors)),
+            }
+        )
+        print(
+            f"round {r + 1}: plain {t_plain:.3f} s, recording {t_audit:.3f} s, "
+            f"audit of step {link} + encode {t_check:.3f} s",
+            file=sys.stderr,
+        )
+    med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+    audits_per_client = 3 * args.percent / 100
+    return {
+        "inner_steps": h,
+        "samples_per_step": args.batch,
+        "params": sum(p.numel() for p in plain.params),
+        "rounds": args.rounds,
+        "median": med,
+        "recording_over_plain": med["audited_s"] / med["plain_s"],
+        "audit_over_plain": med["audit_s"] / med["plain_s"],
+        "percent": args.percent,
+        "verifier_share_per_round": audits_per_client * med["audit_s"] / med["plain_s"],
+        "fetched_bytes_per_param": med["fetched_bytes"] / sum(p.numel() for p in plain.params),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    res = run(args)
+    m = res["median"]
+    print(
+        f"H = {res['inner_steps']}, {res['samples_per_step']} samples per step, "
+        f"{res['params']:,} parameters, {res['rounds']} rounds (medians, CPU s, 1 thread)"
+    )
+    print(
+        "| plain round | recording round | ratio | audit (step + encode) | audit / round "
+        f"| verifier share at {res['percent']} % | fetched per audit | served per round |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {m['plain_s']:.3f} | {m['audited_s']:.3f} | {res['recording_over_plain']:.2f} "
+        f"| {m['audit_s']:.3f} | {res['audit_over_plain']:.2f} "
+        f"| {100 * res['verifier_share_per_round']:.1f} % "
+        f"| {m['fetched_bytes'] / 1e6:.1f} MB ({res['fetched_bytes_per_param']:.0f} B/param) "
+        f"| {m['served_bytes'] / 1e6:.1f} MB |"
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The trainer's side of the SparseLoCo audit: serving its committed inner states to verifiers.
+
+A SparseLoCo result in a run that verifies commits to the hashes of its round's inner states and
+error buffers (``psyche.distro.audit_trailer``). The verifiers of the next round fetch two or three
+of them by hash from this client (docs/protocol.md, "SparseLoCo: the inner-step audit"), so the
+blobs are served from the moment the result is published until the round after next starts, when
+every audit of it is over; older ones are withdrawn, which bounds what a client holds to two
+rounds' chains.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from psyche.p2p.transport import Transport
+from psyche.training.sparseloco_audit import AuditTrail
+
+__all__ = ["KEEP_ROUNDS", "AuditBlobs"]
+
+KEEP_ROUNDS = 2
+"""Rounds whose chains stay served: the one just trained and the one its verifiers now audit."""
+
+
+class AuditBlobs:
+    """The chains this client serves, oldest first."""
+
+    def __init__(self) -> None:
+        self._served: deque[tuple[int, tuple[bytes, ...]]] = deque()
+
+    def publish(self, transport: Transport, height: int, trail: AuditTrail) -> None:
+        """Serve ``trail``'s states and error buffers (by their SHA-256, the committed hashes);
+        withdraw the chains of rounds before ``height − KEEP_ROUNDS + 1``."""
+        # handoff=False: only this trainer holds them, and verifiers ask it by name.
+        hashes = tuple(transport.serve(b, handoff=False) for b in (*trail.states, *trail.errors))
+        self._served.append((height, hashes))
+        while self._served and self._served[0][0] <= height - KEEP_ROUNDS:
+            for h in self._served.popleft()[1]:
+                transport.unserve(h)
+
+    @property
+    def rounds(self) -> tuple[int, ...]:
+        return tuple(h for h, _ in self._served)

@@ -1,0 +1,319 @@
+"""The verifier step for SparseLoCo results: audit one link of each sampled trainer's chain.
+
+See docs/protocol.md, "SparseLoCo: the inner-step audit". A SparseLoCo result in a run that
+verifies ends in the hashes of its round's inner states S_0 … S_n and error buffers
+(``psyche.distro.audit_trailer``). At the start of round ``r + 1``, before its apply (the model
+then holds round ``r``'s start weights), each verifier of round ``r + 1`` takes every sampled
+result of round ``r`` that it holds and draws one link ``j`` from round ``r + 1``'s seed, the slot
+and the trainer (the same step for every verifier of the slot, so that their votes, which are
+near-exact, do not split), fetches from the trainer by their committed hashes S_j, S_{j+1}, S_n
+and both error buffers, and checks two links:
+
+- the **encode link**: re-encoding the payload from the error buffers before the round, its own
+  start weights and S_n's weights must give the very bytes the trainer sent, and the error
+  buffers after it (``psyche.training.sparseloco_audit.replay_encode``; exact);
+- **inner step** ``j``: S_0 (for ``j = 0``) holds the round's public start weights, and taking
+  step ``j`` itself from S_j on the ``j``-th inner batch of the trainer's assigned samples at the
+  round's learning rate lands on S_{j+1} (``replay_link``, within its tolerance).
+
+So one audit catches a free rider that skips samples in every inner step, and a payload that is
+not its chain's encoding, whatever the draw.
+
+Before any fetch, a public check: when the trainer's result of round ``r − 1`` is in the
+consensus every client applies now, its committed error buffers after that round must be the
+ones this result commits to before round ``r`` (a trainer's error buffers change only in its own
+rounds, or restart at zero when it loads a model, which ends its chain's epoch). Without it a
+trainer that did the work could pick its "before" buffers to encode any payload it likes.
+
+A failed link or continuity check, a blob that is malformed or does not match its commitment, or
+a committed state the trainer does not serve within the time budget votes "mismatch"; a result
+not held when the audit starts, or an audit cut short by the verifier's own budget, stays
+unchecked. The verdict rides in the witness through :func:`psyche.daemon.verifying.verdict_of`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import partial
+
+import torch
+
+from psyche.coordinator import Coordinator
+from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
+from psyche.daemon.epoch import EpochView
+from psyche.daemon.judgement import Judgement, SlotGradient, SubBatch
+from psyche.daemon.kit import ModelKit
+from psyche.daemon.parts import ClientParts, healthy_index
+from psyche.daemon.rounds import ReceivedResult, RoundState, decode_verified, results_to_apply
+from psyche.distro.audit_trailer import AuditCommitments
+from psyche.distro.result_format import SparseLoCoFormat
+from psyche.distro.sparseloco_payload import SparseLoCoPayload
+from psyche.p2p.errors import P2PError
+from psyche.p2p.peer_id import peer_id_for
+from psyche.protocol.identity import NodeIdentity
+from psyche.training.sparseloco_audit import (
+    AuditError,
+    decode_error,
+    decode_state,
+    inner_batches,
+    link_for,
+    replay_encode,
+    replay_link,
+    starts_at,
+)
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
+
+__all__ = ["audit_link", "judge_sparseloco", "link_of", "state_bound", "wanted"]
+
+log = logging.getLogger("psyche.daemon")
+
+
+def link_of(seed: bytes, slot: int, trainer: bytes, links: int) -> int:
+    """The inner step every verifier of ``slot`` audits (of ``links``): fixed by the next
+    round's verify seed, which nobody knew when the trainer committed."""
+    return link_for(seed + slot.to_bytes(2, "little") + trainer, links)
+
+
+def state_bound(shapes: tuple[tuple[int, ...], ...]) -> int:
+    """No honest state blob is larger: three float32 tensors and a count per parameter tensor,
+    and a generous safetensors header."""
+    numel = sum(int(torch.Size(s).numel()) for s in shapes)
+    return 12 * numel + 4 * len(shapes) + 512 * (4 * len(shapes) + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    slot: int
+    trainer_key: bytes
+    payload: bytes
+    """The held result's payload bytes, audit trailer left off."""
+    decoded: SparseLoCoPayload
+    link: int
+
+
+async def judge_sparseloco(
+    parts: ClientParts, coord: Coordinator, epoch: EpochView, state: RoundState, kit: ModelKit
+) -> None:
+    """At the start of round ``state`` (before its apply): when this client is a verifier of it,
+    audit one link of each sampled SparseLoCo result of the previous round into
+    ``state.judgement``. Nothing when the run does not verify or the client judges nothing."""
+    trainer, fmt = kit.trainer, kit.format
+    if not isinstance(trainer, SparseLoCoTrainer) or not isinstance(fmt, SparseLoCoFormat):
+        return
+    me = healthy_index(parts, coord)
+    judged = epoch.rounds.get(state.height - 1)
+    prev = coord.round_back(1)
+    if me is None or prev is None or judged is None or judged.height != prev.height:
+        return
+    if not judged.trains or not fmt.audit_steps:
+        return
+    proof = coord.committee_selection(coord.current_round()).get_witness(me)
+    if not proof.witness or proof.position >= VERIFIERS_PER_ROUND:
+        return
+    seed = verify_seed(coord.current_round().random_seed)
+    trainers = coord.round_clients(prev)
+    mine = coord.epoch_state.clients[me].id
+    slots: list[SlotGradient] = []
+    for slot, index in enumerate(coord.judged_sample(coord.current_round(), prev)):
+        if index >= len(trainers) or trainers[index] == mine:
+            continue
+        batch = judged.batch_of(trainers[index])
+        if batch is not None:
+            slots.append(SlotGradient(slot, trainers[index], batch, SubBatch(())))
+    if not slots:
+        return
+    budget = 0.25 * coord.config.max_round_train_time
+    deadline = time.monotonic() + budget
+    t0 = time.perf_counter()
+    earlier = _previous_results(coord, epoch, state)
+    done = []
+    for s in slots:
+        prior = earlier.get(s.trainer)
+        after = await _error_after(epoch, prior, fmt, deadline) if prior is not None else None
+        if prior is not None and after is None:
+            done.append(s)  # its previous result is not here in time: unchecked, not accused
+            continue
+        done.append(await _judge_slot(parts, kit, trainer, judged, s, seed, deadline, after))
+    state.judgement = Judgement(prev.height, tuple(done), fmt, 0)
+    log.info(
+        "verifier of step %d: audited %d of %d sampled SparseLoCo results in %.3f s",
+        state.step,
+        sum(1 for s in done if s.audit is not None),
+        len(done),
+        time.perf_counter() - t0,
+    )
+
+
+async def _judge_slot(
+    parts: ClientParts,
+    kit: ModelKit,
+    trainer: SparseLoCoTrainer,
+    judged: RoundState,
+    s: SlotGradient,
+    seed: bytes,
+    deadline: float,
+    error_after_previous: bytes | None,
+) -> SlotGradient:
+    assert isinstance(kit.format, SparseLoCoFormat)
+    held = _held(judged, s, kit.format)
+    if held is None:
+        return s  # not here (yet): unchecked, a verifier never holds a round back
+    audit = held.decoded.audit
+    assert audit is not None  # the run's format requires the trailer
+    key = s.trainer.p2p_identity
+    at = _Slot(s.slot, key, held.payload, held.decoded, link_of(seed, s.slot, key, audit.links))
+    if error_after_previous is not None and error_after_previous != audit.error_before:
+        why = "its error buffers before the round are not those after its previous round"
+        return _logged(judged, s, at, audit, False, why)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return s
+    try:
+        blobs = await asyncio.wait_for(_fetch(parts, trainer, at, audit), left)
+    except (TimeoutError, P2PError) as e:
+        ok, why = False, f"its committed state was not served ({e or 'timed out'})"
+    else:
+        try:
+            samples = await asyncio.to_thread(kit.data.get_samples, s.batch)
+            ok, why = await asyncio.to_thread(
+                partial(audit_link, hashed=True),
+                trainer, at.link, audit, blobs, samples, judged.lrs.lr, at.payload,
+            )  # fmt: skip
+        except Exception as e:  # a verifier's failure must never cost the round
+            log.warning("audit of slot %d failed here: %s; left unchecked", s.slot, e)
+            return s
+    return _logged(judged, s, at, audit, ok, why)
+
+
+def _logged(
+    judged: RoundState, s: SlotGradient, at: _Slot, audit: AuditCommitments, ok: bool, why: str
+) -> SlotGradient:
+    log.info(
+        "audited step %d slot %d %s: step %d of %d %s%s",
+        judged.step,
+        s.slot,
+        s.trainer.hex()[:8],
+        at.link,
+        audit.links,
+        "match" if ok else "MISMATCH",
+        "" if ok else f" ({why})",
+    )
+    return replace(s, audit=ok)
+
+
+def _previous_results(
+    coord: Coordinator, epoch: EpochView, state: RoundState
+) -> dict[NodeIdentity, tuple[RoundState, ReceivedResult]]:
+    """The results of the round before the judged one that every client applies now (the
+    consensus of the previous round's witnesses), by trainer."""
+    before, prev = epoch.rounds.get(state.height - 2), coord.previous_round()
+    if before is None or prev is None:
+        return {}
+    return {r.trainer: (before, r) for r in results_to_apply(before, prev.witnesses, coord)}
+
+
+async def _error_after(
+    epoch: EpochView,
+    prior: tuple[RoundState, ReceivedResult],
+    fmt: SparseLoCoFormat,
+    deadline: float,
+) -> bytes | None:
+    """The committed error-buffer hash after a trainer's previous result, once it is here (its
+    download awaited until ``deadline``: every client needs it for this round's apply anyway);
+    None when it does not come in time or carries no trailer."""
+    before, res = prior
+    task = epoch.downloads.get((before.height, res.batch))
+    if task is not None:
+        await asyncio.wait([task], timeout=max(0.0, deadline - time.monotonic()))
+    res = before.results.get(res.batch, res)
+    decoded = decode_verified(res, before.step, fmt)
+    if not isinstance(decoded, SparseLoCoPayload) or decoded.audit is None:
+        return None
+    return decoded.audit.error_after
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    payload: bytes
+    decoded: SparseLoCoPayload
+
+
+def _held(judged: RoundState, s: SlotGradient, fmt: SparseLoCoFormat) -> _Held | None:
+    res = judged.results.get(s.batch)
+    if res is None or res.trainer != s.trainer or res.fingerprint is None:
+        return None
+    decoded = decode_verified(res, judged.step, fmt)
+    if not isinstance(decoded, SparseLoCoPayload) or res.payload is None:
+        return None
+    return _Held(res.payload[: fmt.payload_bytes], decoded)
+
+
+def wanted(audit: AuditCommitments, link: int) -> tuple[bytes, ...]:
+    """The committed blobs an audit of inner step ``link`` needs, each once: S_j and S_{j+1}
+    for the step, S_n and both error buffers for the encode link."""
+    n = audit.links
+    need = (audit.states[link], audit.states[link + 1], audit.states[n])
+    return (*dict.fromkeys(need), audit.error_before, audit.error_after)
+
+
+async def _fetch(
+    parts: ClientParts, trainer: SparseLoCoTrainer, at: _Slot, audit: AuditCommitments
+) -> dict[bytes, bytes]:
+    peer = peer_id_for(at.trainer_key)
+    bound = state_bound(tuple(trainer.shapes))
+    got = {}
+    for h in wanted(audit, at.link):
+        got[h] = await parts.transport.fetch(h, from_any_of=[peer], max_size=bound)
+    return got
+
+
+def audit_link(
+    trainer: SparseLoCoTrainer,
+    link: int,
+    audit: AuditCommitments,
+    blobs: Mapping[bytes, bytes],
+    samples: torch.Tensor,
+    lr: float,
+    payload: bytes,
+    *,
+    hashed: bool = False,
+) -> tuple[bool, str]:
+    """Blocking: whether the encode link and inner step ``link`` of the committed chain hold,
+    and why not. ``blobs`` maps each of :func:`wanted`'s hashes to the bytes the trainer served
+    for it (``hashed``: already checked against them, as a P2P fetch by hash does, so they are
+    not hashed again); ``trainer`` is the verifier's own, its weights the judged round's start
+    weights (put back as they were)."""
+    n = audit.links
+
+    def state(h: bytes) -> dict[str, torch.Tensor]:
+        return decode_state(blobs[h], shapes, None if hashed else h)
+
+    def error(h: bytes) -> list[torch.Tensor]:
+        return decode_error(blobs[h], numels, None if hashed else h)
+
+    shapes = list(trainer.shapes)
+    numels = [int(p.numel()) for p in trainer.params]
+    try:
+        before, after = state(audit.states[link]), state(audit.states[link + 1])
+        if link == 0 and not starts_at(trainer.params, before):
+            return False, "S_0 is not the round's start weights"
+        last = after if link + 1 == n else state(audit.states[n])
+        before_e, after_e = error(audit.error_before), error(audit.error_after)
+    except AuditError as e:
+        return False, str(e)
+    if not replay_encode(trainer, before_e, last, payload, after_e):
+        return False, "the payload is not the encoding of the committed last state"
+    parts = inner_batches(samples, trainer.config.inner_steps)
+    if len(parts) != n:
+        return False, f"{n} inner steps committed for {len(parts)} inner batches"
+    verdict = replay_link(trainer, link, before, after, parts[link], lr)
+    if verdict.ok:
+        return True, ""
+    return False, (
+        f"inner step {link} replayed off by {verdict.weight_error:.3g} (weights), "
+        f"{verdict.moment_error:.3g} (moments), counts ok {verdict.step_ok}"
+    )

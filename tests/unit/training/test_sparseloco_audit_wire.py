@@ -1,0 +1,205 @@
+"""The SparseLoCo audit on the wire (issue 39 item 2): a trainer in a run that verifies appends
+its chain's hashes to its payload (the result hash covers them), serves the blobs for two rounds,
+and a verifier's audit of any link accepts an honest chain and rejects a free rider's, a blob
+that is not the committed one, and a payload that is not the chain's encoding."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+import torch
+
+from psyche.daemon.audit_serving import AuditBlobs
+from psyche.daemon.sparseloco_verifying import audit_link, link_of, state_bound, wanted
+from psyche.distro.audit_trailer import (
+    AuditCommitments,
+    decode_trailer,
+    encode_trailer,
+    trailer_bytes,
+)
+from psyche.distro.payload import PayloadError
+from psyche.p2p.errors import P2PError
+from psyche.p2p.memory import MemoryNetwork
+from psyche.protocol.identity import SecretKey
+from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training import init_model, llama_config
+from psyche.training.sparseloco_audit import AuditTrail
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
+
+from .helpers import TINY, batch_of
+
+H = 3
+LR = 4e-3
+
+
+def config() -> SparseLoCoOptimizer:
+    return SparseLoCoOptimizer(
+        betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8, clip_grad_norm=1.0, inner_steps=H,
+        outer_lr=0.7, outer_momentum=0.0, topk_chunk=64, topk=2, value_bits=2, error_decay=0.95,
+    )  # fmt: skip
+
+
+def trainer(audit: bool = True) -> SparseLoCoTrainer:
+    t = SparseLoCoTrainer(init_model(llama_config(TINY), seed=0), config(), micro_batch_size=2)
+    t.set_audit(audit)
+    return t
+
+
+def audited_round(t: SparseLoCoTrainer, batch: torch.Tensor) -> tuple[bytes, AuditTrail]:
+    """A warm-up round (moments and error buffers not zero), then the audited one's result."""
+    t.train_step(batch_of(7, samples=6), step=1, lr=LR, prev_lr=LR, prev_self_results=None,
+                 zero_optim=False)  # fmt: skip
+    out = t.train_step(batch, step=2, lr=LR, prev_lr=LR, prev_self_results=None, zero_optim=False)
+    assert t.last_trail is not None
+    return out.payload, t.last_trail
+
+
+def blobs_for(trail: AuditTrail, link: int) -> dict[bytes, bytes]:
+    """What the trainer serves for an audit of inner step ``link``: every blob it committed to,
+    by hash, of which the audit asks :func:`wanted`'s."""
+    served = dict(zip(trail.hashes, trail.states, strict=True))
+    served.update(zip(trail.error_hashes, trail.errors, strict=True))
+    return served
+
+
+def test_the_trailer_round_trips_and_only_its_canonical_form_decodes() -> None:
+    c = AuditCommitments((b"\x01" * 32, b"\x02" * 32), b"\x03" * 32, b"\x04" * 32)
+    data = encode_trailer(c, 4)
+    assert len(data) == trailer_bytes(4) and decode_trailer(data, 4) == c
+    assert c.links == 1
+    bad = {
+        "size": data[:-1],
+        "magic": b"XXXX" + data[4:],
+        "too few states": data[:4] + b"\x01" + data[5:],
+        "too many states": data[:4] + b"\x06" + data[5:],
+        "padding": data[: 5 + 64] + b"\x01" + data[5 + 65 :],
+    }
+    for why, d in bad.items():
+        with pytest.raises(PayloadError):
+            decode_trailer(d, 4)
+        assert why
+    with pytest.raises(PayloadError):
+        encode_trailer(AuditCommitments((b"\x01" * 32,), b"\x03" * 32, b"\x04" * 32), 4)
+
+
+def test_an_auditing_trainer_commits_to_its_chain_in_the_result() -> None:
+    t = trainer()
+    payload, trail = audited_round(t, batch_of(1, samples=6))
+    assert len(payload) == t.format.max_bytes == t.payload_bytes + trailer_bytes(H)
+    decoded = t.format.decode(payload)
+    assert decoded.audit is not None
+    assert decoded.audit.states == tuple(trail.hashes) and len(trail.hashes) == H + 1
+    assert (decoded.audit.error_before, decoded.audit.error_after) == tuple(trail.error_hashes)
+    # The fingerprint (copy check) is of what the payload says, the trailer left out.
+    plain = dataclasses.replace(decoded, audit=None)
+    assert t.format.fingerprint(decoded) == t.format.fingerprint(plain)
+    with pytest.raises(PayloadError):
+        t.format.decode(payload[: t.payload_bytes])  # a run that verifies needs the trailer
+    t.set_audit(False)
+    assert t.format.max_bytes == t.payload_bytes
+    with pytest.raises(PayloadError):
+        t.format.decode(payload)
+    out = t.train_step(batch_of(2, samples=6), step=3, lr=LR, prev_lr=LR,
+                       prev_self_results=None, zero_optim=False)  # fmt: skip
+    assert len(out.payload) == t.payload_bytes and t.last_trail is None
+
+
+def test_a_smaller_batch_commits_fewer_states() -> None:
+    t = trainer()
+    payload, trail = audited_round(t, batch_of(1, samples=2))
+    audit = t.format.decode(payload).audit
+    assert audit is not None and audit.links == 2 and len(trail.hashes) == 3
+
+
+def test_every_audit_of_an_honest_chain_passes_and_every_one_of_a_free_riders_fails() -> None:
+    batch = batch_of(1, samples=6)
+    honest, rider, verifier = trainer(), trainer(), trainer()
+    payload, trail = audited_round(honest, batch)
+    audit = honest.format.decode(payload).audit
+    assert audit is not None
+    base = payload[: honest.payload_bytes]
+    assert audit.links == H
+    for link in range(H):
+        assert len(wanted(audit, link)) == (4 if link == H - 1 else 5)
+        ok, why = audit_link(verifier, link, audit, blobs_for(trail, link), batch, LR, base)
+        assert ok, (link, why)
+
+    def half_step(part: torch.Tensor, lr: float, cancel: object) -> float:
+        return SparseLoCoTrainer._inner_step(rider, part[: max(1, part.shape[0] // 2)], lr, None)
+
+    rider._inner_step = half_step  # type: ignore[method-assign]
+    r_payload, r_trail = audited_round(rider, batch)
+    r_audit = rider.format.decode(r_payload).audit
+    assert r_audit is not None
+    r_base = r_payload[: rider.payload_bytes]
+    for link in range(H):
+        ok, why = audit_link(verifier, link, r_audit, blobs_for(r_trail, link), batch, LR, r_base)
+        # Its encode link holds (the payload is its chain's): the inner step is what fails.
+        assert not ok and why.startswith(f"inner step {link} replayed off"), why
+
+
+def test_a_wrong_blob_start_or_payload_fails_its_link() -> None:
+    batch = batch_of(1, samples=6)
+    t, verifier = trainer(), trainer()
+    payload, trail = audited_round(t, batch)
+    audit = t.format.decode(payload).audit
+    assert audit is not None
+    base = payload[: t.payload_bytes]
+    swapped = {**blobs_for(trail, 0), trail.hashes[0]: trail.states[1]}
+    ok, why = audit_link(verifier, 0, audit, swapped, batch, LR, base)
+    assert not ok and "commitment" in why
+    # Another round's payload under this chain: the encode link refuses it.
+    other, _ = audited_round(trainer(), batch_of(3, samples=6))
+    ok, why = audit_link(
+        verifier, 1, audit, blobs_for(trail, 1), batch, LR, other[: t.payload_bytes]
+    )
+    assert not ok and "encoding" in why
+    # A chain that does not start at the round's start weights.
+    with torch.no_grad():
+        verifier.params[0].add_(1.0)
+    ok, why = audit_link(verifier, 0, audit, blobs_for(trail, 0), batch, LR, base)
+    assert not ok and "start weights" in why
+
+
+def test_every_verifier_of_a_slot_draws_the_same_step_and_every_step_is_drawn() -> None:
+    seen = {link_of(bytes([s]) * 32, 3, b"trainer", 4) for s in range(64)}
+    assert seen == {0, 1, 2, 3}
+    assert link_of(b"s" * 32, 1, b"t", 4) == link_of(b"s" * 32, 1, b"t", 4)
+
+
+def test_the_trainer_serves_two_rounds_of_chains_and_withdraws_older_ones() -> None:
+    async def run() -> None:
+        net = MemoryNetwork()
+        server, client = net.node(SecretKey.generate()), net.node(SecretKey.generate())
+        client.set_allowed_peers([server.peer_id])
+        served = AuditBlobs()
+        trails = []
+        for height in (1, 2, 3):
+            trail = AuditTrail()
+            trail.states = [bytes([height, i]) * 16 for i in range(3)]
+            trail.errors = [bytes([height, 9]) * 16, bytes([height, 8]) * 16]
+            trails.append(trail)
+            served.publish(server, height, trail)
+        assert served.rounds == (2, 3)
+        import hashlib
+
+        got = await client.fetch(
+            hashlib.sha256(trails[1].states[0]).digest(), from_any_of=[server.peer_id],
+            max_size=1024, timeout=2.0,
+        )  # fmt: skip
+        assert got == trails[1].states[0]
+        with pytest.raises(P2PError):
+            await client.fetch(
+                hashlib.sha256(trails[0].states[0]).digest(), from_any_of=[server.peer_id],
+                max_size=1024, timeout=0.5,
+            )  # fmt: skip
+
+    asyncio.run(run())
+
+
+def test_the_state_bound_holds_an_honest_state() -> None:
+    t = trainer()
+    _, trail = audited_round(t, batch_of(1, samples=6))
+    assert all(len(s) <= state_bound(tuple(t.shapes)) for s in trail.states)

@@ -55,6 +55,7 @@ from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco_payload import SparseLoCoPayload
 from psyche.p2p.errors import BlobTooLarge, P2PError
 from psyche.p2p.peer_id import peer_id_for
+from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.sparseloco_audit import (
     AuditError,
@@ -88,11 +89,9 @@ def state_bound(shapes: tuple[tuple[int, ...], ...]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Slot:
-    slot: int
     trainer_key: bytes
     payload: bytes
     """The held result's payload bytes, audit trailer left off."""
-    decoded: SparseLoCoPayload
     link: int
 
 
@@ -118,11 +117,15 @@ async def judge_sparseloco(
     seed = verify_seed(coord.current_round().random_seed)
     trainers = coord.round_clients(prev)
     mine = coord.epoch_state.clients[me].id
+    # Inverted once: a lookup per sampled slot must not scan the round's assignment.
+    batches: dict[NodeIdentity, BatchId] = {}
+    for b, who in judged.assignment.items():
+        batches.setdefault(who, b)  # its first batch, as RoundState.batch_of answers
     slots: list[SlotGradient] = []
     for slot, index in enumerate(coord.judged_sample(coord.current_round(), prev)):
         if index >= len(trainers) or trainers[index] == mine:
             continue
-        batch = judged.batch_of(trainers[index])
+        batch = batches.get(trainers[index])
         if batch is not None:
             slots.append(SlotGradient(slot, trainers[index], batch, SubBatch(())))
     if not slots:
@@ -166,7 +169,7 @@ async def _judge_slot(
     audit = held.decoded.audit
     assert audit is not None  # the run's format requires the trailer
     key = s.trainer.p2p_identity
-    at = _Slot(s.slot, key, held.payload, held.decoded, link_of(seed, s.slot, key, audit.links))
+    at = _Slot(key, held.payload, link_of(seed, s.slot, key, audit.links))
     if error_after_previous is not None and error_after_previous != audit.error_before:
         why = "its error buffers before the round are not those after its previous round"
         return _logged(judged, s, at, audit, False, why)

@@ -121,19 +121,24 @@ def state_hash(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def decode_state(
-    data: bytes, shapes: Sequence[tuple[int, ...]], commitment: bytes | None = None
-) -> dict[str, torch.Tensor]:
-    """A peer's state blob, checked against its commitment and strictly against ``shapes``."""
+def _load_committed(data: bytes, commitment: bytes | None, what: str) -> dict[str, torch.Tensor]:
+    """``data``'s tensors, once its hash is the ``commitment`` (when one is given)."""
     from safetensors import SafetensorError
     from safetensors.torch import load
 
     if commitment is not None and state_hash(data) != commitment:
-        raise AuditError("the state does not match its commitment")
+        raise AuditError(f"{what}: the bytes do not match the commitment")
     try:
-        state = load(data)
+        return load(data)
     except (SafetensorError, ValueError, RuntimeError) as e:
-        raise AuditError(f"the state is not a safetensors file: {e}") from None
+        raise AuditError(f"{what}: not a safetensors file: {e}") from None
+
+
+def decode_state(
+    data: bytes, shapes: Sequence[tuple[int, ...]], commitment: bytes | None = None
+) -> dict[str, torch.Tensor]:
+    """A peer's state blob, checked against its commitment and strictly against ``shapes``."""
+    state = _load_committed(data, commitment, "the state")
     expected = {f"{k}.{i}" for i in range(len(shapes)) for k in "wmvt"}
     if set(state) != expected:
         raise AuditError(f"the state has {len(state)} tensors, expected {len(expected)}")
@@ -163,15 +168,7 @@ def decode_error(
     data: bytes, numels: Sequence[int], commitment: bytes | None = None
 ) -> list[torch.Tensor]:
     """A peer's error buffers, checked against the commitment and strictly against ``numels``."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    if commitment is not None and state_hash(data) != commitment:
-        raise AuditError("the error buffers do not match their commitment")
-    try:
-        state = load(data)
-    except (SafetensorError, ValueError, RuntimeError) as e:
-        raise AuditError(f"the error buffers are not a safetensors file: {e}") from None
+    state = _load_committed(data, commitment, "the error buffers")
     if set(state) != {f"e.{i}" for i in range(len(numels))}:
         raise AuditError(f"the error buffers hold {len(state)} tensors, expected {len(numels)}")
     out = []

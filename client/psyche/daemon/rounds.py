@@ -86,6 +86,15 @@ class RoundState:
     """Held results' decoded payloads, for the apply (within ``DECODED_BUDGET``)."""
     decoded_bytes: int = 0
     """What ``decoded`` has taken of the budget (not given back when the apply takes one)."""
+    _batches: dict[NodeIdentity, BatchId] = field(
+        init=False, default_factory=dict, compare=False, repr=False
+    )
+    """``assignment`` inverted once: a verifier looks up every sampled trainer, and a scan per
+    lookup made a round's judging O(sampled × clients) (issue 38)."""
+
+    def __post_init__(self) -> None:
+        for batch, who in self.assignment.items():
+            self._batches.setdefault(who, batch)  # a trainer's first batch, in assignment order
 
     def hold(self, result: ReceivedResult, sk: CopySketch, decoded: Any = None) -> None:
         """Keep a verified ``result`` (its fingerprint set) whose copy-check sketch is ``sk``
@@ -115,10 +124,8 @@ class RoundState:
         return fmt.decode(result.payload)
 
     def batch_of(self, trainer: NodeIdentity) -> BatchId | None:
-        for batch, who in self.assignment.items():
-            if who == trainer:
-                return batch
-        return None
+        """``trainer``'s batch this round (its first, were it assigned several)."""
+        return self._batches.get(trainer)
 
     def all_received(self, ignore: Collection[NodeIdentity] = ()) -> bool:
         """Every assigned batch has its downloaded result, except the batches of ``ignore``."""

@@ -55,7 +55,6 @@ from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco_payload import SparseLoCoPayload
 from psyche.p2p.errors import BlobTooLarge, P2PError
 from psyche.p2p.peer_id import peer_id_for
-from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.sparseloco_audit import (
     AuditError,
@@ -117,15 +116,11 @@ async def judge_sparseloco(
     seed = verify_seed(coord.current_round().random_seed)
     trainers = coord.round_clients(prev)
     mine = coord.epoch_state.clients[me].id
-    # Inverted once: a lookup per sampled slot must not scan the round's assignment.
-    batches: dict[NodeIdentity, BatchId] = {}
-    for b, who in judged.assignment.items():
-        batches.setdefault(who, b)  # its first batch, as RoundState.batch_of answers
     slots: list[SlotGradient] = []
     for slot, index in enumerate(coord.judged_sample(coord.current_round(), prev)):
         if index >= len(trainers) or trainers[index] == mine:
             continue
-        batch = batches.get(trainers[index])
+        batch = judged.batch_of(trainers[index])
         if batch is not None:
             slots.append(SlotGradient(slot, trainers[index], batch, SubBatch(())))
     if not slots:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import ItemsView
 from pathlib import Path
 
 from psyche.coordinator import Coordinator, RunState
@@ -17,6 +18,7 @@ from psyche.daemon.rounds import (
 )
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.run_file import load_run_config
 
 LRS = RoundLRs(lr=1e-3, prev_lr=1e-3, zero_optim=False)
@@ -73,3 +75,25 @@ def test_apply_takes_only_results_with_a_witness_quorum() -> None:
     witnesses = [build_witness(WitnessProof(i, i, True), seen_a, bloom_seed=i) for i in range(2)]
     chosen = results_to_apply(state, witnesses, coord)
     assert [r.trainer for r in chosen] == [a]
+
+
+class _CountingDict(dict[BatchId, NodeIdentity]):
+    """An assignment that counts its scans."""
+
+    scans = 0
+
+    def items(self) -> ItemsView[BatchId, NodeIdentity]:  # type: ignore[override]
+        type(self).scans += 1
+        return super().items()
+
+
+def test_batch_of_answers_every_trainer_of_a_full_run_without_scanning_the_assignment() -> None:
+    # Issue 38: a verifier looks up each sampled trainer; a scan per lookup is O(sampled × N).
+    who = [sim_identity(i) for i in range(256)]
+    assignment = _CountingDict({BatchId(2 * i, 2 * i + 1): w for i, w in enumerate(who)})
+    assignment[BatchId(600, 601)] = who[0]  # a second batch: the first one is its answer
+    state = RoundState(0, 1, True, assignment, LRS)
+    built = _CountingDict.scans
+    assert [state.batch_of(w) for w in who] == [BatchId(2 * i, 2 * i + 1) for i in range(256)]
+    assert state.batch_of(sim_identity(999)) is None
+    assert _CountingDict.scans == built <= 1

@@ -31,6 +31,7 @@ from psyche.daemon.parts import ClientParts, Holdings
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundState,
+    Unsettled,
     copied_from,
     decode_verified,
     result_sketch,
@@ -286,7 +287,13 @@ class GossipRouter:
         # At LR 0 (a cold-start epoch's first round) every residual is empty, so honest results
         # are alike: nothing is checked for copies then.
         zero_lr = state.lrs.lr == 0
-        original = None if zero_lr else copied_from(sk, recent, decoded, kit.format)
+        unsure: list[ReceivedResult] = []
+        original = None
+        if not zero_lr:
+            me = self.parts.identity
+            original = copied_from(
+                sk, recent, decoded, kit.format, within=state, me=me, unsure=unsure
+            )
         if original is not None:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
             # docs/protocol.md, "Threat model and result verification".
@@ -294,6 +301,11 @@ class GossipRouter:
             self.parts.rejections.record(Rejection.copy_payload, peer, detail)
             return
         state.hold(dataclasses.replace(full, fingerprint=sk.fingerprint), sk, decoded)
+        if unsure:
+            # Near a held result, but nothing else of its round is held to tell a copy from a
+            # round whose honest results are all alike: decided when this client witnesses.
+            held_in = next(s for s in recent if s.results.get(unsure[0].batch) is unsure[0])
+            state.unsettled[full.batch] = Unsettled(unsure[0], held_in.step, kit.format)
         write_gradient(self.parts, state.step, full.batch, full.trainer.p2p_identity, full.payload)
         self.parts.wake()
 

@@ -19,8 +19,10 @@ from psyche.coordinator import ClientState, Coordinator, WitnessMetadata
 from psyche.coordinator.types import MAX_EVALS, EvalResult
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.parts import ClientParts, healthy_index
-from psyche.daemon.rounds import RoundState, bloom_seed_for, build_witness
+from psyche.daemon.rounds import RoundState, bloom_seed_for, build_witness, settle_copies
 from psyche.daemon.verifying import verdict_of
+from psyche.p2p.peer_id import peer_id_for
+from psyche.p2p.rejections import Rejection
 
 
 class RoundTraining(Protocol):
@@ -57,12 +59,24 @@ async def send_witness(parts: ClientParts, coord: Coordinator, epoch: EpochView)
         return
     state.sent_witness = True
     seed = bloom_seed_for(parts.identity, rnd, os.urandom(8))
-    witness = build_witness(proof, epoch.rounds.get(rnd.height - 1), seed)
+    attested = epoch.rounds.get(rnd.height - 1)
+    if attested is not None and attested.unsettled:
+        _settle(parts, attested)
+    witness = build_witness(proof, attested, seed)
     if state.judgement is not None:
         judgement, state.judgement = state.judgement, None  # the gradients are freed once sent
         judged = epoch.rounds.get(rnd.height - 1)
         witness.verdict = await asyncio.to_thread(verdict_of, judgement, judged)
     await parts.backend.send_witness(witness, witness_metadata(parts, state.step))
+
+
+def _settle(parts: ClientParts, attested: RoundState) -> None:
+    """Near-duplicates held before anything else of their round was: refused now if a reference
+    shows them closer to their original than to the round's results (``settle_copies``)."""
+    for batch, original in settle_copies(attested, parts.identity):
+        trainer = attested.results[batch].trainer
+        detail = f"batch {batch} of step {attested.step} repeats batch {original}"
+        parts.rejections.record(Rejection.copy_payload, peer_id_for(trainer.p2p_identity), detail)
 
 
 def witness_metadata(parts: ClientParts, step: int) -> WitnessMetadata:

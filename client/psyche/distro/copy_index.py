@@ -427,21 +427,29 @@ class CopyIndex(Generic[T]):
         were added: those sharing a large tensor's key set, and those sharing an LSH band and
         at least ``AGREE_MIN`` bins. Every entry the exact rule accepts is among them, but for
         the probabilities in the module docstring."""
-        found: set[int] = set()
+        return [entry for entry, _ in self.near_scored(sk)]
+
+    def near_scored(self, sk: CopySketch) -> list[tuple[T, float | None]]:
+        """:meth:`near`'s entries with the share of ``sk``'s bins each agrees in (an estimate
+        of their keys' Jaccard similarity; None for an entry found by a tensor's key set)."""
+        found: dict[int, float | None] = {}
         for key in self._tensors.keys() & sk.tensors:
-            found.update(self._tensors[key])
+            found.update(dict.fromkeys(self._tensors[key]))
         hits = self._bands.keys() & sk.bands
         banded = {self._bands[key] for key in hits}
         if self._more:
             for key in hits & self._more.keys():
                 banded.update(self._more[key])
-        banded -= found
+        banded -= found.keys()
         COUNTS.band_candidates += len(banded)
         if banded and sk.bins is not None:
             same = [i for i in sorted(banded) if self._schemes[i] == sk.scheme]
             if same:
                 rows = self._bins[np.array(same, dtype=np.int64)]
+                filled = max(1, int((sk.bins != EMPTY).sum()))
                 agree = ((rows == sk.bins) & (sk.bins != EMPTY)).sum(axis=1)
-                found.update(i for i, a in zip(same, agree.tolist(), strict=True) if a >= AGREE_MIN)
+                for i, a in zip(same, agree.tolist(), strict=True):
+                    if a >= AGREE_MIN:
+                        found[i] = a / filled
         COUNTS.candidates += len(found)
-        return [self.entries[i] for i in sorted(found)]
+        return [(self.entries[i], found[i]) for i in sorted(found)]

@@ -28,6 +28,15 @@ from psyche.distro.payload import Payload
 NEAR_DUPLICATE = 0.75
 """Two results whose signed overlap is at least this are copies of each other."""
 
+CLOSER = 0.5
+"""Where a reference result of the copy's round is known, a near-duplicate must also be at least
+this much closer to the original than to the reference: ``1 − o(a, b) ≤ CLOSER · (1 − o(a, ref))``.
+Honest results of one round converge when every batch's gradient points the same way (the
+first rounds from one model, large batches): at 160 samples per client the tiny model's honest
+pairs share 0.88–0.91 of their choices in the first trained round, 0.75–0.80 in the second
+(``docs/protocol.md``), so the absolute line alone refused honest results and ejected their
+trainers. A copy stands out from such a round: it is near one result, not near all of them."""
+
 REPEAT_MIN_TILES = 4
 """A tensor is checked for an exact repeat only from this many tiles on: with fewer (norm
 weights, one tile of a small matrix) honest results repeat their few coefficients by chance."""
@@ -76,9 +85,24 @@ def repeated_tensors(a: Payload, b: Payload) -> list[int]:
     return out
 
 
-def near_duplicate(a: Payload, b: Payload) -> bool:
+def closer_than_reference(to_original: float, to_reference: float) -> bool:
+    """Whether a result with signed overlap ``to_original`` with a held result and
+    ``to_reference`` with a reference result of its round is near that one result rather than
+    near the round's results alike (``CLOSER``)."""
+    return 1.0 - to_original <= CLOSER * (1.0 - to_reference)
+
+
+def near_duplicate(a: Payload, b: Payload, ref: Payload | None = None) -> bool:
     """Whether ``a`` is refused as a copy of ``b``: its signed overlap reaches
-    ``NEAR_DUPLICATE``, or one of its large tensors repeats ``b``'s exactly."""
+    ``NEAR_DUPLICATE``, or one of its large tensors repeats ``b``'s exactly. Given ``ref``, a
+    result of ``a``'s round other than ``b``, the overlap must also be ``CLOSER`` to ``b`` than
+    to ``ref``, and a repeated tensor counts only if ``a`` does not repeat ``ref``'s too."""
     if len(a.results) != len(b.results):
         return False
-    return signed_overlap(a, b) >= NEAR_DUPLICATE or bool(repeated_tensors(a, b))
+    o = signed_overlap(a, b)
+    if o >= NEAR_DUPLICATE and (ref is None or closer_than_reference(o, signed_overlap(a, ref))):
+        return True
+    repeats = set(repeated_tensors(a, b))
+    if repeats and ref is not None and len(ref.results) == len(a.results):
+        repeats -= set(repeated_tensors(a, ref))
+    return bool(repeats)

@@ -22,7 +22,7 @@ from psyche.distro import sparseloco_overlap
 from psyche.distro.audit_trailer import decode_trailer, trailer_bytes
 from psyche.distro.compress import DistroResult
 from psyche.distro.copy_index import CopyKeys, distro_keys
-from psyche.distro.overlap import near_duplicate
+from psyche.distro.overlap import near_duplicate, signed_overlap
 from psyche.distro.payload import Payload, PayloadError, PayloadSpec, decode_payload
 from psyche.distro.sparseloco_payload import SparseLoCoPayload, SparseLoCoSettings
 from psyche.distro.sparseloco_payload import decode_payload as decode_sparseloco
@@ -53,8 +53,14 @@ class ResultFormat(Protocol):
         """SHA-256 of what the result says, its header (step, interval, nonce) left out."""
         ...
 
-    def near_duplicate(self, a: Any, b: Any) -> bool:
-        """Whether ``a`` is refused as a copy of ``b`` with a few entries changed."""
+    def near_duplicate(self, a: Any, b: Any, ref: Any | None = None) -> bool:
+        """Whether ``a`` is refused as a copy of ``b`` with a few entries changed; given ``ref``
+        (another result of ``a``'s round), only if ``a`` is near ``b`` rather than near the
+        round's results alike (``psyche.distro.overlap.CLOSER``)."""
+        ...
+
+    def overlap(self, a: Any, b: Any) -> float:
+        """The share of ``a``'s chosen entries that ``b`` chose with the same sign."""
         ...
 
     def copy_keys(self, decoded: Any) -> CopyKeys | None:
@@ -116,8 +122,11 @@ class DistroFormat:
     def fingerprint(self, decoded: Payload) -> bytes:
         return distro_fingerprint(decoded)
 
-    def near_duplicate(self, a: Payload, b: Payload) -> bool:
-        return near_duplicate(a, b)
+    def near_duplicate(self, a: Payload, b: Payload, ref: Payload | None = None) -> bool:
+        return near_duplicate(a, b, ref)
+
+    def overlap(self, a: Payload, b: Payload) -> float:
+        return signed_overlap(a, b)
 
     def copy_keys(self, decoded: Payload) -> CopyKeys:
         return distro_keys(decoded)
@@ -174,9 +183,14 @@ class SparseLoCoFormat:
                     h.update(arr.astype("<i8", copy=False).tobytes())
         return h.digest()
 
-    def near_duplicate(self, a: SparseLoCoPayload, b: SparseLoCoPayload) -> bool:
+    def near_duplicate(
+        self, a: SparseLoCoPayload, b: SparseLoCoPayload, ref: SparseLoCoPayload | None = None
+    ) -> bool:
         # DisTrO's rule on the kept entries (psyche.distro.sparseloco_overlap).
-        return sparseloco_overlap.near_duplicate(a, b, self.shapes, self.settings)
+        return sparseloco_overlap.near_duplicate(a, b, self.shapes, self.settings, ref)
+
+    def overlap(self, a: SparseLoCoPayload, b: SparseLoCoPayload) -> float:
+        return sparseloco_overlap.signed_overlap(a, b, self.shapes, self.settings)
 
     def copy_keys(self, decoded: SparseLoCoPayload) -> CopyKeys:
         return sparseloco_overlap.copy_keys(decoded, self.shapes, self.settings)

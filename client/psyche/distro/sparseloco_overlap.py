@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psyche.distro.copy_index import CopyKeys
-from psyche.distro.overlap import NEAR_DUPLICATE, REPEAT_MIN_TILES
+from psyche.distro.overlap import NEAR_DUPLICATE, REPEAT_MIN_TILES, closer_than_reference
 from psyche.distro.sparseloco_payload import (
     ChunkGroup,
     SparseLoCoPayload,
@@ -129,11 +129,23 @@ def signed_overlap(
 
 
 def near_duplicate(
-    a: SparseLoCoPayload, b: SparseLoCoPayload, shapes: Shapes, settings: SparseLoCoSettings
+    a: SparseLoCoPayload,
+    b: SparseLoCoPayload,
+    shapes: Shapes,
+    settings: SparseLoCoSettings,
+    ref: SparseLoCoPayload | None = None,
 ) -> bool:
-    """Whether ``a`` is refused as a copy of ``b`` (module docstring)."""
+    """Whether ``a`` is refused as a copy of ``b`` (module docstring); given ``ref``, a result of
+    ``a``'s round other than ``b``, only if ``a`` is near ``b`` rather than near the round's
+    results alike, as under DisTrO (``psyche.distro.overlap.CLOSER``)."""
     layout = _layout(shapes, settings)
     pairs = _overlaps(a, b, layout)
-    if _share(pairs) >= NEAR_DUPLICATE:
+    against = _overlaps(a, ref, layout) if ref is not None else None
+    if _share(pairs) >= NEAR_DUPLICATE and (
+        against is None or closer_than_reference(_share(pairs), _share(against))
+    ):
         return True
-    return any(rep and n and m == n for rep, (n, m) in zip(layout.repeatable, pairs, strict=True))
+    repeated = [rep and n and m == n for rep, (n, m) in zip(layout.repeatable, pairs, strict=True)]
+    if against is not None:
+        repeated = [r and m != n for r, (n, m) in zip(repeated, against, strict=True)]
+    return any(repeated)

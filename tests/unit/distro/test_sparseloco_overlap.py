@@ -129,3 +129,33 @@ def test_one_step_results_of_fresh_trainers_are_not_copies() -> None:
         for b in results[i + 1 :]:
             assert signed_overlap(a, b, fmt.shapes, fmt.settings) < 0.25
             assert not fmt.near_duplicate(a, b)
+
+
+def test_in_a_round_whose_results_are_alike_only_a_copy_is_refused(
+    rounds: tuple[SparseLoCoFormat, list[list[SparseLoCoPayload]]],
+) -> None:
+    """As under DisTrO (psyche.distro.overlap.CLOSER): honest results that all share most of
+    their entries (a converged round, here one direction with 6 % of its signs flipped each
+    way) are near each other but no nearer than to the rest of the round; a copy is."""
+    fmt, results = rounds
+    common = results[2][0]
+    honest = [flipped(common, 0.06, seed=20 + i) for i in range(3)]
+    a, b, ref = honest
+    assert signed_overlap(a, b, fmt.shapes, fmt.settings) > 0.8
+    assert fmt.near_duplicate(a, b)  # the absolute line alone refuses an honest result
+    assert not fmt.near_duplicate(a, b, ref)
+    copy = flipped(b, 0.02, seed=30)
+    assert fmt.near_duplicate(copy, b, ref)
+    # A large tensor repeated exactly that the reference repeats too is the round's, not a copy's.
+    counted = sparse_groups(fmt.shapes, fmt.settings)
+    big = max(range(len(counted)), key=lambda n: sum(g.chunks for g in counted[n]))
+
+    def sharing_big(seed: int) -> SparseLoCoPayload:
+        tensors = list(flipped(common, 0.4, seed=seed).tensors)
+        tensors[big] = common.tensors[big]
+        return dataclasses.replace(common, tensors=tuple(tensors))
+
+    a, b, ref = (sharing_big(40 + i) for i in range(3))
+    assert signed_overlap(a, b, fmt.shapes, fmt.settings) < 0.75
+    assert near_duplicate(a, b, fmt.shapes, fmt.settings)
+    assert not near_duplicate(a, b, fmt.shapes, fmt.settings, ref)

@@ -17,7 +17,7 @@ timestamps of consecutive round ends:
 - ``µs/result``: CPU seconds / (N × results per client), where a client handles every result of
   the round (its own and N − 1 downloads: verify, decode, copy check, witness, apply), i.e. N;
 - ``copy %``: the copy check's share of that CPU: the thread CPU time inside
-  ``psyche.daemon.rounds.copied_from`` and ``result_sketch`` (wrapped here, where ``gossip`` and
+  ``psyche.daemon.copy_check.copied_from`` and ``result_sketch`` (wrapped here, where ``gossip`` and
   ``training`` call them; they run synchronously on the event loop's thread) over the round's
   CPU seconds; the same per result in µs (``copy µs/result``: over N², the results every client
   sketches), split into the sketch's (``sketch µs``, per result) and the lookup's (``lookup

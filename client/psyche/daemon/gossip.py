@@ -25,6 +25,7 @@ import logging
 from typing import Any
 
 from psyche.coordinator import Coordinator
+from psyche.daemon.copy_check import copied_from
 from psyche.daemon.epoch import EARLY_STEPS_AHEAD, Early, EpochView
 from psyche.daemon.gradients import write_gradient
 from psyche.daemon.parts import ClientParts, Holdings
@@ -32,7 +33,6 @@ from psyche.daemon.rounds import (
     ReceivedResult,
     RoundState,
     Unsettled,
-    copied_from,
     decode_verified,
     result_sketch,
 )

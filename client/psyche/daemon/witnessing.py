@@ -17,9 +17,10 @@ from typing import Protocol
 
 from psyche.coordinator import ClientState, Coordinator, WitnessMetadata
 from psyche.coordinator.types import MAX_EVALS, EvalResult
+from psyche.daemon.copy_check import settle_copies
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.parts import ClientParts, healthy_index
-from psyche.daemon.rounds import RoundState, bloom_seed_for, build_witness, settle_copies
+from psyche.daemon.rounds import RoundState, bloom_seed_for, build_witness
 from psyche.daemon.verifying import verdict_of
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import Rejection

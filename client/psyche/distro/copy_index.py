@@ -364,7 +364,7 @@ class CopyCounts:
     """Work done by the copy check in this process, for tests and benchmarks."""
 
     checks: int = 0
-    """Results checked (``psyche.daemon.rounds.copied_from`` calls)."""
+    """Results checked (``psyche.daemon.copy_check.copied_from`` calls)."""
     band_candidates: int = 0
     """Held results that shared an LSH band with a checked one."""
     candidates: int = 0

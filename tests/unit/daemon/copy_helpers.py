@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from psyche.coordinator.scripted_clients import sim_identity
+from psyche.daemon.copy_check import copied_from, copied_from_reference
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundLRs,
     RoundState,
-    copied_from,
-    copied_from_reference,
     result_sketch,
 )
 from psyche.distro.copy_index import CopySketch

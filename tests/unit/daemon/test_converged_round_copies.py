@@ -14,16 +14,14 @@ import pytest
 import torch
 
 from psyche.coordinator.scripted_clients import sim_identity
+from psyche.daemon.copy_check import copied_from, copied_from_reference, settle_copies
 from psyche.daemon.rounds import (
     ReceivedResult,
     RoundLRs,
     RoundState,
     Unsettled,
     build_witness,
-    copied_from,
-    copied_from_reference,
     result_sketch,
-    settle_copies,
 )
 from psyche.distro import Distro, DistroResult, Payload, encode_payload
 from psyche.distro.overlap import signed_overlap

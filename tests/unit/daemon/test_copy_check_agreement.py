@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from psyche.coordinator.scripted_clients import sim_identity
+from psyche.daemon import copy_check as check_module
 from psyche.daemon import rounds as rounds_module
-from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState, copied_from
+from psyche.daemon.copy_check import copied_from
+from psyche.daemon.rounds import ReceivedResult, RoundLRs, RoundState
 from psyche.distro import Distro, DistroResult, Payload, decode_payload, encode_payload
 from psyche.distro.copy_index import COUNTS
 from psyche.distro.overlap import REPEAT_MIN_TILES, near_duplicate, signed_overlap
@@ -240,13 +242,13 @@ def test_a_check_decodes_as_many_held_results_at_256_as_at_4(
     """With K held results, a fresh result's check decodes none of them and a near copy's
     decodes one, at K = 4 as at K = 256; the reference decodes all K."""
     decodes = [0]
-    real = rounds_module.decode_verified
+    real = check_module.decode_verified
 
     def counting(*args: object) -> object:
         decodes[0] += 1
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(rounds_module, "decode_verified", counting)
+    monkeypatch.setattr(check_module, "decode_verified", counting)
     fresh_payloads, copies = many[256:], []
     seen = {}
     for k in (4, 256):
@@ -258,7 +260,7 @@ def test_a_check_decodes_as_many_held_results_at_256_as_at_4(
             found = copied_from(sk, states, p, run.fmt)
             seen[(k, name)] = (decodes[0], COUNTS.confirmations - before)
             decodes[0] = 0
-            reference = rounds_module.copied_from_reference(sk.fingerprint, states, p, run.fmt)
+            reference = check_module.copied_from_reference(sk.fingerprint, states, p, run.fmt)
             assert reference is found
             assert decodes[0] == k or name == "near"  # it stops at the copy's original
         copies.append(found)

@@ -60,6 +60,8 @@ import byzantine_attacks as cheap  # beside this file, not a package
 import byzantine_commit as bc
 
 ATTACKS = ("none", "flip", "random", "cancel", "replay", "garbage", "push", *cheap.NEW_ATTACKS)
+SPARSELOCO_ONLY = ("reset",)
+"""Attacks of the SparseLoCo arm only (bench/byzantine_sparseloco.py)."""
 PUSHED = "model.embed_tokens.weight"
 
 
@@ -103,11 +105,17 @@ class RunResult:
     escalated: list[tuple[int, int, int, bool, float, float]] = field(default_factory=list)
     """Escalated votes: (step, trainer, verifier, attacker, first score, escalated score)."""
     """Every vote: (judged step, trainer, verifier, trainer is an attacker, score)."""
+    record_s: float = 0.0
+    """SparseLoCo with --verify: the trainers' seconds recording their chains (hashing)."""
+    audit_findings: dict[str, int] = field(default_factory=dict)
+    """SparseLoCo with --verify: per audit (and copy-check refusal), what it found."""
+    audit_seconds: dict[str, float] = field(default_factory=dict)
+    """SparseLoCo with --verify: the honest audits' seconds by part (states, encode, step)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--attack", choices=ATTACKS, default="none")
+    p.add_argument("--attack", choices=(*ATTACKS, *SPARSELOCO_ONLY), default="none")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--attackers", type=int, default=1)
     p.add_argument("--aggregation", choices=("mean", "sum"), default="mean")
@@ -163,7 +171,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument(
         "--optimizer", choices=("distro", "sparseloco"), default="distro",
-        help="sparseloco: bench/byzantine_sparseloco.py, undefended (--verify is refused)",
+        help="sparseloco: bench/byzantine_sparseloco.py (--verify: the inner-step audit)",
     )  # fmt: skip
     p.add_argument("--inner-steps", type=int, default=4, help="SparseLoCo H")
     p.add_argument("--lr-inner", type=float, default=3e-3, help="SparseLoCo inner AdamW LR")
@@ -184,22 +192,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.attacks = ",".join(slb.ATTACKS[1:])
     if args.attacks is not None:
         chosen = tuple(a for a in args.attacks.split(",") if a)
-        unknown = [a for a in chosen if a not in ATTACKS[1:]]
+        known = (*ATTACKS[1:], *SPARSELOCO_ONLY)
+        unknown = [a for a in chosen if a not in known]
         if unknown or not chosen:
-            p.error(f"--attacks: unknown {unknown or 'empty'}; choose from {ATTACKS[1:]}")
+            p.error(f"--attacks: unknown {unknown or 'empty'}; choose from {known}")
         args.attacks = chosen
     else:
         args.attacks = ATTACKS[1:]
     if args.optimizer == "sparseloco":
         import byzantine_sparseloco as slb
 
-        if args.verify or args.aggregation != "mean":
-            p.error("--optimizer sparseloco: no verification nor --aggregation (undefended)")
+        if args.aggregation != "mean" or args.commitments or args.escalate or args.score_only:
+            p.error("--optimizer sparseloco: no --aggregation, --commitments, --escalate, "
+                    "--score-only (its defence is the inner-step audit)")  # fmt: skip
         if args.steps % args.inner_steps or args.inner_steps < 1:
             p.error("--steps must be a multiple of --inner-steps")
         wrong = [a for a in (*args.attacks, args.attack) if a not in slb.ATTACKS]
         if wrong and (args.matrix or args.attack in wrong):
             p.error(f"--optimizer sparseloco: not implemented for {wrong}")
+    elif args.attack in SPARSELOCO_ONLY or set(args.attacks) & set(SPARSELOCO_ONLY):
+        p.error(f"{', '.join(SPARSELOCO_ONLY)}: an attack of --optimizer sparseloco only")
     return args
 
 
@@ -222,8 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ws = base.prepare_workspace(cfg, Path(tmp), console)
         runs: list[tuple[str, int, str]] = []
-        if args.matrix and args.optimizer == "sparseloco":
-            runs += [("none", 0, "mean")] + [(a, 0, "mean") for a in args.attacks]
+        if args.matrix and args.optimizer == "sparseloco":  # undefended, or defended with --verify
+            runs += [("none", 0, "mean")] + [(a, args.verify, "mean") for a in args.attacks]
         elif args.matrix:
             vp = args.verify or 25
             if args.defended_only:
@@ -245,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 import byzantine_sparseloco as slb
 
                 r = slb.run(cfg, ws, args, attack, RunResult(attack, args.attackers, cfg.clients,
-                                                             aggregation, 0))  # fmt: skip
+                                                             aggregation, vp))  # fmt: skip
             else:
                 r = run(cfg, ws, args, attack, vp, aggregation)
             console.print(
@@ -314,6 +326,15 @@ def report(results: Sequence[RunResult], calibration: bool = False) -> list[dict
                 },
                 "escalations": r.escalations,
                 "escalated": r.escalated,
+                "chain_recording_fraction": round(r.record_s / r.train_fwd_bwd_s, 4)
+                if r.train_fwd_bwd_s
+                else 0.0,
+                "audit_findings": r.audit_findings,
+                "audit_fractions": {
+                    n: round(v / r.train_fwd_bwd_s, 4) for n, v in r.audit_seconds.items()
+                }
+                if r.train_fwd_bwd_s
+                else {},
             }
         )
         if calibration:

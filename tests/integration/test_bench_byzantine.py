@@ -53,6 +53,28 @@ def test_a_free_rider_is_ejected_by_its_commitments(
     assert row["commitment"]["attacker_below_threshold"] >= 2
 
 
+@pytest.mark.slow
+def test_sparseloco_free_rider_is_ejected_by_the_audit(
+    tmp_path: Path, reap_children: list[subprocess.Popen[bytes]]
+) -> None:
+    """`--optimizer sparseloco --verify 100`: a ½-work free rider's committed chain fails the
+    replayed inner step at its first round (rejected, no point, ejected), and no honest result
+    is accused (bench/byzantine_sparseloco_audit.py)."""
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, str(SCRIPT), "--optimizer", "sparseloco", "--steps", "8"]
+    cmd += ["--attack", "fr2", "--verify", "100", "--json", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    reap_children.append(proc)
+    stdout, _ = proc.communicate(timeout=LIMIT_S)
+    assert proc.returncode == 0, stdout.decode(errors="replace")[-2000:]
+    (row,) = json.loads(out.read_text(encoding="utf-8"))
+    assert row["attack"] == "fr2" and row["verification_percent"] == 100
+    assert row["ejected_at_step"] == {"3": 1}
+    assert "3" not in row["points"] and row["points"]["0"] == 2
+    assert row["false_positives"] == 0 and row["honest_votes"] > 0
+    assert row["audit_findings"]["attacker: inner step"] >= 2
+
+
 def test_bad_arguments_exit_with_one_line() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--attackers", "4"], capture_output=True, timeout=60

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -102,6 +103,16 @@ __all__ = ["CentralizedServer", "ServerOptions"]
 
 log = logging.getLogger(__name__)
 
+TICK_SLACK_S = 0.005
+"""How long after a multiple of the tick interval a tick runs, so that the whole second it
+aligns to has begun on the clock the coordinator reads."""
+
+
+def next_tick_at(now: float, interval: float) -> float:
+    """The wall-clock time of the next tick after ``now``: just after the next multiple of
+    ``interval`` (see :meth:`CentralizedServer.serve_forever`)."""
+    return (math.floor(now / interval) + 1) * interval + TICK_SLACK_S
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerOptions:
@@ -110,7 +121,8 @@ class ServerOptions:
     port: int = 20000
     """TCP port (0: any free port, see :attr:`CentralizedServer.port`)."""
     tick_interval: float = 0.5
-    """Seconds between ticks (the reference's 500 ms)."""
+    """Seconds between ticks (the reference's 500 ms), aligned to the wall clock's multiples of
+    it (a divisor of one second keeps ticks on the second boundaries, where timeouts expire)."""
     handshake_timeout: float = 10.0
     send_timeout: float = 30.0
     """A client whose socket accepts nothing for this long is dropped."""
@@ -196,13 +208,15 @@ class CentralizedServer(TcpService[ClientConnection, NodeIdentity]):
             self.on_state(self.hub.coordinator)
 
     async def serve_forever(self) -> None:
-        """Tick until cancelled."""
+        """Tick until cancelled, just after every multiple of ``tick_interval`` on the wall
+        clock. The coordinator's clock is whole seconds, so every timeout (a RoundWitness's end,
+        above all) expires at a second boundary: a tick aligned to it ends the phase then, where
+        a free-running tick came up to one interval (on average half of one) later."""
         interval = self.options.tick_interval
-        next_at = time.monotonic()
         while True:
-            next_at += interval
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            next_at = max(next_at, time.monotonic() - interval)  # no catch-up bursts after a stall
+            now = time.time()
+            # Computed afresh from the clock each time: no catch-up bursts after a stall.
+            await asyncio.sleep(next_tick_at(now, interval) - now)
             try:
                 changed = self.hub.tick(int(time.time()), secrets.randbits(64))
             except CoordinatorException as e:

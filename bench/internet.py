@@ -325,6 +325,10 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=ROOT / "runs" / "bench-internet")
     ap.add_argument("--json", type=Path, default=None)
     opts = ap.parse_args()
+    opts.workdir = opts.workdir.resolve()
+    if not opts.workdir.is_relative_to(ROOT):
+        ap.error(f"--workdir must be inside the repository ({ROOT}): the run config names the "
+                 "model and token files by paths relative to it")  # fmt: skip
     os.chdir(ROOT)  # the config names the model and token files relative to the repository
     ok, why = available()
     if not ok:

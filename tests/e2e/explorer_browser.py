@@ -237,7 +237,9 @@ def assert_progress_agrees(
     assert abs(seen.bar - want) < 0.02, (seen.bar, want, seen.api_progress)
     if not finished:
         assert seen.bar <= 1.0 and seen.bar >= 0.0, seen.bar
-    if finished:  # read as soon as the page said Finished, while the explorer was up
+    # Read as soon as the page said Finished; '' when the testnet had already stopped its
+    # explorer by then (a race CI lost once: the run page read, the runs list no longer served).
+    if finished and seen.listed_progress:
         assert seen.listed_progress == seen.progress_text, (seen.listed_progress, text)
 
 

@@ -83,10 +83,8 @@ def copied_from(
             if ref is not None and share is not None and share < ref.line - REFERENCE_SLACK:
                 continue  # too far from the line to be closer than the reference: not decoded
             COUNTS.confirmations += 1
-            held = state.kept_decoded(other)
-            if held is None:
-                held = decode_verified(other, state.step, fmt)
-            if _near(payload, held, ref, within, fmt, unsure, other):
+            held = _decoded(state, other, fmt)
+            if _near(payload, held, ref, fmt, unsure, other):
                 return other
     return None
 
@@ -114,7 +112,7 @@ def copied_from_reference(
     for state in rounds:
         for other in state.results.values():
             held = decode_verified(other, state.step, fmt) if other.fingerprint else None
-            if _near(payload, held, refs.against(other), within, fmt, unsure, other):
+            if _near(payload, held, refs.against(other), fmt, unsure, other):
                 return other
     return None
 
@@ -142,9 +140,7 @@ class _References:
         if found is None:
             return None
         if found.batch not in self._made:
-            decoded = self.within.kept_decoded(found)
-            if decoded is None:
-                decoded = decode_verified(found, self.within.step, self.fmt)
+            decoded = _decoded(self.within, found, self.fmt)
             self._made[found.batch] = None if decoded is None else self._line(decoded)
         return self._made[found.batch]
 
@@ -170,11 +166,16 @@ def reference_for(
     return None
 
 
+def _decoded(state: RoundState, res: ReceivedResult, fmt: ResultFormat) -> Any | None:
+    """``res``, held in ``state``, decoded: the payload kept when held, else decoded again."""
+    kept = state.kept_decoded(res)
+    return kept if kept is not None else decode_verified(res, state.step, fmt)
+
+
 def _near(
     payload: Any,
     held: Any | None,
     ref: _Reference | None,
-    within: RoundState | None,
     fmt: ResultFormat,
     unsure: list[ReceivedResult] | None,
     other: ReceivedResult,
@@ -186,7 +187,7 @@ def _near(
         return fmt.near_duplicate(payload, held, ref.decoded)
     if not fmt.near_duplicate(payload, held):
         return False
-    if within is not None and unsure is not None:
+    if unsure is not None:
         unsure.append(other)  # nothing of its round to compare with yet: settled later
         return False
     return True
@@ -205,12 +206,9 @@ def settle_copies(state: RoundState, me: NodeIdentity | None) -> list[tuple[Batc
         ref_res = reference_for(state, me, (batch, u.original.batch))
         if res is None or ref_res is None:
             continue
-        decoded = [
-            state.kept_decoded(res) or decode_verified(res, state.step, u.fmt),
-            decode_verified(u.original, u.step, u.fmt),
-            state.kept_decoded(ref_res) or decode_verified(ref_res, state.step, u.fmt),
-        ]
-        payload, original, ref = decoded
+        payload = _decoded(state, res, u.fmt)
+        original = decode_verified(u.original, u.step, u.fmt)
+        ref = _decoded(state, ref_res, u.fmt)
         if payload is None or original is None or ref is None:
             continue
         if u.fmt.near_duplicate(payload, original, ref):

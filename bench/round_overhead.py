@@ -67,6 +67,14 @@ Usage (about 10 min on 2 busy CPU cores with the defaults; see bench/README.md f
     .venv/bin/python bench/round_overhead.py [--clients 2,4,8] [--steps 10]
         [--samples-per-client 4] [--json out.json] [--workdir DIR]
 
+With ``--backend solana`` the same runs go through ``psyche-solana-local-testnet`` instead
+(:mod:`psyche.testnet.solana`: the local SVM running the SBF programs, every join, tick and
+witness a transaction, clients reading the token files themselves): the config defaults to
+``config/tiny-solana`` (the same training parameters; ``Local`` data instead of the server's),
+there is no server and no data port, and the phases come from the coordinator account's states as
+the launcher's chain follower saw them (``chain-events.jsonl``) instead of the server's events.
+Needs ``target/deploy/*.so`` (``scripts/build-sbf.sh``).
+
 Ctrl-C (or SIGTERM) stops the current testnet and kills every process it started.
 """
 
@@ -92,10 +100,11 @@ from rich.console import Console
 from rich.table import Table
 
 from psyche.events import StateEvent, TrainEvent, read_events
-from psyche.protocol.locations import HubCheckpoint
+from psyche.protocol.locations import HubCheckpoint, LocalData
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import load_data_config, load_run_config
-from psyche.testnet.launcher import Testnet, TestnetOptions, make_testnet
+from psyche.testnet.base import LocalTestnet
+from psyche.testnet.launcher import TestnetOptions, make_testnet
 from psyche.testnet.summary import Summary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,9 +146,11 @@ def write_config(
     n: int,
     steps: int,
     samples_per_client: int,
-    data_port: int,
+    data_port: int | None,
 ) -> None:
-    """A copy of ``src`` (state.toml + data.toml) for N clients, with absolute paths."""
+    """A copy of ``src`` (state.toml + data.toml) for N clients, with absolute paths. Without
+    ``data_port`` (a Solana run) the config's ``Local`` token files are made absolute instead and
+    there is no data.toml to copy."""
     dst.mkdir(parents=True, exist_ok=True)
     text = (src / "state.toml").read_text()
     run = load_run_config(src / "state.toml", require_run_id=True)
@@ -157,9 +168,15 @@ def write_config(
         ("round_witness_time", "1"),
         ("waiting_for_members_extra_time", "1"),
         ("repo_id", json.dumps(model_dir)),
-        ("Server", json.dumps(f"127.0.0.1:{data_port}")),
     ):
         text = _set(text, key, value)
+    if data_port is None:
+        assert isinstance(run.model.data_location, LocalData)
+        local = (REPO / run.model.data_location.path).resolve()
+        (dst / "state.toml").write_text(_set(text, "Local", json.dumps(str(local))))
+        load_run_config(dst / "state.toml", require_run_id=True)
+        return
+    text = _set(text, "Server", json.dumps(f"127.0.0.1:{data_port}"))
     (dst / "state.toml").write_text(text)
     data_src = src / "data.toml"
     data_dir = load_data_config(data_src).resolved_dir(data_src)
@@ -183,11 +200,12 @@ def _port_free(port: int) -> bool:
 # --- figures --------------------------------------------------------------------------------
 
 
-def _phases(server_events: Path) -> dict[tuple[int, int], tuple[float, float]]:
-    """(epoch, step) → (RoundTrain start, RoundWitness start) from the server's state events."""
+def _phases(states: Path) -> dict[tuple[int, int], tuple[float, float]]:
+    """(epoch, step) → (RoundTrain start, RoundWitness start) from the coordinator's states as the
+    testnet recorded them (the server's events, or the chain follower's)."""
     train: dict[tuple[int, int], float] = {}
     witness: dict[tuple[int, int], float] = {}
-    for e in read_events(server_events):
+    for e in read_events(states):
         if not isinstance(e, StateEvent):
             continue
         key = (e.epoch, e.step)
@@ -202,7 +220,7 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 3) if xs else float("nan")
 
 
-def figures(net: Testnet, summary: Summary, wall_s: float) -> Figures:
+def figures(net: LocalTestnet, summary: Summary, wall_s: float) -> Figures:
     trained = [r for r in summary.rounds if r["loss"] and r["compute_s"] > 0]
     measured: list[dict[str, Any]] = []
     for epoch in sorted({r["epoch"] for r in trained}):
@@ -222,7 +240,7 @@ def figures(net: Testnet, summary: Summary, wall_s: float) -> Figures:
         per_client.append(sum(e.payload_bytes for e in events) / len(measured))
         for e in events:
             spans.setdefault(e.step, []).append((e.t - e.seconds, e.t))
-    phases = _phases(net.server_events)
+    phases = _phases(net.states_file)
     train_phase: list[float] = []
     witness_phase: list[float] = []
     start_lag: list[float] = []
@@ -260,38 +278,60 @@ def figures(net: Testnet, summary: Summary, wall_s: float) -> Figures:
 # --- running --------------------------------------------------------------------------------
 
 
-def run_one(args: argparse.Namespace, n: int, index: int, work: Path, console: Console) -> Figures:
+def _make(
+    args: argparse.Namespace, n: int, index: int, work: Path, console: Console
+) -> LocalTestnet:
+    """The testnet of one run: its config written for ``n`` clients, its ports chosen."""
+    cfg = work / f"n{n}" / "config"
+    out = work / f"n{n}" / "testnet"
+    log = lambda m: console.print(f"  {m}")  # noqa: E731
+    settings = {"n": n, "steps": args.steps, "samples_per_client": args.samples_per_client}
+    if args.backend == "solana":
+        from psyche.testnet.solana import make_solana_testnet
+        from psyche.testnet.solana_options import SolanaTestnetOptions
+
+        write_config(args.config, cfg, data_port=None, **settings)
+        console.print(f"[bold]{n} clients[/] on the local SVM, batch "
+                      f"{n * args.samples_per_client}, logs in {out}")  # fmt: skip
+        return make_solana_testnet(
+            SolanaTestnetOptions(
+                config_path=cfg,
+                num_clients=n,
+                out_dir=out,
+                micro_batch_size=args.micro_batch_size,
+                timeout_s=args.timeout,
+            ),
+            log,
+        )
     server_port = args.base_port + 10 * index
     data_port = server_port + 1
     for port in (server_port, data_port):
         if not _port_free(port):
             raise RuntimeError(f"port {port} is in use; pick another --base-port")
-    cfg = work / f"n{n}" / "config"
-    write_config(
-        args.config,
-        cfg,
-        n=n,
-        steps=args.steps,
-        samples_per_client=args.samples_per_client,
-        data_port=data_port,
-    )
-    out = work / f"n{n}" / "testnet"
-    options = TestnetOptions(
-        config_path=cfg,
-        num_clients=n,
-        server_port=server_port,
-        out_dir=out,
-        micro_batch_size=args.micro_batch_size,
-        timeout_s=args.timeout,
-    )
-    net = make_testnet(options, lambda m: console.print(f"  {m}"))
+    write_config(args.config, cfg, data_port=data_port, **settings)
     console.print(
         f"[bold]{n} clients[/]: server :{server_port}, data :{data_port}, "
         f"batch {n * args.samples_per_client}, logs in {out}"
     )
+    return make_testnet(
+        TestnetOptions(
+            config_path=cfg,
+            num_clients=n,
+            server_port=server_port,
+            out_dir=out,
+            micro_batch_size=args.micro_batch_size,
+            timeout_s=args.timeout,
+        ),
+        log,
+    )
+
+
+def run_one(args: argparse.Namespace, n: int, index: int, work: Path, console: Console) -> Figures:
+    net = _make(args, n, index, work, console)
+    out = net.out
     seen: set[tuple[int, int]] = set()
 
-    def on_tick(t: Testnet) -> None:
+    def on_tick(t: LocalTestnet) -> None:
         for r in t.summary().rounds[:-1]:
             key = (r["epoch"], r["step"])
             if key not in seen:
@@ -367,12 +407,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="64-token samples each client trains per round (global batch = N × this)",
     )
     p.add_argument("--micro-batch-size", type=int, default=2, help="client micro-batch size")
-    p.add_argument("--config", type=Path, default=REPO / "config" / "tiny")
+    p.add_argument(
+        "--backend",
+        choices=("centralized", "solana"),
+        default="centralized",
+        help="the TCP server's testnet, or the Solana one on the local SVM",
+    )
+    p.add_argument(
+        "--config", type=Path, help="default: config/tiny (config/tiny-solana with solana)"
+    )
     p.add_argument("--base-port", type=int, default=23400, help="server port of the first run")
     p.add_argument("--timeout", type=float, default=900.0, help="per-run limit in seconds")
     p.add_argument("--workdir", type=Path, help="keep configs and logs here (default: temp)")
     p.add_argument("--json", type=Path, help="write the figures to this file")
     args = p.parse_args(argv)
+    if args.config is None:
+        args.config = REPO / "config" / ("tiny-solana" if args.backend == "solana" else "tiny")
     if not args.clients or min(args.clients) < 1:
         p.error("--clients needs positive counts")
     if args.steps < WARMUP_ROUNDS + 2:
@@ -408,6 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         fig = {
             "settings": {
+                "backend": args.backend,
                 "steps": args.steps,
                 "samples_per_client": args.samples_per_client,
                 "micro_batch_size": args.micro_batch_size,

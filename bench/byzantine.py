@@ -164,6 +164,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --commitments: score at the trainer's lookahead point, one gradient for both",
     )  # fmt: skip
     p.add_argument(
+        "--own-sub-batch", action="store_true",
+        help="each verifier's first sub-batch from its own position (before 2026-12-04: the "
+        "committed sample a second gradient for two of the three)",
+    )  # fmt: skip
+    p.add_argument(
         "--score-only", action="store_true",
         help="judge and record scores but never reject or eject (score distributions of attacks)",
     )  # fmt: skip

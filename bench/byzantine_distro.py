@@ -247,11 +247,11 @@ class DistroAttackRun:
     # --- verification ----------------------------------------------------------------------
 
     def rows_of(self, judged: int, trainer: int, position: int, m: int) -> list[int]:
-        """The samples of a trainer's batch that the verifier at `position` recomputes, `m` of
-        them: consecutive positions of one shuffle of the batch per (step, trainer), the
-        verifier at position p starting at p·`--verify-samples`, so the verifiers of a result
-        recompute distinct samples (as the daemon's `sub_batch`); more than that when escalating
-        (wrapping)."""
+        """`m` samples of a trainer's batch from `position`: consecutive positions of one
+        shuffle of the batch per (step, trainer), position p starting at p·`--verify-samples`
+        (wrapping). A verifier escalates from its own position (distinct samples, as the
+        daemon's `sub_batch`); its first sub-batch is position 0's, shared, unless
+        `--own-sub-batch`."""
         b = len(self.step_tokens[judged][trainer])
         if m >= b:
             return list(range(b))
@@ -361,7 +361,10 @@ class DistroAttackRun:
         out, args = self.out, self.args
         bad = trainer in self.attackers
         m = args.verify_samples or len(self.step_tokens[judged][trainer])
-        rows = self.rows_of(judged, trainer, position, m)
+        # The daemon's `sub_batch`: every verifier recomputes the same first sub-batch (holding
+        # the committed sample) when a low score escalates; the escalation is its own.
+        shared = args.escalate > m and not args.own_sub_batch
+        rows = self.rows_of(judged, trainer, 0 if shared else position, m)
         sc, dt, agreement = self.score_of(judged, trainer, payload, v, rows, check=committed)
         out.verify_fwd_bwd_s += dt
         if agreement is not None:

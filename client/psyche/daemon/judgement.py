@@ -23,7 +23,8 @@ __all__ = ["Judgement", "SlotGradient", "SubBatch"]
 @dataclass(frozen=True, slots=True)
 class SubBatch:
     """Which samples of a batch are recomputed (offsets in the batch, ascending): ``rows`` first,
-    ``escalation`` (a superset) before an accusation."""
+    ``escalation`` before an accusation (from the verifier's own start of the shuffle, so not
+    always a superset of ``rows``: see ``psyche.daemon.verifying.sub_batch``)."""
 
     rows: tuple[int, ...]
     escalation: tuple[int, ...] = ()

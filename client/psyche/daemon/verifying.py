@@ -93,7 +93,8 @@ log = logging.getLogger("psyche.daemon")
 TOKEN_SHARE = 1 / 8
 """Share of a sampled batch's samples a verifier recomputes (``f``; at least one sample): at
 ``verification_percent`` 25 and 3 verifiers this keeps the extra compute per client under the
-10 % target for batches of 8 samples or more per trainer."""
+10 % target for batches of 8 samples or more per trainer (5.2 % measured at 25 and 10.2 % at 50
+on the tiny model, 8 samples per trainer: bench/README.md, "One sub-batch for every verifier")."""
 ESCALATE_SHARE = 1 / 2
 """Share of a sampled batch a verifier recomputes before it may vote "mismatch" (at least the
 sub-batch): on the tiny model at 8 samples per trainer, 1 sample scored honest results as low as
@@ -107,13 +108,18 @@ unchecked, so that a slow verifier still trains its own batch in time."""
 def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatch:
     """The sub-batch a verifier (by its witness position) recomputes for a slot:
     ``⌊TOKEN_SHARE · batch_size⌋`` whole samples, at least one, taken from one swap-or-not shuffle
-    of the batch keyed by ``seed`` and the slot: the verifier at position ``p`` takes the
-    shuffle's positions ``p·rows …``, so the verifiers of a slot recompute distinct samples while
-    the batch has enough of them (one unlucky sample can then not make a quorum accuse an honest
-    trainer together). Its escalation is ``⌈ESCALATE_SHARE · batch_size⌉`` samples from the same
-    start (wrapping). The sample whose commitment it checks is the shuffle's first, the same for
-    every verifier of the slot (``SubBatch.committed``): a commitment is exact, so the verifiers'
-    votes on it must not split.
+    of the batch keyed by ``seed`` and the slot. Every verifier of the slot takes the shuffle's
+    first positions, so the first of them, the sample whose commitment is checked
+    (``SubBatch.committed``), is in every verifier's sub-batch and one gradient serves both the
+    score and the commitment: a commitment is exact, so the verifiers' votes on it must not split,
+    and a sub-batch of its own besides cost each of the other two verifiers a second gradient
+    (5 sample gradients per sampled result instead of 3). A low score on the sub-batch only
+    escalates, never accuses, so a shared sub-batch cannot make a quorum accuse together. The
+    escalation is ``⌈ESCALATE_SHARE · batch_size⌉`` samples starting at the verifier's own
+    position ``p·rows`` of the shuffle (wrapping), so the verifiers' accusing gradients differ
+    while the batch has enough samples. Where the batch is too small to escalate (at most two
+    samples: the sub-batch already is half of it and may accuse), the sub-batch starts at the
+    verifier's own position too.
 
     Whole samples, not prefixes: on the tiny model a verifier recomputing the first 8, 16 or 32 of
     a sample's 64 tokens scored honest results as low as −0.06, −0.04 and −0.03 (below τ), a whole
@@ -123,13 +129,18 @@ def sub_batch(batch_size: int, seed: bytes, slot: int, verifier: int) -> SubBatc
     rows = max(1, math.floor(batch_size * TOKEN_SHARE))
     wider = max(rows, math.ceil(batch_size * ESCALATE_SHARE))
     key = sha256v(seed, slot.to_bytes(2, "little"), b"sub-batch")
-    start = verifier * rows
 
-    def picked(n: int) -> tuple[int, ...]:
+    def picked(start: int, n: int) -> tuple[int, ...]:
         positions = {(start + i) % batch_size for i in range(n)}
         return tuple(sorted(compute_shuffled_index(p, batch_size, key) for p in positions))
 
-    return SubBatch(picked(rows), picked(wider), compute_shuffled_index(0, batch_size, key))
+    own = verifier * rows
+    # Without an escalation (a batch of at most two samples) the sub-batch itself may accuse:
+    # then it is the verifier's own, as the escalation is.
+    first = 0 if wider > rows else own
+    return SubBatch(
+        picked(first, rows), picked(own, wider), compute_shuffled_index(0, batch_size, key)
+    )
 
 
 def slots_to_judge(

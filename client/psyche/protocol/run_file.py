@@ -38,9 +38,15 @@ DRAIN_ROUNDS = 2
 """Rounds at the end of every epoch that apply earlier results instead of training (item 6 of
 docs/protocol.md's differences)."""
 
-PUBLIC_RUN_VERIFICATION_PERCENT = 25
-"""The ``verification_percent`` suggested for a public run: at 25 each client spends about 7-10 %
-of its training compute recomputing others' results (bench/README.md, "Escalation")."""
+PUBLIC_RUN_VERIFICATION_PERCENT = 50
+"""The ``verification_percent`` suggested for a public run: at 50 each client spends about 7-10 %
+of its training compute recomputing others' results (with every verifier of a result on one
+sub-batch: bench/README.md, "One sub-batch for every verifier"), and a DisTrO free rider on half
+its batch is ejected within 10 rounds with probability 0.93-0.94 (0.70-0.74 at 25)."""
+SPARSELOCO_VERIFICATION_PERCENT = 25
+"""The same for a SparseLoCo run: every audit replays one inner step and the encode link, so an
+every-step free rider is caught by every audit of its result, within 10 rounds with probability
+0.94 at 25 (docs/protocol.md, "SparseLoCo: the inner-step audit"); more only costs more."""
 VERIFICATION_COST = "about 7-10 % of its training compute"
 VERIFICATION_DOCS = 'docs/protocol.md, "Public runs and verification"'
 SPARSELOCO_AUDIT_DOCS = 'docs/protocol.md, "SparseLoCo: the inner-step audit"'
@@ -55,7 +61,8 @@ def unverified_public_run_warning(run_id: str) -> str:
         f"run {run_id!r} is public and no result is verified until its config sets "
         f"config.verification_percent: give update-config a config with "
         f"verification_percent = {vp} (each client then spends {VERIFICATION_COST} "
-        "recomputing sampled DisTrO results; SparseLoCo results are audited instead) - "
+        f"recomputing sampled DisTrO results; {SPARSELOCO_VERIFICATION_PERCENT} for SparseLoCo, "
+        "whose results are audited instead) - "
         f"{VERIFICATION_DOCS}"
     )
 
@@ -116,7 +123,7 @@ class RunConfig:
                 "config.verification_percent = 0 on a public run: no SparseLoCo result is "
                 "audited, so a client that sends garbage or an update from part of its batch "
                 "has it applied and is paid in full; set it to "
-                f"{PUBLIC_RUN_VERIFICATION_PERCENT}: each client then replays one inner step of "
+                f"{SPARSELOCO_VERIFICATION_PERCENT}: each client then replays one inner step of "
                 "each result it audits, fetching 32-44 bytes per parameter of its trainer's "
                 f"committed states, which ejects such a client - {SPARSELOCO_AUDIT_DOCS}"
             ]
@@ -126,8 +133,8 @@ class RunConfig:
                 "a client that sends garbage (a flipped, random or made-up update) instead of "
                 "its work has it applied and is paid in full; set it to "
                 f"{PUBLIC_RUN_VERIFICATION_PERCENT}: each client then spends {VERIFICATION_COST} "
-                "recomputing sampled results, which ejects such a client (not yet one that "
-                f"trains on only part of its batch) - {VERIFICATION_DOCS}"
+                "recomputing sampled results, which ejects such a client (and one that trains "
+                f"on half its batch within 10 rounds with probability 0.93) - {VERIFICATION_DOCS}"
             ]
         return []
 

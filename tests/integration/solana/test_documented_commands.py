@@ -253,7 +253,7 @@ def test_update_config_with_the_documentations_sample_config(flow: Flow) -> None
 def test_a_public_run_is_warned_until_its_config_verifies(flow: Flow) -> None:
     """Issue 39, item 3, on the real program: create-run --public-run warns that nothing is
     verified yet; update-config reads the stored local_run flag and warns about the tiny
-    config's verification_percent = 0, not about the sample's 25. Exit codes stay 0."""
+    config's verification_percent = 0, not about the sample's 50. Exit codes stay 0."""
     run_id = "docs-public"
     common = ["--rpc", flow.node.url, "--ws-rpc", flow.node.ws_url, "--run-id", run_id]
     res = flow.run(
@@ -270,7 +270,7 @@ def test_a_public_run_is_warned_until_its_config_verifies(flow: Flow) -> None:
     ), line
     res = flow.run([*update, str(SAMPLE)], flow.operator_env())
     assert "public run" not in res.stderr, res.stderr
-    assert flow.dump(run_id)["coordinator"]["config"]["verification_percent"] == 25
+    assert flow.dump(run_id)["coordinator"]["config"]["verification_percent"] == 50
 
 
 def test_join_authorization_create_script(flow: Flow) -> None:

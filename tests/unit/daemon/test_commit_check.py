@@ -23,8 +23,10 @@ from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import DistroFormat
 from psyche.distro.sample_commit import MATCH_THRESHOLD, NO_LOOKAHEAD, SampleCommitments
 from psyche.distro.similarity import captured_mass
+from psyche.protocol.commitment import sha256v
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
+from psyche.protocol.shuffle import compute_shuffled_index
 from psyche.training import init_model, llama_config
 from psyche.training.trainer import Trainer
 
@@ -278,8 +280,9 @@ def test_a_committed_result_is_recomputed_once_at_its_trainers_point(world: _Wor
 def test_a_free_riders_verifiers_agree_on_its_commitment(world: _World) -> None:
     """The three verifiers of a ½ free rider's slot (their sub-batches from ``sub_batch``) vote
     alike on its commitment, for every seed: all mismatch when the shared committed sample is
-    one it skipped, all match otherwise. With each verifier checking its own first sample they
-    split for some of these seeds, and the match majority made the right one a false accuser."""
+    one it skipped, all match otherwise. With each verifier checking the first sample of its own
+    escalation (its own start of the shuffle) they would split for some of these seeds, and the
+    match majority made the right one a false accuser."""
     payload = _train(world, 4)
     wire = encode_payload(payload, world.spec.version)
     who = NodeIdentity(b"\x05" * 32, b"\x05" * 32)
@@ -294,7 +297,10 @@ def test_a_free_riders_verifiers_agree_on_its_commitment(world: _World) -> None:
     outcomes, would_split = set(), False
     for i in range(6):
         subs = [sub_batch(8, bytes([i + 1]) * 32, 0, v) for v in range(3)]
-        would_split |= len({sub.rows[0] >= 4 for sub in subs}) > 1
+        # The first sample of each verifier's own start of the shuffle (as `sub_batch` draws it).
+        key = sha256v(bytes([i + 1]) * 32, (0).to_bytes(2, "little"), b"sub-batch")
+        own = [compute_shuffled_index(v, 8, key) for v in range(3)]
+        would_split |= len({row >= 4 for row in own}) > 1
         votes = set()
         for sub in subs:
             slot = SlotGradient(0, who, BATCH, sub)

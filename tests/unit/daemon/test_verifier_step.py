@@ -73,28 +73,42 @@ def test_sub_batch_takes_an_eighth_of_the_samples_chosen_by_seed_slot_and_verifi
         assert len(sub.rows) == max(1, int(size * TOKEN_SHARE))
         assert list(sub.rows) == sorted(set(sub.rows)) and all(0 <= r < size for r in sub.rows)
         assert sub_batch(size, seed, 0, 0) == sub  # a pure function of public round data
-        # Its escalation: half the batch (at least the sub-batch), a superset of it.
+        # Its escalation: half the batch (at least the sub-batch); the first verifier's is a
+        # superset of its sub-batch (both start at the shuffle's first position).
         assert len(sub.escalation) == max(len(sub.rows), math.ceil(size * ESCALATE_SHARE))
         assert set(sub.rows) <= set(sub.escalation)
         assert sub.escalates == (len(sub.escalation) > len(sub.rows))
         assert sub.escalated().rows == sub.escalation
-    # Another seed, slot or verifier draws other samples (over a batch of 64, 8 rows each).
+    # Another seed or slot draws other samples (over a batch of 64, 8 rows each); another
+    # verifier the same sub-batch but another escalation.
     base = sub_batch(64, seed, 0, 0)
     assert sub_batch(64, b"\x02" * 32, 0, 0) != base
     assert sub_batch(64, seed, 1, 0) != base
-    assert sub_batch(64, seed, 0, 1) != base
+    other = sub_batch(64, seed, 0, 1)
+    assert other.rows == base.rows and other.escalation != base.escalation
     tokens = torch.arange(64 * 4).reshape(64, 4)
     assert sub_batch(64, seed, 0, 0).of(tokens).shape == (8, 4)
 
 
-def test_the_verifiers_of_a_slot_recompute_distinct_samples() -> None:
-    """One unlucky sample must not make two verifiers accuse together: while the batch has
-    enough samples, the three verifiers' sub-batches do not overlap."""
-    for size in (3, 8, 24, 64):
+def test_the_verifiers_of_a_slot_share_the_sub_batch_and_escalate_on_distinct_samples() -> None:
+    """The verifiers of a slot recompute the same sub-batch, which holds the committed sample
+    (one gradient serves the score and the commitment), and a low score there only escalates.
+    The accusing gradients are their own: while the batch has enough samples, the escalations
+    start at distinct positions of the shuffle, so the three are not the same set. A batch too
+    small to escalate (at most 2 samples) is recomputed from each verifier's own position, since
+    that sub-batch may accuse."""
+    for size in (8, 24, 64):
         for seed in (b"\x01" * 32, b"\x09" * 32):
             for slot in range(4):
-                subs = [set(sub_batch(size, seed, slot, v).rows) for v in range(3)]
-                assert not (subs[0] & subs[1] or subs[0] & subs[2] or subs[1] & subs[2])
+                subs = [sub_batch(size, seed, slot, v) for v in range(3)]
+                assert len({s.rows for s in subs}) == 1 and all(s.escalates for s in subs)
+                assert subs[0].committed in subs[0].rows
+                assert len({s.escalation for s in subs}) == 3
+    for size in (1, 2):
+        subs = [sub_batch(size, b"\x01" * 32, 0, v) for v in range(3)]
+        assert not any(s.escalates for s in subs)
+        if size == 2:
+            assert subs[0].rows != subs[1].rows  # each its own sample (wrapping at the third)
 
 
 def test_the_verifiers_of_a_slot_check_the_same_committed_sample() -> None:

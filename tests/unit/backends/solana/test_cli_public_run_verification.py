@@ -47,9 +47,9 @@ def test_create_run_public_warns_once_that_nothing_is_verified_yet(node: Node) -
     assert verification_lines(res.stderr) == [
         "warning: run 'pub' is public and no result is verified until its config sets "
         "config.verification_percent: give update-config a config with "
-        "verification_percent = 25 (each client then spends about 7-10 % of its training "
-        "compute recomputing sampled DisTrO results; SparseLoCo results are audited instead) - "
-        + DOCS
+        "verification_percent = 50 (each client then spends about 7-10 % of its training "
+        "compute recomputing sampled DisTrO results; 25 for SparseLoCo, whose results are "
+        "audited instead) - " + DOCS
     ]
     assert len(node.double.transactions) == 1  # the warning sent nothing else
 
@@ -96,9 +96,10 @@ def test_update_config_public_distro_without_verification_warns(node: Node) -> N
     assert verification_lines(stderr) == [
         f"warning: {DISTRO}: config.verification_percent = 0 on a public run: no result is "
         "recomputed, so a client that sends garbage (a flipped, random or made-up update) "
-        "instead of its work has it applied and is paid in full; set it to 25: each client "
+        "instead of its work has it applied and is paid in full; set it to 50: each client "
         "then spends about 7-10 % of its training compute recomputing sampled results, which "
-        "ejects such a client (not yet one that trains on only part of its batch) - " + DOCS
+        "ejects such a client (and one that trains on half its batch within 10 rounds with "
+        "probability 0.93) - " + DOCS
     ]
 
 

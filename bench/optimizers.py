@@ -25,6 +25,10 @@ round against the forward+backward of `--codec-samples` samples (16 in the issue
 same model, i.e. a round whose per-client batch is that many samples; `codec_fraction_of_round`
 puts it against the run's own round (H inner steps of `--batch-per-client` samples).
 
+The default learning rates are the best of the sweep on `small` at 1,008 steps (bench/README.md,
+"Learning-rate sweep on `small`"): AdamW 1.5e-3, DisTrO 7.5e-4, SparseLoCo inner 7.5e-4 with
+outer LR 4.
+
 Usage: `python bench/optimizers.py --quick --json out.json` (tiny, 240 steps); the issue's run:
 `python bench/optimizers.py --preset small --steps 1000 --json small.json` (hours on two cores).
 Figures and verdicts: bench/README.md, "AdamW vs DisTrO vs SparseLoCo".
@@ -54,15 +58,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--val-samples", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--evals", type=int, default=4)
-    p.add_argument("--lr-adamw", type=float, default=3e-3)
-    p.add_argument("--lr-distro", type=float, default=3e-3)
-    p.add_argument("--lr-inner", type=float, default=3e-3, help="SparseLoCo inner AdamW LR")
+    p.add_argument("--lr-adamw", type=float, default=1.5e-3)
+    p.add_argument("--lr-distro", type=float, default=7.5e-4)
+    p.add_argument("--lr-inner", type=float, default=7.5e-4, help="SparseLoCo inner AdamW LR")
     p.add_argument("--inner-steps", type=int, default=16, help="SparseLoCo H")
     p.add_argument("--topk-chunk", type=int, default=4096)
     p.add_argument("--topk", type=int, default=32)
     p.add_argument("--value-bits", type=int, default=2, choices=(1, 2))
     p.add_argument("--error-decay", type=float, default=0.95)
-    p.add_argument("--outer-lr", type=float, default=1.0)
+    p.add_argument("--outer-lr", type=float, default=4.0)
     p.add_argument("--outer-momentum", type=float, default=0.0)
     p.add_argument("--codec-samples", type=int, default=16, help="per-client round batch")
     p.add_argument("--arms", default="adamw,distro,sparseloco")

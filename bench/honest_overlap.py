@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import distro_vs_adamw as base
     from psyche.data.local import LocalDataProvider
     from psyche.distro import Distro
-    from psyche.distro.overlap import signed_overlap
+    from psyche.distro.overlap import near_duplicate, repeated_tensors, signed_overlap
     from psyche.training import lr_for_step, prev_lr_for_step
 
     torch.set_num_threads(args.threads)
@@ -90,15 +90,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if i != j
             ]
             prev = sent
+            # The copy check on honest results: (copy, original, reference) triples of three
+            # different clients that the rule with a reference refuses, and ordered pairs with
+            # a large tensor repeated exactly.
+            triples = list(itertools.permutations(range(len(sent)), 3))
+            refused = sum(near_duplicate(sent[a], sent[b], sent[r]) for a, b, r in triples)
+            repeats = sum(bool(repeated_tensors(a, b)) for a, b in itertools.permutations(sent, 2))
             row = {
                 "step": step, "lr": lr, "max": max(same), "median": statistics.median(same),
                 "min": min(same),
                 "previous_step_median": statistics.median(cross) if cross else None,
+                "refused_triples": refused, "triples": len(triples), "repeat_pairs": repeats,
             }  # fmt: skip
             rows.append(row)
             xs = f"  vs previous step {row['previous_step_median']:.3f}" if cross else ""
             print(f"batch {args.batch:4d} step {step}  lr {lr:.2e}  max {row['max']:.3f}  "
-                  f"median {row['median']:.3f}  min {row['min']:.3f}{xs}", flush=True)  # fmt: skip
+                  f"median {row['median']:.3f}  min {row['min']:.3f}{xs}  refused "
+                  f"{refused}/{len(triples)}  repeat pairs {repeats}", flush=True)  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"batch": args.batch, "clients": args.clients,
                                          "steps": rows}, indent=1))  # fmt: skip

@@ -85,6 +85,19 @@ def repeated_tensors(a: Payload, b: Payload) -> list[int]:
     return out
 
 
+def repeat_counts(to_reference: float) -> bool:
+    """Whether a tensor repeated exactly from another result is evidence of a copy, given the
+    share ``to_reference`` of its coefficients that a reference result of the round chose too: not
+    where the round's results agree on that tensor anyway (``NEAR_DUPLICATE`` or more). At 440
+    samples of 128 tokens per client the tiny model's honest results shared 0.92–0.94 of their
+    choices in the first trained round, and two of four pairs repeated a large tensor exactly
+    while the third result differed from it in a few coefficients: "repeated unless the
+    reference repeats it too" refused a third of the honest (copy, original, reference) triples
+    (bench/honest_overlap.py). A tensor pushed or copied into a result whose own would differ
+    stays far from the reference's and still counts."""
+    return to_reference < NEAR_DUPLICATE
+
+
 def closer_than_reference(to_original: float, to_reference: float) -> bool:
     """Whether a result with signed overlap ``to_original`` with a held result and
     ``to_reference`` with a reference result of its round is near that one result rather than
@@ -96,13 +109,15 @@ def near_duplicate(a: Payload, b: Payload, ref: Payload | None = None) -> bool:
     """Whether ``a`` is refused as a copy of ``b``: its signed overlap reaches
     ``NEAR_DUPLICATE``, or one of its large tensors repeats ``b``'s exactly. Given ``ref``, a
     result of ``a``'s round other than ``b``, the overlap must also be ``CLOSER`` to ``b`` than
-    to ``ref``, and a repeated tensor counts only if ``a`` does not repeat ``ref``'s too."""
+    to ``ref``, and a repeated tensor counts only where ``a``'s tensor is not near ``ref``'s
+    (:func:`repeat_counts`)."""
     if len(a.results) != len(b.results):
         return False
     o = signed_overlap(a, b)
     if o >= NEAR_DUPLICATE and (ref is None or closer_than_reference(o, signed_overlap(a, ref))):
         return True
-    repeats = set(repeated_tensors(a, b))
+    repeats = repeated_tensors(a, b)
     if repeats and ref is not None and len(ref.results) == len(a.results):
-        repeats -= set(repeated_tensors(a, ref))
+        to_ref = tensor_overlaps(a, ref)
+        repeats = [n for n in repeats if repeat_counts(to_ref[n])]
     return bool(repeats)

@@ -29,7 +29,12 @@ import numpy as np
 import numpy.typing as npt
 
 from psyche.distro.copy_index import CopyKeys
-from psyche.distro.overlap import NEAR_DUPLICATE, REPEAT_MIN_TILES, closer_than_reference
+from psyche.distro.overlap import (
+    NEAR_DUPLICATE,
+    REPEAT_MIN_TILES,
+    closer_than_reference,
+    repeat_counts,
+)
 from psyche.distro.sparseloco_payload import (
     ChunkGroup,
     SparseLoCoPayload,
@@ -147,5 +152,8 @@ def near_duplicate(
         return True
     repeated = [rep and n and m == n for rep, (n, m) in zip(layout.repeatable, pairs, strict=True)]
     if against is not None:
-        repeated = [r and m != n for r, (n, m) in zip(repeated, against, strict=True)]
+        repeated = [
+            r and (not n or repeat_counts(m / n))
+            for r, (n, m) in zip(repeated, against, strict=True)
+        ]
     return any(repeated)

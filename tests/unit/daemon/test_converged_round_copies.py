@@ -24,7 +24,14 @@ from psyche.daemon.rounds import (
     result_sketch,
 )
 from psyche.distro import Distro, DistroResult, Payload, encode_payload
-from psyche.distro.overlap import signed_overlap
+from psyche.distro.overlap import (
+    NEAR_DUPLICATE,
+    closer_than_reference,
+    near_duplicate,
+    repeated_tensors,
+    signed_overlap,
+    tensor_overlaps,
+)
 from psyche.distro.payload import payload_hash
 from psyche.distro.result_format import DistroFormat
 from psyche.protocol.committee import WitnessProof
@@ -163,3 +170,69 @@ def test_without_a_reference_a_near_duplicate_waits_for_the_witness(
         else:
             assert settled == [] and not state.refused and attested
         assert not state.unsettled
+
+
+def with_tensor_of(p: Payload, source: Payload, n: int, batch: BatchId) -> Payload:
+    """``p`` as the result of ``batch``, its tensor ``n`` exactly ``source``'s."""
+    res = list(p.results)
+    res[n] = source.results[n]
+    return dataclasses.replace(p, results=tuple(res), batch_start=batch.start, batch_end=batch.end)
+
+
+def large_tensor(p: Payload) -> int:
+    """A tensor the exact-repeat rule covers (at least ``REPEAT_MIN_TILES`` tiles)."""
+    return max(range(len(p.results)), key=lambda n: p.results[n].idx.numel())
+
+
+def test_an_honest_exact_repeat_of_a_converged_tensor_is_not_refused(
+    base: tuple[Payload, DistroFormat],
+) -> None:
+    """At 440 samples of 128 tokens per client the tiny model's honest results of the first
+    trained round shared 0.92–0.94 of their choices, and some pairs chose one large tensor's
+    coefficients exactly alike while a third result differed there in a few: the repeat rule
+    ("unless the reference repeats it too") refused them, and on the Solana testnet at 440
+    samples per client the witnesses' blooms then lacked honest trainers, rounds timed out and
+    health checks ejected them. A repeat now counts only where the reference's tensor is not
+    near it (``psyche.distro.overlap.repeat_counts``)."""
+    p, fmt = base
+    honest = [flipped(p, 0.03, 200 + i, BATCHES[i]) for i in range(4)]
+    n = large_tensor(p)
+    # The second honest result chose tensor n exactly as the first did.
+    honest[1] = with_tensor_of(honest[1], honest[0], n, BATCHES[1])
+    assert n in repeated_tensors(honest[1], honest[0])
+    ref = honest[2]
+    assert 0.9 < tensor_overlaps(honest[1], ref)[n] < 1.0
+    assert near_duplicate_old(honest[1], honest[0], ref)  # the rule before: refused
+    assert not near_duplicate(honest[1], honest[0], ref)
+    # Through the client's check: this client (WHO[2]) holds its own result and the first.
+    state = state_holding(fmt, [(2, honest[2]), (0, honest[0])])
+    assert check(fmt, state, honest[1], WHO[2]) == (None, [])
+
+
+def test_a_tensor_copied_into_a_round_that_differs_there_is_still_refused(
+    base: tuple[Payload, DistroFormat],
+) -> None:
+    """A result whose own tensor would differ from the round's (the reference's far from it)
+    but which carries another result's tensor exactly is still refused: the push on one
+    weight matrix, or a partial copy."""
+    p, fmt = base
+    n = large_tensor(p)
+    honest = [flipped(p, 0.03, 300 + i, BATCHES[i]) for i in range(3)]
+    # Results that differ on tensor n: each with half of that tensor's signs its own way.
+    spread = [with_tensor_of(h, flipped(h, 0.5, 400 + i, BATCHES[i]), n, BATCHES[i])
+              for i, h in enumerate(honest)]  # fmt: skip
+    copier = with_tensor_of(spread[2], spread[0], n, BATCHES[3])
+    ref = spread[1]
+    assert tensor_overlaps(copier, ref)[n] < 0.75
+    assert near_duplicate(copier, spread[0], ref)
+    state = state_holding(fmt, [(1, spread[1]), (0, spread[0])])
+    found, _ = check(fmt, state, copier, WHO[1])
+    assert found is not None and found.batch == BATCHES[0]
+
+
+def near_duplicate_old(a: Payload, b: Payload, ref: Payload) -> bool:
+    """The repeat rule before 2026-12-04 (with the same overlap rule), for the comparison."""
+    o = signed_overlap(a, b)
+    if o >= NEAR_DUPLICATE and closer_than_reference(o, signed_overlap(a, ref)):
+        return True
+    return bool(set(repeated_tensors(a, b)) - set(repeated_tensors(a, ref)))

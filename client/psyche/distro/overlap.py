@@ -90,8 +90,8 @@ def repeat_counts(to_reference: float) -> bool:
     share ``to_reference`` of its coefficients that a reference result of the round chose too: not
     where the round's results agree on that tensor anyway (``NEAR_DUPLICATE`` or more). At 440
     samples of 128 tokens per client the tiny model's honest results shared 0.92–0.94 of their
-    choices in the first trained round, and two of four pairs repeated a large tensor exactly
-    while the third result differed from it in a few coefficients: "repeated unless the
+    choices in the first trained round, and two of the six pairs repeated a large tensor exactly
+    while another result differed from it in a few coefficients: "repeated unless the
     reference repeats it too" refused a third of the honest (copy, original, reference) triples
     (bench/honest_overlap.py). A tensor pushed or copied into a result whose own would differ
     stays far from the reference's and still counts."""

@@ -286,6 +286,13 @@ def _make(
     out = work / f"n{n}" / "testnet"
     log = lambda m: console.print(f"  {m}")  # noqa: E731
     settings = {"n": n, "steps": args.steps, "samples_per_client": args.samples_per_client}
+    common: dict[str, Any] = {
+        "config_path": cfg,
+        "num_clients": n,
+        "out_dir": out,
+        "micro_batch_size": args.micro_batch_size,
+        "timeout_s": args.timeout,
+    }
     if args.backend == "solana":
         from psyche.testnet.solana import make_solana_testnet
         from psyche.testnet.solana_options import SolanaTestnetOptions
@@ -293,16 +300,7 @@ def _make(
         write_config(args.config, cfg, data_port=None, **settings)
         console.print(f"[bold]{n} clients[/] on the local SVM, batch "
                       f"{n * args.samples_per_client}, logs in {out}")  # fmt: skip
-        return make_solana_testnet(
-            SolanaTestnetOptions(
-                config_path=cfg,
-                num_clients=n,
-                out_dir=out,
-                micro_batch_size=args.micro_batch_size,
-                timeout_s=args.timeout,
-            ),
-            log,
-        )
+        return make_solana_testnet(SolanaTestnetOptions(**common), log)
     server_port = args.base_port + 10 * index
     data_port = server_port + 1
     for port in (server_port, data_port):
@@ -313,17 +311,7 @@ def _make(
         f"[bold]{n} clients[/]: server :{server_port}, data :{data_port}, "
         f"batch {n * args.samples_per_client}, logs in {out}"
     )
-    return make_testnet(
-        TestnetOptions(
-            config_path=cfg,
-            num_clients=n,
-            server_port=server_port,
-            out_dir=out,
-            micro_batch_size=args.micro_batch_size,
-            timeout_s=args.timeout,
-        ),
-        log,
-    )
+    return make_testnet(TestnetOptions(server_port=server_port, **common), log)
 
 
 def run_one(args: argparse.Namespace, n: int, index: int, work: Path, console: Console) -> Figures:

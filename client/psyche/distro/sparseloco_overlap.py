@@ -152,8 +152,6 @@ def near_duplicate(
         return True
     repeated = [rep and n and m == n for rep, (n, m) in zip(layout.repeatable, pairs, strict=True)]
     if against is not None:
-        repeated = [
-            r and (not n or repeat_counts(m / n))
-            for r, (n, m) in zip(repeated, against, strict=True)
-        ]
+        # ``r`` holds only where ``a`` has entries there (``n`` > 0, the same ``n`` as in pairs).
+        repeated = [r and repeat_counts(m / n) for r, (n, m) in zip(repeated, against, strict=True)]
     return any(repeated)

@@ -19,10 +19,15 @@ What a sketch holds (:func:`sketch`), from the result's keys — one per chosen 
   its fixed ``tiles · k`` coefficients, distinct within a tile — the decoder refuses anything
   else — so "all of A's keys of the tensor are B's" is "the two key sets are equal".)
 - ``BINS`` = ``BANDS`` × ``ROWS`` = 204 × 5 = 1020 **MinHash** values (one-permutation hashing:
-  keys hashed once per pass into ``B`` bins, ``B`` such that a bin gets ``FILL`` = 8 keys on
-  average, as many passes as make 1020 bins; a bin is then empty with probability at most
-  e⁻⁸ = 3.4·10⁻⁴), and the **LSH band keys**: one per band of 5 bins (a wrapping sum of the bins
-  times odd salted constants: equal bands have equal keys), looked up in a dict of buckets.
+  each key hashed once, salted; each pass permutes those hashes by an odd salted multiplier
+  and puts a key in the bin its top bits name, ``B`` = 2^b bins per pass, the largest power of
+  two that gives a bin ``FILL`` = 8 keys on average, at most 1024; as many passes as make 1020
+  bins; a bin is then empty with probability at most e⁻⁸ = 3.4·10⁻⁴), and the **LSH band
+  keys**: one per band of 5 bins (a wrapping sum of the bins times odd salted per-row
+  constants, plus a per-band one: equal bands have equal keys), looked up in a dict of buckets.
+  Measured over 1,500 salted pairs each at 296, 2,448 and 5,000 keys, the bins agree at rate
+  J · P(bin filled) with at most binomial variance, and shared bands match ``BANDS · J⁵``, as
+  the independent-bins figures below assume.
 
 Two bins agree with probability J · P(bin not empty), J the Jaccard similarity ``|A∩B|/|A∪B|``.
 For two results of one format (equal sizes) a signed overlap o is J = o / (2 − o), so the
@@ -113,7 +118,7 @@ U64 = npt.NDArray[np.uint64]
 _G = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-_S27, _S30, _S31, _S32 = (np.uint64(s) for s in (27, 30, 31, 32))
+_S27, _S30, _S31 = (np.uint64(s) for s in (27, 30, 31))
 
 
 def _mix(x: U64) -> U64:
@@ -150,39 +155,52 @@ class _Plan:
     n: int
     tensor_const: U64
     """Per key, its tensor's constant (a tensor's position changes its keys' hashes)."""
-    pass_const: U64
-    """Per MinHash pass, its constant, as a column."""
-    per_pass: np.uint64
+    pass_mul: U64
+    """Per MinHash pass, an odd multiplier, as a column: pass ``p`` permutes the keys' hashes
+    by ``h ↦ h · pass_mul[p]`` (mod 2⁶⁴)."""
+    shift: np.uint64
+    """A permuted hash's bin within its pass is its top ``64 − shift`` bits."""
     slot_base: npt.NDArray[np.int64]
     """Per pass, its first bin, as a column."""
+    size: int
+    """Bins made: passes × bins per pass (≥ ``BINS``; the first ``BINS`` are kept)."""
+    band_row: U64
+    """Per row of a band, an odd constant."""
     band_const: U64
-    """Per band and row, an odd constant: ``BANDS`` × ``ROWS``."""
+    """Per band, a constant added to its key (equal rows in two different bands differ)."""
     big: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
     """The repeat-rule tensors: their first keys, and one past their last."""
+    cuts: npt.NDArray[np.int64]
+    """Those bounds interleaved, for one ``np.add.reduceat`` (the last dropped if it is ``n``)."""
 
 
 @functools.lru_cache(maxsize=64)
 def _plan(sizes: tuple[int, ...], repeatable: tuple[bool, ...], salt: int) -> _Plan:
     n = sum(sizes)
-    per_pass = max(1, min(BINS, n // FILL))
+    # Bins per pass: a power of two (a bin is then a hash's top bits, one shift), the largest
+    # with at least FILL keys per bin, at most the power of two that covers BINS.
+    bits = min(max(1, n // FILL).bit_length() - 1, (BINS - 1).bit_length())
+    per_pass = 1 << bits
     passes = math.ceil(BINS / per_pass)
     tensor_const = np.repeat(_mixed(*(salt + 1 + t for t in range(len(sizes)))), sizes)
     ends = np.cumsum(np.array(sizes, dtype=np.int64))
     big = [t for t, (size, rep) in enumerate(zip(sizes, repeatable, strict=True)) if rep and size]
     chosen = np.array(big, dtype=np.int64)
+    first, end = ends[chosen] - np.array(sizes, dtype=np.int64)[chosen], ends[chosen]
+    cuts = np.stack([first, end], axis=1).reshape(-1)
     out = _Plan(
         n,
         tensor_const,
-        _mixed(*(salt ^ (0x5EED << 20) ^ p for p in range(passes)))[:, None],
-        np.uint64(per_pass),
+        _mixed(*(salt ^ (0x5EED << 20) ^ p for p in range(passes)))[:, None] | np.uint64(1),
+        np.uint64(64 - bits),
         (np.arange(passes, dtype=np.int64) * per_pass)[:, None],
-        _mixed(
-            *(salt ^ (n << 16) ^ (j << 3) ^ r for j in range(BANDS) for r in range(ROWS))
-        ).reshape(BANDS, ROWS)
-        | np.uint64(1),
-        (ends[chosen] - np.array(sizes, dtype=np.int64)[chosen], ends[chosen]),
+        passes * per_pass,
+        _mixed(*(salt ^ (n << 16) ^ (0xB0 << 8) ^ r for r in range(ROWS))) | np.uint64(1),
+        _mixed(*(salt ^ (n << 16) ^ (j << 3) ^ 7 for j in range(BANDS))),
+        (first, end),
+        cuts[:-1] if cuts.size and cuts[-1] == n else cuts,
     )
-    for a in (out.tensor_const, out.pass_const, out.band_const, *out.big):
+    for a in (out.tensor_const, out.pass_mul, out.band_row, out.band_const, *out.big, out.cuts):
         a.setflags(write=False)
     return out
 
@@ -286,13 +304,8 @@ def distro_sketch(payload: Payload, salt: int | None = None) -> CopySketch:
     if not payload.results:
         return sketch(hashlib.sha256().digest(), CopyKeys.of([], []), salt)
     layout, idx, sign, positive = _distro_parts(payload)
-    h = hashlib.sha256()
-    raw, signs = idx.view(np.uint8).data, sign.view(np.uint8).data
-    at = 0
-    for end in layout.cuts:
-        h.update(raw[8 * at : 8 * end])
-        h.update(signs[at:end])
-        at = end
+    h = hashlib.sha256(idx.view(np.uint8).data)
+    h.update(sign.view(np.uint8).data)
     keys = (layout.base + idx) * 2 + positive
     return _sketch(h.digest(), keys, layout.sizes, layout.repeatable, salt)
 
@@ -331,32 +344,34 @@ def _sketch(
     salt = SALT if salt is None else salt
     plan = _plan(sizes, repeatable, salt)
     hashed = _mix(np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64) ^ plan.tensor_const)
-    # One-permutation MinHash, ``passes`` × ``per_pass`` bins.
-    h = _mix(hashed[None, :] ^ plan.pass_const)
-    local = h >> _S32
-    local *= plan.per_pass
-    local >>= _S32
-    slot = local.view(np.int64)
-    slot += plan.slot_base
-    bins = np.full(slot.shape[0] * int(plan.per_pass), EMPTY, dtype=np.uint64)
+    # One-permutation MinHash, ``passes`` × 2^bits bins. The keys' hashes are salted and fully
+    # mixed once; a pass permutes them by an odd multiplier (a bijection of 64-bit values, whose
+    # top bits pick the bin), where a second full mix per pass cost twice as much (issue 38).
+    h = hashed[None, :] * plan.pass_mul
+    if plan.shift < 64:
+        slot = (h >> plan.shift).view(np.int64)
+        slot += plan.slot_base
+    else:  # one bin per pass (fewer than 2·FILL keys)
+        slot = np.broadcast_to(plan.slot_base, h.shape)
+    bins = np.full(plan.size, EMPTY, dtype=np.uint64)
     np.minimum.at(bins, slot.reshape(-1), h.reshape(-1))
     bins = bins[:BINS]
-    # A band's key: its rows (salted hashes already) times odd per-(band, row) constants,
-    # summed with wrapping. Equal rows give equal keys, which is all that finds a copy; rows
-    # that differ in one value never collide (an odd constant is invertible modulo 2⁶⁴), in
-    # more only by chance (2⁻⁶⁴), and a collision only adds a band candidate for the bin count.
+    # A band's key: its rows (salted hashes already) times odd per-row constants, summed with
+    # wrapping, plus its band's constant. Equal rows give equal keys, which is all that finds a
+    # copy; rows that differ in one value never collide (an odd constant is invertible modulo
+    # 2⁶⁴), in more only by chance (2⁻⁶⁴), and a collision only adds a band candidate for the
+    # bin count.
     rows = bins.reshape(BANDS, ROWS)
-    band = np.add.reduce(rows * plan.band_const, axis=1, dtype=np.uint64)
-    full = (rows != EMPTY).all(axis=1)
+    band = rows @ plan.band_row
+    band += plan.band_const
+    if (bins == EMPTY).any():
+        band = band[(rows != EMPTY).all(axis=1)]
     # A tensor's key-set hash: its keys' hashes (which carry the tensor's position) summed with
     # wrapping, so order-free; equal sets give equal sums.
-    first, end = plan.big
     tensors: tuple[int, ...] = ()
-    if first.size:
-        sums = np.zeros(hashed.size + 1, dtype=np.uint64)
-        np.cumsum(hashed, out=sums[1:])
-        tensors = tuple((sums[end] - sums[first]).tolist())
-    return CopySketch(fingerprint, (salt, plan.n), bins, tuple(band[full].tolist()), tensors)
+    if plan.cuts.size:
+        tensors = tuple(np.add.reduceat(hashed, plan.cuts)[::2].tolist())
+    return CopySketch(fingerprint, (salt, plan.n), bins, tuple(band.tolist()), tensors)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from psyche.distro.copy_index import (
     BANDS,
     BINS,
     COUNTS,
+    EMPTY,
     FILL,
     ROWS,
     CopyIndex,
@@ -165,10 +166,10 @@ def test_the_keys_are_the_overlaps_keys() -> None:
     assert not set(sketch(b"a", keys, 1).tensors) & set(sketch(b"b", swapped, 1).tensors)
 
 
-def test_the_fingerprint_hashes_each_tensors_indices_then_its_signs() -> None:
-    """``distro_fingerprint`` converts every tensor in one concatenation; what it hashes is still
-    each tensor's int64 indices then its value signs, tensor after tensor (a pinned definition:
-    peers' fingerprints of one result must agree, and old sketches compare with new ones)."""
+def test_the_fingerprint_hashes_all_indices_then_all_signs() -> None:
+    """``distro_fingerprint`` hashes every tensor's int64 indices, then every tensor's value
+    signs, in tensor order, whatever the dtypes (a pinned definition: peers' fingerprints of one
+    result must agree; a trainer names its previous result by it in its commitments)."""
     g = torch.Generator().manual_seed(3)
     results = []
     for tiles, totalk, dtype in (
@@ -190,6 +191,30 @@ def test_the_fingerprint_hashes_each_tensors_indices_then_its_signs() -> None:
     h = hashlib.sha256()
     for r in results:
         h.update(r.idx.to(torch.int64).contiguous().numpy().tobytes())
+    for r in results:
         h.update(torch.signbit(r.val.float()).contiguous().numpy().tobytes())
     assert distro_fingerprint(payload) == h.digest()
     assert distro_fingerprint(Payload(1, 0, 1, 0, False, ())) == hashlib.sha256().digest()
+
+
+@pytest.mark.parametrize("n", [296, 2448, 5000])
+def test_bins_agree_as_independent_bins_would(n: int) -> None:
+    """The passes' permutations (one odd multiplier each on a key's salted hash) behave as the
+    stated probabilities assume: a pair at the threshold agrees in ``J · P(filled)`` of its bins
+    with at most binomial variance, and shares ``BANDS · J⁵`` bands on average."""
+    rng = np.random.default_rng(n + 1)
+    j = jaccard_at(NEAR_DUPLICATE)
+    agree, bands = [], []
+    for salt in range(300):
+        a, b = _pair(rng, n, NEAR_DUPLICATE)
+        sa, sb = sketch(b"a", a, salt), sketch(b"b", b, salt)
+        assert sa.bins is not None and sb.bins is not None
+        same = (sa.bins == sb.bins) & (sa.bins != EMPTY)
+        agree.append(int(same.sum()))
+        bands.append(int(same.reshape(BANDS, ROWS).all(axis=1).sum()))
+    p = j * (1 - math.exp(-FILL))
+    mean, var = float(np.mean(agree)), float(np.var(agree))
+    assert abs(mean - BINS * p) < 4 * math.sqrt(BINS * p * (1 - p) / 300)
+    assert var < 1.25 * BINS * p * (1 - p)
+    q = p**ROWS
+    assert abs(float(np.mean(bands)) - BANDS * q) < 4 * math.sqrt(BANDS * q * (1 - q) / 300)

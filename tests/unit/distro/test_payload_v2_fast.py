@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from psyche.daemon.rounds import decoded_nbytes
 from psyche.distro import DistroResult, Payload, PayloadError, PayloadSpec, encode_payload
 from psyche.distro.copy_index import distro_sketch
 from psyche.distro.elias_fano import EliasFano, EliasFanoError
@@ -59,6 +60,10 @@ def _sketches_agree(p: Payload) -> None:
         slow.tensors,
     )
     assert np.array_equal(fast.bins, slow.bins)
+    # The kept-decode budget reads the flat arrays' sizes: the tensors' bytes, whatever the dtype.
+    want = sum(r.idx.nbytes + r.val.nbytes for r in p.results)
+    assert decoded_nbytes(p) == want
+    assert decoded_nbytes(dataclasses.replace(p, results=tuple(p.results))) == want
 
 
 @pytest.mark.parametrize("quantize", [False, True])

@@ -23,8 +23,10 @@ timestamps of consecutive round ends:
   sketches), split into the sketch's (``sketch µs``, per result) and the lookup's (``lookup
   µs/check``, per ``copied_from`` call); ``hold µs``: inserting a result's sketch in the round's
   index (``RoundState.hold``), per result, not counted in ``copy %`` (so that it compares with
-  the figures before it was measured); with the copy check's operation counts
-  (``psyche.distro.copy_index.COUNTS``: checks, band candidates, exact confirmations) per round;
+  the figures before it was measured) but in ``+hold %`` (the check's whole share: sketch,
+  lookup and the index insert, which exists only for the check); with the copy check's
+  operation counts (``psyche.distro.copy_index.COUNTS``: checks, band candidates, exact
+  confirmations) per round;
 - the event loop thread's CPU seconds per round (``loop cpu s``: the clients' handling of
   results and coordinator states, without training and the apply's worker threads) and per
   result (``loop µs/result``), the copy check's share of it, and the v2 payload decodes
@@ -389,6 +391,7 @@ def sim_one(
         "us_per_result": cpu / (n * n) * 1e6,
         "copy_s": per_round("copy_s"),
         "copy_share": per_round("copy_s") / cpu if cpu else 0.0,
+        "copy_hold_share": (per_round("copy_s") + per_round("hold_s")) / cpu if cpu else 0.0,
         "copy_checks": per_round("checks"),
         "copy_us_per_result": per_round("copy_s") / (n * n) * 1e6,
         "sketch_us_per_result": per_round("sketch_s") / (n * n) * 1e6,
@@ -457,12 +460,13 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
     print()
     hdr = (
-        "| N | rounds | round s | cpu s | µs/result | copy % | copy µs/result | sketch µs "
+        "| N | rounds | round s | cpu s | µs/result | copy % | +hold % | copy µs/result "
+        "| sketch µs "
         "| lookup µs/check | hold µs | checks | band cand. | confirm. "
         "| peak RSS MB | RSS/client MB | weights | run blooms: n, FP measured / bound |"
     )
     print(hdr)
-    print("|" + "---|" * 17)
+    print("|" + "---|" * 18)
     for r in rows:
         b = r["run_blooms"]
         bl = (f"{b['entries_max']}, {b['fp_rate']:.2e} / {b['fp_bound_at_max']:.2e}"
@@ -470,7 +474,8 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(
             f"| {r['n']} | {r['rounds_measured']} | {r['round_s']:.2f} | {r['cpu_s']:.2f} "
             f"| {r['us_per_result']:.0f} | {100 * r['copy_share']:.1f} "
-            f"| {r['copy_us_per_result']:.0f} | {r['sketch_us_per_result']:.0f} "
+            f"| {100 * r.get('copy_hold_share', 0.0):.1f} | {r['copy_us_per_result']:.0f} "
+            f"| {r['sketch_us_per_result']:.0f} "
             f"| {r['lookup_us_per_check']:.0f} | {r['hold_us_per_result']:.0f} "
             f"| {r['copy_checks']:.0f} "
             f"| {r['band_candidates']:.0f} | {r['confirmations']:.0f} "

@@ -407,9 +407,13 @@ class CopyIndex(Generic[T]):
     _bands: dict[int, int] = field(default_factory=dict)
     """Band key → the first entry with it (most buckets hold one); the rest in ``_more``."""
     _more: dict[int, list[int]] = field(default_factory=dict)
-    _tensors: dict[int, list[int]] = field(default_factory=dict)
+    _tensors: dict[int, int] = field(default_factory=dict)
+    """A large tensor's key-set hash → the first entry with it; the rest in ``_tensors_more``."""
+    _tensors_more: dict[int, list[int]] = field(default_factory=dict)
     _schemes: list[tuple[int, int] | None] = field(default_factory=list)
-    _bins: U64 = field(default_factory=lambda: np.empty((0, BINS), dtype=np.uint64))
+    _bins: list[U64 | None] = field(default_factory=list)
+    """Per entry its sketch's bins (the sketch's own array: holding one copies nothing; the few
+    band candidates' rows are stacked when a lookup needs them)."""
 
     def add(self, entry: T, sk: CopySketch) -> None:
         """Hold ``entry``, whose sketch is ``sk``."""
@@ -423,15 +427,13 @@ class CopyIndex(Generic[T]):
             del fresh[key]
             self._more.setdefault(key, []).append(seq)
         self._bands.update(fresh)
-        for key in sk.tensors:
-            self._tensors.setdefault(key, []).append(seq)
+        fresh_t = dict.fromkeys(sk.tensors, seq)
+        for key in self._tensors.keys() & fresh_t.keys():
+            del fresh_t[key]
+            self._tensors_more.setdefault(key, []).append(seq)
+        self._tensors.update(fresh_t)
         self._schemes.append(sk.scheme if sk.bins is not None else None)
-        if seq >= self._bins.shape[0]:
-            grown = np.full((max(8, 2 * seq), BINS), EMPTY, dtype=np.uint64)
-            grown[:seq] = self._bins[:seq]
-            self._bins = grown
-        if sk.bins is not None:
-            self._bins[seq] = sk.bins
+        self._bins.append(sk.bins)
 
     def exact(self, sk: CopySketch) -> list[T]:
         """The held entries with ``sk``'s fingerprint, in the order they were added."""
@@ -449,8 +451,11 @@ class CopyIndex(Generic[T]):
         of their keys' Jaccard similarity; None for an entry found by a tensor's key set)."""
         found: dict[int, float | None] = {}
         for key in self._tensors.keys() & sk.tensors:
-            found.update(dict.fromkeys(self._tensors[key]))
+            found[self._tensors[key]] = None
+            found.update(dict.fromkeys(self._tensors_more.get(key, ())))
         hits = self._bands.keys() & sk.bands
+        if not hits and not found:
+            return []  # most lookups: nothing shares a band or a tensor
         banded = {self._bands[key] for key in hits}
         if self._more:
             for key in hits & self._more.keys():
@@ -460,7 +465,7 @@ class CopyIndex(Generic[T]):
         if banded and sk.bins is not None:
             same = [i for i in sorted(banded) if self._schemes[i] == sk.scheme]
             if same:
-                rows = self._bins[np.array(same, dtype=np.int64)]
+                rows = np.stack([b for i in same if (b := self._bins[i]) is not None])
                 filled = max(1, int((sk.bins != EMPTY).sum()))
                 agree = ((rows == sk.bins) & (sk.bins != EMPTY)).sum(axis=1)
                 for i, a in zip(same, agree.tolist(), strict=True):

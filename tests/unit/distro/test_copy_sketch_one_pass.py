@@ -116,3 +116,21 @@ def test_every_held_result_sharing_a_band_is_a_candidate() -> None:
     assert index.near(sketch(b"new", keys, 13)) == ["a", "b", "c"]
     assert COUNTS.band_candidates == 3
     assert index.near(sketch(b"new", other, 13)) == ["x"]
+
+
+def test_every_held_result_repeating_a_tensor_is_a_candidate() -> None:
+    """Held results with one large tensor's key set in common (the rest unrelated): each is a
+    candidate of a new result repeating it (the first entry of a tensor hash and the rest)."""
+    rng = np.random.default_rng(5)
+    big = rng.choice(2**20, 48, replace=False).astype(np.int64)
+
+    def keys(first: np.ndarray) -> CopyKeys:
+        rest = rng.choice(2**40, 300, replace=False).astype(np.int64) + 2**41
+        return CopyKeys.of([first, rest], [True, False])
+
+    index: CopyIndex[str] = CopyIndex()
+    other = rng.choice(2**20, 48, replace=False).astype(np.int64) + 2**21
+    for name, first in (("a", big), ("x", other), ("b", big), ("c", big)):
+        index.add(name, sketch(name.encode(), keys(first), 17))
+    assert index.near(sketch(b"new", keys(big[::-1].copy()), 17)) == ["a", "b", "c"]
+    assert index.near(sketch(b"new", keys(other), 17)) == ["x"]

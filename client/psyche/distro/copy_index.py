@@ -45,17 +45,18 @@ rules out). Treating bins as independent:
   such a pair passes the bin count with probability 9.6·10⁻⁴, so it is hardly ever decoded. In
   that round a download costs one vectorised comparison of 1020 values per held result.
 
-Per held result the index keeps the 1020 values (8 KiB), 204 band entries and one entry per large
-tensor, about 19 KB in all (measured with tracemalloc) — not the decoded payload: a candidate is
-decoded again from its bytes, which the round holds anyway. Making a sketch costs about
-``max(N, 8 · 1020)`` hashes for N keys. For the tiny model's 2,448 keys in 21 tensors numpy's
+Per held result the index keeps the 1020 values (8 KiB, the sketch's own array), 204 band
+entries and one entry per large tensor, about 19 KB in all (measured with tracemalloc) — not the
+decoded payload: a candidate is decoded again from its bytes, which the round holds anyway.
+Making a sketch costs about ``max(N, 8 · 1020)`` multiplications and ``np.minimum.at`` updates
+for N keys, after one full hash per key. For the tiny model's 2,448 keys in 21 tensors numpy's
 cost per call, not the hashing, dominates, so a DisTrO result is sketched in one pass
 (:func:`distro_sketch`: the fingerprint and the keys from one conversion of its tensors) with
-what depends only on the run's layout and salt made once (:func:`_plan`, :func:`_layout`):
-0.26–0.38 ms per result with its fingerprint in a warm loop, 0.5–0.7 ms within a run's rounds,
-against 0.57–0.92 and 1.0–1.2 ms before (issue 38, bench/README.md "Scale"; the decode takes 2–5
-ms); 0.05–0.3 s for 2·10⁶ keys. A payload from the v2 decoder is read from its flat arrays
-(``Payload.flat``) with no conversion at all: 0.15 ms warm, 0.26–0.31 ms in a run.
+what depends only on the run's layout and salt made once (:func:`_plan`, :func:`_layout`); a
+payload from the v2 decoder is read from its flat arrays (``Payload.flat``) with no conversion
+at all. On the tiny model's captured payloads (``bench/decode_sketch.py``) a sketch takes 73 µs
+warm (119 µs with a second full mix per pass, 2026-12-04); in a simulated run of 64 and 256
+clients 0.11–0.13 ms (0.18–0.23 ms before); inserting it in the index 30–35 µs warm.
 
 The hashes are keyed by ``SALT``, drawn at random once per process and never sent: a free rider
 who knew which coefficients decide the bins could change just those and escape with a copy.
@@ -396,6 +397,9 @@ COUNTS = CopyCounts()
 
 T = TypeVar("T")
 
+_BLOCK = 64
+"""Entries per block of the index's stored bins (512 KiB)."""
+
 
 @dataclass(eq=False)
 class CopyIndex(Generic[T]):
@@ -411,9 +415,11 @@ class CopyIndex(Generic[T]):
     """A large tensor's key-set hash → the first entry with it; the rest in ``_tensors_more``."""
     _tensors_more: dict[int, list[int]] = field(default_factory=dict)
     _schemes: list[tuple[int, int] | None] = field(default_factory=list)
-    _bins: list[U64 | None] = field(default_factory=list)
-    """Per entry its sketch's bins (the sketch's own array: holding one copies nothing; the few
-    band candidates' rows are stacked when a lookup needs them)."""
+    _bins: list[U64] = field(default_factory=list)
+    """Blocks of ``_BLOCK`` entries' bins (row ``i % _BLOCK`` of block ``i // _BLOCK``). Fixed
+    blocks, not one matrix grown by doubling (which reallocated megabytes: 18 µs per insert),
+    nor the sketches' own arrays (kept alive, they made every later sketch allocate cold
+    memory); the few band candidates' rows are gathered when a lookup needs them."""
 
     def add(self, entry: T, sk: CopySketch) -> None:
         """Hold ``entry``, whose sketch is ``sk``."""
@@ -433,7 +439,10 @@ class CopyIndex(Generic[T]):
             self._tensors_more.setdefault(key, []).append(seq)
         self._tensors.update(fresh_t)
         self._schemes.append(sk.scheme if sk.bins is not None else None)
-        self._bins.append(sk.bins)
+        if seq % _BLOCK == 0:
+            self._bins.append(np.empty((_BLOCK, BINS), dtype=np.uint64))
+        if sk.bins is not None:
+            self._bins[-1][seq % _BLOCK] = sk.bins
 
     def exact(self, sk: CopySketch) -> list[T]:
         """The held entries with ``sk``'s fingerprint, in the order they were added."""
@@ -465,7 +474,7 @@ class CopyIndex(Generic[T]):
         if banded and sk.bins is not None:
             same = [i for i in sorted(banded) if self._schemes[i] == sk.scheme]
             if same:
-                rows = np.stack([b for i in same if (b := self._bins[i]) is not None])
+                rows = np.stack([self._bins[i // _BLOCK][i % _BLOCK] for i in same])
                 filled = max(1, int((sk.bins != EMPTY).sum()))
                 agree = ((rows == sk.bins) & (sk.bins != EMPTY)).sum(axis=1)
                 for i, a in zip(same, agree.tolist(), strict=True):

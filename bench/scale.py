@@ -30,7 +30,9 @@ timestamps of consecutive round ends:
 - the event loop thread's CPU seconds per round (``loop cpu s``: the clients' handling of
   results and coordinator states, without training and the apply's worker threads) and per
   result (``loop µs/result``), the copy check's share of it, and the v2 payload decodes
-  (``psyche.distro.payload.decode_v2``, wrapped): per round, µs each, share of the loop;
+  (``psyche.distro.payload.decode_v2``, wrapped): per round, µs each, share of the loop; and
+  the cyclic garbage collector's passes (``gc %`` of the process's CPU, per result, full passes
+  per round), timed by ``gc.callbacks`` in whichever thread ran them;
 - peak RSS of the child, and over N (``RSS/client``: (peak − RSS before the run) / N). Per held
   result: a client holds the results of two rounds (2 N), so the N² part of the peak RSS over
   the runs is ``bytes per held result × 2 N²``; fitted (least squares, ``a + b N + c 2N²``) over the
@@ -80,6 +82,7 @@ import asyncio
 import contextlib
 import cProfile
 import dataclasses
+import gc
 import io
 import json
 import math
@@ -228,6 +231,24 @@ def prepare_inputs(work: Path, tokens: int) -> tuple[Path, Path]:
     return model_dir, data_dir
 
 
+class GcTimer:
+    """The cyclic garbage collector's passes in this process: CPU seconds of the thread that
+    ran them (whichever call's allocation made one fall due pays it, so the wrapped parts above
+    include any that fell in them) and passes per generation."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.passes = [0, 0, 0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._t0
+            self.passes[info["generation"]] += 1
+
+
 class CopyTimer:
     """Wraps the copy check where the daemon calls it; sums its time, in all (``seconds``: the
     sketch and the lookup, what ``copy %`` has always counted) and per part (``parts``:
@@ -304,6 +325,8 @@ def sim_one(
     )
     timer = CopyTimer()
     timer.install()
+    gc_timer = GcTimer()
+    gc.callbacks.append(gc_timer)
     out = Path(tempfile.mkdtemp(prefix=f"scale-{n}-", dir=work))
     sim = SimulatedRun(rc, model_dir, data_dir, out, n_clients=n, checkpoint=False)
     blooms: dict[bytes, tuple[Any, int]] = {}
@@ -333,6 +356,8 @@ def sim_one(
                     "copy_s": timer.seconds,
                     "sketch_s": timer.parts["result_sketch"],
                     "hold_s": timer.parts["hold"],
+                    "gc_s": gc_timer.seconds,
+                    "gc_full": gc_timer.passes[2],
                     "checks": COUNTS.checks,
                     "band_candidates": COUNTS.band_candidates,
                     "confirmations": COUNTS.confirmations,
@@ -405,6 +430,9 @@ def sim_one(
         / max(1.0, per_round("checks"))
         * 1e6,
         "hold_us_per_result": per_round("hold_s") / (n * n) * 1e6,
+        "gc_share": per_round("gc_s") / cpu if cpu else 0.0,
+        "gc_us_per_result": per_round("gc_s") / (n * n) * 1e6,
+        "gc_full_passes": per_round("gc_full"),
         "band_candidates": per_round("band_candidates"),
         "confirmations": per_round("confirmations"),
         "rss_before": rss_before,
@@ -485,13 +513,14 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print(
         "\nThe event loop's thread (the clients' handling of results, without training):\n\n"
         "| N | loop cpu s | loop µs/result | copy % of loop | decodes | decode µs "
-        "| decode % of loop |\n|" + "---|" * 7
+        "| decode % of loop | gc % | gc µs/result | full gc passes |\n|" + "---|" * 10
     )
     for r in rows:
         print(
             f"| {r['n']} | {r['loop_cpu_s']:.2f} | {r['loop_us_per_result']:.0f} "
             f"| {100 * r['copy_share_of_loop']:.1f} | {r['decodes']:.0f} | {r['decode_us']:.0f} "
-            f"| {100 * r['decode_share_of_loop']:.1f} |"
+            f"| {100 * r['decode_share_of_loop']:.1f} | {100 * r.get('gc_share', 0.0):.1f} "
+            f"| {r.get('gc_us_per_result', 0.0):.0f} | {r.get('gc_full_passes', 0.0):.1f} |"
         )
     if len(rows) >= 2:
         lo, hi = rows[0], rows[-1]

@@ -56,7 +56,7 @@ what depends only on the run's layout and salt made once (:func:`_plan`, :func:`
 payload from the v2 decoder is read from its flat arrays (``Payload.flat``) with no conversion
 at all. On the tiny model's captured payloads (``bench/decode_sketch.py``) a sketch takes 73 µs
 warm (119 µs with a second full mix per pass, 2026-12-04); in a simulated run of 64 and 256
-clients 0.11–0.19 ms (0.18–0.23 ms before); inserting it in the index 30–35 µs warm.
+clients 0.11–0.19 ms (0.18–0.23 ms before); inserting it in the index 30–41 µs warm.
 
 The hashes are keyed by ``SALT``, drawn at random once per process and never sent: a free rider
 who knew which coefficients decide the bins could change just those and escape with a copy.

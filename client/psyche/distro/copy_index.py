@@ -25,9 +25,9 @@ What a sketch holds (:func:`sketch`), from the result's keys — one per chosen 
   bins; a bin is then empty with probability at most e⁻⁸ = 3.4·10⁻⁴), and the **LSH band
   keys**: one per band of 5 bins (a wrapping sum of the bins times odd salted per-row
   constants, plus a per-band one: equal bands have equal keys), looked up in a dict of buckets.
-  Measured over 1,500 salted pairs each at 296, 2,448 and 5,000 keys, the bins agree at rate
-  J · P(bin filled) with at most binomial variance, and shared bands match ``BANDS · J⁵``, as
-  the independent-bins figures below assume.
+  Over salted pairs at the threshold of 296, 2,448 and 5,000 keys (300 each in the tests, 1,500
+  when this was made) the bins agree at rate J · P(bin filled) with at most binomial variance,
+  and the shared bands average ``BANDS · J⁵``, as the independent-bins figures below assume.
 
 Two bins agree with probability J · P(bin not empty), J the Jaccard similarity ``|A∩B|/|A∪B|``.
 For two results of one format (equal sizes) a signed overlap o is J = o / (2 − o), so the
@@ -45,7 +45,7 @@ rules out). Treating bins as independent:
   such a pair passes the bin count with probability 9.6·10⁻⁴, so it is hardly ever decoded. In
   that round a download costs one vectorised comparison of 1020 values per held result.
 
-Per held result the index keeps the 1020 values (8 KiB, the sketch's own array), 204 band
+Per held result the index keeps the 1020 values (8 KiB, in blocks of 64 entries), 204 band
 entries and one entry per large tensor, about 19 KB in all (measured with tracemalloc) — not the
 decoded payload: a candidate is decoded again from its bytes, which the round holds anyway.
 Making a sketch costs about ``max(N, 8 · 1020)`` multiplications and ``np.minimum.at`` updates

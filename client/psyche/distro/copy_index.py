@@ -169,10 +169,9 @@ class _Plan:
     """Per row of a band, an odd constant."""
     band_const: U64
     """Per band, a constant added to its key (equal rows in two different bands differ)."""
-    big: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
-    """The repeat-rule tensors: their first keys, and one past their last."""
     cuts: npt.NDArray[np.int64]
-    """Those bounds interleaved, for one ``np.add.reduceat`` (the last dropped if it is ``n``)."""
+    """The repeat-rule tensors' first keys and ends (one past their last) interleaved, for one
+    ``np.add.reduceat`` (the last dropped if it is ``n``)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -198,10 +197,9 @@ def _plan(sizes: tuple[int, ...], repeatable: tuple[bool, ...], salt: int) -> _P
         passes * per_pass,
         _mixed(*(salt ^ (n << 16) ^ (0xB0 << 8) ^ r for r in range(ROWS))) | np.uint64(1),
         _mixed(*(salt ^ (n << 16) ^ (j << 3) ^ 7 for j in range(BANDS))),
-        (first, end),
         cuts[:-1] if cuts.size and cuts[-1] == n else cuts,
     )
-    for a in (out.tensor_const, out.pass_mul, out.band_row, out.band_const, *out.big, out.cuts):
+    for a in (out.tensor_const, out.pass_mul, out.band_row, out.band_const, out.cuts):
         a.setflags(write=False)
     return out
 
@@ -288,6 +286,15 @@ def _distro_parts(
     return layout, idx, torch.signbit(tval.float()).numpy(), (tval > 0).numpy()
 
 
+def content_fingerprint(idx: npt.NDArray[np.int64], sign: npt.NDArray[np.bool_]) -> bytes:
+    """SHA-256 of a DisTrO result's content: all its int64 indices, then all its sign bits (a
+    byte each), tensor after tensor (what ``psyche.distro.result_format.distro_fingerprint``
+    hashes; one definition for it and :func:`distro_sketch`)."""
+    h = hashlib.sha256(np.ascontiguousarray(idx, dtype=np.int64).view(np.uint8).data)
+    h.update(np.ascontiguousarray(sign, dtype=np.bool_).view(np.uint8).data)
+    return h.digest()
+
+
 def distro_keys(payload: Payload) -> CopyKeys:
     """A DisTrO payload's keys: per chosen coefficient, (tile · totalk + index) · 2 + (value > 0),
     as ``signed_keys``, computed over all tensors at once."""
@@ -300,15 +307,12 @@ def distro_keys(payload: Payload) -> CopyKeys:
 def distro_sketch(payload: Payload, salt: int | None = None) -> CopySketch:
     """``sketch(distro_fingerprint(payload), distro_keys(payload), salt)``, from one conversion
     of the payload's tensors instead of two (the fingerprint and the keys read the same indices
-    and values; ``psyche.distro.result_format.distro_fingerprint`` is the fingerprint's
-    definition, which this one must equal)."""
+    and values)."""
     if not payload.results:
         return sketch(hashlib.sha256().digest(), CopyKeys.of([], []), salt)
     layout, idx, sign, positive = _distro_parts(payload)
-    h = hashlib.sha256(idx.view(np.uint8).data)
-    h.update(sign.view(np.uint8).data)
     keys = (layout.base + idx) * 2 + positive
-    return _sketch(h.digest(), keys, layout.sizes, layout.repeatable, salt)
+    return _sketch(content_fingerprint(idx, sign), keys, layout.sizes, layout.repeatable, salt)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -397,6 +401,20 @@ COUNTS = CopyCounts()
 
 T = TypeVar("T")
 
+
+def _insert(
+    first: dict[int, int], more: dict[int, list[int]], keys: Sequence[int], seq: int
+) -> None:
+    """Add entry ``seq`` under each of ``keys``: as the key's first entry, or after it in
+    ``more``. Set operations on the dicts' key views run in C; a loop over a result's 204 band
+    keys in Python was most of what holding a result cost."""
+    fresh = dict.fromkeys(keys, seq)
+    for key in first.keys() & fresh.keys():
+        del fresh[key]
+        more.setdefault(key, []).append(seq)
+    first.update(fresh)
+
+
 _BLOCK = 64
 """Entries per block of the index's stored bins (512 KiB)."""
 
@@ -426,18 +444,8 @@ class CopyIndex(Generic[T]):
         seq = len(self.entries)
         self.entries.append(entry)
         self._exact.setdefault(sk.fingerprint, []).append(seq)
-        # Set operations on the dicts' key views run in C; a loop over the 204 band keys in
-        # Python was most of what holding a result cost.
-        fresh = dict.fromkeys(sk.bands, seq)
-        for key in self._bands.keys() & fresh.keys():
-            del fresh[key]
-            self._more.setdefault(key, []).append(seq)
-        self._bands.update(fresh)
-        fresh_t = dict.fromkeys(sk.tensors, seq)
-        for key in self._tensors.keys() & fresh_t.keys():
-            del fresh_t[key]
-            self._tensors_more.setdefault(key, []).append(seq)
-        self._tensors.update(fresh_t)
+        _insert(self._bands, self._more, sk.bands, seq)
+        _insert(self._tensors, self._tensors_more, sk.tensors, seq)
         self._schemes.append(sk.scheme if sk.bins is not None else None)
         if seq % _BLOCK == 0:
             self._bins.append(np.empty((_BLOCK, BINS), dtype=np.uint64))

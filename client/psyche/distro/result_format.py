@@ -21,7 +21,7 @@ import torch
 from psyche.distro import sparseloco_overlap
 from psyche.distro.audit_trailer import decode_trailer, trailer_bytes
 from psyche.distro.compress import DistroResult
-from psyche.distro.copy_index import CopyKeys, distro_keys
+from psyche.distro.copy_index import CopyKeys, content_fingerprint, distro_keys
 from psyche.distro.overlap import near_duplicate, signed_overlap
 from psyche.distro.payload import Payload, PayloadError, PayloadSpec, decode_payload
 from psyche.distro.sparseloco_payload import SparseLoCoPayload, SparseLoCoSettings
@@ -75,13 +75,11 @@ def distro_fingerprint(payload: Payload) -> bytes:
     # One concatenation per kind and two hash updates: per-tensor updates (42 on the tiny
     # model) were a third of the hashing's cost; a run's fixed layout makes either order
     # unambiguous (issue 38).
-    h = hashlib.sha256()
     if not payload.results:
-        return h.digest()
-    h.update(torch.cat([r.idx.reshape(-1) for r in payload.results]).to(torch.int64).numpy().data)
+        return hashlib.sha256().digest()
+    idx = torch.cat([r.idx.reshape(-1) for r in payload.results]).to(torch.int64)
     vals = torch.cat([r.val.reshape(-1) for r in payload.results]).float()
-    h.update(torch.signbit(vals).numpy().data)
-    return h.digest()
+    return content_fingerprint(idx.numpy(), torch.signbit(vals).numpy())
 
 
 def sent_fingerprint(payload: Payload) -> bytes:

@@ -555,7 +555,30 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def p2p(hosts: int, rounds: int, size: int) -> dict[str, Any]:
+def _p2p_round_row(
+    step: int,
+    seconds: float,
+    want: int,
+    got: dict[tuple[str, str, int], str],
+    failed: list[tuple[str, str, int, str]],
+    hosts: int,
+) -> dict[str, Any]:
+    own: dict[str, int] = {}
+    for (_me, producer, s), src in got.items():
+        if s == step and src == producer:
+            own[producer] = own.get(producer, 0) + 1
+    return {
+        "step": step,
+        "round_s": seconds,
+        "want": want,
+        "fetched": sum(1 for (_, _, s) in got if s == step),
+        "failed": sum(1 for f in failed if f[2] == step),
+        "own_max": max(own.values(), default=0),
+        "own_mean": sum(own.values()) / hosts,
+    }
+
+
+async def p2p(hosts: int, rounds: int, size: int, json_path: str | None = None) -> dict[str, Any]:
     from psyche.p2p.messages import (
         TrainingResult,
         WireCommitment,
@@ -618,7 +641,8 @@ async def p2p(hosts: int, rounds: int, size: int) -> dict[str, Any]:
         cpu0 = {i: _proc_cpu(by_id[i].pid) for i in ids}
         parent0 = time.process_time()
         t_rounds = time.monotonic()
-        round_s = []
+        round_s: list[float] = []
+        per_round: list[dict[str, Any]] = []
         for step in range(1, rounds + 1):
             t = time.monotonic()
             blobs[step] = {}
@@ -638,7 +662,15 @@ async def p2p(hosts: int, rounds: int, size: int) -> dict[str, Any]:
                     break
                 await asyncio.sleep(0.05)
             round_s.append(time.monotonic() - t)
-            print(f"  round {step}: {round_s[-1]:.2f} s", file=sys.stderr, flush=True)
+            row = _p2p_round_row(step, round_s[-1], want, got, failed, hosts)
+            per_round.append(row)
+            print(f"  round {step}: {row['round_s']:.2f} s, fetched {row['fetched']} of {want} "
+                  f"(failed {row['failed']}), own copies a producer sent max {row['own_max']}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            if json_path:
+                # A run stopped by a time limit still leaves what its rounds measured.
+                Path(json_path).write_text(json.dumps({"partial": True, "hosts": hosts,
+                                                       "rounds": per_round}, indent=1))  # fmt: skip
         elapsed = time.monotonic() - t_rounds
         cpu = {i: (_proc_cpu(by_id[i].pid) - cpu0[i]) / rounds for i in ids}
         await asyncio.sleep(1.5)  # the hosts send their counters every second
@@ -681,6 +713,7 @@ async def p2p(hosts: int, rounds: int, size: int) -> dict[str, Any]:
             "producer_sends_mean": sum(own_counts) / len(own_counts),
             "producer_sends_le_2": max(own_counts) <= 2,
             "blob_requests_per_fetch": requests / max(1, len(got) + len(failed)),
+            "per_round": per_round,
         }
     finally:
         await asyncio.gather(*(n.stop() for n in nodes), return_exceptions=True)
@@ -749,7 +782,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="psyche-scale-") as d:
             out.update(run_sim(args, Path(d)))
     if args.p2p_hosts:
-        r = asyncio.run(p2p(args.p2p_hosts, args.p2p_rounds, args.p2p_size))
+        r = asyncio.run(p2p(args.p2p_hosts, args.p2p_rounds, args.p2p_size, args.json))
         print_p2p(r)
         out["p2p"] = r
     if args.json:

@@ -83,6 +83,19 @@ def clip_grad_norm_(params: Iterable[torch.Tensor], max_norm: float | None) -> f
     return total
 
 
+def add_scaled(target: torch.Tensor, x: torch.Tensor, alpha: float) -> None:
+    """`target ← target + alpha·x`, evaluated in float32 and rounded once to `target`'s dtype.
+
+    The same bits on every device: torch's `add_(x, alpha=)` on a CPU bfloat16 tensor rounds
+    `alpha` itself to bfloat16 first, where CUDA keeps it in float32, so a CPU and a GPU client
+    holding the same bf16 weights would step them differently (bench/apply_across_devices.py).
+    """
+    if target.dtype == torch.float32:
+        target.add_(x.to(torch.float32), alpha=alpha)
+    else:
+        target.copy_(target.to(torch.float32).add_(x.to(torch.float32), alpha=alpha))
+
+
 class Distro:
     """DisTrO state for one client: the residual δ of every parameter, in parameter-name order."""
 
@@ -172,7 +185,7 @@ class Distro:
                 self._sign_step([public], prev_lr)
             return
         for p, delta in zip(self._params, self._residual, strict=True):
-            p.sub_(torch.sign(delta).to(p.dtype), alpha=prev_lr)
+            add_scaled(p, torch.sign(delta), -prev_lr)
 
     @torch.no_grad()
     def cancel(self, lr: float | None = None) -> None:
@@ -252,7 +265,7 @@ class Distro:
             if beta != 1.0:
                 delta.mul_(beta)
             if p.grad is not None:
-                delta.add_(p.grad.to(delta.dtype), alpha=lr)
+                add_scaled(delta, p.grad, lr)
             result = compress(encode(delta.float(), chunk), topk)
             results.append(
                 DistroResult(
@@ -308,7 +321,7 @@ class Distro:
                     # `update` is −1, 0 or 1, so `lr·update` is exact and a fused multiply-add
                     # (the CPU's vector kernels) rounds `p − lr·update` like a separate multiply
                     # and add.
-                    param.sub_(update.reshape(param.shape).to(param.dtype), alpha=lr)
+                    add_scaled(param, update.reshape(param.shape), -lr)
                 window, size = [], 0
 
     def _check_results(self, payload: Payload, what: str) -> None:

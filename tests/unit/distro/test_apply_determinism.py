@@ -20,10 +20,12 @@ from psyche.distro import (
     DistroResult,
     Payload,
     aggregate,
+    compress,
     dct_basis,
     decode,
     decode_payload,
     decode_sign,
+    encode,
     encode_payload,
 )
 from psyche.distro.dct_exact import BASIS_BITS, SUM_BITS, basis_scale, coefficient_bits, int_basis
@@ -109,6 +111,44 @@ def test_apply_leaves_weights_whose_exact_update_is_zero() -> None:
     # The matmul apply moved the middle weight too: its float cosine was 6e-17, not 0.
     expected = torch.tensor([1.0, 2.0, 3.0]) - LR * torch.tensor([1.0, 0.0, -1.0])
     assert torch.equal(weights.detach(), expected) and weights[1].item() == 2.0
+
+
+def bf16_round(device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One round on bf16 weights on `device`: weight decay, then apply. Returns the start
+    weights, the update's signs (CPU) and the end weights (CPU)."""
+    g = torch.Generator().manual_seed(3)
+    w0 = (torch.rand(128, 64, generator=g) * 0.04 - 0.02).to(torch.bfloat16)
+    w = torch.nn.Parameter(w0.clone().to(device))
+    cfg = DistroConfig(compression_decay=1.0, compression_topk=TOPK, compression_chunk=CHUNK,
+                       quantize_1bit=False, weight_decay=0.1)  # fmt: skip
+    distro = Distro([("w", w)], cfg)
+    result = compress(encode(torch.randn(128, 64, generator=g), CHUNK), TOPK)
+    payload = Payload(step=1, batch_start=0, batch_end=0, trainer_nonce=0, quantized=False,
+                      results=(result,))  # fmt: skip
+    distro.cancel(LR)  # the round's weight decay
+    distro.apply([payload], LR)
+    sign = decode_sign(aggregate([result], torch.float32, CPU, distinct=True)).reshape(128, 64)
+    return w0, sign, w.detach().cpu()
+
+
+def test_a_bf16_step_is_float32_arithmetic_rounded_once() -> None:
+    """A client holds bf16 weights on CUDA (psyche.training.device); a CPU can hold them too. The
+    step is `bf16(fp32(p) − fp32(lr)·sign)`, one rounding, on every device. torch's CPU
+    `sub_(x, alpha=lr)` on a bf16 tensor rounded `lr` itself to bf16 first (0.01 → 0.0100098),
+    CUDA's did not, so the same weights stepped apart (bench/apply_across_devices.py, H200)."""
+    w0, sign, got = bf16_round("cpu")
+    decayed = (w0.float() * (1.0 - LR * 0.1)).to(torch.bfloat16)
+    want = (decayed.float() - LR * sign).to(torch.bfloat16)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    old = decayed.clone().sub_(sign.to(torch.bfloat16), alpha=LR)  # what the CPU did before
+    assert not torch.equal(old.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CPU-vs-CUDA needs a GPU")
+def test_a_bf16_step_on_cuda_matches_cpu_bit_for_bit() -> None:
+    assert torch.equal(
+        bf16_round("cpu")[2].view(torch.int16), bf16_round("cuda")[2].view(torch.int16)
+    )
 
 
 # --- threads, kernels, devices ------------------------------------------------------------------

@@ -1,15 +1,15 @@
 """Throughput of one client's train step with data and tensor parallelism, side by side.
 
-Method. For each layout `DPxTP` (default: `1x1`, `{dp}x1` and `1x{tp}`), a fresh model of the
-chosen preset (`psyche.training.PRESETS`, random weights, seed 0, bf16 on CUDA and fp32 on CPU as
-a client uses) is trained with real DisTrO (config/tiny's settings: chunk 64, top-k 8, 1-bit)
-through `build_trainer`, which gives a plain `Trainer` for 1x1 and a `ParallelTrainer` (worker
-processes, NCCL on CUDA, gloo on CPU) otherwise. Every step is a full `train_step` (lookahead,
-weight sync to the workers, forward/backward over the batch's micro-batches, gradient reduction,
-DisTrO compression) followed by an `apply_step` of its own payload, as a client does each round.
-After `--warmup` steps, `--steps` steps are timed and the median is reported as samples/s, and
-as samples/s per device (the figure that shows how well N devices are used), with the speed-up
-over 1x1.
+Method. For each layout `DPxTP` (default: `1x1`, `{dp}x1` and `1x{tp}`), a fresh model of the chosen
+preset (`psyche.training.PRESETS`, random weights, seed 0, bf16 on CUDA and fp32 on CPU:
+`default_dtype`; a client holds its checkpoint's dtype) is trained with real DisTrO (config/tiny's
+settings: chunk 64, top-k 8, 1-bit) through `build_trainer`, which gives a plain `Trainer` for 1x1
+and a `ParallelTrainer` (worker processes, NCCL on CUDA, gloo on CPU) otherwise. Every step is a
+full `train_step` (lookahead, weight sync to the workers, forward/backward over the batch's
+micro-batches, gradient reduction, DisTrO compression) followed by an `apply_step` of its own
+payload, as a client does each round. After `--warmup` steps, `--steps` steps are timed and the
+median is reported as samples/s, and as samples/s per device (the figure that shows how well N
+devices are used), with the speed-up over 1x1.
 
 Random token batches of `--batch` samples of `--seq` tokens are split into micro-batches of
 `--micro-batch-size` (DP needs at least DP micro-batches to have work for every replica).

@@ -75,7 +75,7 @@ def model_group() -> None:
     default="float32",
     show_default=True,
     envvar="PSYCHE_MODEL_DTYPE",
-    help="Storage dtype of the weights (clients cast to bf16 on CUDA when loading).",
+    help="Storage dtype of the weights, which every client of a run then trains in, on any device.",
 )
 @click.option(
     "--force", is_flag=True, envvar="PSYCHE_MODEL_FORCE", help="Replace an existing model in OUT."

@@ -19,10 +19,15 @@ from psyche.protocol.identity import SecretKey
 from psyche.protocol.locations import Checkpoint, P2PCheckpoint, P2PGcsCheckpoint
 from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import DistroOptimizer, SparseLoCoOptimizer
-from psyche.training.device import default_dtype, pick_device
+from psyche.training.device import pick_device
 from psyche.training.errors import ModelLoadError
 from psyche.training.hashing import model_hash
-from psyche.training.loading import load_model, model_from_state_dict, resolve_checkpoint_dir
+from psyche.training.loading import (
+    checkpoint_dtype,
+    load_model,
+    model_from_state_dict,
+    resolve_checkpoint_dir,
+)
 from psyche.training.parallel import (
     ParallelLayout,
     build_trainer,
@@ -165,7 +170,10 @@ def _model_and_files(
         raise ModelLoadError("this run's model is only available from peers (P2P checkpoint)")
     gcs = gcs_repo(llm.checkpoint)
     path = gcs_checkpoint_dir(gcs) if gcs is not None else resolve(llm.checkpoint)
-    model, _ = load_model(path, device=dev, dtype=default_dtype(dev), architecture=llm.architecture)
+    # The checkpoint's dtype on every device, not the device's default: CPU and GPU clients of one
+    # run must hold the same bits (training.loading.checkpoint_dtype).
+    dtype = checkpoint_dtype(path)
+    model, _ = load_model(path, device=dev, dtype=dtype, architecture=llm.architecture)
     files = {
         name: (path / name).read_bytes()
         for name in ("config.json", *SHARED_FILES)

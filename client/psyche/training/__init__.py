@@ -18,6 +18,7 @@ from psyche.training.errors import (
 )
 from psyche.training.hashing import model_hash, tensors_hash
 from psyche.training.loading import (
+    checkpoint_dtype,
     download_hub_snapshot,
     load_model,
     model_config_json,
@@ -55,6 +56,7 @@ __all__ = [
     "TrainingError",
     "build_trainer",
     "byte_tokenizer",
+    "checkpoint_dtype",
     "cold_start_factor",
     "default_dtype",
     "distro_config",

@@ -3,8 +3,10 @@
 Honest clients must end every round with bit-identical weights (docs/architecture.md, "Invariants"),
 which needs two things from this module:
 
-- the same dtype everywhere for a given device kind: bf16 on CUDA (as the reference, whose models
-  are bf16), fp32 on CPU, where bf16 matmuls are slow and tests want exact arithmetic;
+- the same dtype on every client: a run's weights are held in its checkpoint's stored dtype on
+  every device (`loading.checkpoint_dtype`, used by the daemon's loader), so a CPU and a GPU
+  client hold the same bits; `default_dtype` below is only for models built from scratch on a
+  device (benches);
 - deterministic kernels. `torch.use_deterministic_algorithms` is enabled in warn-only mode, so an
   op without a deterministic implementation logs a warning instead of failing a run; cuBLAS needs
   its workspace setting before the first CUDA matmul, hence the environment variable.
@@ -50,7 +52,8 @@ def pick_device(kind: str = "auto") -> torch.device:
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on CUDA (the run's wire and checkpoint dtype), fp32 everywhere else."""
+    """bf16 on CUDA, fp32 everywhere else: for a model built from scratch on this device. A run's
+    clients never use it: they hold the checkpoint's dtype (`loading.checkpoint_dtype`)."""
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 

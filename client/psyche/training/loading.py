@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -54,6 +55,7 @@ from psyche.training.errors import ModelLoadError
 
 __all__ = [
     "HUB_ALLOW_PATTERNS",
+    "checkpoint_dtype",
     "download_hub_snapshot",
     "load_model",
     "model_config_json",
@@ -223,6 +225,39 @@ def load_model(
         raise ModelLoadError(f"cannot load the model in {path}: {e}") from e
     _check_loading_info(info, str(path))
     return _finish(model, device), _load_tokenizer(path)
+
+
+_STORED_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def checkpoint_dtype(path: Path) -> torch.dtype:
+    """The floating dtype a checkpoint directory's weights are stored in, read from the
+    safetensors headers (not from config.json, which may say otherwise): the dtype holding the
+    most elements, float32 if none is floating.
+
+    A run's clients hold the weights in this dtype on every device (daemon.loader): honest
+    clients must hold the same bits, and a CPU client in float32 beside a GPU client in bfloat16
+    would not, whatever the apply does.
+    """
+    elements: dict[torch.dtype, int] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    part = f.get_slice(name)
+                    dtype = _STORED_DTYPES.get(part.get_dtype())
+                    if dtype is not None:
+                        count = 1
+                        for n in part.get_shape():
+                            count *= n
+                        elements[dtype] = elements.get(dtype, 0) + count
+        except (OSError, ValueError, RuntimeError, SafetensorError) as e:
+            raise ModelLoadError(f"cannot read the weights' header in {file}: {e}") from e
+    if not elements:
+        return torch.float32
+    # Ties broken by the table's order, so every client picks the same.
+    order = list(_STORED_DTYPES.values())
+    return max(elements, key=lambda d: (elements[d], -order.index(d)))
 
 
 def _load_tokenizer(path: Path) -> PreTrainedTokenizerBase | None:

@@ -21,6 +21,7 @@ from psyche.training import (
     PRESETS,
     ModelLoadError,
     byte_tokenizer,
+    checkpoint_dtype,
     llama_config,
     load_model,
     model_config_json,
@@ -123,6 +124,22 @@ def test_sharded_checkpoint_loads_to_the_same_weights(tiny_dir: Path, tmp_path: 
 def test_bf16_load_casts_the_weights(tiny_dir: Path) -> None:
     model, _ = load_model(tiny_dir, device=CPU, dtype=torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_checkpoint_dtype_is_what_the_weights_are_stored_in(tiny_dir: Path, tmp_path: Path) -> None:
+    """Every client of a run holds the weights in the checkpoint's dtype, whatever its device
+    (daemon.loader): read from the safetensors, not from config.json."""
+    assert checkpoint_dtype(tiny_dir) == torch.float32
+    write_model_dir(tmp_path / "bf16", preset=TINY, seed=0, dtype=torch.bfloat16)
+    assert checkpoint_dtype(tmp_path / "bf16") == torch.bfloat16
+    shutil.copytree(tiny_dir, tmp_path / "claims")
+    config = json.loads((tmp_path / "claims" / "config.json").read_text())
+    config["dtype"] = config["torch_dtype"] = "bfloat16"
+    (tmp_path / "claims" / "config.json").write_text(json.dumps(config))
+    assert checkpoint_dtype(tmp_path / "claims") == torch.float32
+    (tmp_path / "claims" / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ModelLoadError, match="header"):
+        checkpoint_dtype(tmp_path / "claims")
 
 
 @pytest.mark.parametrize("remove", ["config.json", "model.safetensors"])

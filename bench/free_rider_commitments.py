@@ -62,6 +62,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "holding the trainer's revealed sign(δ) would rebuild it; none: no lookahead",
     )  # fmt: skip
     p.add_argument("--train-only", action="store_true", help="only the train loss (no verifier)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the weights' dtype (a run's clients hold its checkpoint's)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -97,6 +103,7 @@ def measure(args: argparse.Namespace, model_dir: Path, data_dir: Path) -> list[d
     dcfg = distro_config(llm.optimizer)  # type: ignore[union-attr]
     device = torch.device("cpu")
     model, _ = load_model(str(model_dir), device=device, dtype=torch.float32)
+    model = model.to(getattr(torch, args.dtype))
     params = [p for _, p in sorted(model.named_parameters(), key=lambda i: i[0])]
     trainers = [
         Trainer(model, Distro(model.named_parameters(), dcfg, commitments=True),

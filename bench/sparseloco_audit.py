@@ -46,6 +46,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=4, help="samples per inner step")
     p.add_argument("--lr-inner", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the weights' dtype (a run's clients hold its checkpoint's)",
+    )
     p.add_argument("--json", type=Path)
     p.add_argument(
         "--kernels",
@@ -105,7 +111,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         ws = base.prepare_workspace(cfg, Path(tmp), console)
         data = LocalDataProvider(ws.data_dir, cfg.seq_len)
-        model = base.load(ws)
+        model = base.load(ws).to(getattr(torch, args.dtype))
         trainers = {k: SparseLoCoTrainer(model, opt, micro_batch_size=args.batch) for k in KINDS}
         verifier = SparseLoCoTrainer(model, opt, micro_batch_size=args.batch)
         shapes = list(verifier.shapes)
@@ -168,7 +174,7 @@ def other_kernels(
     torch.save(saved, tmp / "trails.pt")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": args.kernels}
     cmd = [sys.executable, __file__, "--replay-dir", str(tmp), "--inner-steps",
-           str(args.inner_steps), "--batch", str(args.batch)]  # fmt: skip
+           str(args.inner_steps), "--batch", str(args.batch), "--dtype", args.dtype]  # fmt: skip
     subprocess.run(cmd, check=True, env=env,
                    input=str(model_dir), text=True)  # fmt: skip
     out: list[dict[str, Any]] = json.loads((tmp / "replayed.json").read_text())
@@ -187,6 +193,7 @@ def replay_saved(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     model_dir = sys.stdin.read().strip()
     model, _ = load_model(model_dir, device=torch.device("cpu"), dtype=torch.float32)
+    model = model.to(getattr(torch, args.dtype))  # as the first process built it
     verifier = SparseLoCoTrainer(model, _optimizer(SparseLoCoOptimizer, args.inner_steps),
                                  micro_batch_size=args.batch)  # fmt: skip
     shapes = list(verifier.shapes)

@@ -86,9 +86,11 @@ def clip_grad_norm_(params: Iterable[torch.Tensor], max_norm: float | None) -> f
 def add_scaled(target: torch.Tensor, x: torch.Tensor, alpha: float) -> None:
     """`target ← target + alpha·x`, evaluated in float32 and rounded once to `target`'s dtype.
 
-    The same bits on every device: torch's `add_(x, alpha=)` on a CPU bfloat16 tensor rounds
-    `alpha` itself to bfloat16 first, where CUDA keeps it in float32, so a CPU and a GPU client
-    holding the same bf16 weights would step them differently (bench/apply_across_devices.py).
+    Where `alpha·x` is exact (x a sign, as in the apply) this is the same bits on every device:
+    torch's `add_(x, alpha=)` on a CPU bfloat16 tensor rounds `alpha` itself to bfloat16 first,
+    where CUDA keeps it in float32, so a CPU and a GPU client holding the same bf16 weights
+    stepped them differently (bench/apply_across_devices.py). For other `x` (the residual's
+    gradient) a device may still fuse the multiply and add; that state is the client's own.
     """
     if target.dtype == torch.float32:
         target.add_(x.to(torch.float32), alpha=alpha)

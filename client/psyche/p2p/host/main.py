@@ -67,6 +67,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from psyche.p2p.control import Failed, Init, Ready, decode_parent
 from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.host.channel import ControlChannel
+from psyche.p2p.host.peerstore import make_cleanup_safe
 from psyche.p2p.host.service import HostService
 from psyche.protocol.identity import SecretKey
 
@@ -94,6 +95,7 @@ def _build(init: Init) -> tuple[Any, Pubsub, GossipSub]:
         },
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
     )
+    make_cleanup_safe(host.get_peerstore())
     gossipsub = GossipSub(
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=6,

@@ -2,9 +2,9 @@
 
 Every honest client must hold bit-identical weights after each round, whatever its hardware
 (docs/distro.md, "Fast path"). This bench applies the same consensus rounds to the same model on
-each device it is given and hashes the weights after every round; `--reference` compares them with
-the hashes another machine (or torch version) wrote, so a CPU here and a GPU elsewhere can be set
-side by side.
+each device it is given and hashes the weights after every round (`tensors_hash`); `--reference`
+compares them with the hashes another machine (or torch version) wrote, so a CPU here and a GPU
+elsewhere can be set side by side.
 
 Inputs are made with numpy's PCG64 from uniform doubles only (`--seed`), whose stream does not
 depend on the torch or numpy version, and their hash is printed: two runs whose input hashes match
@@ -76,8 +76,7 @@ def _inputs(shapes: list[tuple[str, tuple[int, ...]]], args: argparse.Namespace)
     )
     rng = np.random.Generator(np.random.PCG64(args.seed))
     params = {n: (rng.random(s) * 0.04 - 0.02).astype(np.float32) for n, s in shapes}
-    meta = {n: torch.from_numpy(p.copy()) for n, p in params.items()}
-    spec = Distro(meta.items(), cfg).payload_spec
+    spec = Distro(((n, torch.from_numpy(p)) for n, p in params.items()), cfg).payload_spec
     h = hashlib.sha256()
     rounds = []
     for r in range(args.rounds):
@@ -104,21 +103,12 @@ def _inputs(shapes: list[tuple[str, tuple[int, ...]]], args: argparse.Namespace)
     return cfg, params, rounds, h.hexdigest()
 
 
-def _weights_hash(named: dict[str, Any]) -> str:
-    import torch
-
-    h = hashlib.sha256()
-    for n in sorted(named):
-        t = named[n].detach().to("cpu").contiguous()
-        h.update(t.view(torch.int16 if t.dtype == torch.bfloat16 else t.dtype).numpy().tobytes())
-    return h.hexdigest()
-
-
 def run_device(device: str, dtype: str, cfg: Any, params: Any, rounds: Any) -> dict[str, Any]:
     import torch
 
     from psyche.distro import Distro, aggregate, decode
     from psyche.distro.compress import sign_values
+    from psyche.training.hashing import tensors_hash
 
     def sync() -> None:
         if device.startswith("cuda"):
@@ -145,7 +135,6 @@ def run_device(device: str, dtype: str, cfg: Any, params: Any, rounds: Any) -> d
             )
         sync()
         aggregate_s.append(time.perf_counter() - t0)
-        sync()
         t0 = time.perf_counter()
         for shape, x in dense:
             torch.sign(decode(x)).reshape(shape)
@@ -157,7 +146,7 @@ def run_device(device: str, dtype: str, cfg: Any, params: Any, rounds: Any) -> d
         distro.apply(payloads, LR)
         sync()
         apply_s.append(time.perf_counter() - t0)
-        hashes.append(_weights_hash(named))
+        hashes.append(tensors_hash(named.items()))
     med = {k: statistics.median(v[1:] or v) for k, v in
            (("apply", apply_s), ("matmul", matmul_s), ("aggregate", aggregate_s))}  # fmt: skip
     out: dict[str, Any] = {

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Mapping
@@ -247,17 +248,12 @@ def checkpoint_dtype(path: Path) -> torch.dtype:
                     part = f.get_slice(name)
                     dtype = _STORED_DTYPES.get(part.get_dtype())
                     if dtype is not None:
-                        count = 1
-                        for n in part.get_shape():
-                            count *= n
-                        elements[dtype] = elements.get(dtype, 0) + count
+                        elements[dtype] = elements.get(dtype, 0) + math.prod(part.get_shape())
         except (OSError, ValueError, RuntimeError, SafetensorError) as e:
             raise ModelLoadError(f"cannot read the weights' header in {file}: {e}") from e
-    if not elements:
-        return torch.float32
-    # Ties broken by the table's order, so every client picks the same.
-    order = list(_STORED_DTYPES.values())
-    return max(elements, key=lambda d: (elements[d], -order.index(d)))
+    # `max` keeps the first of equals, so ties (and no floating tensor at all) go by the table's
+    # order, float32 first: every client picks the same.
+    return max(_STORED_DTYPES.values(), key=lambda d: elements.get(d, 0))
 
 
 def _load_tokenizer(path: Path) -> PreTrainedTokenizerBase | None:

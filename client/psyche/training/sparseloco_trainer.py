@@ -42,6 +42,7 @@ from psyche.distro.sparseloco import (
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
+from psyche.training.micro_batch import chunk_share
 from psyche.training.sparseloco_audit import AuditTrail, capture_state, inner_batches, load_state
 from psyche.training.trainer import TrainOutput, evaluate_loss
 
@@ -146,7 +147,7 @@ class SparseLoCoTrainer:
             if cancel is not None and cancel.is_set():
                 raise TrainingCancelled("training was cancelled between micro-batches")
             out = self.model(input_ids=chunk, labels=chunk, use_cache=False)
-            loss = out.loss / len(chunks)
+            loss = out.loss / chunk_share(chunk.shape[0], batch.shape[0])
             loss.backward()
             total += float(loss.detach())
         clip = self.config.clip_grad_norm

@@ -37,6 +37,7 @@ from psyche.distro.sample_commit import NO_LOOKAHEAD, Probe, SampleCommitments, 
 from psyche.protocol.optimizers import DistroOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
+from psyche.training.micro_batch import chunk_share
 
 __all__ = ["StepOptimizer", "TrainOutput", "Trainer", "distro_config", "evaluate_loss"]
 
@@ -162,7 +163,8 @@ class Trainer:
     ) -> float:
         """Forward/backward `batch` in micro-batches into `.grad`; returns the mean loss.
 
-        Each micro-batch's loss is divided by the number of micro-batches. `cancel` is checked
+        Each micro-batch's loss is weighted by its share of the samples (`chunk_share`), so the
+        gradient is the batch's mean whatever the split. `cancel` is checked
         before every micro-batch; when set, `TrainingCancelled` is raised (the caller restores).
         With `probe`, each micro-batch's own gradient is fingerprinted into `last_commitments`.
         """
@@ -172,17 +174,18 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         use_buffers = self.grad_accum_fp32 and any(p.dtype != torch.float32 for p in params)
         buffers = [torch.zeros_like(p, dtype=torch.float32) for p in params] if use_buffers else []
-        fingerprints = _Fingerprints(self.model, probe, len(chunks)) if probe else None
+        fingerprints = _Fingerprints(self.model, probe) if probe else None
         self.last_commitments = None
         total = 0.0
         for chunk in chunks:
             if cancel is not None and cancel.is_set():
                 raise TrainingCancelled("training was cancelled between micro-batches")
-            loss = self._loss(chunk) / len(chunks)
+            share = chunk_share(chunk.shape[0], batch.shape[0])
+            loss = self._loss(chunk) / share
             loss.backward()
             total += float(loss.detach())
             if fingerprints is not None:
-                fingerprints.record(fresh=use_buffers)
+                fingerprints.record(fresh=use_buffers, scale=share)
             if use_buffers:
                 for p, buf in zip(params, buffers, strict=True):
                     if p.grad is not None:
@@ -310,19 +313,19 @@ class _Fingerprints:
     coordinates' change since the previous one (the micro-batch's own gradient, read from the
     accumulated `.grad` without a copy of it), scaled back to the micro-batch's mean loss."""
 
-    def __init__(self, model: torch.nn.Module, probe: Probe, chunks: int) -> None:
+    def __init__(self, model: torch.nn.Module, probe: Probe) -> None:
         self.params = [p for _, p in sorted(model.named_parameters(), key=_name)]
         self.probe = probe
-        self.scale = float(chunks)
         self.before = torch.zeros(probe.signs.shape[1])
         self.rows: list[torch.Tensor] = []
 
-    def record(self, *, fresh: bool) -> None:
-        """After a micro-batch's backward; `fresh`: `.grad` holds that micro-batch alone."""
+    def record(self, *, fresh: bool, scale: float) -> None:
+        """After a micro-batch's backward, whose loss was divided by `scale`; `fresh`:
+        `.grad` holds that micro-batch alone."""
         now = self.probe.gather([p.grad for p in self.params])
         own = now if fresh else now - self.before
         self.before = now
-        self.rows.append(self.probe.project(own * self.scale))
+        self.rows.append(self.probe.project(own * scale))
 
     def done(self, group: int) -> SampleCommitments:
         return SampleCommitments(group, torch.stack(self.rows))

@@ -42,6 +42,24 @@ def test_round_restores_the_start_weights_and_sizes_the_payload(
     assert t.train_round(batch_of(2, samples=2), step=2, lr=4e-3).inner_steps == 2
 
 
+def test_an_inner_step_takes_its_batch_mean_whatever_the_micro_batches(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    """An inner batch of 3 in micro-batches of 2 (2+1) has the gradient of one micro-batch of
+    3: the round above splits 7 samples 3, 2, 2, so an uneven split is the common case."""
+    import torch
+
+    batch = batch_of(3, samples=3)
+    grads = []
+    for micro in (3, 2, 1):
+        t = SparseLoCoTrainer(tiny_model, config(clip_grad_norm=None), micro_batch_size=micro)
+        t._inner_step(batch, 0.0, None)  # LR 0: the weights stay, the gradient is kept
+        grads.append([p.grad.clone() for p in t.params])  # type: ignore[union-attr]
+    for other in grads[1:]:
+        for g, ref in zip(other, grads[0], strict=True):
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+
+
 def test_malformed_payloads_are_refused(tiny_model: LlamaForCausalLM) -> None:
     t = SparseLoCoTrainer(tiny_model, config(), micro_batch_size=2)
     data = t.train_round(batch_of(1), step=1, lr=4e-3).payload

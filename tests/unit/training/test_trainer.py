@@ -185,6 +185,23 @@ def test_micro_batching_gives_the_same_gradients(tiny_model: LlamaForCausalLM) -
         torch.testing.assert_close(g, grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_a_short_last_micro_batch_weighs_its_samples_as_the_others(
+    tiny_model: LlamaForCausalLM,
+) -> None:
+    """5 samples in micro-batches of 1, 2 (2+2+1) and 4 (4+1) give the batch's mean gradient;
+    dividing each micro-batch by their count made the lone fifth sample half of it."""
+    batch = batch_of(7, samples=5)
+    grads = []
+    for micro in (5, 1, 2, 4):
+        trainer = make_trainer(tiny_model, micro_batch_size=micro)
+        tiny_model.zero_grad(set_to_none=True)
+        trainer.accumulate_gradients(batch)
+        grads.append({n: p.grad.clone() for n, p in tiny_model.named_parameters()})  # type: ignore[union-attr]
+    for other in grads[1:]:
+        for name, g in grads[0].items():
+            torch.testing.assert_close(other[name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_fp32_accumulation_of_bf16_gradients(tiny_model: LlamaForCausalLM) -> None:
     batch = batch_of(7)
     reference = make_trainer(tiny_model, micro_batch_size=4)

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from psyche.training.micro_batch import chunk_share
 from psyche.training.parallel.layout import ParallelLayout
 
 __all__ = ["Command", "RankContext", "StepResult", "run_step"]
@@ -151,7 +152,7 @@ def compute_share(
             break
         # As `Trainer._loss`: the model shifts labels and averages over predicted tokens.
         loss = ctx.model(input_ids=chunks[i], labels=chunks[i], use_cache=False).loss
-        loss = loss / len(chunks)
+        loss = loss / chunk_share(chunks[i].shape[0], batch.shape[0])
         loss.backward()
         total += float(loss.detach())
         if use_buffers:

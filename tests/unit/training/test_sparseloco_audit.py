@@ -144,3 +144,17 @@ def test_the_link_is_uniform_and_fixed_by_the_seed() -> None:
     assert all(900 < c < 1100 for c in counts), counts
     with pytest.raises(ValueError):
         link_for(b"seed", 0)
+
+
+def test_recording_without_a_copy_commits_the_same_bytes() -> None:
+    """`AuditTrail.record` serializes the live tensors (`copy=False`); the blob is the copied
+    state's, and stepping on afterwards leaves the recorded blob as it was."""
+    t = trainer()
+    t.train_round(batch_of(7, samples=6), step=1, lr=4e-3)  # moments exist
+    copied = encode_state(capture_state(t.params, t._inner))
+    trail = AuditTrail()
+    trail.record(t.params, t._inner)
+    assert trail.states[0] == copied and trail.hashes[0] == state_hash(copied)
+    t.train_round(batch_of(8, samples=6), step=2, lr=4e-3)
+    assert encode_state(capture_state(t.params, t._inner)) != copied
+    assert trail.states[0] == copied

@@ -109,6 +109,8 @@ class RunResult:
     """SparseLoCo with --verify: per audit (and copy-check refusal), what it found."""
     audit_seconds: dict[str, float] = field(default_factory=dict)
     """SparseLoCo with --verify: the honest audits' seconds by part (states, encode, step)."""
+    retried_samples: int = 0
+    """Samples of rejected results trained again (bench/byzantine_data.py)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -171,6 +173,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--score-only", action="store_true",
         help="judge and record scores but never reject or eject (score distributions of attacks)",
+    )  # fmt: skip
+    p.add_argument(
+        "--fixed-slices", action="store_true",
+        help="every client keeps its slice of the global batch, an ejected one's left untrained "
+        "(before 2026-12-04: without the protocol's reassignment and retries)",
     )  # fmt: skip
     p.add_argument(
         "--optimizer", choices=("distro", "sparseloco"), default="distro",
@@ -298,6 +305,7 @@ def report(results: Sequence[RunResult], calibration: bool = False) -> list[dict
                 "final_val": round(r.final_val, 4),
                 "loss_ratio": round(r.final_val / ref, 4) if ref == ref else None,
                 "ejected_at_step": r.ejected_at,
+                "retried_samples": r.retried_samples,
                 "points": r.points,
                 "honest_votes": r.honest_votes,
                 "false_positives": r.false_positives,

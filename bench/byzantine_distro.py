@@ -17,6 +17,7 @@ import torch
 
 import byzantine_attacks as cheap  # beside this file, not a package
 import byzantine_commit as bc
+import byzantine_data as bd
 import distro_vs_adamw as base
 from psyche.coordinator.verification import sampled_trainers
 from psyche.daemon.commit_check import MISMATCH
@@ -84,11 +85,15 @@ class DistroAttackRun:
         self.pending: dict[int, list[tuple[int, Payload]]] = {}
         self.rejected: dict[int, set[int]] = {}
         self.ejected: set[int] = set()
+        # `--fixed-slices`: every client keeps its slice of the global batch, an ejected one's
+        # untrained (the benches before the protocol's reassignment was modelled).
+        self.assign = bd.Assignment(k, cfg.global_batch, set() if args.fixed_slices else
+                                    self.ejected, retries=not args.fixed_slices)  # fmt: skip
         self.last_sent: dict[int, Payload] = {}
         self.pushed: Payload | None = None
         self.seen: dict[int, set[bytes]] = {}
         self.held: dict[int, list[tuple[int, Payload]]] = {}
-        self.step_tokens: dict[int, list[torch.Tensor]] = {}
+        self.step_tokens: dict[int, dict[int, torch.Tensor]] = {}
         self.step_pre: dict[int, list[torch.Tensor]] = {}
         self.vparams = [p for _, p in sorted(self.verifier_model.named_parameters())]
 
@@ -103,6 +108,7 @@ class DistroAttackRun:
                 self.out.points[i] = self.out.points.get(i, 0) + 1
             self.apply([p for _, p in keep], lr_for_step(self.schedule, s + 2))
         base._check_agreement(self.clients)
+        self.out.retried_samples = self.assign.retried
         self.out.final_val = base.evaluate(self.clients[0].model, self.ws.val)
         return self.out
 
@@ -119,9 +125,9 @@ class DistroAttackRun:
             self.apply(applied_now, lr)
         pre = [p.detach().clone() for _, p in sorted(self.clients[0].model.named_parameters())]
         sent: list[tuple[int, Payload]] = []
-        slices = base.step_slices(self.cfg, step)
-        tokens = [self.data.get_samples(b) for b in slices]
-        for i, batch in enumerate(slices):
+        slices = self.assign.of_step(step)
+        tokens = {i: self.data.get_samples(b) for i, b in slices.items()}
+        for i, batch in slices.items():
             wire = self.train(i, tokens[i], batch, step, lr, prev_lr)
             if i in self.ejected:
                 continue
@@ -238,6 +244,7 @@ class DistroAttackRun:
                 # Refused and not attested by every honest witness: left out, and the
                 # health check of the next round ejects the trainer.
                 self.rejected.setdefault(step, set()).add(i)
+                self.assign.lose(step, i)
                 if i not in self.ejected:
                     self.ejected.add(i)
                     out.ejected_at[i] = step + 1
@@ -350,6 +357,8 @@ class DistroAttackRun:
                 # Its result of the judging round is left out too (clients read the verdict
                 # stored a round earlier), and it sends nothing from now on.
                 self.rejected.setdefault(judging, set()).add(trainer)
+                self.assign.lose(judged, trainer)
+                self.assign.lose(judging, trainer)
                 if trainer not in self.ejected:
                     self.ejected.add(trainer)
                     self.out.ejected_at[trainer] = judging

@@ -93,6 +93,7 @@ def run(cfg: Any, ws: Any, args: argparse.Namespace, attack: str, out: Any) -> A
     import numpy as np
     import torch
 
+    import byzantine_data as bd
     import distro_vs_adamw as base
     from psyche.data.local import LocalDataProvider
     from psyche.distro import sparseloco as sl
@@ -115,12 +116,17 @@ def run(cfg: Any, ws: Any, args: argparse.Namespace, attack: str, out: Any) -> A
         defence = sla.Defence(cfg, ws, args, out.verify, attackers, out, data)
         if defence.verifier.settings != settings:
             raise AssertionError("the verifier's SparseLoCo settings are not the clients'")
+    ejected = defence.ejected if defence is not None and not args.fixed_slices else set()
+    assign = bd.Assignment(k, cfg.global_batch, ejected, retries=not args.fixed_slices)
+    if defence is not None:
+        defence.assign = assign
     ctx = _Clients(cfg, args, attack, attackers, data, models, params, states, inner, out,
-                   defence, np.random.default_rng(cfg.seed + 7))  # fmt: skip
+                   defence, np.random.default_rng(cfg.seed + 7), assign)  # fmt: skip
     last: dict[int, Any] = {}
     for rnd in range(cfg.steps // args.inner_steps):
         start = [p.detach().clone() for p in params[0]]
         sent: dict[int, sla.Sent] = {}
+        refused: set[int] = set()
         so_far: dict[int, Any] = {}
         for i in range(k):
             if defence is not None and i in defence.ejected:
@@ -135,7 +141,12 @@ def run(cfg: Any, ws: Any, args: argparse.Namespace, attack: str, out: Any) -> A
             if got is not None:
                 got.trail = trail
                 sent[i] = got
+            else:
+                refused.add(i)  # by the copy check
         rejected = defence.judge(rnd, start, sent) if defence is not None else set()
+        for i in refused | rejected:  # their samples wait for a retry
+            for step in range(rnd * args.inner_steps, (rnd + 1) * args.inner_steps):
+                assign.lose(step, i)
         kept = {i: s for i, s in sent.items() if i not in rejected}
         for i in kept:
             out.points[i] = out.points.get(i, 0) + 1
@@ -147,6 +158,7 @@ def run(cfg: Any, ws: Any, args: argparse.Namespace, attack: str, out: Any) -> A
                 for p, s in zip(params[i], start, strict=True):
                     p.copy_(s)
             sl.outer_apply(params[i], decoded, states[i], settings, args.outer_lr)
+    out.retried_samples = assign.retried
     hashes = {model_hash(m) for m in models}
     if len(hashes) != 1:
         raise AssertionError(f"SparseLoCo clients diverged: {len(hashes)} weight hashes")
@@ -170,6 +182,7 @@ class _Clients:
     out: Any
     defence: sla.Defence | None
     gen: Any
+    assign: Any
 
     def train(self, i: int, rnd: int, start: list[Any]) -> tuple[Any, Any]:
         """Client `i`'s round `rnd` from `start`: its own result (decoded) and, in a run that
@@ -190,7 +203,7 @@ class _Clients:
         model, params, inner = self.models[i], self.params[i], self.inner[i]
         schedule = self.cfg.schedule(self.args.lr_inner)
         for step in range(rnd * h, (rnd + 1) * h):
-            toks = self.data.get_samples(base.step_slices(self.cfg, step)[i])
+            toks = self.data.get_samples(self.assign.of_step(step)[i])
             toks = inner_tokens(self.attack, toks, bad, self.gen)
             if d is not None:
                 d.record(trail, params, inner)

@@ -78,6 +78,8 @@ class Defence:
 
         self.cfg, self.args, self.vp, self.attackers, self.out = cfg, args, vp, attackers, out
         self.data, self.h = data, args.inner_steps
+        self.assign: Any = None
+        """The run's `byzantine_data.Assignment` (who trained which samples), set by the run."""
         self.schedule = cfg.schedule(args.lr_inner)
         # The product's trainer seeds torch and asks for deterministic kernels on construction;
         # put both back so that the clients train exactly as in the undefended runs.
@@ -86,8 +88,10 @@ class Defence:
             (torch.is_deterministic_algorithms_warn_only_enabled()),
         )
         rng = torch.get_rng_state()
+        # One micro-batch however large a client's slice (the bench's trainers run each inner
+        # batch in one forward, so the replay repeats it exactly, float order included).
         self.verifier = SparseLoCoTrainer(base.load(ws), optimizer_config(self.h, args.outer_lr),
-                                          micro_batch_size=cfg.batch_per_client)  # fmt: skip
+                                          micro_batch_size=cfg.global_batch)  # fmt: skip
         torch.use_deterministic_algorithms(det, warn_only=warn)
         torch.set_rng_state(rng)
         self.fmt = SparseLoCoFormat.of(self.verifier.shapes, self.verifier.settings)
@@ -197,9 +201,7 @@ class Defence:
         """One honest verifier's audit of `trainer`'s result (`psyche.daemon.sparseloco_verifying`
         `judge_sparseloco`'s continuity check and `audit_link`, on the bench's data and per-step
         LR): (match, the first check that failed or "pass", the inner-step link's error)."""
-        import torch
 
-        import distro_vs_adamw as base
         from psyche.training import lr_for_step
         from psyche.training import sparseloco_audit as sa
 
@@ -227,10 +229,10 @@ class Defence:
         t = self._spent("encode link", t)
         if not encoded:
             return False, "encode link", None
+        # The bench's inner steps each have their own slice (a retry makes one larger than
+        # the others), so the replayed step reads its own rather than an even split.
         steps = range(rnd * self.h, (rnd + 1) * self.h)
-        samples = torch.cat([self.data.get_samples(base.step_slices(self.cfg, st)[trainer])
-                             for st in steps])  # fmt: skip
-        parts = sa.inner_batches(samples, self.h)
+        parts = [self.data.get_samples(self.assign.of_step(st)[trainer]) for st in steps]
         if len(parts) != n:
             return False, "inner step count", None
         lr = lr_for_step(self.schedule, rnd * self.h + link)

@@ -10,7 +10,7 @@ rounds' chains.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 from psyche.p2p.transport import Transport
 from psyche.training.sparseloco_audit import AuditTrail
@@ -22,20 +22,31 @@ KEEP_ROUNDS = 2
 
 
 class AuditBlobs:
-    """The chains this client serves, oldest first."""
+    """The chains this client serves, oldest first.
+
+    Consecutive chains share blobs: a round's error buffers before it are its previous round's
+    after it (the continuity every audit checks), so withdrawing a chain stops serving only the
+    blobs no chain still served names. Withdrawing them all let a trainer that had finished its
+    next round answer "not found" for the chain its verifiers were still auditing, which left
+    the audit unchecked (a free rider went unjudged for rounds)."""
 
     def __init__(self) -> None:
         self._served: deque[tuple[int, tuple[bytes, ...]]] = deque()
+        self._uses: Counter[bytes] = Counter()
 
     def publish(self, transport: Transport, height: int, trail: AuditTrail) -> None:
         """Serve ``trail``'s states and error buffers (by their SHA-256, the committed hashes);
         withdraw the chains of rounds before ``height − KEEP_ROUNDS + 1``."""
         # handoff=False: only this trainer holds them, and verifiers ask it by name.
         hashes = tuple(transport.serve(b, handoff=False) for b in (*trail.states, *trail.errors))
+        self._uses.update(hashes)
         self._served.append((height, hashes))
         while self._served and self._served[0][0] <= height - KEEP_ROUNDS:
             for h in self._served.popleft()[1]:
-                transport.unserve(h)
+                self._uses[h] -= 1
+                if self._uses[h] == 0:
+                    del self._uses[h]
+                    transport.unserve(h)
 
     @property
     def rounds(self) -> tuple[int, ...]:

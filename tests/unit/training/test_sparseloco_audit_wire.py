@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 
 import pytest
 import torch
@@ -183,8 +184,6 @@ def test_the_trainer_serves_two_rounds_of_chains_and_withdraws_older_ones() -> N
             trails.append(trail)
             served.publish(server, height, trail)
         assert served.rounds == (2, 3)
-        import hashlib
-
         got = await client.fetch(
             hashlib.sha256(trails[1].states[0]).digest(), from_any_of=[server.peer_id],
             max_size=1024, timeout=2.0,
@@ -194,6 +193,42 @@ def test_the_trainer_serves_two_rounds_of_chains_and_withdraws_older_ones() -> N
             await client.fetch(
                 hashlib.sha256(trails[0].states[0]).digest(), from_any_of=[server.peer_id],
                 max_size=1024, timeout=0.5,
+            )  # fmt: skip
+
+    asyncio.run(run())
+
+
+def test_a_chain_stays_whole_while_the_next_two_are_published() -> None:
+    """A round's error buffers before it are the previous round's after it (the same blob), so
+    withdrawing the older chain must not withdraw them: verifiers still audit the newer chain
+    while its trainer publishes the one after it. Before, they got "not found" and the audit
+    was left unchecked."""
+
+    async def run() -> None:
+        net = MemoryNetwork()
+        server, client = net.node(SecretKey.generate()), net.node(SecretKey.generate())
+        client.set_allowed_peers([server.peer_id])
+        t, served, trails = trainer(), AuditBlobs(), []
+        for height in (1, 2, 3):
+            t.train_step(batch_of(height, samples=6), step=height, lr=LR, prev_lr=LR,
+                         prev_self_results=None, zero_optim=False)  # fmt: skip
+            assert t.last_trail is not None
+            trails.append(t.last_trail)
+            served.publish(server, height, t.last_trail)
+        audited = trails[1]
+        assert audited.errors[0] == trails[0].errors[-1]  # the blob both chains name
+        for blob in (*audited.states, *audited.errors):
+            got = await client.fetch(
+                hashlib.sha256(blob).digest(), from_any_of=[server.peer_id],
+                max_size=len(blob), timeout=2.0,
+            )  # fmt: skip
+            assert got == blob
+        gone = [b for b in trails[0].states if b not in (*audited.states, *trails[2].states)]
+        assert gone
+        with pytest.raises(P2PError):
+            await client.fetch(
+                hashlib.sha256(gone[0]).digest(), from_any_of=[server.peer_id],
+                max_size=len(gone[0]), timeout=0.5,
             )  # fmt: skip
 
     asyncio.run(run())

@@ -79,7 +79,10 @@ SPARSE_RIDER: dict[str, Any] = {
 """6 samples per trainer, two inner batches of 3, of which the SparseLoCo free rider trains 1
 each. Every result is audited by the next round's verifiers (witness positions 0–2), all on the
 same seed-drawn inner step of its chain (and its encode link); the rider cheated in both steps,
-so a quorum of 2 or 3 honest verifiers accuses it at the first round its result is judged."""
+so a quorum of 2 or 3 honest verifiers accuses it at the first round its result is judged
+unless a verifier's budget runs out first (an audit left unchecked). Removed at step 3 in 9 of 9
+runs beside a CI run (2026-12-04); before a trainer kept serving the error buffers its newer
+chain shares with the withdrawn one, 2 of 7 such runs removed it only at step 8 or 9 of 10."""
 
 
 def _free_rider_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:

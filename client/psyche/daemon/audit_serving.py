@@ -35,13 +35,15 @@ class AuditBlobs:
         self._uses: Counter[bytes] = Counter()
 
     def publish(self, transport: Transport, height: int, trail: AuditTrail) -> None:
-        """Serve ``trail``'s states and error buffers (by their SHA-256, the committed hashes);
-        withdraw the chains of rounds before ``height − KEEP_ROUNDS + 1``."""
+        """Serve ``trail``'s states and error buffers (by their SHA-256, the committed hashes),
+        the chain of the round at ``height``; withdraw all but the newest ``KEEP_ROUNDS``
+        chains. By count, not by height: heights restart at 0 each epoch, and comparing them
+        kept the previous epoch's last chains served through most of the next one."""
         # handoff=False: only this trainer holds them, and verifiers ask it by name.
         hashes = tuple(transport.serve(b, handoff=False) for b in (*trail.states, *trail.errors))
         self._uses.update(hashes)
         self._served.append((height, hashes))
-        while self._served and self._served[0][0] <= height - KEEP_ROUNDS:
+        while len(self._served) > KEEP_ROUNDS:
             for h in self._served.popleft()[1]:
                 self._uses[h] -= 1
                 if self._uses[h] == 0:

@@ -234,6 +234,35 @@ def test_a_chain_stays_whole_while_the_next_two_are_published() -> None:
     asyncio.run(run())
 
 
+def test_a_new_epoch_withdraws_the_last_epochs_chains() -> None:
+    """Heights restart at 0 each epoch: the chains of the previous epoch's last rounds go when
+    two of the new epoch's are served, as any older chain does."""
+
+    async def run() -> None:
+        net = MemoryNetwork()
+        server, client = net.node(SecretKey.generate()), net.node(SecretKey.generate())
+        client.set_allowed_peers([server.peer_id])
+        served, first = AuditBlobs(), {}
+        for height in (20, 21, 0, 1):
+            trail = AuditTrail()
+            trail.states = [bytes([height, i]) * 16 for i in range(3)]
+            trail.errors = [bytes([height, 9]) * 16, bytes([height, 8]) * 16]
+            first[height] = hashlib.sha256(trail.states[0]).digest()
+            served.publish(server, height, trail)
+        assert served.rounds == (0, 1)
+        for height in (0, 1):
+            await client.fetch(
+                first[height], from_any_of=[server.peer_id], max_size=64, timeout=1.0
+            )
+        for height in (20, 21):
+            with pytest.raises(P2PError):
+                await client.fetch(
+                    first[height], from_any_of=[server.peer_id], max_size=64, timeout=0.5
+                )
+
+    asyncio.run(run())
+
+
 def test_the_state_bound_holds_an_honest_state() -> None:
     t = trainer()
     _, trail = audited_round(t, batch_of(1, samples=6))

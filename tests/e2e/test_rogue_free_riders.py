@@ -82,7 +82,7 @@ same seed-drawn inner step of its chain (and its encode link); the rider cheated
 so a quorum of 2 or 3 honest verifiers accuses it at the first round its result is judged
 unless a verifier's budget runs out first (an audit left unchecked). Removed at step 3 in 9 of 9
 runs beside a CI run (2026-12-04); before a trainer kept serving the error buffers its newer
-chain shares with the withdrawn one, 2 of 7 such runs removed it only at step 8 or 9 of 10."""
+chain shares with the withdrawn one, 2 of 8 such runs removed it only at step 8 or 9 of 10."""
 
 
 def _free_rider_caught(net: Any, s: dict[str, Any]) -> tuple[str, set[str]]:

@@ -201,7 +201,6 @@ class Defence:
         """One honest verifier's audit of `trainer`'s result (`psyche.daemon.sparseloco_verifying`
         `judge_sparseloco`'s continuity check and `audit_link`, on the bench's data and per-step
         LR): (match, the first check that failed or "pass", the inner-step link's error)."""
-
         from psyche.training import lr_for_step
         from psyche.training import sparseloco_audit as sa
 

@@ -22,7 +22,7 @@ from psyche.distro.audit_trailer import (
 )
 from psyche.distro.payload import PayloadError
 from psyche.p2p.errors import P2PError
-from psyche.p2p.memory import MemoryNetwork
+from psyche.p2p.memory import MemoryNetwork, MemoryTransport
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config
@@ -170,17 +170,29 @@ def test_every_verifier_of_a_slot_draws_the_same_step_and_every_step_is_drawn() 
     assert link_of(b"s" * 32, 1, b"t", 4) == link_of(b"s" * 32, 1, b"t", 4)
 
 
+def _server_and_client() -> tuple[MemoryTransport, MemoryTransport]:
+    """A trainer's node and a verifier's, on an in-memory network; the verifier may fetch."""
+    net = MemoryNetwork()
+    server, client = net.node(SecretKey.generate()), net.node(SecretKey.generate())
+    client.set_allowed_peers([server.peer_id])
+    return server, client
+
+
+def _made_up_trail(height: int) -> AuditTrail:
+    """A chain of 3 states and 2 error buffers whose bytes name ``height`` (distinct per height)."""
+    trail = AuditTrail()
+    trail.states = [bytes([height, i]) * 16 for i in range(3)]
+    trail.errors = [bytes([height, 9]) * 16, bytes([height, 8]) * 16]
+    return trail
+
+
 def test_the_trainer_serves_two_rounds_of_chains_and_withdraws_older_ones() -> None:
     async def run() -> None:
-        net = MemoryNetwork()
-        server, client = net.node(SecretKey.generate()), net.node(SecretKey.generate())
-        client.set_allowed_peers([server.peer_id])
+        server, client = _server_and_client()
         served = AuditBlobs()
         trails = []
         for height in (1, 2, 3):
-            trail = AuditTrail()
-            trail.states = [bytes([height, i]) * 16 for i in range(3)]
-            trail.errors = [bytes([height, 9]) * 16, bytes([height, 8]) * 16]
+            trail = _made_up_trail(height)
             trails.append(trail)
             served.publish(server, height, trail)
         assert served.rounds == (2, 3)
@@ -205,9 +217,7 @@ def test_a_chain_stays_whole_while_the_next_two_are_published() -> None:
     was left unchecked."""
 
     async def run() -> None:
-        net = MemoryNetwork()
-        server, client = net.node(SecretKey.generate()), net.node(SecretKey.generate())
-        client.set_allowed_peers([server.peer_id])
+        server, client = _server_and_client()
         t, served, trails = trainer(), AuditBlobs(), []
         for height in (1, 2, 3):
             t.train_step(batch_of(height, samples=6), step=height, lr=LR, prev_lr=LR,
@@ -239,14 +249,10 @@ def test_a_new_epoch_withdraws_the_last_epochs_chains() -> None:
     two of the new epoch's are served, as any older chain does."""
 
     async def run() -> None:
-        net = MemoryNetwork()
-        server, client = net.node(SecretKey.generate()), net.node(SecretKey.generate())
-        client.set_allowed_peers([server.peer_id])
+        server, client = _server_and_client()
         served, first = AuditBlobs(), {}
         for height in (20, 21, 0, 1):
-            trail = AuditTrail()
-            trail.states = [bytes([height, i]) * 16 for i in range(3)]
-            trail.errors = [bytes([height, 9]) * 16, bytes([height, 8]) * 16]
+            trail = _made_up_trail(height)
             first[height] = hashlib.sha256(trail.states[0]).digest()
             served.publish(server, height, trail)
         assert served.rounds == (0, 1)

@@ -18,6 +18,10 @@ result in its place, chosen by ``PSYCHE_ROGUE_ATTACK``:
   inner states it really went through and serves it, and its payload is that chain's honest
   encoding, so only the replay of an inner step (``psyche.daemon.sparseloco_verifying``) can
   tell; as a verifier it replays honestly (it saves its own work, not its judgement);
+- ``sparse-silent``: the SparseLoCo free rider of ``sparse-half`` that also serves none of the
+  states it commits to, so no verifier can replay its chain: only the rule that a trainer must
+  serve what it committed to (its verifiers vote against it when the states never come)
+  catches it;
 - ``sparse-reset``: a SparseLoCo trainer that does all its work but zeroes its error-feedback
   buffers before every round (standing in for one that picks its "before" buffers to shape its
   payload): its chain and encoding are honest from the buffers it commits to, so only the
@@ -39,12 +43,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from psyche.daemon.audit_serving import AuditBlobs
 from psyche.distro import DistroResult, Payload, decode_payload, encode_payload
 from psyche.distro import sparseloco_payload as slp
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 from psyche.training.trainer import Trainer, TrainOutput
 
-ATTACKS = ("flip", "random", "replay", "half", "sparse-replay", "sparse-half", "sparse-reset")
+ATTACKS = (
+    "flip",
+    "random",
+    "replay",
+    "half",
+    "sparse-replay",
+    "sparse-half",
+    "sparse-silent",
+    "sparse-reset",
+)
 FLIPPED_SIGNS = 0.05
 
 _honest_train_step = Trainer.train_step
@@ -156,8 +170,13 @@ def _sparse_half(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) ->
         out = _honest_sparse_step(self, batch, **kwargs)
     finally:
         self._rogue_riding = False  # type: ignore[attr-defined]
-    print(f"rogue: sparse-half result step={kwargs['step']}", flush=True)
+    attack = os.environ.get("PSYCHE_ROGUE_ATTACK")  # sparse-half or sparse-silent
+    print(f"rogue: {attack} result step={kwargs['step']}", flush=True)
     return out
+
+
+def _serve_nothing(self: AuditBlobs, *args: Any, **kwargs: Any) -> None:
+    """``sparse-silent``: the committed states are never served (verifiers hear "not found")."""
 
 
 def _sparse_reset(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) -> TrainOutput:
@@ -175,9 +194,11 @@ if __name__ == "__main__":
         SparseLoCoTrainer.train_step = _sparse_replay  # type: ignore[method-assign]
     elif attack == "sparse-reset":
         SparseLoCoTrainer.train_step = _sparse_reset  # type: ignore[method-assign]
-    elif attack == "sparse-half":
+    elif attack in ("sparse-half", "sparse-silent"):
         SparseLoCoTrainer._inner_step = _half_inner_step  # type: ignore[method-assign]
         SparseLoCoTrainer.train_step = _sparse_half  # type: ignore[method-assign]
+        if attack == "sparse-silent":
+            AuditBlobs.publish = _serve_nothing  # type: ignore[method-assign]
     elif attack == "half":
         Trainer.train_step = _free_ride  # type: ignore[method-assign]
     else:

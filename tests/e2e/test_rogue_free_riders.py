@@ -170,6 +170,22 @@ def test_a_sparseloco_trainer_that_resets_its_error_buffers_is_ejected(
     slashed_centrally(saved, who, honest, run_id="tiny-sparseloco")
 
 
+def test_a_sparseloco_free_rider_that_serves_nothing_is_ejected(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    """Centralized only, as the reset: the rule that a trainer must serve its committed states
+    is the verifiers', and it votes through the same verdict path."""
+    rogue = "sparse-silent"
+    net, s, saved = centralized_run(tmp_path, local_inputs, rogue, SPARSELOCO, **SPARSE_RIDER)
+    who, honest = _sparse_rider_caught(net, s, rogue)
+    logs = "".join(
+        (net.out / "logs" / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3)
+    )
+    # The console wraps long lines: compare with the whitespace collapsed.
+    assert "committed states were not served within" in " ".join(logs.split())
+    slashed_centrally(saved, who, honest, run_id="tiny-sparseloco")
+
+
 def test_a_sparseloco_free_rider_is_ejected_on_solana(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:

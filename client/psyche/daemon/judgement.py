@@ -9,6 +9,7 @@ imports the other's way.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,7 @@ from psyche.distro.result_format import ResultFormat
 from psyche.protocol.data_selection import BatchId
 from psyche.protocol.identity import NodeIdentity
 
-__all__ = ["Judgement", "SlotGradient", "SubBatch"]
+__all__ = ["Judgement", "PendingVote", "SlotGradient", "SubBatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +82,20 @@ class Judgement:
     slots: tuple[SlotGradient, ...]
     fmt: ResultFormat
     chunk: int
+    pending: tuple[PendingVote, ...] = ()
+    """Votes decided after the recompute, before the witness goes out."""
+
+    def settled(self) -> bool:
+        """Whether every pending vote is decided (the witness waits for them, within their
+        deadline: the RoundWitness phase sends it regardless)."""
+        return all(p.task.done() for p in self.pending)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingVote:
+    """Whether the trainer of ``slot`` served the states it committed to, decided when ``task``
+    ends (``psyche.daemon.sparseloco_verifying``: a SparseLoCo audit whose fetch did not finish
+    within the verifier's budget goes on until a later deadline)."""
+
+    slot: int
+    task: asyncio.Task[bool]

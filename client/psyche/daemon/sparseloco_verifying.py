@@ -27,9 +27,13 @@ trainer that did the work could pick its "before" buffers to encode any payload 
 
 A failed link or continuity check, a blob that is malformed or does not match its commitment, or
 a committed state the trainer offers larger than a state can be votes "mismatch"; a result not
-held when the audit starts, a state not fetched within the verifier's time budget (no answer, or
-"not found"), or an audit cut short by that budget, stays unchecked. The verdict rides
-in the witness through :func:`psyche.daemon.verifying.verdict_of`.
+held when the audit starts, or an audit cut short by the verifier's time budget, stays
+unchecked. A held result whose states did not arrive within that budget is not left there: the
+verifier goes on asking the trainer for them, in the background, until half of
+``max_round_train_time`` after the audit began (:data:`SERVE_SHARE`), and votes "mismatch" if
+they never came — a trainer must serve what it committed to, or a free rider could escape every
+audit by staying silent. Its witness waits for that vote (``Judgement.settled``). The verdict
+rides in the witness through :func:`psyche.daemon.verifying.verdict_of`.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -46,7 +50,7 @@ import torch
 from psyche.coordinator import Coordinator
 from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
 from psyche.daemon.epoch import EpochView
-from psyche.daemon.judgement import Judgement, SlotGradient, SubBatch
+from psyche.daemon.judgement import Judgement, PendingVote, SlotGradient, SubBatch
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.daemon.rounds import ReceivedResult, RoundState, decode_verified, results_to_apply
@@ -55,6 +59,7 @@ from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco_payload import SparseLoCoPayload
 from psyche.p2p.errors import BlobTooLarge, P2PError
 from psyche.p2p.peer_id import peer_id_for
+from psyche.p2p.transport import Transport
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.sparseloco_audit import (
     AuditError,
@@ -68,9 +73,24 @@ from psyche.training.sparseloco_audit import (
 )
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
-__all__ = ["audit_link", "judge_sparseloco", "link_of", "state_bound", "wanted"]
+__all__ = [
+    "SERVE_SHARE",
+    "audit_link",
+    "judge_sparseloco",
+    "link_of",
+    "served",
+    "settle_votes",
+    "state_bound",
+    "wanted",
+]
 
 log = logging.getLogger("psyche.daemon")
+
+SERVE_SHARE = 0.5
+"""Of ``max_round_train_time``, from the start of an audit: when a trainer that has not served
+the states its audit needs is voted against. Twice the audit's own budget (a quarter), so an
+honest trainer whose upload was merely slow has as long again; well before the round's end, so
+the verifier's witness, which waits for the vote, is not late."""
 
 
 def link_of(seed: bytes, slot: int, trainer: bytes, links: int) -> int:
@@ -92,6 +112,7 @@ class _Slot:
     payload: bytes
     """The held result's payload bytes, audit trailer left off."""
     link: int
+    audit: AuditCommitments
 
 
 async def judge_sparseloco(
@@ -125,19 +146,28 @@ async def judge_sparseloco(
             slots.append(SlotGradient(slot, trainers[index], batch, SubBatch(())))
     if not slots:
         return
-    budget = 0.25 * coord.config.max_round_train_time
-    deadline = time.monotonic() + budget
+    begun = time.monotonic()
+    deadline = begun + 0.25 * coord.config.max_round_train_time
     t0 = time.perf_counter()
     earlier = _previous_results(coord, epoch, state)
-    done = []
+    done, unserved = [], []
     for s in slots:
         prior = earlier.get(s.trainer)
         after = await _error_after(epoch, prior, fmt, deadline) if prior is not None else None
         if prior is not None and after is None:
             done.append(s)  # its previous result is not here in time: unchecked, not accused
             continue
-        done.append(await _judge_slot(parts, kit, trainer, judged, s, seed, deadline, after))
-    state.judgement = Judgement(prev.height, tuple(done), fmt, 0)
+        judged_slot, unfetched = await _judge_slot(
+            parts, kit, trainer, judged, s, seed, deadline, after
+        )
+        done.append(judged_slot)
+        if unfetched is not None:
+            unserved.append((s, unfetched))
+    serve_s = SERVE_SHARE * coord.config.max_round_train_time
+    pending = tuple(
+        _pending_vote(parts, trainer, judged, s, at, begun, serve_s) for s, at in unserved
+    )
+    state.judgement = Judgement(prev.height, tuple(done), fmt, 0, pending)
     log.info(
         "verifier of step %d: audited %d of %d sampled SparseLoCo results in %.3f s",
         state.step,
@@ -156,33 +186,34 @@ async def _judge_slot(
     seed: bytes,
     deadline: float,
     error_after_previous: bytes | None,
-) -> SlotGradient:
+) -> tuple[SlotGradient, _Slot | None]:
+    """The slot judged, and what to go on fetching when its states did not arrive in time."""
     assert isinstance(kit.format, SparseLoCoFormat)
     held = _held(judged, s, kit.format)
     if held is None:
-        return s  # not here (yet): unchecked, a verifier never holds a round back
+        return s, None  # not here (yet): unchecked, a verifier never holds a round back
     audit = held.decoded.audit
     assert audit is not None  # the run's format requires the trailer
     key = s.trainer.p2p_identity
-    at = _Slot(key, held.payload, link_of(seed, s.slot, key, audit.links))
+    at = _Slot(key, held.payload, link_of(seed, s.slot, key, audit.links), audit)
     if error_after_previous is not None and error_after_previous != audit.error_before:
         why = "its error buffers before the round are not those after its previous round"
-        return _logged(judged, s, at, audit, False, why)
+        return _logged(judged, s, at, False, why), None
     left = deadline - time.monotonic()
     if left <= 0:
-        return s
+        return s, at  # earlier slots spent the budget: whether it serves is still judged
     try:
         # The fetch's own deadline is the budget; the outer bound is a margin for a wedged host.
-        blobs = await asyncio.wait_for(_fetch(parts, trainer, at, audit, left), left + 5.0)
+        blobs = await asyncio.wait_for(_fetch(parts, trainer, at, left), left + 5.0)
     except BlobTooLarge as e:
         # The trainer offers more bytes than any state has: not the state it committed to.
         ok, why = False, f"its committed state was not served ({e})"
     except (TimeoutError, P2PError) as e:
-        # Out of this verifier's time, no answer or "not found": a slow link or a verifier that
-        # fell behind (the trainer withdraws a chain two rounds on) must not cost an honest
-        # trainer; e2e runs under load accused honest ones both ways.
-        log.warning("audit of slot %d: state not fetched (%s); left unchecked", s.slot, e or "time")
-        return s
+        # Out of this verifier's budget, no answer or "not found": too soon to blame the
+        # trainer (e2e runs under load had honest ones answer late), so the replay is off but
+        # the fetch goes on until SERVE_SHARE of the round (see _pending_vote).
+        log.warning("audit of slot %d: state not fetched yet (%s)", s.slot, e or "time")
+        return s, at
     else:
         try:
             samples = await asyncio.to_thread(kit.data.get_samples, s.batch)
@@ -192,24 +223,83 @@ async def _judge_slot(
             )  # fmt: skip
         except Exception as e:  # a verifier's failure must never cost the round
             log.warning("audit of slot %d failed here: %s; left unchecked", s.slot, e)
-            return s
-    return _logged(judged, s, at, audit, ok, why)
+            return s, None
+    return _logged(judged, s, at, ok, why), None
 
 
-def _logged(
-    judged: RoundState, s: SlotGradient, at: _Slot, audit: AuditCommitments, ok: bool, why: str
-) -> SlotGradient:
+def _logged(judged: RoundState, s: SlotGradient, at: _Slot, ok: bool, why: str) -> SlotGradient:
     log.info(
         "audited step %d slot %d %s: step %d of %d %s%s",
         judged.step,
         s.slot,
         s.trainer.hex()[:8],
         at.link,
-        audit.links,
+        at.audit.links,
         "match" if ok else "MISMATCH",
         "" if ok else f" ({why})",
     )
     return replace(s, audit=ok)
+
+
+def _pending_vote(
+    parts: ClientParts,
+    trainer: SparseLoCoTrainer,
+    judged: RoundState,
+    s: SlotGradient,
+    at: _Slot,
+    begun: float,
+    serve_s: float,
+) -> PendingVote:
+    """Go on asking the trainer of ``s`` for the states its audit needs until ``serve_s``
+    seconds after the audit ``begun``: the vote is a mismatch if they never come (the replay's
+    budget is spent by then, so only their serving is judged)."""
+    serve_by = begun + serve_s
+
+    async def decide() -> bool:
+        left = serve_by - time.monotonic()
+        bound = state_bound(tuple(trainer.shapes))
+        # The margin is for a wedged host of our own: that ends in an exception, unchecked.
+        need = wanted(at.audit, at.link)
+        asked = served(parts.transport, peer_id_for(at.trainer_key), need, bound, serve_by)
+        ok = await asyncio.wait_for(asked, left + 5.0)
+        if not ok:
+            why = f"its committed states were not served within {serve_s:g} s"
+            _logged(judged, s, at, False, why)
+        return ok
+
+    task = asyncio.create_task(decide(), name=f"audit-serve-{s.slot}")
+    task.add_done_callback(lambda _: parts.woken.set())  # the witness may be sent now
+    return PendingVote(s.slot, task)
+
+
+async def served(
+    transport: Transport, peer: str, hashes: Sequence[bytes], bound: int, serve_by: float
+) -> bool:
+    """Whether ``peer`` serves every blob of ``hashes`` (each at most ``bound`` bytes, checked
+    against its hash and dropped at once) before the monotonic time ``serve_by``."""
+    for h in hashes:
+        left = serve_by - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            await transport.fetch(h, from_any_of=[peer], max_size=bound, timeout=left)
+        except (TimeoutError, P2PError):  # no answer, "not found", too large or wrong bytes
+            return False
+    return True
+
+
+def settle_votes(judgement: Judgement) -> Judgement:
+    """The judgement as the witness sends it: a slot whose trainer did not serve its states by
+    the deadline is a mismatch; a vote still undecided (the round ended first) or that failed
+    here is cancelled and its slot stays unchecked."""
+    failed = set()
+    for p in judgement.pending:
+        if not p.task.done():
+            p.task.cancel()
+        elif not p.task.cancelled() and p.task.exception() is None and not p.task.result():
+            failed.add(p.slot)
+    slots = tuple(replace(s, audit=False) if s.slot in failed else s for s in judgement.slots)
+    return replace(judgement, slots=slots, pending=())
 
 
 def _previous_results(
@@ -271,14 +361,13 @@ async def _fetch(
     parts: ClientParts,
     trainer: SparseLoCoTrainer,
     at: _Slot,
-    audit: AuditCommitments,
     budget_s: float,
 ) -> dict[bytes, bytes]:
     peer = peer_id_for(at.trainer_key)
     bound = state_bound(tuple(trainer.shapes))
     deadline = time.monotonic() + budget_s
     got = {}
-    for h in wanted(audit, at.link):
+    for h in wanted(at.audit, at.link):
         left = max(0.5, deadline - time.monotonic())
         got[h] = await parts.transport.fetch(h, from_any_of=[peer], max_size=bound, timeout=left)
     return got

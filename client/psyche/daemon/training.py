@@ -297,7 +297,8 @@ class TrainingStep:
 
     async def poll(self, coord: Coordinator) -> None:
         """``Finished`` once this client's part of the round is done, and the witness once
-        every awaited member has finished (stragglers are not awaited)."""
+        every awaited member has finished (stragglers are not awaited) and its pending votes
+        are decided."""
         parts, state, epoch = self.parts, self.state, self.epoch
         if state.step != coord.progress.step:
             return
@@ -311,5 +312,8 @@ class TrainingStep:
             done = Finished(step=state.step, warmup=False)
             await parts.transport.announce(sign_announcement(parts.key, done))
         healthy = {c.id for c in coord.epoch_state.clients if c.state is ClientState.Healthy}
-        if state.sent_finished and healthy - epoch.stragglers <= state.finished:
+        # A verifier's witness also waits for its votes on whether audited trainers served
+        # their states (bounded: the RoundWitness phase sends it regardless).
+        settled = state.judgement is None or state.judgement.settled()
+        if state.sent_finished and healthy - epoch.stragglers <= state.finished and settled:
             await send_witness(parts, coord, epoch)

@@ -21,6 +21,7 @@ from psyche.daemon.copy_check import settle_copies
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.daemon.rounds import RoundState, bloom_seed_for, build_witness
+from psyche.daemon.sparseloco_verifying import settle_votes
 from psyche.daemon.verifying import verdict_of
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import Rejection
@@ -66,6 +67,7 @@ async def send_witness(parts: ClientParts, coord: Coordinator, epoch: EpochView)
     witness = build_witness(proof, attested, seed)
     if state.judgement is not None:
         judgement, state.judgement = state.judgement, None  # the gradients are freed once sent
+        judgement = settle_votes(judgement)
         judged = epoch.rounds.get(rnd.height - 1)
         witness.verdict = await asyncio.to_thread(verdict_of, judgement, judged)
     await parts.backend.send_witness(witness, witness_metadata(parts, state.step))

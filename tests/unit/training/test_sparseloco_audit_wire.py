@@ -8,12 +8,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import time
+from collections.abc import Awaitable
 
 import pytest
 import torch
 
 from psyche.daemon.audit_serving import AuditBlobs
-from psyche.daemon.sparseloco_verifying import audit_link, link_of, state_bound, wanted
+from psyche.daemon.judgement import Judgement, PendingVote, SlotGradient, SubBatch
+from psyche.daemon.sparseloco_verifying import (
+    audit_link,
+    link_of,
+    served,
+    settle_votes,
+    state_bound,
+    wanted,
+)
 from psyche.distro.audit_trailer import (
     AuditCommitments,
     decode_trailer,
@@ -23,7 +33,8 @@ from psyche.distro.audit_trailer import (
 from psyche.distro.payload import PayloadError
 from psyche.p2p.errors import P2PError
 from psyche.p2p.memory import MemoryNetwork, MemoryTransport
-from psyche.protocol.identity import SecretKey
+from psyche.protocol.data_selection import BatchId
+from psyche.protocol.identity import NodeIdentity, SecretKey
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config
 from psyche.training.sparseloco_audit import AuditTrail
@@ -265,6 +276,65 @@ def test_a_new_epoch_withdraws_the_last_epochs_chains() -> None:
                 await client.fetch(
                     first[height], from_any_of=[server.peer_id], max_size=64, timeout=0.5
                 )
+
+    asyncio.run(run())
+
+
+def test_a_trainer_that_does_not_serve_its_committed_states_is_voted_against() -> None:
+    """A trainer must serve what it committed to: ``served`` holds once every blob came, and
+    not when by the deadline the trainer served nothing, only part of it, or blobs larger than
+    a state can be. (Before, a verifier left such an audit unchecked, so a free rider escaped
+    every audit by serving nothing.)"""
+
+    async def run() -> None:
+        server, client = _server_and_client()
+        trail = _made_up_trail(1)
+        blobs = (*trail.states, *trail.errors)
+        need = [hashlib.sha256(b).digest() for b in blobs]
+
+        def ask(bound: int, within: float) -> Awaitable[bool]:
+            return served(client, server.peer_id, need, bound, time.monotonic() + within)
+
+        assert not await ask(64, 0.6)  # nothing served: "not found" (until the deadline)
+        for b in trail.states:
+            server.serve(b, handoff=False)
+        assert not await ask(64, 0.6)  # the states but not the error buffers
+        AuditBlobs().publish(server, 1, trail)
+        assert not await ask(len(blobs[0]) - 1, 2.0)  # larger than a state can be
+        assert await ask(64, 2.0)
+
+    asyncio.run(run())
+
+
+def test_the_witness_counts_a_missed_serving_vote_as_a_mismatch_and_only_that() -> None:
+    """At witness time a decided "not served" vote is a mismatch; a served one, an undecided one
+    (cancelled: the round ended first) or one that failed on the verifier's side leaves its slot
+    as it was, unchecked."""
+
+    async def run() -> None:
+        async def vote(ok: bool) -> bool:
+            return ok
+
+        async def own_failure() -> bool:
+            raise TimeoutError("our own host did not answer")
+
+        who = NodeIdentity(bytes(32), bytes(32))
+        slots = tuple(SlotGradient(i, who, BatchId(i, i), SubBatch(())) for i in range(5))
+        tasks = [
+            asyncio.create_task(vote(False)),
+            asyncio.create_task(vote(True)),
+            asyncio.create_task(asyncio.sleep(60, result=False)),
+            asyncio.create_task(own_failure()),
+        ]
+        pending = tuple(PendingVote(i, t) for i, t in enumerate(tasks))
+        judgement = Judgement(7, slots, None, 0, pending)  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not judgement.settled()  # the witness waits
+        settled = settle_votes(judgement)
+        assert [s.audit for s in settled.slots] == [False, None, None, None, None]
+        assert settled.pending == () and settled.settled()
+        await asyncio.sleep(0)
+        assert tasks[2].cancelled()
 
     asyncio.run(run())
 

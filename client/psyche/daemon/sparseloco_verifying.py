@@ -47,7 +47,7 @@ from functools import partial
 
 import torch
 
-from psyche.coordinator import Coordinator
+from psyche.coordinator import ClientState, Coordinator
 from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.judgement import Judgement, PendingVote, SlotGradient, SubBatch
@@ -288,16 +288,21 @@ async def served(
     return True
 
 
-def settle_votes(judgement: Judgement) -> Judgement:
+def settle_votes(judgement: Judgement, coord: Coordinator) -> Judgement:
     """The judgement as the witness sends it: a slot whose trainer did not serve its states by
-    the deadline is a mismatch; a vote still undecided (the round ended first) or that failed
-    here is cancelled and its slot stays unchecked."""
+    the deadline is a mismatch while the trainer is still a Healthy client (one that withdrew
+    has left the epoch's pay behind and is not slashed for no longer serving); a vote still
+    undecided (the round ended first) or that failed here is cancelled, its slot unchecked."""
     failed = set()
     for p in judgement.pending:
         if not p.task.done():
             p.task.cancel()
         elif not p.task.cancelled() and p.task.exception() is None and not p.task.result():
             failed.add(p.slot)
+    for s in judgement.slots:
+        if s.slot in failed and not _healthy(coord, s.trainer):
+            failed.discard(s.slot)
+            log.info("slot %d: its trainer left the run; not voted against", s.slot)
     slots = tuple(replace(s, audit=False) if s.slot in failed else s for s in judgement.slots)
     return replace(judgement, slots=slots, pending=())
 
@@ -347,6 +352,11 @@ def _held(judged: RoundState, s: SlotGradient, fmt: SparseLoCoFormat) -> _Held |
     if not isinstance(decoded, SparseLoCoPayload) or res.payload is None:
         return None
     return _Held(res.payload[: fmt.payload_bytes], decoded)
+
+
+def _healthy(coord: Coordinator, who: NodeIdentity) -> bool:
+    i = coord.index_of(who)
+    return i is not None and coord.epoch_state.clients[i].state is ClientState.Healthy
 
 
 def wanted(audit: AuditCommitments, link: int) -> tuple[bytes, ...]:

@@ -67,7 +67,7 @@ async def send_witness(parts: ClientParts, coord: Coordinator, epoch: EpochView)
     witness = build_witness(proof, attested, seed)
     if state.judgement is not None:
         judgement, state.judgement = state.judgement, None  # the gradients are freed once sent
-        judgement = settle_votes(judgement)
+        judgement = settle_votes(judgement, coord)
         judged = epoch.rounds.get(rnd.height - 1)
         witness.verdict = await asyncio.to_thread(verdict_of, judgement, judged)
     await parts.backend.send_witness(witness, witness_metadata(parts, state.step))

@@ -15,12 +15,10 @@ import pytest
 import torch
 
 from psyche.daemon.audit_serving import AuditBlobs
-from psyche.daemon.judgement import Judgement, PendingVote, SlotGradient, SubBatch
 from psyche.daemon.sparseloco_verifying import (
     audit_link,
     link_of,
     served,
-    settle_votes,
     state_bound,
     wanted,
 )
@@ -33,8 +31,7 @@ from psyche.distro.audit_trailer import (
 from psyche.distro.payload import PayloadError
 from psyche.p2p.errors import P2PError
 from psyche.p2p.memory import MemoryNetwork, MemoryTransport
-from psyche.protocol.data_selection import BatchId
-from psyche.protocol.identity import NodeIdentity, SecretKey
+from psyche.protocol.identity import SecretKey
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config
 from psyche.training.sparseloco_audit import AuditTrail
@@ -302,39 +299,6 @@ def test_a_trainer_that_does_not_serve_its_committed_states_is_voted_against() -
         AuditBlobs().publish(server, 1, trail)
         assert not await ask(len(blobs[0]) - 1, 2.0)  # larger than a state can be
         assert await ask(64, 2.0)
-
-    asyncio.run(run())
-
-
-def test_the_witness_counts_a_missed_serving_vote_as_a_mismatch_and_only_that() -> None:
-    """At witness time a decided "not served" vote is a mismatch; a served one, an undecided one
-    (cancelled: the round ended first) or one that failed on the verifier's side leaves its slot
-    as it was, unchecked."""
-
-    async def run() -> None:
-        async def vote(ok: bool) -> bool:
-            return ok
-
-        async def own_failure() -> bool:
-            raise TimeoutError("our own host did not answer")
-
-        who = NodeIdentity(bytes(32), bytes(32))
-        slots = tuple(SlotGradient(i, who, BatchId(i, i), SubBatch(())) for i in range(5))
-        tasks = [
-            asyncio.create_task(vote(False)),
-            asyncio.create_task(vote(True)),
-            asyncio.create_task(asyncio.sleep(60, result=False)),
-            asyncio.create_task(own_failure()),
-        ]
-        pending = tuple(PendingVote(i, t) for i, t in enumerate(tasks))
-        judgement = Judgement(7, slots, None, 0, pending)  # type: ignore[arg-type]
-        await asyncio.sleep(0.05)
-        assert not judgement.settled()  # the witness waits
-        settled = settle_votes(judgement)
-        assert [s.audit for s in settled.slots] == [False, None, None, None, None]
-        assert settled.pending == () and settled.settled()
-        await asyncio.sleep(0)
-        assert tasks[2].cancelled()
 
     asyncio.run(run())
 

@@ -137,12 +137,12 @@ def run(cfg: Any, ws: Any, args: argparse.Namespace, attack: str, out: Any) -> A
                 payload = tampered(attack, i, own, so_far, last, k, len(attackers), ctx.gen)
             last[i] = so_far[i] = payload
             got = sla.Sent(payload, b"", None) if defence is None else defence.arrive(
-                rnd, i, payload)  # fmt: skip
+                rnd, i, payload, trail)  # fmt: skip
             if got is not None:
                 got.trail = trail
                 sent[i] = got
             else:
-                refused.add(i)  # by the copy check
+                refused.add(i)  # by the copy or continuity check
         rejected = defence.judge(rnd, start, sent) if defence is not None else set()
         for i in refused | rejected:  # their samples wait for a retry
             for step in range(rnd * args.inner_steps, (rnd + 1) * args.inner_steps):

@@ -12,6 +12,9 @@ them, on the bench's SparseLoCo clients (`bench/byzantine_sparseloco.py`).
   whose fingerprint is that of a result held from this round or the previous one, or that
   `near_duplicate`s one, is refused (as is one that does not decode strictly): left out, no
   point, and the trainer ejected from the next round on (the next round's health check).
+- **Continuity on arrival** (every honest client, `psyche.daemon.chain_check`): a result whose
+  committed error buffers before the round are not those its trainer's result of the previous
+  round, accepted on arrival, committed to after it is refused the same way.
 - **Audit**, after the round's results are in and before its apply (the bench applies a round
   at its end; the product two rounds on, with the verdict in time for it): the protocol's
   sampling (`sampled_trainers`, a seed per round) picks ⌈K·VP/100⌉ results; three verifiers (the
@@ -101,6 +104,8 @@ class Defence:
         """A trainer's committed error-buffer hash after its last applied result."""
         self.held: dict[int, list[tuple[bytes, Any]]] = {}
         """Per round, the (fingerprint, payload) of every result accepted."""
+        self.arrived_after: dict[tuple[int, int], bytes] = {}
+        """(round, trainer): the error-buffer hash after its result accepted on arrival."""
 
     def record(self, trail: Any, params: Any, inner: Any) -> None:
         t = time.perf_counter()
@@ -112,9 +117,11 @@ class Defence:
         trail.record_error(error)
         self.out.record_s += time.perf_counter() - t
 
-    def arrive(self, rnd: int, i: int, payload: Any) -> Sent | None:
-        """Client `i`'s result as every honest client receives it: strictly decoded and
-        copy-checked; None (refused, the trainer ejected next round) otherwise."""
+    def arrive(self, rnd: int, i: int, payload: Any, trail: Any = None) -> Sent | None:
+        """Client `i`'s result as every honest client receives it: strictly decoded,
+        copy-checked and, with its committed chain `trail`, checked for continuity against its
+        previous round's result as `psyche.daemon.chain_check` does; None (refused, the trainer
+        ejected next round) otherwise."""
         from psyche.distro.payload import PayloadError
         from psyche.distro.sparseloco_payload import encode_payload
 
@@ -124,6 +131,10 @@ class Defence:
         except PayloadError:
             self._refused(rnd, i, "malformed")
             return None
+        before = self.arrived_after.get((rnd - 1, i))
+        if trail is not None and before is not None and before != trail.error_hashes[0]:
+            self._refused(rnd, i, "continuity")
+            return None
         fp = self.fmt.fingerprint(decoded)
         recent = self.held.get(rnd, []) + self.held.get(rnd - 1, [])
         if any(fp == f or self.fmt.near_duplicate(decoded, p) for f, p in recent):
@@ -131,6 +142,9 @@ class Defence:
             return None
         self.held.setdefault(rnd, []).append((fp, decoded))
         self.held.pop(rnd - 2, None)
+        if trail is not None:
+            self.arrived_after[(rnd, i)] = trail.error_hashes[1]
+            self.arrived_after.pop((rnd - 2, i), None)
         return Sent(decoded, wire, None)
 
     def _refused(self, rnd: int, i: int, why: str) -> None:

@@ -1,8 +1,9 @@
 """Issue 39 item 5: a DisTrO free rider, a SparseLoCo copier and a SparseLoCo free rider, each
 the fourth of 4 clients, on the centralized backend and on Solana, are ejected and slashed
 (credited nothing; on Solana the Treasurer pays them nothing) while the 3 honest clients finish
-the epoch Healthy with identical weights; so is a SparseLoCo trainer that resets its error
-buffers (centralized only). The rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
+the epoch Healthy with identical weights; so are a SparseLoCo trainer that resets its error
+buffers and a SparseLoCo free rider that serves none of its states (centralized only). The
+rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
 
 - ``half``, the free rider: it trains through the real ``Trainer`` on the first half of its batch
   only, reports the whole, and fills the commitments of the samples it skipped with those it
@@ -18,13 +19,19 @@ buffers (centralized only). The rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_
 - ``sparse-half``, the SparseLoCo free rider (``verification_percent = 100``): every inner step
   on half its samples. Only the inner-step audit catches it (docs/protocol.md, "SparseLoCo: the
   inner-step audit"); see :data:`SPARSE_RIDER`. Removed at step 3 in the runs so far.
-- ``sparse-reset``: honest work from zeroed error buffers every round; only the audit's
-  continuity check catches it. Removed at step 4.
+- ``sparse-reset``: honest work from zeroed error buffers every round; only the public continuity
+  check catches it, which every client runs on arrival since 2026-12-05: its second result is
+  refused and it is ejected by the health checks (before, by a sampled audit, at step 4).
+- ``sparse-silent``: the ``sparse-half`` free rider serving none of its committed states, so no
+  replay can run; its verifiers vote against it when the states have not come half a round
+  after the audit began (centralized only). Removed at step 3; never, on the daemon before
+  that rule (2026-12-05).
 
 Cost (2-core machine beside other jobs, 2026-12-03; ``pytest --durations=0``, call time): free
 rider 64.6 s centralized and 61.5 s on Solana (20 steps); SparseLoCo copier 50.3 s centralized and
 55.0 s on Solana: about 4 minutes together; the SparseLoCo free rider 56.6 s centralized and 60.6 s
-on Solana, the error-buffer reset 44–58 s (2026-12-04): about 3 minutes more. None combined:
+on Solana, the error-buffer reset 44–58 s (2026-12-04): about 3 minutes more; the silent free
+rider about a minute more (2026-12-05). None combined:
 a free rider beside another rogue changes its verifiers and so its odds, and the two optimizers
 cannot share a run.
 """
@@ -157,16 +164,22 @@ def test_a_sparseloco_free_rider_is_ejected_and_slashed(
 def test_a_sparseloco_trainer_that_resets_its_error_buffers_is_ejected(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
-    """Centralized only: the continuity check is the client's, and the verdict path it votes
-    through is the one the free rider's Solana run exercises."""
+    """Centralized only: the continuity check is the client's. Every honest client refuses the
+    rogue's second result on arrival (its error buffers before the round are not those its
+    first committed to after it), so it is never attested, never applied, and its trainer is
+    ejected by the health checks, whatever the sampling."""
     rogue = "sparse-reset"
     net, s, saved = centralized_run(tmp_path, local_inputs, rogue, SPARSELOCO, **SPARSE_RIDER)
-    who, honest = _sparse_rider_caught(net, s, rogue)
+    who, honest, gone = rogue_removed(net, s, rogue)
     logs = "".join(
         (net.out / "logs" / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3)
     )
     # The console wraps long lines: compare with the whitespace collapsed.
-    assert "not those after its previous round" in " ".join(logs.split())
+    flat = " ".join(logs.split())
+    assert "rejected bad_payload" in flat and "not those after its previous round" in flat
+    failed = re.findall(r"audited step \d+ slot \d+ (\w+): step \d+ of \d+ MISMATCH", logs)
+    assert all(w == who for w in failed), failed
+    print(f"SparseLoCo {rogue} removed at step {gone.step}")
     slashed_centrally(saved, who, honest, run_id="tiny-sparseloco")
 
 

@@ -25,6 +25,7 @@ import logging
 from typing import Any
 
 from psyche.coordinator import Coordinator
+from psyche.daemon.chain_check import breaks_chain
 from psyche.daemon.copy_check import copied_from
 from psyche.daemon.epoch import EARLY_STEPS_AHEAD, Early, EpochView
 from psyche.daemon.gradients import write_gradient
@@ -278,6 +279,13 @@ class GossipRouter:
         decoded = decode_verified(full, state.step, kit.format)
         if decoded is None:
             detail = f"batch {full.batch} of step {state.step}"
+            self.parts.rejections.record(Rejection.bad_payload, peer, detail)
+            return
+        if breaks_chain(view, state, full, decoded, kit.format):
+            detail = (
+                f"batch {full.batch} of step {state.step}: its error buffers before the round "
+                "are not those after its previous round"
+            )
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return
         # Sketched once here, looked up once against the held results' index (O(1) whatever

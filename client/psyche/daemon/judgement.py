@@ -98,4 +98,5 @@ class PendingVote:
     within the verifier's budget goes on until a later deadline)."""
 
     slot: int
-    task: asyncio.Task[bool]
+    task: asyncio.Task[bool | None]
+    """True: served; False: denied (a mismatch); None: undecided (unchecked)."""

@@ -31,9 +31,12 @@ held when the audit starts, or an audit cut short by the verifier's time budget,
 unchecked. A held result whose states did not arrive within that budget is not left there: the
 verifier goes on asking the trainer for them, in the background, until half of
 ``max_round_train_time`` after the audit began (:data:`SERVE_SHARE`), and votes "mismatch" if
-they never came — a trainer must serve what it committed to, or a free rider could escape every
-audit by staying silent. Its witness waits for that vote (``Judgement.settled``). The verdict
-rides in the witness through :func:`psyche.daemon.verifying.verdict_of`.
+the trainer denied holding one until then (answered "not found", or offered bytes that are not
+the blob) — a trainer must serve what it committed to, or a free rider could escape every audit
+by serving nothing. One that did not answer in time stays unchecked: an audit moves 32–44 bytes
+per parameter, which a loaded or distant link may not carry in time, and an honest trainer must
+not pay for that. Its witness waits for that vote (``Judgement.settled``). The verdict rides in
+the witness through :func:`psyche.daemon.verifying.verdict_of`.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from psyche.daemon.rounds import ReceivedResult, RoundState, decode_verified, re
 from psyche.distro.audit_trailer import AuditCommitments
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco_payload import SparseLoCoPayload
-from psyche.p2p.errors import BlobTooLarge, P2PError
+from psyche.p2p.errors import BlobNotFound, BlobTooLarge, P2PError
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.transport import Transport
 from psyche.protocol.identity import NodeIdentity
@@ -87,10 +90,11 @@ __all__ = [
 log = logging.getLogger("psyche.daemon")
 
 SERVE_SHARE = 0.5
-"""Of ``max_round_train_time``, from the start of an audit: when a trainer that has not served
-the states its audit needs is voted against. Twice the audit's own budget (a quarter), so an
-honest trainer whose upload was merely slow has as long again; well before the round's end, so
-the verifier's witness, which waits for the vote, is not late."""
+"""Of ``max_round_train_time``, from the start of an audit: until when a verifier asks a trainer
+for the states its budget did not get, to tell a trainer that denies holding them (voted
+against) from one that is slow (unchecked). Twice the audit's own budget (a quarter), so a blob
+being written when first asked for has long been served; well before the round's end, so the
+verifier's witness, which waits for the vote, is not late."""
 
 
 def link_of(seed: bytes, slot: int, trainer: bytes, links: int) -> int:
@@ -209,9 +213,9 @@ async def _judge_slot(
         # The trainer offers more bytes than any state has: not the state it committed to.
         ok, why = False, f"its committed state was not served ({e})"
     except (TimeoutError, P2PError) as e:
-        # Out of this verifier's budget, no answer or "not found": too soon to blame the
+        # Out of this verifier's budget, no answer or "not found" yet: too soon to blame the
         # trainer (e2e runs under load had honest ones answer late), so the replay is off but
-        # the fetch goes on until SERVE_SHARE of the round (see _pending_vote).
+        # the asking goes on until SERVE_SHARE of the round (see _pending_vote).
         log.warning("audit of slot %d: state not fetched yet (%s)", s.slot, e or "time")
         return s, at
     else:
@@ -251,20 +255,22 @@ def _pending_vote(
     serve_s: float,
 ) -> PendingVote:
     """Go on asking the trainer of ``s`` for the states its audit needs until ``serve_s``
-    seconds after the audit ``begun``: the vote is a mismatch if they never come (the replay's
-    budget is spent by then, so only their serving is judged)."""
+    seconds after the audit ``begun``: the vote is a mismatch if it denies holding them (the
+    replay's budget is spent by then, so only their serving is judged)."""
     serve_by = begun + serve_s
 
-    async def decide() -> bool:
+    async def decide() -> bool | None:
         left = serve_by - time.monotonic()
         bound = state_bound(tuple(trainer.shapes))
-        # The margin is for a wedged host of our own: that ends in an exception, unchecked.
         need = wanted(at.audit, at.link)
         asked = served(parts.transport, peer_id_for(at.trainer_key), need, bound, serve_by)
+        # The margin is for a wedged host of our own: that ends in an exception, unchecked.
         ok = await asyncio.wait_for(asked, left + 5.0)
-        if not ok:
-            why = f"its committed states were not served within {serve_s:g} s"
+        if ok is False:
+            why = f"it denied holding a committed state until {serve_s:g} s after the audit began"
             _logged(judged, s, at, False, why)
+        elif ok is None:
+            log.info("audit of slot %d: its states did not come in time; left unchecked", s.slot)
         return ok
 
     task = asyncio.create_task(decide(), name=f"audit-serve-{s.slot}")
@@ -274,30 +280,37 @@ def _pending_vote(
 
 async def served(
     transport: Transport, peer: str, hashes: Sequence[bytes], bound: int, serve_by: float
-) -> bool:
+) -> bool | None:
     """Whether ``peer`` serves every blob of ``hashes`` (each at most ``bound`` bytes, checked
-    against its hash and dropped at once) before the monotonic time ``serve_by``."""
+    against its hash and dropped at once) before the monotonic time ``serve_by``: True when it
+    did; False when it denied one — answered that it does not hold it until the deadline, or
+    offered more than ``bound`` or bytes that are not the blob (refused as a liar); None when
+    it did not answer in time (a slow or busy link, this verifier's or the trainer's, is not
+    evidence: an audit moves 32–44 bytes per parameter)."""
     for h in hashes:
         left = serve_by - time.monotonic()
         if left <= 0:
-            return False
+            return None
         try:
             await transport.fetch(h, from_any_of=[peer], max_size=bound, timeout=left)
-        except (TimeoutError, P2PError):  # no answer, "not found", too large or wrong bytes
+        except (BlobNotFound, BlobTooLarge):
             return False
+        except (TimeoutError, P2PError):
+            return None
     return True
 
 
 def settle_votes(judgement: Judgement, coord: Coordinator) -> Judgement:
-    """The judgement as the witness sends it: a slot whose trainer did not serve its states by
-    the deadline is a mismatch while the trainer is still a Healthy client (one that withdrew
-    has left the epoch's pay behind and is not slashed for no longer serving); a vote still
-    undecided (the round ended first) or that failed here is cancelled, its slot unchecked."""
+    """The judgement as the witness sends it: a slot whose trainer denied holding its states is
+    a mismatch while the trainer is still a Healthy client (one that withdrew has left the
+    epoch's pay behind and is not slashed for no longer serving); a vote still undecided (the
+    round ended first), undecidable (no answer in time) or that failed here is cancelled, its
+    slot unchecked."""
     failed = set()
     for p in judgement.pending:
         if not p.task.done():
             p.task.cancel()
-        elif not p.task.cancelled() and p.task.exception() is None and not p.task.result():
+        elif not p.task.cancelled() and p.task.exception() is None and p.task.result() is False:
             failed.add(p.slot)
     for s in judgement.slots:
         if s.slot in failed and not _healthy(coord, s.trainer):

@@ -64,7 +64,7 @@ DESCRIPTION = {
     Rejection.future_result: "training result for a round not started here that cannot be held",
     Rejection.other_batch: "training result for a batch not assigned to its sender",
     Rejection.bad_commitment: "training result with a bad commitment signature",
-    Rejection.bad_payload: "training payload that does not match its commitment",
+    Rejection.bad_payload: "training payload that does not match its commitment or chain",
     Rejection.copy_payload: "training payload that copies a result of this or the last round",
     Rejection.forged_model_available: "ModelAvailable offer that cannot be trusted",
 }

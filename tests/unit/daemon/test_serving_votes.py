@@ -1,7 +1,7 @@
 """A SparseLoCo verifier's votes on whether audited trainers served their committed states
 (docs/protocol.md, "A trainer must serve what it committed to"): decided in the background after
 the audit's budget, waited for by the witness, and counted as a mismatch only when the trainer
-did not serve and is still a Healthy client."""
+denied holding them and is still a Healthy client."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ def _slots(trainers: list[NodeIdentity]) -> tuple[SlotGradient, ...]:
     return tuple(SlotGradient(i, w, BatchId(i, i), SubBatch(())) for i, w in enumerate(trainers))
 
 
-def test_a_missed_serving_vote_is_a_mismatch_and_nothing_else_is() -> None:
-    """A decided "not served" is a mismatch; "served", an undecided vote (cancelled: the round
-    ended first) and one that failed on the verifier's own side leave the slot unchecked."""
+def test_a_denied_state_is_a_mismatch_and_nothing_else_is() -> None:
+    """A trainer that denied holding its states is voted against; "served", "no answer in
+    time", an undecided vote (cancelled: the round ended first) and one that failed on the
+    verifier's own side leave the slot unchecked."""
 
     async def run() -> None:
-        async def vote(ok: bool) -> bool:
+        async def vote(ok: bool | None) -> bool | None:
             return ok
 
         async def own_failure() -> bool:
@@ -38,15 +39,16 @@ def test_a_missed_serving_vote_is_a_mismatch_and_nothing_else_is() -> None:
             asyncio.create_task(vote(True)),
             asyncio.create_task(asyncio.sleep(60, result=False)),
             asyncio.create_task(own_failure()),
+            asyncio.create_task(vote(None)),
         ]
         judgement = Judgement(
-            7, _slots([who] * 5), None, 0,  # type: ignore[arg-type]
+            7, _slots([who] * 6), None, 0,  # type: ignore[arg-type]
             tuple(PendingVote(i, t) for i, t in enumerate(tasks)),
         )  # fmt: skip
         await asyncio.sleep(0.05)
         assert not judgement.settled()  # the witness waits for the undecided one
         settled = settle_votes(judgement, coord)
-        assert [s.audit for s in settled.slots] == [False, None, None, None, None]
+        assert [s.audit for s in settled.slots] == [False, None, None, None, None, None]
         assert settled.pending == () and settled.settled()
         await asyncio.sleep(0)
         assert tasks[2].cancelled()

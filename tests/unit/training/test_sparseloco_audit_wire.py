@@ -277,11 +277,12 @@ def test_a_new_epoch_withdraws_the_last_epochs_chains() -> None:
     asyncio.run(run())
 
 
-def test_a_trainer_that_does_not_serve_its_committed_states_is_voted_against() -> None:
-    """A trainer must serve what it committed to: ``served`` holds once every blob came, and
-    not when by the deadline the trainer served nothing, only part of it, or blobs larger than
-    a state can be. (Before, a verifier left such an audit unchecked, so a free rider escaped
-    every audit by serving nothing.)"""
+def test_a_trainer_that_denies_its_committed_states_is_told_from_a_slow_one() -> None:
+    """A trainer must serve what it committed to: ``served`` is True once every blob came;
+    False when by the deadline the trainer denied holding one (served nothing, or only part of
+    the chain) or offered blobs larger than a state can be; None when it did not answer in
+    time, which a slow link explains as well as a cheat. (Before, every fetch failure left the
+    audit unchecked, so a free rider escaped every audit by serving nothing.)"""
 
     async def run() -> None:
         server, client = _server_and_client()
@@ -289,16 +290,19 @@ def test_a_trainer_that_does_not_serve_its_committed_states_is_voted_against() -
         blobs = (*trail.states, *trail.errors)
         need = [hashlib.sha256(b).digest() for b in blobs]
 
-        def ask(bound: int, within: float) -> Awaitable[bool]:
+        def ask(bound: int, within: float) -> Awaitable[bool | None]:
             return served(client, server.peer_id, need, bound, time.monotonic() + within)
 
-        assert not await ask(64, 0.6)  # nothing served: "not found" (until the deadline)
+        assert await ask(64, 0.6) is False  # nothing served: "not found"
         for b in trail.states:
             server.serve(b, handoff=False)
-        assert not await ask(64, 0.6)  # the states but not the error buffers
+        assert await ask(64, 0.6) is False  # the states but not the error buffers
         AuditBlobs().publish(server, 1, trail)
-        assert not await ask(len(blobs[0]) - 1, 2.0)  # larger than a state can be
-        assert await ask(64, 2.0)
+        assert await ask(len(blobs[0]) - 1, 2.0) is False  # larger than a state can be
+        client.stall_fetches = True  # no answer before the deadline
+        assert await ask(64, 0.3) is None
+        client.stall_fetches = False
+        assert await ask(64, 2.0) is True
 
     asyncio.run(run())
 

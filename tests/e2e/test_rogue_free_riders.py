@@ -23,8 +23,8 @@ rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
   check catches it, which every client runs on arrival since 2026-12-05: its second result is
   refused and it is ejected by the health checks (before, by a sampled audit, at step 4).
 - ``sparse-silent``: the ``sparse-half`` free rider serving none of its committed states, so no
-  replay can run; its verifiers vote against it when the states have not come half a round
-  after the audit began (centralized only). Removed at step 3; never, on the daemon before
+  replay can run; its host answers "not found", and its verifiers vote against it when it still
+  denies holding them half a round after the audit began (centralized only). Removed at step 3; never, on the daemon before
   that rule (2026-12-05).
 
 Cost (2-core machine beside other jobs, 2026-12-03; ``pytest --durations=0``, call time): free
@@ -195,7 +195,7 @@ def test_a_sparseloco_free_rider_that_serves_nothing_is_ejected(
         (net.out / "logs" / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3)
     )
     # The console wraps long lines: compare with the whitespace collapsed.
-    assert "committed states were not served within" in " ".join(logs.split())
+    assert "it denied holding a committed state" in " ".join(logs.split())
     slashed_centrally(saved, who, honest, run_id="tiny-sparseloco")
 
 

@@ -24,8 +24,8 @@ rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
   refused and it is ejected by the health checks (before, by a sampled audit, at step 4).
 - ``sparse-silent``: the ``sparse-half`` free rider serving none of its committed states, so no
   replay can run; its host answers "not found", and its verifiers vote against it when it still
-  denies holding them half a round after the audit began (centralized only). Removed at step 3; never, on the daemon before
-  that rule (2026-12-05).
+  denies holding them half a round after the audit began (centralized only). Removed at step
+  3; never, on the daemon before that rule (2026-12-05).
 
 Cost (2-core machine beside other jobs, 2026-12-03; ``pytest --durations=0``, call time): free
 rider 64.6 s centralized and 61.5 s on Solana (20 steps); SparseLoCo copier 50.3 s centralized and

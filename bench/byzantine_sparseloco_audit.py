@@ -14,7 +14,7 @@ them, on the bench's SparseLoCo clients (`bench/byzantine_sparseloco.py`).
   point, and the trainer ejected from the next round on (the next round's health check).
 - **Continuity on arrival** (every honest client, `psyche.daemon.chain_check`): a result whose
   committed error buffers before the round are not those its trainer's result of the previous
-  round, accepted on arrival, committed to after it is refused the same way.
+  round, as it arrived, committed to after it is refused the same way.
 - **Audit**, after the round's results are in and before its apply (the bench applies a round
   at its end; the product two rounds on, with the verdict in time for it): the protocol's
   sampling (`sampled_trainers`, a seed per round) picks ⌈K·VP/100⌉ results; three verifiers (the
@@ -105,7 +105,8 @@ class Defence:
         self.held: dict[int, list[tuple[bytes, Any]]] = {}
         """Per round, the (fingerprint, payload) of every result accepted."""
         self.arrived_after: dict[tuple[int, int], bytes] = {}
-        """(round, trainer): the error-buffer hash after its result accepted on arrival."""
+        """(round, trainer): the error-buffer hash after its result as it arrived (held or
+        refused)."""
 
     def record(self, trail: Any, params: Any, inner: Any) -> None:
         t = time.perf_counter()
@@ -132,6 +133,10 @@ class Defence:
             self._refused(rnd, i, "malformed")
             return None
         before = self.arrived_after.get((rnd - 1, i))
+        if trail is not None:
+            # Noted held or refused, as `chain_check` notes every result that decodes.
+            self.arrived_after[(rnd, i)] = trail.error_hashes[1]
+            self.arrived_after.pop((rnd - 2, i), None)
         if trail is not None and before is not None and before != trail.error_hashes[0]:
             self._refused(rnd, i, "continuity")
             return None
@@ -142,9 +147,6 @@ class Defence:
             return None
         self.held.setdefault(rnd, []).append((fp, decoded))
         self.held.pop(rnd - 2, None)
-        if trail is not None:
-            self.arrived_after[(rnd, i)] = trail.error_hashes[1]
-            self.arrived_after.pop((rnd - 2, i), None)
         return Sent(decoded, wire, None)
 
     def _refused(self, rnd: int, i: int, why: str) -> None:

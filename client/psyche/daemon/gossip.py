@@ -281,7 +281,7 @@ class GossipRouter:
             detail = f"batch {full.batch} of step {state.step}"
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return
-        if breaks_chain(view, state, full, decoded, kit.format):
+        if breaks_chain(view, state, full, decoded):
             detail = (
                 f"batch {full.batch} of step {state.step}: its error buffers before the round "
                 "are not those after its previous round"

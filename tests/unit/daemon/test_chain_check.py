@@ -1,16 +1,15 @@
 """The SparseLoCo chain's public half, checked on arrival (``psyche.daemon.chain_check``): a
 result whose error buffers before its round are not those its trainer's previous result of the
-epoch committed to after it is refused by every client that holds that previous result."""
+epoch committed to after it is refused by every client that received that previous result."""
 
 from __future__ import annotations
-
-import torch
 
 from psyche.coordinator.scripted_clients import sim_identity
 from psyche.daemon.chain_check import breaks_chain
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.rounds import ReceivedResult, RoundState
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
@@ -46,45 +45,67 @@ def _rounds(reset_at: int | None = None) -> list[bytes]:
     return out
 
 
-def _held(view: EpochView, height: int, payload: bytes) -> ReceivedResult:
+def _arrive(view: EpochView, height: int, payload: bytes, who: NodeIdentity = ME) -> bool:
+    """``payload`` of ``who`` arriving in round ``height``: whether it breaks its chain."""
     state = view.rounds.setdefault(
-        height, RoundState(height, height + 1, True, {BATCHES[height]: ME}, LRS)
+        height, RoundState(height, height + 1, True, {BATCHES[height]: who}, LRS)
     )
-    res = ReceivedResult(ME, BATCHES[height], b"\0" * 32, payload, fingerprint=b"f")
-    state.results[res.batch] = res
-    return res
+    res = ReceivedResult(who, BATCHES[height], b"\0" * 32, payload)
+    return breaks_chain(view, state, res, FMT.decode(payload))
+
+
+FMT = _trainer().format
 
 
 def test_a_chain_that_carries_over_passes_and_a_reset_one_breaks() -> None:
-    fmt = _trainer().format
     honest, reset = _rounds(), _rounds(reset_at=2)
     assert honest[:2] == reset[:2]  # the same work until the reset
     for payloads, breaks_at in ((honest, None), (reset, 2)):
         view = EpochView(0)
-        _held(view, 0, payloads[0])
-        for h in (1, 2):
-            full = _held(view, h, payloads[h])
-            broken = breaks_chain(view, view.rounds[h], full, fmt.decode(payloads[h]), fmt)
-            assert broken is (h == breaks_at), (h, breaks_at)
+        assert [_arrive(view, h, payloads[h]) for h in range(3)] == [
+            h == breaks_at for h in range(3)
+        ]
 
 
-def test_nothing_is_refused_without_the_previous_result_held_here() -> None:
-    """The epoch's first round, a previous result not (yet) downloaded, another trainer's batch,
-    or a run that does not verify: nothing to compare, so nothing refused."""
-    fmt = _trainer().format
-    reset = _rounds(reset_at=1)
-    first = EpochView(0)
-    full = _held(first, 1, reset[1])
-    assert not breaks_chain(first, first.rounds[1], full, fmt.decode(reset[1]), fmt)
+def test_a_trainer_that_breaks_its_chain_every_round_is_refused_every_round() -> None:
+    """A refused result's trailer still says where its trainer's buffers stand, so one that
+    zeroes them every round breaks its chain every round, not every other one."""
+    t, out = _trainer(), []
+    for r in range(3):
+        t.state.reset_error()
+        got = t.train_step(batch_of(r, samples=6), step=r + 1, lr=LR, prev_lr=LR,
+                           prev_self_results=None, zero_optim=r == 0)  # fmt: skip
+        out.append(got.payload)
     view = EpochView(0)
-    prev = _held(view, 0, reset[0])
-    full = _held(view, 1, reset[1])
-    decoded = fmt.decode(reset[1])
-    assert breaks_chain(view, view.rounds[1], full, decoded, fmt)
-    view.rounds[0].results[prev.batch] = ReceivedResult(ME, prev.batch, b"\0" * 32)  # downloading
-    assert not breaks_chain(view, view.rounds[1], full, decoded, fmt)
-    other = ReceivedResult(OTHER, full.batch, b"\0" * 32, full.payload, fingerprint=b"f")
-    assert not breaks_chain(view, view.rounds[1], other, decoded, fmt)
+    assert [_arrive(view, h, out[h]) for h in range(3)] == [False, True, True]
+
+
+def test_nothing_is_refused_without_its_trainers_previous_result() -> None:
+    """The epoch's first round, a previous result that has not arrived (yet), or another
+    trainer's: nothing to compare, so nothing refused."""
+    reset = _rounds(reset_at=1)
+    assert not _arrive(EpochView(0), 1, reset[1])  # no previous round in this epoch
+    view = EpochView(0)
+    view.rounds[0] = RoundState(0, 1, True, {BATCHES[0]: ME}, LRS)  # nothing arrived
+    assert not _arrive(view, 1, reset[1])
+    view = EpochView(0)
+    _arrive(view, 0, reset[0], OTHER)
+    assert not _arrive(view, 1, reset[1])
+    view = EpochView(0)
+    _arrive(view, 0, reset[0])
+    assert _arrive(view, 1, reset[1])
+
+
+def test_a_run_that_does_not_verify_has_no_chain_to_check() -> None:
     plain = _trainer()
     plain.set_audit(False)
-    assert not breaks_chain(view, view.rounds[1], full, torch.zeros(1), plain.format)
+    view = EpochView(0)
+    out = [
+        plain.train_step(batch_of(r, samples=6), step=r + 1, lr=LR, prev_lr=LR,
+                         prev_self_results=None, zero_optim=r == 0).payload
+        for r in range(2)
+    ]  # fmt: skip
+    state = RoundState(1, 2, True, {BATCHES[1]: ME}, LRS)
+    view.rounds[1] = state
+    res = ReceivedResult(ME, BATCHES[1], b"\0" * 32, out[1])
+    assert not breaks_chain(view, state, res, plain.format.decode(out[1]))

@@ -175,7 +175,7 @@ def _sparse_half(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) ->
     return out
 
 
-def _serve_nothing(self: AuditBlobs, *args: Any, **kwargs: Any) -> None:
+async def _serve_nothing(self: AuditBlobs, *args: Any, **kwargs: Any) -> None:
     """``sparse-silent``: the committed states are never served (verifiers hear "not found")."""
 
 

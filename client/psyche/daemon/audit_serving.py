@@ -34,13 +34,17 @@ class AuditBlobs:
         self._served: deque[tuple[int, tuple[bytes, ...]]] = deque()
         self._uses: Counter[bytes] = Counter()
 
-    def publish(self, transport: Transport, height: int, trail: AuditTrail) -> None:
-        """Serve ``trail``'s states and error buffers (by their SHA-256, the committed hashes),
-        the chain of the round at ``height``; withdraw all but the newest ``KEEP_ROUNDS``
-        chains. By count, not by height: heights restart at 0 each epoch, and comparing them
-        kept the previous epoch's last chains served through most of the next one."""
-        # handoff=False: only this trainer holds them, and verifiers ask it by name.
-        hashes = tuple(transport.serve(b, handoff=False) for b in (*trail.states, *trail.errors))
+    async def publish(self, transport: Transport, height: int, trail: AuditTrail) -> None:
+        """Serve ``trail``'s states and error buffers (by their SHA-256, the committed hashes,
+        which the trail already took), the chain of the round at ``height``; withdraw all but
+        the newest ``KEEP_ROUNDS`` chains. By count, not by height: heights restart at 0 each
+        epoch, and comparing them kept the previous epoch's last chains served through most of
+        the next one."""
+        blobs = (*trail.states, *trail.errors)
+        hashes = (*trail.hashes, *trail.error_hashes)
+        for blob, h in zip(blobs, hashes, strict=True):
+            # handoff=False: only this trainer holds them, and verifiers ask it by name.
+            await transport.serve_known(blob, h, handoff=False)
         self._uses.update(hashes)
         self._served.append((height, hashes))
         while len(self._served) > KEEP_ROUNDS:

@@ -191,7 +191,7 @@ class TrainingStep:
         trainer = self.kit.trainer
         if isinstance(trainer, SparseLoCoTrainer) and trainer.last_trail is not None:
             # The chain this result commits to, for the next round's verifiers to fetch.
-            self.parts.audit_blobs.publish(
+            await self.parts.audit_blobs.publish(
                 self.parts.transport, self.state.height, trainer.last_trail
             )
         self._record(batch, out, t0)

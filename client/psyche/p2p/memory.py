@@ -115,6 +115,9 @@ class MemoryTransport(Transport):
         self._blobs[digest] = bytes(blob)
         return digest
 
+    async def serve_known(self, blob: bytes, blob_hash: bytes, *, handoff: bool = True) -> None:
+        self._blobs[bytes(blob_hash)] = bytes(blob)
+
     def unserve(self, blob_hash: bytes) -> None:
         self._blobs.pop(bytes(blob_hash), None)
 

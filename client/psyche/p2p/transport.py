@@ -81,6 +81,12 @@ class Transport(Protocol):
         other holders (for blobs fetchers ask of this peer by name)."""
         ...
 
+    async def serve_known(self, blob: bytes, blob_hash: bytes, *, handoff: bool = True) -> None:
+        """:meth:`serve` for a ``blob`` whose SHA-256 the caller already has (fetchers verify it
+        anyway, so a wrong one only wastes their time), without holding up the event loop while
+        it is stored: for large blobs made in a worker thread."""
+        ...
+
     def unserve(self, blob_hash: bytes) -> None: ...
 
     async def fetch(

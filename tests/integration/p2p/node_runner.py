@@ -91,6 +91,12 @@ class Runner:
     async def op_serve(self, seed: int, size: int) -> dict[str, Any]:
         return {"hash": self.node.serve(seeded_blob(seed, size)).hex()}
 
+    async def op_serve_known(self, seed: int, size: int) -> dict[str, Any]:
+        blob = seeded_blob(seed, size)
+        blob_hash = hashlib.sha256(blob).digest()
+        await self.node.serve_known(blob, blob_hash, handoff=False)
+        return {"hash": blob_hash.hex()}
+
     async def op_serve_forged(self, hash: str, size: int) -> dict[str, Any]:
         path = self.scratch / f"forged-{hash[:8]}"
         path.write_bytes(os.urandom(size))

@@ -48,6 +48,13 @@ def test_blobs_are_verified_reserved_and_refetched_elsewhere_when_peers_lie_or_c
         assert got["ok"] and got["from_peer"] == a.peer_id and got["sha256"] == blob
     assert got["sha256"] == _sha(2, 2 * MIB)
 
+    # A blob served by a hash its producer already has (a SparseLoCo trainer's audit states),
+    # stored off the event loop: fetched and verified like any other.
+    k = a.call("serve_known", seed=6, size=2 * MIB)["hash"]
+    assert k == _sha(6, 2 * MIB)
+    got = b.call("fetch", hash=k, peers=[a.peer_id], max_size=2 * MIB)
+    assert got["ok"] and got["from_peer"] == a.peer_id and got["sha256"] == k
+
     # Oversize: the producer refuses up front, nothing is transferred, no waiting for timeout.
     got = c.call("fetch", hash=x, peers=[a.peer_id], max_size=MIB - 1, timeout=20)
     assert not got["ok"] and got["error_type"] == "BlobTooLarge" and got["elapsed"] < 5

@@ -191,6 +191,8 @@ def _made_up_trail(height: int) -> AuditTrail:
     trail = AuditTrail()
     trail.states = [bytes([height, i]) * 16 for i in range(3)]
     trail.errors = [bytes([height, 9]) * 16, bytes([height, 8]) * 16]
+    trail.hashes = [hashlib.sha256(b).digest() for b in trail.states]
+    trail.error_hashes = [hashlib.sha256(b).digest() for b in trail.errors]
     return trail
 
 
@@ -202,7 +204,7 @@ def test_the_trainer_serves_two_rounds_of_chains_and_withdraws_older_ones() -> N
         for height in (1, 2, 3):
             trail = _made_up_trail(height)
             trails.append(trail)
-            served.publish(server, height, trail)
+            await served.publish(server, height, trail)
         assert served.rounds == (2, 3)
         got = await client.fetch(
             hashlib.sha256(trails[1].states[0]).digest(), from_any_of=[server.peer_id],
@@ -232,7 +234,7 @@ def test_a_chain_stays_whole_while_the_next_two_are_published() -> None:
                          prev_self_results=None, zero_optim=False)  # fmt: skip
             assert t.last_trail is not None
             trails.append(t.last_trail)
-            served.publish(server, height, t.last_trail)
+            await served.publish(server, height, t.last_trail)
         audited = trails[1]
         assert audited.errors[0] == trails[0].errors[-1]  # the blob both chains name
         for blob in (*audited.states, *audited.errors):
@@ -262,7 +264,7 @@ def test_a_new_epoch_withdraws_the_last_epochs_chains() -> None:
         for height in (20, 21, 0, 1):
             trail = _made_up_trail(height)
             first[height] = hashlib.sha256(trail.states[0]).digest()
-            served.publish(server, height, trail)
+            await served.publish(server, height, trail)
         assert served.rounds == (0, 1)
         for height in (0, 1):
             await client.fetch(
@@ -297,7 +299,7 @@ def test_a_trainer_that_denies_its_committed_states_is_told_from_a_slow_one() ->
         for b in trail.states:
             server.serve(b, handoff=False)
         assert await ask(64, 0.6) is False  # the states but not the error buffers
-        AuditBlobs().publish(server, 1, trail)
+        await AuditBlobs().publish(server, 1, trail)
         assert await ask(len(blobs[0]) - 1, 2.0) is False  # larger than a state can be
         client.stall_fetches = True  # no answer before the deadline
         assert await ask(64, 0.3) is None

@@ -22,11 +22,12 @@ import pytest
 
 from psyche.checkpoint.p2p import PeerFetchError
 from psyche.coordinator import Coordinator, RunState
-from psyche.daemon import sharing
+from psyche.daemon import resending, sharing
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.warmup import WARMUP_GRACE_S
 from psyche.data.provider import DataError
 from psyche.events import ApplyEvent, ModelLoadedEvent, TrainEvent, read_events
+from psyche.p2p.memory import MemoryTransport
 from psyche.protocol.model import LLM
 from psyche.protocol.run_file import RunConfig, load_run_config
 from psyche.simulation.run import RunSummary, SimulatedRun
@@ -399,3 +400,34 @@ def test_a_joiner_whose_model_fetch_fails_sits_the_epoch_out_and_loads_the_next(
     assert any("could not load the model from peers" in t for t in texts), texts
     assert not any("internal error" in t for t in texts), texts
     _assert_client_1_reloaded_from_peers_and_all_agree(tmp_path)
+
+
+@pytest.mark.parametrize("resend", [True, False], ids=["resent", "sent-once"])
+def test_a_client_that_misses_each_announcement_once_keeps_up_through_resends(
+    tiny_corpus: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resend: bool
+) -> None:
+    """Client 2 loses the first copy of every gossip message sent to it (a peer that connected
+    after the message's gossip window): with its peers' resends (``psyche.daemon.resending``) it
+    holds every result, applies every round and keeps their weights; sent once, it has nothing
+    to apply what the witnesses agreed on with, and sits the epoch out."""
+    if not resend:
+        monkeypatch.setattr(resending, "RESEND_AFTER_S", ())
+    sim = _sim(tiny_corpus, tmp_path, _config(total_steps=5))
+
+    lost: list[MemoryTransport] = []
+
+    def lossy(s: SimulatedRun) -> None:
+        lost.append(s.start_client(2).transport)
+        lost[0].lose_first_copy = True
+
+    summary = _run(sim, lossy)
+    assert summary.final_state == "Finished"
+    hashes = _hashes_by_step(tmp_path, 3)
+    assert all(len(set(h.values())) == 1 for h in hashes.values()), hashes
+    applied_by_2 = {s for s, h in hashes.items() if 2 in h}
+    if resend:
+        assert applied_by_2 == set(hashes), hashes
+        assert all(r.hashes_agree for r in summary.rounds)
+    else:
+        assert applied_by_2 != set(hashes), "sent once, client 2 must have missed an apply"
+    assert len(lost[0]._lost) > 10, "client 2 lost the first copy of every message"

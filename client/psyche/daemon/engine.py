@@ -222,6 +222,12 @@ class RoundEngine:
             return
         self._dial_members(coord)
         self.relay.poll(coord)
+        if coord.run_state in (RunState.RoundTrain, RunState.RoundWitness):
+            training = coord.run_state is RunState.RoundTrain
+            height = coord.current_round().height
+            now = self.parts.clock()
+            for data in epoch.outbox.due(now=now, height=height, training=training):
+                await self.parts.transport.announce(data)
         if (coord.run_state is RunState.Warmup and isinstance(step, WarmupStep)) or (
             coord.run_state is RunState.RoundTrain and isinstance(step, TrainingStep)
         ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from psyche.daemon.resending import Outbox
 from psyche.daemon.rounds import RoundState
 from psyche.p2p.messages import Finished, TrainingResult
 from psyche.protocol.data_selection import BatchId
@@ -110,6 +111,8 @@ class EpochView:
     dropped: bool = False
     """This client sits the rest of the epoch out (it neither trains nor witnesses)."""
     cooldown_done: bool = False
+    outbox: Outbox = field(default_factory=Outbox)
+    """This client's round announcements of the epoch that go out again (``resending``)."""
     stragglers: set[NodeIdentity] = field(default_factory=set)
     """Members that had not announced Finished when a round of this epoch hit its train timeout.
     Rounds are not held open for them (nor for their results) until they announce Finished

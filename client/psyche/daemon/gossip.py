@@ -38,7 +38,13 @@ from psyche.daemon.rounds import (
     result_sketch,
 )
 from psyche.events import DownloadEvent
-from psyche.p2p.messages import Finished, ModelAvailable, TrainingResult, open_announcement
+from psyche.p2p.messages import (
+    Announcement,
+    Finished,
+    ModelAvailable,
+    TrainingResult,
+    open_announcement,
+)
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import Rejection
 from psyche.protocol.commitment import verify_commitment
@@ -50,6 +56,9 @@ __all__ = ["GossipRouter"]
 log = logging.getLogger("psyche.daemon")
 
 DOWNLOAD_TIMEOUT_S = 120.0
+OPENED_KEPT = 4 * 256
+"""Distinct announcements kept opened: a round's results and ``Finished`` of up to 256 clients
+(``MAX_CLIENTS``), for two rounds; under 1 MB."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -79,6 +88,8 @@ class GossipRouter:
         self.parts = parts
         self.held = held
         self._members: tuple[Coordinator, _Members] | None = None
+        self._opened: dict[tuple[str, bytes], Announcement] = {}
+        """Announcements already opened, oldest first (at most ``OPENED_KEPT``)."""
 
     def members(self, coord: Coordinator) -> _Members:
         """``coord``'s clients, looked up (a new state object is a new list, and may differ)."""
@@ -88,13 +99,24 @@ class GossipRouter:
 
     async def run(self) -> None:
         async for peer, data in self.parts.transport.announcements():
-            try:
-                ann = open_announcement(data, from_peer=peer)
-            except Exception as e:  # AnnouncementError and anything a hostile peer triggers
-                # Counted, and logged once per peer: one line per message let a peer flood the log.
-                self.parts.rejections.record(Rejection.bad_announcement, peer, str(e))
-                continue
+            ann = self._opened.get((peer, data))
+            if ann is None:
+                try:
+                    ann = open_announcement(data, from_peer=peer)
+                except Exception as e:  # AnnouncementError and anything a hostile peer triggers
+                    # Counted, and logged once per peer: one line per message let a peer flood
+                    # the log.
+                    self.parts.rejections.record(Rejection.bad_announcement, peer, str(e))
+                    continue
+                self._remember(peer, data, ann)
             self.on_announcement(ann.sender, ann.payload, peer)
+
+    def _remember(self, peer: str, data: bytes, ann: Announcement) -> None:
+        """Keep ``ann`` opened: peers send their round announcements again
+        (``psyche.daemon.resending``), and a repeat costs a lookup, not a signature check."""
+        self._opened[(peer, bytes(data))] = ann
+        if len(self._opened) > OPENED_KEPT:
+            del self._opened[next(iter(self._opened))]
 
     def on_announcement(self, sender: bytes, payload: Any, peer: str) -> None:
         coord, view = self.held.coord, self.held.epoch

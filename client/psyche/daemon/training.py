@@ -258,7 +258,9 @@ class TrainingStep:
             blob_size=len(payload),
             nonce=0,
         )
-        await parts.transport.announce(sign_announcement(parts.key, ann))
+        data = sign_announcement(parts.key, ann)
+        await parts.transport.announce(data)
+        self.epoch.outbox.sent_result(data, height=state.height, now=parts.clock())
         parts.wake()
 
     def _record(self, batch: BatchId, out: TrainOutput, t0: float) -> None:
@@ -310,7 +312,9 @@ class TrainingStep:
             state.sent_finished = True
             state.finished.add(parts.identity)
             done = Finished(step=state.step, warmup=False)
-            await parts.transport.announce(sign_announcement(parts.key, done))
+            data = sign_announcement(parts.key, done)
+            await parts.transport.announce(data)
+            epoch.outbox.sent_finished(data, height=state.height, now=parts.clock())
         healthy = {c.id for c in coord.epoch_state.clients if c.state is ClientState.Healthy}
         # A verifier's witness also waits for its votes on whether audited trainers served
         # their states (bounded: the RoundWitness phase sends it regardless).

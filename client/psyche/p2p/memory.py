@@ -10,7 +10,8 @@ Every node is reachable, so there is no NAT: :meth:`MemoryTransport.reachability
 ``"public"`` and :meth:`MemoryTransport.reserve` holds nothing and returns no circuit address.
 
 A test can give a node a bad link: with ``stall_fetches`` every download of that node stalls
-until its timeout.
+until its timeout; with ``lose_first_copy`` each distinct gossip message reaches it only when
+it is sent a second time (what a peer connected after a message's gossip window sees).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class MemoryTransport(Transport):
         self._blobs: dict[bytes, bytes] = {}
         self.stall_fetches = False
         """Every download of this node stalls until its timeout (a bad link)."""
+        self.lose_first_copy = False
+        """Each distinct gossip message is lost the first time it is sent to this node."""
+        self._lost: set[tuple[str, bytes]] = set()
         self.online = True
         self.published = 0
         self.delivered = 0
@@ -100,6 +104,9 @@ class MemoryTransport(Transport):
         self.published += 1
         for node in list(self._network.nodes.values()):
             if node is not self and node.online and self._peer_id in node._allowed:
+                if node.lose_first_copy and (self._peer_id, bytes(data)) not in node._lost:
+                    node._lost.add((self._peer_id, bytes(data)))
+                    continue
                 node.delivered += 1
                 node._queue.put_nowait((self._peer_id, bytes(data)))
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from psyche.daemon.resending import Outbox
 from psyche.p2p.errors import P2PError
 from psyche.p2p.messages import (
     Finished,
@@ -52,6 +53,8 @@ class Runner:
         self.node = node
         self.secret = secret
         self.scratch = Path(tempfile.mkdtemp(prefix="p2p-runner-"))
+        self.outbox = Outbox()
+        self.resender: asyncio.Task[None] | None = None
 
     async def op_connect(self, addrs: list[str]) -> dict[str, Any]:
         return {"errors": await self.node.connect(addrs)}
@@ -64,8 +67,11 @@ class Runner:
         await self.node.wait_for_gossip_peers(n, timeout)
         return {"gossip_peers": self.node.gossip_peers()}
 
-    async def op_announce(self, step: int, foreign: bool = False) -> dict[str, Any]:
+    async def op_announce(
+        self, step: int, foreign: bool = False, resend: bool = False
+    ) -> dict[str, Any]:
         # ``foreign`` signs with a key that is not this node's: receivers must reject it.
+        # ``resend`` sends it again as a trainer does (the daemon's ``Outbox`` schedule).
         key = SecretKey.generate() if foreign else self.secret
         blob_hash = hashlib.sha256(step.to_bytes(4, "big")).digest()
         payload = TrainingResult(
@@ -77,8 +83,18 @@ class Runner:
             blob_size=123,
             nonce=0,
         )
-        await self.node.announce(sign_announcement(key, payload))
+        data = sign_announcement(key, payload)
+        await self.node.announce(data)
+        if resend:
+            self.outbox.sent_result(data, height=step, now=time.monotonic())
+            self.resender = self.resender or asyncio.create_task(self._resend(step))
         return {"sent_at": time.time()}
+
+    async def _resend(self, height: int) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            for data in self.outbox.due(now=time.monotonic(), height=height, training=True):
+                await self.node.announce(data)
 
     async def op_announce_finished(self, step: int) -> dict[str, Any]:
         await self.node.announce(sign_announcement(self.secret, Finished(step=step, warmup=True)))

@@ -84,7 +84,9 @@ def _result(step: int, batch: BatchId, key: SecretKey) -> TrainingResult:
 
 
 @contextmanager
-def _router(tmp_path: Path) -> Iterator[tuple[GossipRouter, EpochView, RoundState, Coordinator]]:
+def _router(
+    tmp_path: Path, transport: object = None
+) -> Iterator[tuple[GossipRouter, EpochView, RoundState, Coordinator]]:
     ids = [A.node_identity(), B.node_identity(), ME.node_identity()]
     coord = first_round(
         ids,
@@ -96,7 +98,7 @@ def _router(tmp_path: Path) -> Iterator[tuple[GossipRouter, EpochView, RoundStat
     parts = client_parts(
         key=ME,
         backend=None,  # type: ignore[arg-type]
-        transport=_Node(),  # type: ignore[arg-type]
+        transport=transport or _Node(),  # type: ignore[arg-type]
         load=lambda c, r: None,  # type: ignore[arg-type,return-value]
         events=EventLog(tmp_path / "events.jsonl", ME.public_key().hex()),
     )

@@ -1,0 +1,91 @@
+"""This client's round announcements, sent again a few times while a peer may still need them.
+
+Gossip gives no delivery guarantee a round can rely on. A peer that was not connected when a
+message went out (a dial that took seconds, a relay circuit still being set up, a connection
+dropped and redialled mid-epoch), or whose pubsub stream was not open yet and whose pending queue
+overflowed (seen at 64 hosts: bench/README.md, "Scale"), gets it only through gossipsub's
+IHAVE/IWANT gossip, which advertises the last 3 heartbeats (3 s) and nothing older. Measured
+between real hosts (``tests/integration/p2p/test_resending.py``): a peer connected 2 s after an
+announcement received it, one connected 6 s after never did. What that costs the round:
+
+* a ``TrainingResult`` a witness never saw leaves its trainer out of that witness's bloom (an
+  honest trainer unpaid, or ejected if it happens to a quorum), and one that a client never saw
+  while the witnesses' consensus holds it makes that client **drop out of the epoch**, since it
+  cannot apply what it cannot fetch (docs/protocol.md, "Applying results");
+* a ``Finished`` a witness never saw holds the round until its train timeout and marks the
+  sender a straggler.
+
+So the same signed bytes go out again :data:`RESEND_AFTER_S` after the first send, while they
+can still matter: a result until the round that witnesses it (its round and the next; it is
+applied at the start of the one after), a ``Finished`` while its round trains. Receivers lose
+nothing and verify nothing twice: ``GossipRouter`` opens each distinct message once, and a
+result or ``Finished`` already taken is a no-op. The cost is a few small messages per client and
+round (``tests/unit/daemon/test_resending.py`` counts them; bench/README.md, "Resending").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RESEND_AFTER_S", "Outbox"]
+
+RESEND_AFTER_S: tuple[float, ...] = (4.0, 12.0, 28.0)
+"""Seconds after the first send at which the same message goes out again: the first just past
+gossipsub's IHAVE window (3 heartbeats of 1 s), then doubling gaps, three resends in all, so a
+round costs at most four copies of each of a client's announcements."""
+
+
+@dataclass(slots=True)
+class _Entry:
+    data: bytes
+    height: int
+    last_height: int
+    """The last round height (the coordinator's) at which it is still sent again."""
+    while_training: bool
+    """Sent again only while round ``height`` is in RoundTrain (a ``Finished``)."""
+    first_sent: float
+    resends: int = 0
+
+
+class Outbox:
+    """The signed announcements of this client's current epoch that may go out again."""
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+        self.resent = 0
+        """Messages sent again so far (for tests and the bench)."""
+
+    def sent_result(self, data: bytes, *, height: int, now: float) -> None:
+        """``data``, a ``TrainingResult`` of round ``height``, went out at ``now``: witnessed in
+        the next round, so sent again through it."""
+        self._entries.append(_Entry(bytes(data), height, height + 1, False, now))
+
+    def sent_finished(self, data: bytes, *, height: int, now: float) -> None:
+        """``data``, a ``Finished`` of round ``height``, went out at ``now``: it matters only
+        while that round trains."""
+        self._entries.append(_Entry(bytes(data), height, height, True, now))
+
+    def due(self, *, now: float, height: int, training: bool) -> list[bytes]:
+        """What to send again now that the coordinator is at round ``height`` (in RoundTrain
+        when ``training``); entries past their use are forgotten."""
+        out: list[bytes] = []
+        keep: list[_Entry] = []
+        for e in self._entries:
+            if height > e.last_height or (e.while_training and not training):
+                continue
+            if e.resends < len(RESEND_AFTER_S) and now - e.first_sent >= RESEND_AFTER_S[e.resends]:
+                # One resend per call, even after a long pause: the message is what matters,
+                # not the count.
+                e.resends = next(
+                    (i for i, t in enumerate(RESEND_AFTER_S) if now - e.first_sent < t),
+                    len(RESEND_AFTER_S),
+                )
+                out.append(e.data)
+            if e.resends < len(RESEND_AFTER_S):
+                keep.append(e)
+        self._entries = keep
+        self.resent += len(out)
+        return out
+
+    def __len__(self) -> int:
+        return len(self._entries)

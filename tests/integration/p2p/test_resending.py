@@ -1,0 +1,48 @@
+"""Gossip reaches a late peer only within gossipsub's window; resends carry a result past it.
+
+Real node processes. A peer that connects to the mesh several seconds after a message went out
+never receives it (gossipsub advertises only its last 3 heartbeats to new peers), which is why
+the daemon sends its round announcements again (``psyche.daemon.resending``): the resent one
+reaches the late peer, the one sent once does not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from .harness import start_nodes
+
+pytestmark = pytest.mark.slow
+
+LATE_S = 6.0
+"""How long after the announcements the third peer connects: past gossipsub's 3 s window and
+the first resend (4 s), before the second (12 s)."""
+
+
+def test_a_peer_that_connects_late_gets_the_resent_result_and_not_the_one_sent_once(
+    reap_children: list[subprocess.Popen[bytes]],
+) -> None:
+    nodes = start_nodes("ABC", "resend-run", reap_children)
+    a, b, c = members = list(nodes.values())
+    for node in members:
+        node.call("allow", peers=[n.peer_id for n in members if n is not node])
+    b.call("connect", addrs=a.addrs)
+    a.call("wait_peers", n=1, timeout=20)
+    a.call("announce", step=11)
+    a.call("announce", step=12, resend=True)
+    b.wait_event(lambda e: e.get("step") == 12, timeout=10)
+    b.wait_event(lambda e: e.get("step") == 11, timeout=10)
+    time.sleep(LATE_S)
+    c.call("connect", addrs=a.addrs + b.addrs)
+    c.call("wait_peers", n=2, timeout=20)
+    c.wait_event(lambda e: e.get("step") == 12, timeout=30)
+    time.sleep(2.0)  # anything of step 11 still under way would be here by now
+    assert 11 not in {e.get("step") for e in c.announcements()}
+    # B, connected all along, saw the result once and each resend (receivers open a repeat once
+    # and take it once; tests/unit/daemon/test_resending.py).
+    assert sum(e.get("step") == 12 for e in b.announcements()) >= 2
+    for node in members:
+        node.stop()

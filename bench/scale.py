@@ -64,11 +64,12 @@ others. Each round every host serves one payload (``--p2p-size`` random bytes, d
 model's 5,534) and announces it (a signed ``TrainingResult``, as a trainer does); every host
 fetches every other host's payload as the daemon does (``fetch_detailed`` from the announcer
 first, then every other member; the hosts hand a blob off after two uploads). The round ends when
-every fetch has finished. Reported: every host holds every payload at the end, per-host CPU
-seconds of the host process per round (``/proc/PID/stat``), payload bytes each host uploaded per
-round (from which peer each fetch came; gossip bytes are not counted: the host has no byte
-counter, and ``/proc/PID/io`` does not see its socket sends), and per
-(producer, round) how many copies the producer itself sent (target ≤ 2 whatever H).
+every fetch has finished. Each announcement is sent again on the daemon's schedule
+(``psyche.daemon.resending``; ``--p2p-no-resend``: once). Reported: every host holds every
+payload at the end, per-host CPU seconds of the host process per round (``/proc/PID/stat``),
+payload bytes each host uploaded per round (from which peer each fetch came; gossip bytes are
+not counted: the host has no byte counter, and ``/proc/PID/io`` does not see its socket sends),
+and per (producer, round) how many copies the producer itself sent (target ≤ 2 whatever H).
 
     .venv/bin/python bench/scale.py --clients 4,16,64 --rounds 4 --json scale.json
     .venv/bin/python bench/scale.py --clients 64 --rounds 2 --profile
@@ -578,7 +579,10 @@ def _p2p_round_row(
     }
 
 
-async def p2p(hosts: int, rounds: int, size: int, json_path: str | None = None) -> dict[str, Any]:
+async def p2p(
+    hosts: int, rounds: int, size: int, json_path: str | None = None, resend: bool = True
+) -> dict[str, Any]:
+    from psyche.daemon.resending import Outbox
     from psyche.p2p.messages import (
         TrainingResult,
         WireCommitment,
@@ -628,22 +632,39 @@ async def p2p(hosts: int, rounds: int, size: int, json_path: str | None = None) 
             except Exception as e:
                 failed.append((me, producer, step, repr(e)))
 
+        started: set[tuple[str, str, int]] = set()
+        boxes = {i: Outbox() for i in ids}
+        step_now = 0
+
+        async def resender() -> None:
+            # As the daemon does (psyche.daemon.resending): each announcement again 4, 12 and
+            # 28 s after the first while its round can still be witnessed.
+            while True:
+                await asyncio.sleep(0.5)
+                for i, box in boxes.items():
+                    for data in box.due(now=time.monotonic(), height=step_now, training=True):
+                        await by_id[i].announce(data)
+
         async def consume(me: str) -> None:
             async for peer, data in by_id[me].announcements():
                 ann = open_announcement(data, from_peer=peer)
                 p = ann.payload
-                if isinstance(p, TrainingResult):
+                if isinstance(p, TrainingResult) and (me, peer, p.step) not in started:
+                    started.add((me, peer, p.step))  # a resend of a result already taken
                     task = asyncio.create_task(fetch(me, peer, p.step, p.blob_hash))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
 
         consumers = [asyncio.create_task(consume(i)) for i in ids]
+        if resend:
+            consumers.append(asyncio.create_task(resender()))
         cpu0 = {i: _proc_cpu(by_id[i].pid) for i in ids}
         parent0 = time.process_time()
         t_rounds = time.monotonic()
         round_s: list[float] = []
         per_round: list[dict[str, Any]] = []
         for step in range(1, rounds + 1):
+            step_now = step
             t = time.monotonic()
             blobs[step] = {}
             for i, k in zip(ids, keys, strict=True):
@@ -652,7 +673,9 @@ async def p2p(hosts: int, rounds: int, size: int, json_path: str | None = None) 
                 ann = TrainingResult(step=step, batch_start=step, batch_end=step,
                                      commitment=WireCommitment.of(make_commitment(k, blob)),
                                      blob_hash=blob, blob_size=size, nonce=0)  # fmt: skip
-                await by_id[i].announce(sign_announcement(k, ann))
+                signed = sign_announcement(k, ann)
+                await by_id[i].announce(signed)
+                boxes[i].sent_result(signed, height=step, now=time.monotonic())
             want = hosts * (hosts - 1)
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
@@ -713,6 +736,8 @@ async def p2p(hosts: int, rounds: int, size: int, json_path: str | None = None) 
             "producer_sends_mean": sum(own_counts) / len(own_counts),
             "producer_sends_le_2": max(own_counts) <= 2,
             "blob_requests_per_fetch": requests / max(1, len(got) + len(failed)),
+            "resend": resend,
+            "resent": sum(b.resent for b in boxes.values()),
             "per_round": per_round,
         }
     finally:
@@ -738,7 +763,7 @@ def print_p2p(r: dict[str, Any]) -> None:
         f"copies a producer sent of its own payload: max {r['producer_sends_max']}, mean "
         f"{r['producer_sends_mean']:.2f} (≤ 2: {r['producer_sends_le_2']}); blob requests "
         f"answered per fetch (every host's served + refused) "
-        f"{r['blob_requests_per_fetch']:.2f}"
+        f"{r['blob_requests_per_fetch']:.2f}; announcements resent {r['resent']}"
     )
 
 
@@ -759,6 +784,11 @@ def main() -> None:
     parser.add_argument("--p2p-hosts", type=int, default=0)
     parser.add_argument("--p2p-rounds", type=int, default=20)
     parser.add_argument("--p2p-size", type=int, default=5534)
+    parser.add_argument(
+        "--p2p-no-resend",
+        action="store_true",
+        help="announce each result once (before 2026-12-05 the daemon did)",
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--_one", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--_work", default=None, help=argparse.SUPPRESS)
@@ -782,7 +812,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="psyche-scale-") as d:
             out.update(run_sim(args, Path(d)))
     if args.p2p_hosts:
-        r = asyncio.run(p2p(args.p2p_hosts, args.p2p_rounds, args.p2p_size, args.json))
+        r = asyncio.run(
+            p2p(args.p2p_hosts, args.p2p_rounds, args.p2p_size, args.json, not args.p2p_no_resend)
+        )
         print_p2p(r)
         out["p2p"] = r
     if args.json:

@@ -99,6 +99,7 @@ class GossipRouter:
 
     async def run(self) -> None:
         async for peer, data in self.parts.transport.announcements():
+            data = bytes(data)
             ann = self._opened.get((peer, data))
             if ann is None:
                 try:
@@ -114,7 +115,7 @@ class GossipRouter:
     def _remember(self, peer: str, data: bytes, ann: Announcement) -> None:
         """Keep ``ann`` opened: peers send their round announcements again
         (``psyche.daemon.resending``), and a repeat costs a lookup, not a signature check."""
-        self._opened[(peer, bytes(data))] = ann
+        self._opened[(peer, data)] = ann
         if len(self._opened) > OPENED_KEPT:
             del self._opened[next(iter(self._opened))]
 

@@ -19,8 +19,8 @@ So the same signed bytes go out again :data:`RESEND_AFTER_S` after the first sen
 can still matter: a result until the round that witnesses it (its round and the next; it is
 applied at the start of the one after), a ``Finished`` while its round trains. Receivers lose
 nothing and verify nothing twice: ``GossipRouter`` opens each distinct message once, and a
-result or ``Finished`` already taken is a no-op. The cost is a few small messages per client and
-round (``tests/unit/daemon/test_resending.py`` counts them; bench/README.md, "Resending").
+result or ``Finished`` already taken is a no-op. The cost is up to three more small messages
+per announcement, in rounds long enough for them (bench/README.md, "Resending").
 """
 
 from __future__ import annotations
@@ -38,11 +38,10 @@ round costs at most four copies of each of a client's announcements."""
 @dataclass(slots=True)
 class _Entry:
     data: bytes
-    height: int
     last_height: int
     """The last round height (the coordinator's) at which it is still sent again."""
     while_training: bool
-    """Sent again only while round ``height`` is in RoundTrain (a ``Finished``)."""
+    """Sent again only while its round is in RoundTrain (a ``Finished``)."""
     first_sent: float
     resends: int = 0
 
@@ -58,12 +57,12 @@ class Outbox:
     def sent_result(self, data: bytes, *, height: int, now: float) -> None:
         """``data``, a ``TrainingResult`` of round ``height``, went out at ``now``: witnessed in
         the next round, so sent again through it."""
-        self._entries.append(_Entry(bytes(data), height, height + 1, False, now))
+        self._entries.append(_Entry(bytes(data), height + 1, False, now))
 
     def sent_finished(self, data: bytes, *, height: int, now: float) -> None:
         """``data``, a ``Finished`` of round ``height``, went out at ``now``: it matters only
         while that round trains."""
-        self._entries.append(_Entry(bytes(data), height, height, True, now))
+        self._entries.append(_Entry(bytes(data), height, True, now))
 
     def due(self, *, now: float, height: int, training: bool) -> list[bytes]:
         """What to send again now that the coordinator is at round ``height`` (in RoundTrain

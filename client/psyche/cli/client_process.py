@@ -30,6 +30,7 @@ from psyche.daemon.parts import PeerDirectory, client_parts
 from psyche.daemon.sharing import SharingOptions
 from psyche.evals import EvalTaskError
 from psyche.events import EventLog, EventSink
+from psyche.p2p.errors import NodeStopped
 from psyche.p2p.node import P2PNode
 from psyche.protocol.identity import SecretKey, secret_key_from_env_or_file
 
@@ -101,6 +102,13 @@ async def run_client(
             return EXIT_ERROR
         log.error("%s", e)
         return int(code)
+    except NodeStopped as e:
+        if terminated.is_set():  # SIGTERM to the process group ends the host too
+            log.warning(TERMINATED_LINE)
+            return EXIT_TERMINATED
+        # A run-time failure (exit 1), which the image's entrypoint answers with a restart.
+        log.error("%s; stopping", e)
+        return EXIT_ERROR
     except asyncio.CancelledError:
         if not terminated.is_set():
             raise
@@ -168,11 +176,12 @@ async def _shut_down(
 
 
 def _backend_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first backend error in ``group`` (nested groups searched), else ``group`` itself; a
-    cancellation (SIGTERM) in the group wins, so a clean stop stays one."""
+    """The first backend error in ``group`` (nested groups searched), else the P2P host's end,
+    else ``group`` itself; a cancellation (SIGTERM) in the group wins, so a clean stop stays
+    one."""
     if group.subgroup(asyncio.CancelledError) is not None:
         return asyncio.CancelledError()
-    found: BaseException | None = group.subgroup(BackendError)
+    found: BaseException | None = group.subgroup(BackendError) or group.subgroup(NodeStopped)
     while isinstance(found, BaseExceptionGroup):
         found = found.exceptions[0]
     return found if found is not None else group

@@ -43,6 +43,7 @@ from psyche.daemon.warmup import WarmupStep
 from psyche.daemon.witnessing import WitnessStep
 from psyche.data.provider import DataError
 from psyche.events import FinishedEvent, RejectionsEvent
+from psyche.p2p.errors import NodeStopped
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.rejections import merge_counts
 from psyche.training.errors import ModelLoadError
@@ -82,7 +83,7 @@ class RoundEngine:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._state_loop())
-                tg.create_task(self.gossip.run())
+                tg.create_task(self._gossip_loop())
                 tg.create_task(self._poll_loop())
                 await self.finished.wait()
                 raise _Stop
@@ -131,6 +132,14 @@ class RoundEngine:
             if coord.run_state is RunState.Finished:
                 self.parts.events.write(FinishedEvent(step=coord.progress.step))
                 self.finished.set()
+
+    async def _gossip_loop(self) -> None:
+        await self.gossip.run()
+        # The transport's announcements end only when its host is gone (the libp2p host process
+        # died, or was killed). Without it this client can neither hear nor tell its peers
+        # anything, so going on would only sit out every epoch; ending lets a supervisor (the
+        # image's entrypoint) start a new one.
+        raise NodeStopped("the p2p host process exited; this client cannot go on without it")
 
     async def _poll_loop(self) -> None:
         # Woken at once by what can unblock an opportunistic step (our training done, a peer's

@@ -356,3 +356,47 @@ def test_data_and_tensor_parallel_clients_keep_identical_weights(
     assert "dataparallelism2" in "".join(log.split()), log[-2000:]
     log = (tmp_path / "net" / "logs" / "client-2.log").read_text()
     assert "tensorparallelism2" in "".join(log.split()), log[-2000:]
+
+
+def test_a_data_parallel_client_commits_to_its_samples_and_passes_verification(
+    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
+) -> None:
+    """A run that verifies every result (``verification_percent = 100``) with one of its three
+    clients on --data-parallelism 2: its replicas fingerprint their own micro-batches and its
+    payloads carry the commitments of all of them in batch order, so the other two clients,
+    recomputing its committed samples on one device, vote match every round; nobody is
+    accused and all three keep identical weights. (Before, the loader refused a data-parallel
+    client in a run that verifies.)"""
+    from psyche.protocol.identity import SecretKey
+
+    cfg = write_run_dir(
+        tmp_path / "cfg",
+        local_inputs,
+        data_port=free_port(),
+        total_steps=5,
+        verification_percent=100,
+        global_batch_size_start=12,
+        global_batch_size_end=12,
+    )
+    opts = TestnetOptions(
+        config_path=cfg, num_clients=3, out_dir=tmp_path / "net", timeout_s=400, micro_batch_size=1
+    )
+    net = make_testnet(opts, lambda m: None)
+    shared = net.client_settings
+    net.client_settings = lambda label: {  # type: ignore[method-assign]
+        **shared(label),
+        **({"DATA_PARALLELISM": "2"} if label == "client-1" else {}),
+    }
+    s = _run(net, lambda n: None)
+    assert s["final_state"] == "Finished"
+    assert hashes_agree(s["rounds"])
+    assert all(len(r["model_hash"]) == 3 for r in s["rounds"])
+    dp = SecretKey.from_bytes((tmp_path / "net" / "keys" / "client-1.key").read_bytes())
+    tag = dp.node_identity().hex()[:8]
+    logs = "".join((tmp_path / "net" / "logs" / f"client-{i}.log").read_text() for i in (2, 3))
+    lines = [" ".join(ln.split()) for ln in logs.splitlines() if "verified step" in ln]
+    assert not [ln for ln in lines if "MISMATCH" in ln], lines
+    judged = [ln for ln in lines if f" {tag}: " in ln and ln.endswith("match")]
+    assert len(judged) >= 2, lines  # its results were judged, by both others, and matched
+    log = (tmp_path / "net" / "logs" / "client-1.log").read_text()
+    assert "dataparallelism2" in "".join(log.split()), log[-2000:]

@@ -38,6 +38,7 @@ import pytest
 import torch
 
 from psyche.distro import Distro, DistroConfig, Payload, decode_payload
+from psyche.distro.sample_commit import agreement
 from psyche.training import (
     ParallelLayout,
     ParallelTrainer,
@@ -104,6 +105,24 @@ def _grad_gaps(ref: Trainer, par: Trainer, batch: torch.Tensor) -> dict[str, Any
     for t in (ref, par):
         t.model.zero_grad(set_to_none=True)
     return {"gaps": gaps, "losses": losses, "grad_dtypes": dtypes}
+
+
+def _commitments(ref: Trainer, par: Trainer, batch: torch.Tensor, step: int) -> dict[str, Any]:
+    """Both trainers fingerprint each micro-batch of ``batch`` under the step's probe: the plain
+    trainer's rows are what a verifier recomputes, the parallel one's what its client sends."""
+    probe = ref.probe(step)
+    for t in (ref, par):
+        t.accumulate_gradients(batch, probe=probe)
+        t.model.zero_grad(set_to_none=True)
+    mine, theirs = ref.last_commitments, par.last_commitments
+    assert mine is not None and theirs is not None
+    rows = min(len(mine.values), len(theirs.values))
+    return {
+        "groups": (mine.group, theirs.group),
+        "shapes": (tuple(mine.values.shape), tuple(theirs.values.shape)),
+        "agreement": [agreement(theirs.values[i], mine.values[i]) for i in range(rows)],
+        "gap": _gap(mine.values, theirs.values),
+    }
 
 
 def _payload_match(ref: Payload, par: Payload, ref_wire: Payload, par_wire: Payload) -> dict:
@@ -174,6 +193,9 @@ def _dp_session() -> dict[str, Any]:
     """DP=2: gradients, payloads, several steps, cancellation, then bf16 + fp32 sums, close."""
     ref, par = _pair(ParallelLayout(2, 1))
     out: dict[str, Any] = {"grads": _grad_gaps(ref, par, _batch(0))}
+    # 9 samples in micro-batches of 2: replicas train 3 and 2, the last one a single sample.
+    odd = torch.cat([_batch(5), _batch(6)[:1]])
+    out["commit"] = _commitments(ref, par, odd, step=5)
     prev: list[Any] = [None, None]
     out["steps"] = _train_and_apply(ref, par, range(1, 4), prev)
     out["cancel_before"] = _abandoned(par, 4, prev[1], cancel=_CancelAfter(0))
@@ -194,6 +216,7 @@ def _dp_session() -> dict[str, Any]:
     ref16, par16 = _pair(ParallelLayout(2, 1), torch.bfloat16, fp32_sums=True)
     with par16:
         out["bf16"] = _grad_gaps(ref16, par16, _batch(0))
+        out["bf16_commit"] = _commitments(ref16, par16, _batch(0), step=6)
     out["bf16"]["closed"] = par16.closed and not multiprocessing.active_children()
     return out
 
@@ -203,6 +226,7 @@ def _tp_session(dp: int, tp: int) -> dict[str, Any]:
     out: dict[str, Any] = {"grads": _grad_gaps(ref, par, _batch(0))}
     out["steps"] = _train_and_apply(ref, par, range(1, 3), [None, None])
     out["eval"] = (ref.evaluate([_batch(9)]), par.evaluate([_batch(9)]))
+    out["commit"] = _error(lambda: par.accumulate_gradients(_batch(0), probe=par.probe(1)))
     out["pids"] = par.worker_pids
     # Left open (kept from the garbage collector): the tests see the workers stop when this
     # process exits or is killed.
@@ -303,6 +327,21 @@ def test_dp2_matches_a_single_device_client(dp2: dict[str, Any]) -> None:
     assert set(dp2["one_micro_batch"]["gaps"].values()) == {0.0}
 
 
+def test_dp2_commits_to_each_micro_batch_as_a_single_device_client_does(
+    dp2: dict[str, Any],
+) -> None:
+    """Per-sample commitments (a run that verifies): each replica fingerprints its own
+    micro-batches and rank 0 sends them in batch order, so a verifier recomputing any
+    micro-batch on one device agrees with the data-parallel client's row for it."""
+    for key in ("commit", "bf16_commit"):
+        c = dp2[key]
+        assert c["groups"] == (MBS, MBS)
+        assert c["shapes"][0] == c["shapes"][1], c
+        assert min(c["agreement"]) >= 1 - 1e-6, c  # the verifier's line is 0.999
+    assert dp2["commit"]["shapes"][0][0] == 5  # every micro-batch, the short last one included
+    assert dp2["commit"]["gap"] <= GRAD_RTOL, dp2["commit"]
+
+
 def test_a_cancelled_or_failed_step_restores_the_weights_and_the_next_step_works(
     dp2: dict[str, Any],
 ) -> None:
@@ -332,6 +371,12 @@ def test_bf16_gradients_are_summed_in_fp32_like_a_single_device_client(
     assert bf16["grad_dtypes"] == {"torch.bfloat16"}
     assert max(bf16["gaps"].values()) <= BF16_RTOL
     assert bf16["closed"]
+
+
+def test_tp2_refuses_to_commit_with_one_clear_error(
+    tp2: tuple[dict[str, Any], BaseProcess],
+) -> None:
+    assert tp2[0]["commit"] == "ValueError: per-sample commitments need --tensor-parallelism 1"
 
 
 def test_tp2_matches_a_single_device_client(tp2: tuple[dict[str, Any], BaseProcess]) -> None:

@@ -13,6 +13,7 @@ from psyche.data.provider import DataProvider
 from psyche.distro import Distro
 from psyche.distro.result_format import DistroFormat, ResultFormat
 from psyche.training.errors import ModelLoadError
+from psyche.training.parallel.trainer import ParallelTrainer
 from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
 from psyche.training.trainer import Trainer
 
@@ -54,10 +55,10 @@ class ModelKit:
         distro = trainer.distro
         if not isinstance(distro, Distro) or self.format.spec.commitments == commit:
             return
-        if commit and type(trainer) is not Trainer:
+        if commit and isinstance(trainer, ParallelTrainer) and trainer.layout.tp > 1:
             raise ModelLoadError(
-                "this run now verifies results, and a data- or tensor-parallel client cannot "
-                "commit to its samples yet (issue 39)"
+                "this run now verifies results, and a tensor-parallel client cannot commit to "
+                "its samples yet: run without --tensor-parallelism (--data-parallelism commits)"
             )
         distro.commitments = commit
         trainer.commit_samples = trainer.verifiable_lookahead = commit

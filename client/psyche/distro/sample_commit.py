@@ -32,6 +32,7 @@ __all__ = [
     "MAX_GROUPS",
     "NO_LOOKAHEAD",
     "PROJECTIONS",
+    "MicroBatchFingerprints",
     "Probe",
     "SampleCommitments",
     "agreement",
@@ -146,3 +147,30 @@ def agreement(committed: torch.Tensor, recomputed: torch.Tensor) -> float:
     if na == 0 or nb == 0 or not math.isfinite(na * nb):
         return 0.0
     return float(a @ b) / (na * nb)
+
+
+class MicroBatchFingerprints:
+    """The fingerprints of one run of micro-batches: after each one's backward, the probed
+    coordinates' change since the previous one (the micro-batch's own gradient, read from the
+    accumulated ``.grad`` without a copy of it), scaled back to the micro-batch's mean loss.
+    ``params``: the model's parameters in ascending name order, as the probe was made for."""
+
+    def __init__(self, params: Sequence[torch.nn.Parameter], probe: Probe) -> None:
+        self.params = list(params)
+        self.probe = probe
+        self.before = torch.zeros(probe.signs.shape[1])
+        self.rows: list[torch.Tensor] = []
+
+    def record(self, *, fresh: bool, scale: float) -> None:
+        """After a micro-batch's backward, whose loss was divided by ``scale``; ``fresh``:
+        ``.grad`` holds that micro-batch alone."""
+        now = self.probe.gather([p.grad for p in self.params])
+        own = now if fresh else now - self.before
+        self.before = now
+        self.rows.append(self.probe.project(own * scale))
+
+    def values(self) -> torch.Tensor:
+        """``[micro-batches, PROJECTIONS]`` float32, in the order they were recorded."""
+        if not self.rows:
+            return torch.zeros(0, self.probe.signs.shape[0])
+        return torch.stack(self.rows)

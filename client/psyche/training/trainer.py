@@ -33,7 +33,13 @@ import torch
 
 from psyche.distro import DistroConfig, Payload, encode_payload
 from psyche.distro.result_format import sent_fingerprint
-from psyche.distro.sample_commit import NO_LOOKAHEAD, Probe, SampleCommitments, probe_seed
+from psyche.distro.sample_commit import (
+    NO_LOOKAHEAD,
+    MicroBatchFingerprints,
+    Probe,
+    SampleCommitments,
+    probe_seed,
+)
 from psyche.protocol.optimizers import DistroOptimizer
 from psyche.training.device import DEFAULT_SEED, enable_determinism
 from psyche.training.errors import NonFiniteGradient, TrainingCancelled
@@ -174,7 +180,9 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         use_buffers = self.grad_accum_fp32 and any(p.dtype != torch.float32 for p in params)
         buffers = [torch.zeros_like(p, dtype=torch.float32) for p in params] if use_buffers else []
-        fingerprints = _Fingerprints(self.model, probe) if probe else None
+        fingerprints = (
+            MicroBatchFingerprints(_by_name(self.model), probe) if probe is not None else None
+        )
         self.last_commitments = None
         total = 0.0
         for chunk in chunks:
@@ -195,7 +203,7 @@ class Trainer:
             for p, buf in zip(params, buffers, strict=True):
                 p.grad = buf.to(p.dtype)
         if fingerprints is not None:
-            self.last_commitments = fingerprints.done(self.micro_batch_size)
+            self.last_commitments = SampleCommitments(self.micro_batch_size, fingerprints.values())
         return total
 
     def probe(self, step: int) -> Probe:
@@ -308,27 +316,9 @@ def _name(item: tuple[str, torch.nn.Parameter]) -> str:
     return item[0]
 
 
-class _Fingerprints:
-    """The fingerprints of one `accumulate_gradients`: after each micro-batch, the probed
-    coordinates' change since the previous one (the micro-batch's own gradient, read from the
-    accumulated `.grad` without a copy of it), scaled back to the micro-batch's mean loss."""
-
-    def __init__(self, model: torch.nn.Module, probe: Probe) -> None:
-        self.params = [p for _, p in sorted(model.named_parameters(), key=_name)]
-        self.probe = probe
-        self.before = torch.zeros(probe.signs.shape[1])
-        self.rows: list[torch.Tensor] = []
-
-    def record(self, *, fresh: bool, scale: float) -> None:
-        """After a micro-batch's backward, whose loss was divided by `scale`; `fresh`:
-        `.grad` holds that micro-batch alone."""
-        now = self.probe.gather([p.grad for p in self.params])
-        own = now if fresh else now - self.before
-        self.before = now
-        self.rows.append(self.probe.project(own * scale))
-
-    def done(self, group: int) -> SampleCommitments:
-        return SampleCommitments(group, torch.stack(self.rows))
+def _by_name(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """``model``'s parameters in ascending name order (the probe's and the payload's)."""
+    return [p for _, p in sorted(model.named_parameters(), key=_name)]
 
 
 def check_batch(batch: torch.Tensor, device: torch.device) -> torch.Tensor:

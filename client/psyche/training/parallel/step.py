@@ -13,7 +13,9 @@ issues the same collectives in the same order on every rank:
 3. one all-reduce of `[loss, cancelled, failed]`: every rank learns whether to go on;
 4. `reduce_grads` (only if nothing was cancelled or failed): per parameter, a sum-reduce over the
    DP group onto replica 0, then on replica 0 the TP shards are gathered with DTensor's
-   `full_tensor()`; rank 0 stores the FULL logical gradient in the canonical `.grad`.
+   `full_tensor()`; rank 0 stores the FULL logical gradient in the canonical `.grad`;
+5. with a probe (per-sample commitments, TP = 1), one sum-reduce over DP brings every replica's
+   micro-batch fingerprints to rank 0 in batch order.
 
 An exception inside a rank's compute is caught and reported through the `failed` flag, so the
 collectives still match and the next step works; an error inside a TP forward's own collective
@@ -32,6 +34,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from psyche.distro.sample_commit import MicroBatchFingerprints, Probe
 from psyche.training.micro_batch import chunk_share
 from psyche.training.parallel.layout import ParallelLayout
 
@@ -47,6 +50,9 @@ class Command:
     """The whole batch ([samples, seq] int64, CPU); every rank splits it the same way."""
     micro_batch_size: int = 1
     grad_accum_fp32: bool = False
+    probe: Probe | None = None
+    """With a probe, each micro-batch's own gradient is fingerprinted (per-sample commitments,
+    ``psyche.distro.sample_commit``; data parallelism only) and rank 0 gets them in batch order."""
 
 
 @dataclass(slots=True)
@@ -79,6 +85,9 @@ class StepResult:
     """Ranks whose compute raised (each worker sends its traceback to rank 0)."""
     error: BaseException | None = None
     """This rank's own exception, if its compute failed."""
+    fingerprints: torch.Tensor | None = None
+    """On rank 0, with a probe and a completed step: ``[micro-batches, PROJECTIONS]`` float32,
+    every replica's rows in the batch's micro-batch order."""
 
     @property
     def failed(self) -> bool:
@@ -131,9 +140,13 @@ def _agree(ctx: RankContext, flag: bool) -> bool:
 
 
 def compute_share(
-    ctx: RankContext, command: Command, cancelled: Callable[[], bool]
+    ctx: RankContext,
+    command: Command,
+    cancelled: Callable[[], bool],
+    fingerprints: MicroBatchFingerprints | None = None,
 ) -> tuple[float, bool, list[torch.Tensor | None]]:
-    """Forward/backward this replica's micro-batches; `(loss sum, cancelled, local grads)`."""
+    """Forward/backward this replica's micro-batches; `(loss sum, cancelled, local grads)`.
+    `fingerprints` records each micro-batch's own gradient, as `Trainer` does."""
     assert command.batch is not None
     batch = command.batch.to(ctx.device, torch.int64)
     chunks = batch.split(command.micro_batch_size)
@@ -152,9 +165,12 @@ def compute_share(
             break
         # As `Trainer._loss`: the model shifts labels and averages over predicted tokens.
         loss = ctx.model(input_ids=chunks[i], labels=chunks[i], use_cache=False).loss
-        loss = loss / chunk_share(chunks[i].shape[0], batch.shape[0])
+        share = chunk_share(chunks[i].shape[0], batch.shape[0])
+        loss = loss / share
         loss.backward()
         total += float(loss.detach())
+        if fingerprints is not None:
+            fingerprints.record(fresh=use_buffers, scale=share)
         if use_buffers:
             for p, buf in zip(trainable, buffers, strict=True):
                 if p.grad is not None:
@@ -200,8 +216,14 @@ def run_step(
     error: BaseException | None = None
     total, stopped = 0.0, False
     grads: list[torch.Tensor | None] = []
+    fingerprints = None
     try:
-        total, stopped, grads = compute_share(ctx, command, cancelled)
+        if command.probe is not None:
+            if ctx.layout.tp > 1:
+                raise ValueError("per-sample commitments need tensor parallelism 1")
+            named = sorted(ctx.model.named_parameters(), key=lambda item: item[0])
+            fingerprints = MicroBatchFingerprints([p for _, p in named], command.probe)
+        total, stopped, grads = compute_share(ctx, command, cancelled, fingerprints)
     except Exception as e:  # reported through the status flags so every rank stays in step
         error = e
     stopped = stopped or cancelled()
@@ -213,11 +235,29 @@ def run_step(
     )
     dist.all_reduce(status, op=dist.ReduceOp.SUM)
     loss, any_cancelled, failures = float(status[0]), bool(status[1] > 0), round(float(status[2]))
+    rows = None
     if not (any_cancelled or failures):
         reduce_grads(ctx, grads, canonical)
+        if fingerprints is not None:
+            rows = _gather_fingerprints(ctx, command, fingerprints)
     if not ctx.owns_canonical or any_cancelled or failures:
         ctx.model.zero_grad(set_to_none=True)
-    return StepResult(loss, any_cancelled, failures, error)
+    return StepResult(loss, any_cancelled, failures, error, rows)
+
+
+def _gather_fingerprints(
+    ctx: RankContext, command: Command, fingerprints: MicroBatchFingerprints
+) -> torch.Tensor | None:
+    """Every replica's fingerprint rows in batch order, on rank 0 (None elsewhere): one sum of
+    row blocks that are zero outside each replica's own micro-batches, so the sum is exact."""
+    assert command.batch is not None
+    n = len(command.batch.split(command.micro_batch_size))
+    mine = ctx.layout.micro_batch_range(n, ctx.coords[0])
+    full = torch.zeros(n, fingerprints.probe.signs.shape[0], dtype=torch.float64)
+    full[mine.start : mine.stop] = fingerprints.values().double()
+    full = full.to(ctx.device)
+    dist.reduce(full, group_dst=0, op=dist.ReduceOp.SUM, group=ctx.dp_group)
+    return full.float().cpu() if ctx.owns_canonical else None
 
 
 def shared_cancel(cancel: threading.Event | None, shared: Callable[[], None]) -> Callable[[], bool]:

@@ -32,6 +32,11 @@ own shard as a separate compute copy); workers hold a replica (DP) or a shard (T
 gradients and activations. TP therefore reduces compute and activation memory per device, not
 rank 0's weight and optimizer memory.
 
+Per-sample commitments (a run that verifies): each DP replica fingerprints its own micro-batches
+(`MicroBatchFingerprints`, as `Trainer` does) and rank 0 gets every row in batch order
+(`step._gather_fingerprints`); with TP > 1 a rank holds a slice of each gradient, so probing is
+refused there.
+
 `evaluate` runs on rank 0's canonical model alone (no gradients, so no activations to spread).
 """
 
@@ -43,7 +48,7 @@ from types import TracebackType
 
 import torch
 
-from psyche.distro.sample_commit import Probe
+from psyche.distro.sample_commit import Probe, SampleCommitments
 from psyche.training.device import DEFAULT_SEED
 from psyche.training.errors import TrainingCancelled
 from psyche.training.parallel.group import WorkerGroup
@@ -134,20 +139,25 @@ class ParallelTrainer(Trainer):
         other replicas stop at their next micro-batch. The step's collectives always complete,
         so after `TrainingCancelled` the next step works.
         """
-        if probe is not None:
-            # The micro-batches run on the workers; their fingerprints are not gathered yet
-            # (issue 39 item 1), so a parallel client cannot commit per sample.
-            raise ValueError("per-sample commitments are not supported by the parallel trainer")
+        if probe is not None and self.layout.tp > 1:
+            # A TP rank holds a slice of each gradient, so the probed coordinates would have to
+            # be gathered across shards per micro-batch: not done.
+            raise ValueError("per-sample commitments need --tensor-parallelism 1")
         self._check_batch(batch)  # the same errors as Trainer, before any worker is involved
+        self.last_commitments = None
         command = Command(
             "train",
             batch=batch.detach().to("cpu", torch.int64),
             micro_batch_size=self.micro_batch_size,
             grad_accum_fp32=self.grad_accum_fp32,
+            probe=probe,
         )
         result = self._group.step(command, self.model, cancel)
         if result.cancelled:
             raise TrainingCancelled("training was cancelled between micro-batches")
+        if probe is not None:
+            assert result.fingerprints is not None
+            self.last_commitments = SampleCommitments(self.micro_batch_size, result.fingerprints)
         return result.loss
 
     def close(self) -> None:

@@ -153,10 +153,10 @@ class MicroBatchFingerprints:
     """The fingerprints of one run of micro-batches: after each one's backward, the probed
     coordinates' change since the previous one (the micro-batch's own gradient, read from the
     accumulated ``.grad`` without a copy of it), scaled back to the micro-batch's mean loss.
-    ``params``: the model's parameters in ascending name order, as the probe was made for."""
+    ``model``'s parameters are read in ascending name order, as the probe was made for."""
 
-    def __init__(self, params: Sequence[torch.nn.Parameter], probe: Probe) -> None:
-        self.params = list(params)
+    def __init__(self, model: torch.nn.Module, probe: Probe) -> None:
+        self.params = [p for _, p in sorted(model.named_parameters(), key=lambda kv: kv[0])]
         self.probe = probe
         self.before = torch.zeros(probe.signs.shape[1])
         self.rows: list[torch.Tensor] = []

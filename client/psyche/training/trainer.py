@@ -180,9 +180,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         use_buffers = self.grad_accum_fp32 and any(p.dtype != torch.float32 for p in params)
         buffers = [torch.zeros_like(p, dtype=torch.float32) for p in params] if use_buffers else []
-        fingerprints = (
-            MicroBatchFingerprints(_by_name(self.model), probe) if probe is not None else None
-        )
+        fingerprints = MicroBatchFingerprints(self.model, probe) if probe is not None else None
         self.last_commitments = None
         total = 0.0
         for chunk in chunks:
@@ -314,11 +312,6 @@ class Trainer:
 
 def _name(item: tuple[str, torch.nn.Parameter]) -> str:
     return item[0]
-
-
-def _by_name(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """``model``'s parameters in ascending name order (the probe's and the payload's)."""
-    return [p for _, p in sorted(model.named_parameters(), key=_name)]
 
 
 def check_batch(batch: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -16,6 +16,7 @@ from psyche.coordinator import Coordinator, RunState, Witness
 from psyche.protocol.bloom import Bloom
 from psyche.protocol.committee import WitnessProof
 from psyche.protocol.identity import SecretKey
+from support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -104,6 +105,36 @@ def start_server(
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"server did not listen within 60 s:\n{log.read_text()}")
+
+
+def start_joined_client(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """A server whose run waits for a second member, and one real client process (its own
+    session, console logs) that has joined it, its P2P node starting; with the lines it logged
+    up to joining. The caller ends the client (its process group)."""
+    port = free_port()
+    # Two members needed: the lone client waits in WaitingForMembers, its P2P node up.
+    state = write_state(tmp_path / "state.toml", init_min_clients=2)
+    start_server(procs, state, port, log=tmp_path / "server.log")
+    argv = [str(Path(sys.executable).parent / "psyche-centralized-client"), "train"]
+    argv += ["--run-id", "tiny", "--server-addr", f"127.0.0.1:{port}", "--logs", "console"]
+    argv += ["--device", "cpu", "--bind-p2p-host", "127.0.0.1"]
+    client = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert client.stdout is not None
+    seen: list[str] = []
+    for line in client.stdout:
+        seen.append(line)
+        if "joined run" in line:
+            break
+    return client, seen
 
 
 def backend(

@@ -11,17 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from support.net import free_port
-
-from .helpers import start_server, write_state
-
-BIN = Path(sys.executable).parent
+from .helpers import start_joined_client
 
 pytestmark = pytest.mark.slow
 
@@ -34,27 +29,7 @@ def _children(pid: int) -> list[int]:
 def test_a_client_whose_p2p_host_dies_stops_with_exit_code_1(
     tmp_path: Path, reap_children: list[subprocess.Popen[bytes]]
 ) -> None:
-    port = free_port()
-    # Two members needed: the lone client waits in WaitingForMembers, its P2P node up.
-    state = write_state(tmp_path / "state.toml", init_min_clients=2)
-    start_server(reap_children, state, port, log=tmp_path / "server.log")
-    argv = [str(BIN / "psyche-centralized-client"), "train", "--run-id", "tiny"]
-    argv += ["--server-addr", f"127.0.0.1:{port}", "--logs", "console", "--device", "cpu"]
-    argv += ["--bind-p2p-host", "127.0.0.1"]
-    client = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert client.stdout is not None
-    seen: list[str] = []
-    for line in client.stdout:
-        seen.append(line)
-        if "joined run" in line:
-            break
+    client, seen = start_joined_client(tmp_path, reap_children)
     deadline = time.monotonic() + 60
     while not (hosts := _children(client.pid)):
         assert time.monotonic() < deadline, "the client started no host process"

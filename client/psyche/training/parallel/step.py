@@ -218,11 +218,8 @@ def run_step(
     grads: list[torch.Tensor | None] = []
     fingerprints = None
     try:
-        if command.probe is not None:
-            if ctx.layout.tp > 1:
-                raise ValueError("per-sample commitments need tensor parallelism 1")
-            named = sorted(ctx.model.named_parameters(), key=lambda item: item[0])
-            fingerprints = MicroBatchFingerprints([p for _, p in named], command.probe)
+        if command.probe is not None:  # TP = 1 (ParallelTrainer refuses a probe otherwise)
+            fingerprints = MicroBatchFingerprints(ctx.model, command.probe)
         total, stopped, grads = compute_share(ctx, command, cancelled, fingerprints)
     except Exception as e:  # reported through the status flags so every rank stays in step
         error = e

@@ -72,8 +72,12 @@ COPY pyproject.toml README.md ./
 COPY client ./client
 COPY idl ./idl
 COPY config ./config
+# The copy check's compiled loops (numba) are compiled here, into the package's cache, so a
+# container's first result does not wait for them (a CPU unlike the build machine's compiles them
+# again, about 5 s, at the client's start).
 RUN uv pip install --python /app/.venv/bin/python --no-deps . \
-    && uv pip check --python /app/.venv/bin/python
+    && uv pip check --python /app/.venv/bin/python \
+    && /app/.venv/bin/python -c "import psyche.distro.copy_kernels"
 COPY --chmod=0755 docker/entrypoint.sh /usr/local/bin/psyche-entrypoint
 
 # PSYCHE_DEVICE=cuda: a host without a usable GPU fails loudly instead of training on the CPU.

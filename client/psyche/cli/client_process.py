@@ -28,6 +28,7 @@ from psyche.daemon.kit import ModelKit, ModelLoader
 from psyche.daemon.loader import model_loader
 from psyche.daemon.parts import PeerDirectory, client_parts
 from psyche.daemon.sharing import SharingOptions
+from psyche.distro.copy_index import prepare as prepare_copy_check
 from psyche.evals import EvalTaskError
 from psyche.events import EventLog, EventSink
 from psyche.p2p.errors import NodeStopped
@@ -143,6 +144,9 @@ async def _train(
     except EvalTaskError as e:
         log.error("--eval-tasks: %s", e)
         return EXIT_CONFIG
+    # The copy check's compiled loops load (about a second) while the client connects, not when
+    # its first result arrives.
+    loading = asyncio.ensure_future(asyncio.to_thread(prepare_copy_check))
     try:
         await backend.connect()
         await p2p.start(
@@ -151,6 +155,7 @@ async def _train(
             listen_port=options.p2p_port,
             listen_host=options.p2p_host,
         )
+        await loading
         await RoundEngine(parts, backend).run()
     except BaseExceptionGroup as group:
         # The engine's task groups wrap what ended them; the backend's verdict (withdrawn,

@@ -45,18 +45,15 @@ rules out). Treating bins as independent:
   such a pair passes the bin count with probability 9.6·10⁻⁴, so it is hardly ever decoded. In
   that round a download costs one vectorised comparison of 1020 values per held result.
 
-Per held result the index keeps the 1020 values (8 KiB, in blocks of 64 entries), 204 band
-entries and one entry per large tensor, about 19 KB in all (measured with tracemalloc) — not the
+Per held result the index keeps the 1020 values (8 KiB, in blocks of 64 entries) and its band
+and tensor keys in a hash table (16 bytes a slot, at most half full): about 16 KB — not the
 decoded payload: a candidate is decoded again from its bytes, which the round holds anyway.
-Making a sketch costs about ``max(N, 8 · 1020)`` multiplications and ``np.minimum.at`` updates
-for N keys, after one full hash per key. For the tiny model's 2,448 keys in 21 tensors numpy's
-cost per call, not the hashing, dominates, so a DisTrO result is sketched in one pass
-(:func:`distro_sketch`: the fingerprint and the keys from one conversion of its tensors) with
-what depends only on the run's layout and salt made once (:func:`_plan`, :func:`_layout`); a
-payload from the v2 decoder is read from its flat arrays (``Payload.flat``) with no conversion
-at all. On the tiny model's captured payloads (``bench/decode_sketch.py``) a sketch takes 73 µs
-warm (119 µs with a second full mix per pass, 2026-12-04); in a simulated run of 64 and 256
-clients 0.11–0.19 ms (0.18–0.23 ms before); inserting it in the index 30–41 µs warm.
+Making a sketch is one compiled pass over the N keys (``psyche.distro.copy_kernels``: a full
+hash per key, then a multiplication and a ``min`` per pass), and the held band keys live in
+compiled hash tables, not dicts; a DisTrO result is read in one conversion of its tensors
+(:func:`distro_sketch`; the v2 decoder's flat arrays, ``Payload.flat``, need none), with what
+depends only on the run's layout and salt made once (:func:`_plan`, :func:`_layout`). Costs on
+the tiny model's payloads are in bench/README.md ("Scale").
 
 The hashes are keyed by ``SALT``, drawn at random once per process and never sent: a free rider
 who knew which coefficients decide the bins could change just those and escape with a copy.
@@ -72,7 +69,8 @@ import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +79,9 @@ import torch
 from psyche.distro.overlap import REPEAT_MIN_TILES
 from psyche.distro.payload import Payload
 from psyche.distro.payload_types import FlatLayout
+
+if TYPE_CHECKING:
+    from psyche.distro.copy_kernels import HashTable
 
 __all__ = [
     "AGREE_MIN",
@@ -94,6 +95,7 @@ __all__ = [
     "CopySketch",
     "distro_keys",
     "jaccard_at",
+    "prepare",
     "sketch",
 ]
 
@@ -123,18 +125,29 @@ _S27, _S30, _S31 = (np.uint64(s) for s in (27, 30, 31))
 
 
 def _mix(x: U64) -> U64:
-    """splitmix64's finaliser, elementwise (wrapping uint64 arithmetic). In place on one copy
-    with one scratch array: on the few thousand keys of a result numpy's per-call cost, not the
-    arithmetic, is what a sketch pays, and each temporary is an allocation."""
+    """splitmix64's finaliser, elementwise (wrapping uint64 arithmetic): for the constants of a
+    plan, made once per run; a result's keys are mixed by the compiled
+    ``copy_kernels.mix``, the same function."""
     z = x + _G
-    t = np.empty_like(z)
-    for shift, mul in ((_S30, _M1), (_S27, _M2)):
-        np.right_shift(z, shift, out=t)
-        z ^= t
-        z *= mul
-    np.right_shift(z, _S31, out=t)
-    z ^= t
-    return z
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    """The compiled loops (``psyche.distro.copy_kernels``), loaded on first use: numba's import
+    and the kernels' load from its cache take about a second, which a process that never checks
+    a keyed result should not pay."""
+    from psyche.distro import copy_kernels
+
+    return copy_kernels
+
+
+def prepare() -> None:
+    """Load the copy check's compiled loops now (a client calls this off its event loop at
+    start-up, so its first result does not wait for them)."""
+    _kernels()
 
 
 def _mixed(*values: int) -> U64:
@@ -157,21 +170,21 @@ class _Plan:
     tensor_const: U64
     """Per key, its tensor's constant (a tensor's position changes its keys' hashes)."""
     pass_mul: U64
-    """Per MinHash pass, an odd multiplier, as a column: pass ``p`` permutes the keys' hashes
-    by ``h ↦ h · pass_mul[p]`` (mod 2⁶⁴)."""
+    """Per MinHash pass, an odd multiplier: pass ``p`` permutes the keys' hashes by
+    ``h ↦ h · pass_mul[p]`` (mod 2⁶⁴)."""
     shift: np.uint64
-    """A permuted hash's bin within its pass is its top ``64 − shift`` bits."""
-    slot_base: npt.NDArray[np.int64]
-    """Per pass, its first bin, as a column."""
-    size: int
-    """Bins made: passes × bins per pass (≥ ``BINS``; the first ``BINS`` are kept)."""
+    """A permuted hash's bin within its pass is its top ``64 − shift`` bits (64: one bin)."""
+    per_pass: int
+    """Bins per pass: pass ``p``'s bins are ``p · per_pass`` onwards (the first ``BINS`` of all
+    passes' bins are kept)."""
     band_row: U64
     """Per row of a band, an odd constant."""
     band_const: U64
     """Per band, a constant added to its key (equal rows in two different bands differ)."""
-    cuts: npt.NDArray[np.int64]
-    """The repeat-rule tensors' first keys and ends (one past their last) interleaved, for one
-    ``np.add.reduceat`` (the last dropped if it is ``n``)."""
+    rep_first: npt.NDArray[np.int64]
+    """Per tensor the exact-repeat rule covers, its first key."""
+    rep_end: npt.NDArray[np.int64]
+    """Per such tensor, one past its last key."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -186,21 +199,19 @@ def _plan(sizes: tuple[int, ...], repeatable: tuple[bool, ...], salt: int) -> _P
     ends = np.cumsum(np.array(sizes, dtype=np.int64))
     big = [t for t, (size, rep) in enumerate(zip(sizes, repeatable, strict=True)) if rep and size]
     chosen = np.array(big, dtype=np.int64)
-    first, end = ends[chosen] - np.array(sizes, dtype=np.int64)[chosen], ends[chosen]
-    cuts = np.stack([first, end], axis=1).reshape(-1)
     out = _Plan(
         n,
-        tensor_const,
-        _mixed(*(salt ^ (0x5EED << 20) ^ p for p in range(passes)))[:, None] | np.uint64(1),
+        np.ascontiguousarray(tensor_const),
+        _mixed(*(salt ^ (0x5EED << 20) ^ p for p in range(passes))) | np.uint64(1),
         np.uint64(64 - bits),
-        (np.arange(passes, dtype=np.int64) * per_pass)[:, None],
-        passes * per_pass,
+        per_pass,
         _mixed(*(salt ^ (n << 16) ^ (0xB0 << 8) ^ r for r in range(ROWS))) | np.uint64(1),
         _mixed(*(salt ^ (n << 16) ^ (j << 3) ^ 7 for j in range(BANDS))),
-        cuts[:-1] if cuts.size and cuts[-1] == n else cuts,
+        np.ascontiguousarray(ends[chosen] - np.array(sizes, dtype=np.int64)[chosen]),
+        np.ascontiguousarray(ends[chosen]),
     )
-    for a in (out.tensor_const, out.pass_mul, out.band_row, out.band_const, out.cuts):
-        a.setflags(write=False)
+    # Not made read-only, though shared by every sketch of the run: the compiled loops take
+    # writable arrays (numba types a read-only array as another type), and only read these.
     return out
 
 
@@ -325,10 +336,21 @@ class CopySketch:
     bins: U64 | None = None
     """``BINS`` MinHash values (``EMPTY`` for an empty bin); None for a format without a
     near-duplicate rule."""
-    bands: tuple[int, ...] = ()
-    """The band keys of the bands without an empty bin."""
-    tensors: tuple[int, ...] = ()
-    """The key-set hash of each tensor the exact-repeat rule covers."""
+    index_keys: U64 = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    """What the index looks the result up by: the band keys of the bands without an empty bin,
+    in band order, then the key-set hash of each tensor the exact-repeat rule covers."""
+    n_bands: int = 0
+    """How many of :attr:`index_keys` are band keys."""
+
+    @property
+    def bands(self) -> tuple[int, ...]:
+        """The band keys, as integers."""
+        return tuple(self.index_keys[: self.n_bands].tolist())
+
+    @property
+    def tensors(self) -> tuple[int, ...]:
+        """The large tensors' key-set hashes, as integers."""
+        return tuple(self.index_keys[self.n_bands :].tolist())
 
 
 def sketch(fingerprint: bytes, keys: CopyKeys | None, salt: int | None = None) -> CopySketch:
@@ -348,35 +370,29 @@ def _sketch(
 ) -> CopySketch:
     salt = SALT if salt is None else salt
     plan = _plan(sizes, repeatable, salt)
-    hashed = _mix(np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64) ^ plan.tensor_const)
-    # One-permutation MinHash, ``passes`` × 2^bits bins. The keys' hashes are salted and fully
-    # mixed once; a pass permutes them by an odd multiplier (a bijection of 64-bit values, whose
-    # top bits pick the bin), where a second full mix per pass cost twice as much (issue 38).
-    h = hashed[None, :] * plan.pass_mul
-    if plan.shift < 64:
-        slot = (h >> plan.shift).view(np.int64)
-        slot += plan.slot_base
-    else:  # one bin per pass (fewer than 2·FILL keys)
-        slot = np.broadcast_to(plan.slot_base, h.shape)
-    bins = np.full(plan.size, EMPTY, dtype=np.uint64)
-    np.minimum.at(bins, slot.reshape(-1), h.reshape(-1))
-    bins = bins[:BINS]
-    # A band's key: its rows (salted hashes already) times odd per-row constants, summed with
-    # wrapping, plus its band's constant. Equal rows give equal keys, which is all that finds a
-    # copy; rows that differ in one value never collide (an odd constant is invertible modulo
-    # 2⁶⁴), in more only by chance (2⁻⁶⁴), and a collision only adds a band candidate for the
-    # bin count.
-    rows = bins.reshape(BANDS, ROWS)
-    band = rows @ plan.band_row
-    band += plan.band_const
-    if (bins == EMPTY).any():
-        band = band[(rows != EMPTY).all(axis=1)]
-    # A tensor's key-set hash: its keys' hashes (which carry the tensor's position) summed with
-    # wrapping, so order-free; equal sets give equal sums.
-    tensors: tuple[int, ...] = ()
-    if plan.cuts.size:
-        tensors = tuple(np.add.reduceat(hashed, plan.cuts)[::2].tolist())
-    return CopySketch(fingerprint, (salt, plan.n), bins, tuple(band.tolist()), tensors)
+    # One compiled pass (copy_kernels.sketch_into): per key a salted full hash; one-permutation
+    # MinHash, each pass permuting the hashes by an odd multiplier (a bijection; its top bits
+    # pick the bin); per large tensor the wrapping sum of its keys' hashes (order-free); per
+    # band the wrapping sum of its rows times odd per-row constants plus a per-band constant
+    # (equal rows, equal keys; rows differing in one value never collide, in more by 2⁻⁶⁴).
+    bins = np.empty(plan.pass_mul.size * plan.per_pass, dtype=np.uint64)
+    out = np.empty(BANDS + plan.rep_first.size, dtype=np.uint64)
+    written = _kernels().sketch_into(
+        np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64),
+        plan.tensor_const,
+        plan.pass_mul,
+        plan.shift,
+        plan.per_pass,
+        plan.band_row,
+        plan.band_const,
+        plan.rep_first,
+        plan.rep_end,
+        bins,
+        out,
+    )
+    return CopySketch(
+        fingerprint, (salt, plan.n), bins[:BINS], out[: written + plan.rep_first.size], written
+    )
 
 
 @dataclass
@@ -402,19 +418,6 @@ COUNTS = CopyCounts()
 T = TypeVar("T")
 
 
-def _insert(
-    first: dict[int, int], more: dict[int, list[int]], keys: Sequence[int], seq: int
-) -> None:
-    """Add entry ``seq`` under each of ``keys``: as the key's first entry, or after it in
-    ``more``. Set operations on the dicts' key views run in C; a loop over a result's 204 band
-    keys in Python was most of what holding a result cost."""
-    fresh = dict.fromkeys(keys, seq)
-    for key in first.keys() & fresh.keys():
-        del fresh[key]
-        more.setdefault(key, []).append(seq)
-    first.update(fresh)
-
-
 _BLOCK = 64
 """Entries per block of the index's stored bins (512 KiB)."""
 
@@ -426,12 +429,11 @@ class CopyIndex(Generic[T]):
     entries: list[T] = field(default_factory=list)
     """The held results, in the order they were added."""
     _exact: dict[bytes, list[int]] = field(default_factory=dict)
-    _bands: dict[int, int] = field(default_factory=dict)
-    """Band key → the first entry with it (most buckets hold one); the rest in ``_more``."""
-    _more: dict[int, list[int]] = field(default_factory=dict)
-    _tensors: dict[int, int] = field(default_factory=dict)
-    """A large tensor's key-set hash → the first entry with it; the rest in ``_tensors_more``."""
-    _tensors_more: dict[int, list[int]] = field(default_factory=dict)
+    _keys: HashTable | None = None
+    """Each held result's band keys and large tensors' key-set hashes → its entry, times two,
+    plus one for a tensor's (made with the first entry that has such keys). One compiled hash
+    table, not dicts: at 256 clients a round's dicts held 52,000 band keys, and their probes and
+    inserts, 204 per result in Python, cost more than the sketch."""
     _schemes: list[tuple[int, int] | None] = field(default_factory=list)
     _bins: list[U64] = field(default_factory=list)
     """Blocks of ``_BLOCK`` entries' bins (row ``i % _BLOCK`` of block ``i // _BLOCK``). Fixed
@@ -444,8 +446,12 @@ class CopyIndex(Generic[T]):
         seq = len(self.entries)
         self.entries.append(entry)
         self._exact.setdefault(sk.fingerprint, []).append(seq)
-        _insert(self._bands, self._more, sk.bands, seq)
-        _insert(self._tensors, self._tensors_more, sk.tensors, seq)
+        if sk.index_keys.size:
+            if self._keys is None:
+                self._keys = _kernels().HashTable()
+            tags = np.full(sk.index_keys.size, 2 * seq, dtype=np.uint64)
+            tags[sk.n_bands :] += np.uint64(1)
+            self._keys.add(sk.index_keys, tags)
         self._schemes.append(sk.scheme if sk.bins is not None else None)
         if seq % _BLOCK == 0:
             self._bins.append(np.empty((_BLOCK, BINS), dtype=np.uint64))
@@ -466,17 +472,19 @@ class CopyIndex(Generic[T]):
     def near_scored(self, sk: CopySketch) -> list[tuple[T, float | None]]:
         """:meth:`near`'s entries with the share of ``sk``'s bins each agrees in (an estimate
         of their keys' Jaccard similarity; None for an entry found by a tensor's key set)."""
-        found: dict[int, float | None] = {}
-        for key in self._tensors.keys() & sk.tensors:
-            found[self._tensors[key]] = None
-            found.update(dict.fromkeys(self._tensors_more.get(key, ())))
-        hits = self._bands.keys() & sk.bands
-        if not hits and not found:
+        if self._keys is None or not sk.index_keys.size:
+            return []
+        hits = self._keys.find(sk.index_keys)
+        if not hits.size:
             return []  # most lookups: nothing shares a band or a tensor
-        banded = {self._bands[key] for key in hits}
-        if self._more:
-            for key in hits & self._more.keys():
-                banded.update(self._more[key])
+        found: dict[int, float | None] = {}
+        banded: set[int] = set()
+        # A band key equal to another result's tensor hash (chance 2⁻⁶⁴) only adds a candidate.
+        for tag in hits.tolist():
+            if tag & 1:
+                found[tag >> 1] = None
+            else:
+                banded.add(tag >> 1)
         banded -= found.keys()
         COUNTS.band_candidates += len(banded)
         if banded and sk.bins is not None:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fill .whl/ (git-ignored) with what a lent GPU machine lacks to run the device checks
-# (scripts/device-checks.sh): cp312 manylinux wheels of the P2P host's dependencies, at the
-# versions .venv holds where such a wheel exists, and the two pure-Python modules that PyPI only
-# has as sdists, copied from .venv. The machine has Python 3.12, torch, numpy and no network.
+# (scripts/device-checks.sh): cp312 manylinux wheels of the P2P host's dependencies and of numba
+# (the copy check's loops), at the versions .venv holds where such a wheel exists, and the two
+# pure-Python modules that PyPI only has as sdists, copied from .venv. The machine has Python
+# 3.12, torch, numpy and no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
@@ -13,7 +14,7 @@ py-cid py-multibase py-multicodec py-multihash pyOpenSSL pycparser pycryptodome 
 service-identity trio trio-typing trio-websocket websockets wsproto zeroconf google-api-core
 google-auth google-cloud-core google-cloud-storage google-resumable-media
 googleapis-common-protos proto-plus google-crc32c pyasn1 pyasn1-modules rsa cachetools sniffio
-anyio"
+anyio numba llvmlite"
 plat=()
 for n in 17 24 27 28 31 34; do plat+=(--platform "manylinux_2_${n}_x86_64"); done
 plat+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)

@@ -118,20 +118,6 @@ EMPTY = np.uint64(2**64 - 1)
 """An empty bin's value."""
 
 U64 = npt.NDArray[np.uint64]
-_G = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S27, _S30, _S31 = (np.uint64(s) for s in (27, 30, 31))
-
-
-def _mix(x: U64) -> U64:
-    """splitmix64's finaliser, elementwise (wrapping uint64 arithmetic): for the constants of a
-    plan, made once per run; a result's keys are mixed by the compiled
-    ``copy_kernels.mix``, the same function."""
-    z = x + _G
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
 
 
 @functools.cache
@@ -151,8 +137,11 @@ def prepare() -> None:
 
 
 def _mixed(*values: int) -> U64:
-    """One uint64 per value, each hashed: the per-tensor, per-pass and per-band constants."""
-    return _mix(np.array([v % 2**64 for v in values], dtype=np.uint64))
+    """One uint64 per value, each hashed by the compiled ``copy_kernels.mix`` (splitmix64's
+    finaliser, as the keys are): the per-tensor, per-pass and per-band constants, made once
+    per run."""
+    mix = _kernels().mix
+    return np.array([mix(np.uint64(v % 2**64)) for v in values], dtype=np.uint64)
 
 
 def jaccard_at(overlap: float) -> float:

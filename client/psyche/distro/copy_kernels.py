@@ -37,7 +37,8 @@ _ONE = np.uint64(1)
 
 @njit("uint64(uint64)", cache=True, nogil=True, inline="always")
 def mix(x: np.uint64) -> np.uint64:
-    """splitmix64's finaliser (as ``copy_index._mix``, on one value)."""
+    """splitmix64's finaliser, on one value: the keys' hash, the tables' slot, and
+    (``copy_index._mixed``) the plan's constants."""
     z = x + _G
     z = (z ^ (z >> _S30)) * _M1
     z = (z ^ (z >> _S27)) * _M2

@@ -14,10 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psyche.distro import copy_index
-from psyche.distro.copy_index import BANDS, BINS, EMPTY, ROWS, _mix, _plan, sketch
+from psyche.distro.copy_index import BANDS, BINS, EMPTY, ROWS, _plan, sketch
 from psyche.distro.copy_kernels import HashTable, mix
 
 U64 = npt.NDArray[np.uint64]
+
+
+def _mix(x: U64) -> U64:
+    """splitmix64's finaliser, elementwise in numpy (as the sketch's numpy code had it)."""
+    z = x + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def numpy_sketch(

@@ -22,6 +22,7 @@ from pathlib import Path
 from .catalog import SCENES
 
 TAIL = 3000
+STACKS_TAIL = 16000  # a hang's thread stacks
 
 
 @dataclass
@@ -73,11 +74,22 @@ class Background:
         try:
             self.popen.wait(timeout=60)
         except subprocess.TimeoutExpired:
+            self.dump_stacks()
             self.kill()
             raise AssertionError(
-                f"`{self.text}` did not stop within 60 s of signal {sig}"
+                f"`{self.text}` did not stop within 60 s of signal {sig}:\n"
+                f"{self.output()[-STACKS_TAIL:]}"
             ) from None
         return self._check(code, expect)
+
+    def dump_stacks(self) -> None:
+        """A hung Python process writes every thread's stack to its log (SIGABRT, answered by
+        the faulthandler that ``PYTHONFAULTHANDLER`` enables), so a hang that shows once under
+        load says where it waited."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGABRT)  # the client and its p2p host
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -116,6 +128,7 @@ class Shell:
         log = self.logs / f"{len(self.ran):02d}.log"
         base = {**os.environ, **self.env, **(env or {})}
         base["PATH"] = f"{self.root / '.venv' / 'bin'}{os.pathsep}{base.get('PATH', '')}"
+        base["PYTHONFAULTHANDLER"] = "1"  # for dump_stacks
         with log.open("wb") as f:
             f.write(f"$ {text}{extra}\n".encode())
         popen = subprocess.Popen(

@@ -144,9 +144,11 @@ async def _train(
     except EvalTaskError as e:
         log.error("--eval-tasks: %s", e)
         return EXIT_CONFIG
-    # The copy check's compiled loops load (about a second) while the client connects, not when
-    # its first result arrives.
-    loading = asyncio.ensure_future(asyncio.to_thread(prepare_copy_check))
+    # The copy check's compiled loops load now (about 2 s of CPU), not when the first result
+    # arrives. On this thread, before any network wait: loaded beside the connection in a worker
+    # thread, a SIGTERM once left the process waiting past a minute at exit (CI, 3f8ee20), and
+    # a load no thread outlives cannot hold up a stop. A SIGTERM meanwhile is handled right after.
+    prepare_copy_check()
     try:
         await backend.connect()
         await p2p.start(
@@ -155,7 +157,6 @@ async def _train(
             listen_port=options.p2p_port,
             listen_host=options.p2p_host,
         )
-        await loading
         await RoundEngine(parts, backend).run()
     except BaseExceptionGroup as group:
         # The engine's task groups wrap what ended them; the backend's verdict (withdrawn,

@@ -65,6 +65,7 @@ from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.transport import Transport
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.sparseloco_audit import (
+    STATE_MAGIC,
     AuditError,
     decode_error,
     decode_state,
@@ -104,10 +105,10 @@ def link_of(seed: bytes, slot: int, trainer: bytes, links: int) -> int:
 
 
 def state_bound(shapes: tuple[tuple[int, ...], ...]) -> int:
-    """No honest state blob is larger: three float32 tensors and a count per parameter tensor,
-    and a generous safetensors header."""
+    """An honest state blob's exact size (and no error blob is larger): the magic, then three
+    float32 tensors and a float32 count per parameter tensor."""
     numel = sum(int(torch.Size(s).numel()) for s in shapes)
-    return 12 * numel + 4 * len(shapes) + 512 * (4 * len(shapes) + 1)
+    return len(STATE_MAGIC) + 12 * numel + 4 * len(shapes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,12 +5,19 @@ the committed states; the verifier's own weights and inner state are untouched b
 
 from __future__ import annotations
 
+import importlib.util
+import math
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config, model_hash
 from psyche.training.sparseloco_audit import (
+    ERROR_MAGIC,
+    STATE_MAGIC,
     AuditError,
     AuditTrail,
     capture_state,
@@ -117,15 +124,33 @@ def test_tampered_or_malformed_blobs_are_the_trainers_fault() -> None:
     state["w.0"] = state["w.0"] + 1e-3
     with pytest.raises(AuditError, match="commitment"):
         decode_state(encode_state(state), shapes, trail.hashes[1])
-    with pytest.raises(AuditError, match="safetensors"):
+    with pytest.raises(AuditError, match="not a psyche-sparseloco-inner-state-v2 blob"):
         decode_state(b"not a state", shapes)
+    blob = encode_state(state)
+    for wrong in (blob[:-4], blob + bytes(4), ERROR_MAGIC + blob[len(ERROR_MAGIC) :]):
+        with pytest.raises(AuditError, match=f"blob of {len(blob)} bytes"):
+            decode_state(wrong, shapes)
+    with pytest.raises(AuditError, match="error-buffers-v2 blob"):
+        decode_error(blob, [math.prod(s) for s in shapes])
     state["w.0"] = state["w.0"] * float("nan")
     with pytest.raises(AuditError, match="finite"):
         decode_state(encode_state(state), shapes)
-    del state["m.0"]
-    with pytest.raises(AuditError, match="expected"):
-        decode_state(encode_state(state), shapes)
     assert state_hash(trail.states[0]) == trail.hashes[0]
+
+
+def test_a_state_blob_is_its_values_in_canonical_order() -> None:
+    """The wire format (docs/protocol.md): the magic, then per parameter w, m, v and the step
+    count as little-endian float32; decoding gives back the captured tensors bit for bit."""
+    t = trainer()
+    t.train_round(batch_of(2, samples=6), step=1, lr=4e-3)
+    state = capture_state(t.params, t._inner)
+    blob = encode_state(state)
+    n = len(t.shapes)
+    values = [state[f"{k}.{i}"].reshape(-1) for i in range(n) for k in "wmvt"]
+    assert blob == STATE_MAGIC + torch.cat(values).numpy().astype("<f4").tobytes()
+    back = decode_state(blob, list(t.shapes))
+    assert set(back) == set(state)
+    assert all(torch.equal(back[k], state[k]) and back[k].shape == state[k].shape for k in state)
 
 
 def test_a_round_without_a_trail_is_unchanged_by_auditing() -> None:
@@ -158,3 +183,16 @@ def test_recording_without_a_copy_commits_the_same_bytes() -> None:
     t.train_round(batch_of(8, samples=6), step=2, lr=4e-3)
     assert encode_state(capture_state(t.params, t._inner)) != copied
     assert trail.states[0] == copied
+
+
+def test_the_record_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/audit_record.py (its figures are in bench/README.md) still runs on this code."""
+    path = Path(__file__).resolve().parents[3] / "bench" / "audit_record.py"
+    spec = importlib.util.spec_from_file_location("bench_audit_record", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--repeat", "1"])
+    line = capsys.readouterr().out
+    parts = ", ".join(rf"{k} [\d.]+" for k in ("capture", "encode", "hash", "record", "decode"))
+    assert re.fullmatch(rf"one state of 14\.2 MB, ms \(median of 1\): {parts}\n", line), line

@@ -312,4 +312,5 @@ def test_a_trainer_that_denies_its_committed_states_is_told_from_a_slow_one() ->
 def test_the_state_bound_holds_an_honest_state() -> None:
     t = trainer()
     _, trail = audited_round(t, batch_of(1, samples=6))
-    assert all(len(s) <= state_bound(tuple(t.shapes)) for s in trail.states)
+    assert all(len(s) == state_bound(tuple(t.shapes)) for s in trail.states)
+    assert all(len(e) < state_bound(tuple(t.shapes)) for e in trail.errors)

@@ -358,15 +358,17 @@ def test_data_and_tensor_parallel_clients_keep_identical_weights(
     assert "tensorparallelism2" in "".join(log.split()), log[-2000:]
 
 
-def test_a_data_parallel_client_commits_to_its_samples_and_passes_verification(
+def test_parallel_clients_commit_to_their_samples_and_pass_verification(
     tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list
 ) -> None:
-    """A run that verifies every result (``verification_percent = 100``) with one of its three
-    clients on --data-parallelism 2: its replicas fingerprint their own micro-batches and its
-    payloads carry the commitments of all of them in batch order, so the other two clients,
-    recomputing its committed samples on one device, vote match every round; nobody is
-    accused and all three keep identical weights. (Before, the loader refused a data-parallel
-    client in a run that verifies.)"""
+    """A run that verifies every result (``verification_percent = 100``) with one client on
+    --data-parallelism 2 and one on --tensor-parallelism 2 beside a plain one: the DP replicas
+    fingerprint their own micro-batches, the TP ranks read the probed coordinates in their
+    slices and sum them over the group, and each payload carries the commitments of every
+    micro-batch in batch order, so the others, recomputing its committed samples on one device,
+    vote match every round; nobody is accused and all three keep identical weights. (Before,
+    the loader refused a data-parallel client in a run that verifies, and later a
+    tensor-parallel one.)"""
     from psyche.protocol.identity import SecretKey
 
     cfg = write_run_dir(
@@ -383,20 +385,23 @@ def test_a_data_parallel_client_commits_to_its_samples_and_passes_verification(
     )
     net = make_testnet(opts, lambda m: None)
     shared = net.client_settings
+    parallel = {"client-1": {"DATA_PARALLELISM": "2"}, "client-2": {"TENSOR_PARALLELISM": "2"}}
     net.client_settings = lambda label: {  # type: ignore[method-assign]
         **shared(label),
-        **({"DATA_PARALLELISM": "2"} if label == "client-1" else {}),
+        **parallel.get(label, {}),
     }
     s = _run(net, lambda n: None)
     assert s["final_state"] == "Finished"
     assert hashes_agree(s["rounds"])
     assert all(len(r["model_hash"]) == 3 for r in s["rounds"])
-    dp = SecretKey.from_bytes((tmp_path / "net" / "keys" / "client-1.key").read_bytes())
-    tag = dp.node_identity().hex()[:8]
-    logs = "".join((tmp_path / "net" / "logs" / f"client-{i}.log").read_text() for i in (2, 3))
-    lines = [" ".join(ln.split()) for ln in logs.splitlines() if "verified step" in ln]
-    assert not [ln for ln in lines if "MISMATCH" in ln], lines
-    judged = [ln for ln in lines if f" {tag}: " in ln and ln.endswith("match")]
-    assert len(judged) >= 2, lines  # its results were judged, by both others, and matched
-    log = (tmp_path / "net" / "logs" / "client-1.log").read_text()
-    assert "dataparallelism2" in "".join(log.split()), log[-2000:]
+    logs = {i: (tmp_path / "net" / "logs" / f"client-{i}.log").read_text() for i in (1, 2, 3)}
+    lines = {i: [" ".join(ln.split()) for ln in log.splitlines() if "verified step" in ln]
+             for i, log in logs.items()}  # fmt: skip
+    assert not [ln for v in lines.values() for ln in v if "MISMATCH" in ln], lines
+    for i, flag in ((1, "dataparallelism2"), (2, "tensorparallelism2")):
+        key = SecretKey.from_bytes((tmp_path / "net" / "keys" / f"client-{i}.key").read_bytes())
+        tag = key.node_identity().hex()[:8]
+        judged = [ln for j in (1, 2, 3) if j != i for ln in lines[j]
+                  if f" {tag}: " in ln and ln.endswith("match")]  # fmt: skip
+        assert len(judged) >= 2, lines  # its results were judged by the others, and matched
+        assert flag in "".join(logs[i].split()), logs[i][-2000:]

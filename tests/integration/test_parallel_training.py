@@ -226,7 +226,8 @@ def _tp_session(dp: int, tp: int) -> dict[str, Any]:
     out: dict[str, Any] = {"grads": _grad_gaps(ref, par, _batch(0))}
     out["steps"] = _train_and_apply(ref, par, range(1, 3), [None, None])
     out["eval"] = (ref.evaluate([_batch(9)]), par.evaluate([_batch(9)]))
-    out["commit"] = _error(lambda: par.accumulate_gradients(_batch(0), probe=par.probe(1)))
+    # 9 samples in micro-batches of 2: the short last one included.
+    out["commit"] = _commitments(ref, par, torch.cat([_batch(5), _batch(6)[:1]]), step=5)
     out["pids"] = par.worker_pids
     # Left open (kept from the garbage collector): the tests see the workers stop when this
     # process exits or is killed.
@@ -373,10 +374,20 @@ def test_bf16_gradients_are_summed_in_fp32_like_a_single_device_client(
     assert bf16["closed"]
 
 
-def test_tp2_refuses_to_commit_with_one_clear_error(
+def _assert_commits_as_a_single_device_client(c: dict[str, Any]) -> None:
+    assert c["groups"] == (MBS, MBS)
+    assert c["shapes"][0] == c["shapes"][1] and c["shapes"][0][0] == 5, c
+    assert min(c["agreement"]) >= 1 - 1e-6, c  # the verifier's line is 0.999
+    assert c["gap"] <= GRAD_RTOL, c
+
+
+def test_tp2_commits_to_each_micro_batch_as_a_single_device_client_does(
     tp2: tuple[dict[str, Any], BaseProcess],
 ) -> None:
-    assert tp2[0]["commit"] == "ValueError: per-sample commitments need --tensor-parallelism 1"
+    """A TP rank holds slices of the sharded gradients: the group reads the probed coordinates
+    in its slices and sums them (``sharded_probe``), so a verifier recomputing a micro-batch on
+    one device agrees with the tensor-parallel client's row for it."""
+    _assert_commits_as_a_single_device_client(tp2[0]["commit"])
 
 
 def test_tp2_matches_a_single_device_client(tp2: tuple[dict[str, Any], BaseProcess]) -> None:
@@ -402,6 +413,7 @@ def test_workers_exit_when_the_client_is_killed(tp2: tuple[dict[str, Any], BaseP
 def test_dp2_tp2_matches_a_single_device_client(tmp_path: Path) -> None:
     for result, proc in _session(tmp_path, _tp_session, 2, 2):
         _assert_matches_plain_client(result)
+        _assert_commits_as_a_single_device_client(result["commit"])
         assert len(result["pids"]) == 3
         # The client returned without closing: the exit handler stopped the workers.
         assert proc.exitcode == 0

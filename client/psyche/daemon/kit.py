@@ -12,8 +12,6 @@ from psyche.coordinator import Coordinator
 from psyche.data.provider import DataProvider
 from psyche.distro import Distro
 from psyche.distro.result_format import DistroFormat, ResultFormat
-from psyche.training.errors import ModelLoadError
-from psyche.training.parallel.trainer import ParallelTrainer
 from psyche.training.sparseloco_trainer import OPTIMIZER_STATE_FILE, SparseLoCoTrainer
 from psyche.training.trainer import Trainer
 
@@ -36,8 +34,8 @@ class ModelKit:
     source: str = "checkpoint"
 
     def follow_verification(self, verification_percent: int) -> None:
-        """Take per-sample commitments (a DisTrO trainer, one device; a SparseLoCo trainer
-        commits to its inner states) exactly when the run
+        """Take per-sample commitments (a DisTrO trainer, on one device or several; a
+        SparseLoCo trainer commits to its inner states) exactly when the run
         verifies: a kit kept across epochs must follow a config changed in between, or its
         payloads and its decoder would disagree with a client loaded since
         (docs/protocol.md, "Free riders: per-sample commitments")."""
@@ -55,11 +53,6 @@ class ModelKit:
         distro = trainer.distro
         if not isinstance(distro, Distro) or self.format.spec.commitments == commit:
             return
-        if commit and isinstance(trainer, ParallelTrainer) and trainer.layout.tp > 1:
-            raise ModelLoadError(
-                "this run now verifies results, and a tensor-parallel client cannot commit to "
-                "its samples yet: run without --tensor-parallelism (--data-parallelism commits)"
-            )
         distro.commitments = commit
         trainer.commit_samples = trainer.verifiable_lookahead = commit
         self.format = DistroFormat(distro.payload_spec)

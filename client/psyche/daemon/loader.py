@@ -132,11 +132,6 @@ def _trainer_and_format(
         _load_optimizer_state(sparseloco, files)
         return sparseloco, sparseloco.format
     assert isinstance(llm.optimizer, DistroOptimizer)  # _check_optimizer let no other through
-    if commit and layout.tp > 1:
-        raise ModelLoadError(
-            "this run verifies results, and a tensor-parallel client cannot commit to its "
-            "samples yet: run without --tensor-parallelism (--data-parallelism commits)"
-        )
     distro = Distro(model.named_parameters(), distro_config(llm.optimizer), commitments=commit)
     trainer = build_trainer(
         model,

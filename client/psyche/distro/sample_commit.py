@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -155,16 +155,25 @@ class MicroBatchFingerprints:
     accumulated ``.grad`` without a copy of it), scaled back to the micro-batch's mean loss.
     ``model``'s parameters are read in ascending name order, as the probe was made for."""
 
-    def __init__(self, model: torch.nn.Module, probe: Probe) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        probe: Probe,
+        gather: Callable[[Sequence[torch.Tensor | None]], torch.Tensor] | None = None,
+    ) -> None:
+        """``gather``: how the probed coordinates are read from the ``.grad`` tensors (default
+        ``probe.gather``; a tensor-parallel rank, which holds slices, reads them with its group:
+        ``psyche.training.parallel.sharded_probe``)."""
         self.params = [p for _, p in sorted(model.named_parameters(), key=lambda kv: kv[0])]
         self.probe = probe
+        self.gather = gather if gather is not None else probe.gather
         self.before = torch.zeros(probe.signs.shape[1])
         self.rows: list[torch.Tensor] = []
 
     def record(self, *, fresh: bool, scale: float) -> None:
         """After a micro-batch's backward, whose loss was divided by ``scale``; ``fresh``:
         ``.grad`` holds that micro-batch alone."""
-        now = self.probe.gather([p.grad for p in self.params])
+        now = self.gather([p.grad for p in self.params])
         own = now if fresh else now - self.before
         self.before = now
         self.rows.append(self.probe.project(own * scale))

@@ -14,8 +14,10 @@ issues the same collectives in the same order on every rank:
 4. `reduce_grads` (only if nothing was cancelled or failed): per parameter, a sum-reduce over the
    DP group onto replica 0, then on replica 0 the TP shards are gathered with DTensor's
    `full_tensor()`; rank 0 stores the FULL logical gradient in the canonical `.grad`;
-5. with a probe (per-sample commitments, TP = 1), one sum-reduce over DP brings every replica's
-   micro-batch fingerprints to rank 0 in batch order.
+5. with a probe (per-sample commitments), one sum-reduce over DP brings every replica's
+   micro-batch fingerprints to rank 0 in batch order (with TP > 1 the ranks of a TP group have
+   already summed each micro-batch's probed coordinates over their slices:
+   `sharded_probe`).
 
 An exception inside a rank's compute is caught and reported through the `failed` flag, so the
 collectives still match and the next step works; an error inside a TP forward's own collective
@@ -37,6 +39,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from psyche.distro.sample_commit import MicroBatchFingerprints, Probe
 from psyche.training.micro_batch import chunk_share
 from psyche.training.parallel.layout import ParallelLayout
+from psyche.training.parallel.sharded_probe import ShardedProbe
 
 __all__ = ["Command", "RankContext", "StepResult", "run_step"]
 
@@ -52,7 +55,7 @@ class Command:
     grad_accum_fp32: bool = False
     probe: Probe | None = None
     """With a probe, each micro-batch's own gradient is fingerprinted (per-sample commitments,
-    ``psyche.distro.sample_commit``; data parallelism only) and rank 0 gets them in batch order."""
+    ``psyche.distro.sample_commit``) and rank 0 gets them in batch order."""
 
 
 @dataclass(slots=True)
@@ -218,8 +221,8 @@ def run_step(
     grads: list[torch.Tensor | None] = []
     fingerprints = None
     try:
-        if command.probe is not None:  # TP = 1 (ParallelTrainer refuses a probe otherwise)
-            fingerprints = MicroBatchFingerprints(ctx.model, command.probe)
+        if command.probe is not None:
+            fingerprints = _fingerprints(ctx, command.probe)
         total, stopped, grads = compute_share(ctx, command, cancelled, fingerprints)
     except Exception as e:  # reported through the status flags so every rank stays in step
         error = e
@@ -242,6 +245,17 @@ def run_step(
     return StepResult(loss, any_cancelled, failures, error, rows)
 
 
+def _fingerprints(ctx: RankContext, probe: Probe) -> MicroBatchFingerprints:
+    """This rank's fingerprints of its micro-batches; with TP > 1 the probed coordinates are
+    read from its slices and summed over its TP group (``sharded_probe``)."""
+    if ctx.layout.tp == 1:
+        return MicroBatchFingerprints(ctx.model, probe)
+    params = [p for _, p in sorted(ctx.model.named_parameters(), key=lambda kv: kv[0])]
+    group = ctx.tp_mesh.get_group()
+    sharded = ShardedProbe(probe, params, ctx.coords[1], group, ctx.device)
+    return MicroBatchFingerprints(ctx.model, probe, gather=sharded.gather)
+
+
 def _gather_fingerprints(
     ctx: RankContext, command: Command, fingerprints: MicroBatchFingerprints
 ) -> torch.Tensor | None:
@@ -254,7 +268,7 @@ def _gather_fingerprints(
     full[mine.start : mine.stop] = fingerprints.values().double()
     full = full.to(ctx.device)
     dist.reduce(full, group_dst=0, op=dist.ReduceOp.SUM, group=ctx.dp_group)
-    return full.float().cpu() if ctx.owns_canonical else None
+    return full.float().cpu() if ctx.rank == 0 else None
 
 
 def shared_cancel(cancel: threading.Event | None, shared: Callable[[], None]) -> Callable[[], bool]:

@@ -34,8 +34,9 @@ rank 0's weight and optimizer memory.
 
 Per-sample commitments (a run that verifies): each DP replica fingerprints its own micro-batches
 (`MicroBatchFingerprints`, as `Trainer` does) and rank 0 gets every row in batch order
-(`step._gather_fingerprints`); with TP > 1 a rank holds a slice of each gradient, so probing is
-refused there.
+(`step._gather_fingerprints`); with TP > 1 a rank holds a slice of each gradient, so the ranks of
+a TP group read the probed coordinates in their own slices and sum them over the group once per
+micro-batch (`sharded_probe`: `COORDS` floats, not the gradient).
 
 `evaluate` runs on rank 0's canonical model alone (no gradients, so no activations to spread).
 """
@@ -139,10 +140,6 @@ class ParallelTrainer(Trainer):
         other replicas stop at their next micro-batch. The step's collectives always complete,
         so after `TrainingCancelled` the next step works.
         """
-        if probe is not None and self.layout.tp > 1:
-            # A TP rank holds a slice of each gradient, so the probed coordinates would have to
-            # be gathered across shards per micro-batch: not done.
-            raise ValueError("per-sample commitments need --tensor-parallelism 1")
         self._check_batch(batch)  # the same errors as Trainer, before any worker is involved
         self.last_commitments = None
         command = Command(

@@ -81,7 +81,9 @@ class ShardedProbe:
         self.reads: list[_Reads] = []
         first = 0
         for p, idx in zip(params, probe.indices, strict=True):
-            self.reads.append(_reads(p, idx, first, tp_index))
+            reads = _reads(p, idx, first, tp_index)
+            # On the device once, not per micro-batch (a GPU rank would copy them every time).
+            self.reads.append(_Reads(reads.outputs.to(device), reads.local.to(device)))
             first += idx.numel()
 
     def gather(self, grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
@@ -92,7 +94,6 @@ class ShardedProbe:
             if g is None or reads.local.numel() == 0:
                 continue  # a missing gradient reads as zeros, as in Probe.gather
             values = g.to_local() if isinstance(g, DTensor) else g
-            flat = values.detach().reshape(-1)
-            out[reads.outputs.to(self.device)] = flat[reads.local.to(flat.device)].float()
+            out[reads.outputs] = values.detach().reshape(-1)[reads.local].float()
         dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)
         return out.cpu()

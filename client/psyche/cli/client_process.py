@@ -196,25 +196,66 @@ def _backend_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
 def cancel_on_sigterm() -> asyncio.Event:
     """SIGTERM cancels the calling task, so ``run_client`` unwinds through its ``finally`` (the
     data-parallel workers stopped, the checkpoint upload awaited, peers told) instead of dying
-    where it stands. Returns the event set when that happened."""
+    where it stands. Returns the event set when that happened.
+
+    If the cancellation has not reached the shutdown :data:`STOP_NUDGE_S` later, something
+    swallowed it (CI saw a joined Solana client sit idle for a minute after SIGTERM, cause not
+    found): the tasks still pending are logged with where each waits, and all of them are
+    cancelled again. The shutdown itself (:func:`remove_sigterm_handler` onwards) is never
+    hurried: a checkpoint upload may take its time."""
     terminated = asyncio.Event()
     task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+
+    def nudge() -> None:
+        _NUDGES.pop(loop, None)
+        if task is None or task.done():
+            return
+        log.warning(
+            "SIGTERM: still not stopping after %g s; cancelling again the tasks that wait on: %s",
+            STOP_NUDGE_S,
+            _waiting_on(loop),
+        )
+        for other in asyncio.all_tasks(loop):
+            other.cancel()
 
     def on_sigterm() -> None:
         terminated.set()
         if task is not None:
             task.cancel()
+            if loop not in _NUDGES:
+                _NUDGES[loop] = loop.call_later(STOP_NUDGE_S, nudge)
 
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     return terminated
+
+
+STOP_NUDGE_S = 15.0
+"""How long a SIGTERM's cancellation may take to reach the client's shutdown before the client
+cancels every task again (well inside the minute a supervisor usually grants)."""
+_NUDGES: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
+
+
+def _waiting_on(loop: asyncio.AbstractEventLoop) -> str:
+    """Each pending task's name and the innermost line it waits at."""
+    where = []
+    for t in asyncio.all_tasks(loop):
+        frames = t.get_stack()
+        at = f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno}" if frames else "?"
+        where.append(f"{t.get_name()} at {at}")
+    return "; ".join(sorted(where)) or "nothing"
 
 
 def remove_sigterm_handler() -> None:
     """Undo :func:`cancel_on_sigterm` (SIGTERM kills again): once the client has stopped, a
     second SIGTERM must not cancel what is left of its shutdown."""
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        loop.remove_signal_handler(signal.SIGTERM)
+        nudge = _NUDGES.pop(loop, None)
+        if nudge is not None:
+            nudge.cancel()
 
 
 def _close_trainer(kit: ModelKit) -> None:

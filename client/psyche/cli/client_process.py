@@ -145,9 +145,8 @@ async def _train(
         log.error("--eval-tasks: %s", e)
         return EXIT_CONFIG
     # The copy check's compiled loops load now (about 2 s of CPU), not when the first result
-    # arrives. On this thread, before any network wait: loaded beside the connection in a worker
-    # thread, a SIGTERM once left the process waiting past a minute at exit (CI, 3f8ee20), and
-    # a load no thread outlives cannot hold up a stop. A SIGTERM meanwhile is handled right after.
+    # arrives; on this thread, before any network wait, so no worker thread outlives the loop.
+    # A SIGTERM meanwhile is handled right after.
     prepare_copy_check()
     try:
         await backend.connect()

@@ -65,7 +65,6 @@ from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.transport import Transport
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.sparseloco_audit import (
-    STATE_MAGIC,
     AuditError,
     decode_error,
     decode_state,
@@ -74,6 +73,7 @@ from psyche.training.sparseloco_audit import (
     replay_encode,
     replay_link,
     starts_at,
+    state_size,
 )
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
@@ -105,10 +105,8 @@ def link_of(seed: bytes, slot: int, trainer: bytes, links: int) -> int:
 
 
 def state_bound(shapes: tuple[tuple[int, ...], ...]) -> int:
-    """An honest state blob's exact size (and no error blob is larger): the magic, then three
-    float32 tensors and a float32 count per parameter tensor."""
-    numel = sum(int(torch.Size(s).numel()) for s in shapes)
-    return len(STATE_MAGIC) + 12 * numel + 4 * len(shapes)
+    """The most bytes a committed blob may be: an honest state's exact size."""
+    return state_size(shapes)
 
 
 @dataclass(frozen=True, slots=True)

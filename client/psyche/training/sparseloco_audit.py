@@ -63,6 +63,7 @@ __all__ = [
     "replay_link",
     "starts_at",
     "state_hash",
+    "state_size",
 ]
 
 STATE_MAGIC = b"psyche-sparseloco-inner-state-v2\0\0\0\0"
@@ -158,12 +159,27 @@ def _load_committed(
     return list(flat.split(list(sizes)))
 
 
+def state_size(shapes: Sequence[Sequence[int]]) -> int:
+    """An honest state blob's exact size for parameters of ``shapes`` (no error blob is
+    larger): the magic, then three float32 tensors and a float32 count per parameter."""
+    return len(STATE_MAGIC) + 4 * sum(_state_sizes(shapes))
+
+
+def _state_sizes(shapes: Sequence[Sequence[int]]) -> list[int]:
+    """Values per tensor in a state's canonical order: w, m, v and the step count, per
+    parameter."""
+    sizes: list[int] = []
+    for shape in shapes:
+        n = math.prod(shape)
+        sizes += [n, n, n, 1]
+    return sizes
+
+
 def decode_state(
     data: bytes, shapes: Sequence[tuple[int, ...]], commitment: bytes | None = None
 ) -> dict[str, torch.Tensor]:
     """A peer's state blob, checked against its commitment and strictly against ``shapes``."""
-    numels = [math.prod(shape) for shape in shapes]
-    sizes = [size for n in numels for size in (n, n, n, 1)]
+    sizes = _state_sizes(shapes)
     parts = iter(_load_committed(data, commitment, "the state", STATE_MAGIC, sizes))
     state: dict[str, torch.Tensor] = {}
     for i, shape in enumerate(shapes):

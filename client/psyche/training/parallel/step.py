@@ -248,12 +248,12 @@ def run_step(
 def _fingerprints(ctx: RankContext, probe: Probe) -> MicroBatchFingerprints:
     """This rank's fingerprints of its micro-batches; with TP > 1 the probed coordinates are
     read from its slices and summed over its TP group (``sharded_probe``)."""
-    if ctx.layout.tp == 1:
-        return MicroBatchFingerprints(ctx.model, probe)
-    params = [p for _, p in sorted(ctx.model.named_parameters(), key=lambda kv: kv[0])]
-    group = ctx.tp_mesh.get_group()
-    sharded = ShardedProbe(probe, params, ctx.coords[1], group, ctx.device)
-    return MicroBatchFingerprints(ctx.model, probe, gather=sharded.gather)
+    fingerprints = MicroBatchFingerprints(ctx.model, probe)
+    if ctx.layout.tp > 1:
+        group = ctx.tp_mesh.get_group()
+        sharded = ShardedProbe(probe, fingerprints.params, ctx.coords[1], group, ctx.device)
+        fingerprints.gather = sharded.gather
+    return fingerprints
 
 
 def _gather_fingerprints(

@@ -35,7 +35,7 @@ class AuditBlobs:
         self._uses: Counter[bytes] = Counter()
 
     async def publish(self, transport: Transport, height: int, trail: AuditTrail) -> None:
-        """Serve ``trail``'s states and error buffers (by their SHA-256, the committed hashes,
+        """Serve ``trail``'s states and error buffers (by their BLAKE3, the committed hashes,
         which the trail already took), the chain of the round at ``height``; withdraw all but
         the newest ``KEEP_ROUNDS`` chains. By count, not by height: heights restart at 0 each
         epoch, and comparing them kept the previous epoch's last chains served through most of

@@ -60,6 +60,7 @@ from psyche.daemon.rounds import ReceivedResult, RoundState, decode_verified, re
 from psyche.distro.audit_trailer import AuditCommitments
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco_payload import SparseLoCoPayload
+from psyche.p2p.digests import Digest
 from psyche.p2p.errors import BlobNotFound, BlobTooLarge, P2PError
 from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.transport import Transport
@@ -89,6 +90,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("psyche.daemon")
+
+AUDIT_DIGEST = Digest.blake3
+"""What the committed hashes, so the audit blobs' P2P ids, are (``sparseloco_audit.state_hash``)."""
 
 SERVE_SHARE = 0.5
 """Of ``max_round_train_time``, from the start of an audit: until when a verifier asks a trainer
@@ -207,7 +211,8 @@ async def _judge_slot(
         return s, at  # earlier slots spent the budget: whether it serves is still judged
     try:
         # The fetch's own deadline is the budget; the outer bound is a margin for a wedged host.
-        blobs = await asyncio.wait_for(_fetch(parts, trainer, at, left), left + 5.0)
+        async with asyncio.timeout(left + 5.0):
+            blobs = await _fetch(parts, trainer, at, left)
     except BlobTooLarge as e:
         # The trainer offers more bytes than any state has: not the state it committed to.
         ok, why = False, f"its committed state was not served ({e})"
@@ -264,7 +269,8 @@ def _pending_vote(
         need = wanted(at.audit, at.link)
         asked = served(parts.transport, peer_id_for(at.trainer_key), need, bound, serve_by)
         # The margin is for a wedged host of our own: that ends in an exception, unchecked.
-        ok = await asyncio.wait_for(asked, left + 5.0)
+        async with asyncio.timeout(left + 5.0):
+            ok = await asked
         if ok is False:
             why = f"it denied holding a committed state until {serve_s:g} s after the audit began"
             _logged(judged, s, at, False, why)
@@ -291,7 +297,9 @@ async def served(
         if left <= 0:
             return None
         try:
-            await transport.fetch(h, from_any_of=[peer], max_size=bound, timeout=left)
+            await transport.fetch(
+                h, from_any_of=[peer], max_size=bound, timeout=left, digest=AUDIT_DIGEST
+            )
         except (BlobNotFound, BlobTooLarge):
             return False
         except (TimeoutError, P2PError):
@@ -391,7 +399,9 @@ async def _fetch(
     got = {}
     for h in wanted(at.audit, at.link):
         left = max(0.5, deadline - time.monotonic())
-        got[h] = await parts.transport.fetch(h, from_any_of=[peer], max_size=bound, timeout=left)
+        got[h] = await parts.transport.fetch(
+            h, from_any_of=[peer], max_size=bound, timeout=left, digest=AUDIT_DIGEST
+        )
     return got
 
 

@@ -33,7 +33,7 @@ def trailer_bytes(inner_steps: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class AuditCommitments:
-    """What a SparseLoCo result commits to: the SHA-256 of each inner state S_0 … S_n (before
+    """What a SparseLoCo result commits to: the BLAKE3 of each inner state S_0 … S_n (before
     every inner step and after the last) and of the error buffers before and after the round."""
 
     states: tuple[bytes, ...]

@@ -46,6 +46,7 @@ import msgspec
 from psyche.net import framing
 from psyche.net.codec import MessageDecoder, encode_message_frame
 from psyche.net.errors import FrameError
+from psyche.p2p.digests import Digest
 from psyche.p2p.errors import ControlError
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
 
@@ -157,6 +158,8 @@ class Fetch(_Ctl, frozen=True):
     peers: PeerList
     timeout: Seconds
     attempt_timeout: Seconds
+    digest: Digest = Digest.sha256
+    """What ``blob_hash`` is the hash of (:mod:`psyche.p2p.digests`)."""
 
 
 class CancelFetch(_Ctl, frozen=True):

@@ -21,6 +21,7 @@ import hashlib
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 from psyche.p2p.control import Counters
+from psyche.p2p.digests import Digest, digest_of
 from psyche.p2p.errors import BlobNotFound, BlobTooLarge, FetchTimeout
 from psyche.p2p.nat import Reachability
 from psyche.p2p.peer_id import peer_id_for
@@ -140,6 +141,7 @@ class MemoryTransport(Transport):
         max_size: int,
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
+        digest: Digest = Digest.sha256,
     ) -> FetchResult:
         blob_hash = bytes(blob_hash)
         if (own := self._blobs.get(blob_hash)) is not None:
@@ -156,7 +158,7 @@ class MemoryTransport(Transport):
                 continue
             if len(data) > max_size:
                 raise BlobTooLarge(f"blob of {len(data)} bytes exceeds {max_size}", failures)
-            assert hashlib.sha256(data).digest() == blob_hash
+            assert digest_of(data, digest) == blob_hash
             self._blobs.setdefault(blob_hash, data)  # re-served, as the real host does
             return FetchResult(data, peer, 0.0, failures)
         raise BlobNotFound(f"no peer has blob {blob_hash.hex()[:16]}", failures)

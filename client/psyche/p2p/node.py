@@ -20,9 +20,10 @@ What the node guarantees to the daemon:
   announcements are not echoed back). Decoding and signature checks of the content are
   :func:`psyche.p2p.messages.open_announcement`'s job;
 * a blob is served only to allowed peers, fetched only from allowed peers, and
-  :meth:`fetch` returns bytes only after checking ``sha256(bytes) == hash`` (the host already
-  checked it while streaming; checking again here keeps the guarantee local). A fetched blob is
-  served from then on, so later fetchers can get it from us instead of from its producer.
+  :meth:`fetch` returns bytes only after checking ``sha256(bytes) == hash`` (BLAKE3 where the
+  fetch says so, :mod:`psyche.p2p.digests`; the host already checked it while streaming;
+  checking again here keeps the guarantee local). A fetched blob is served from then on, so
+  later fetchers can get it from us instead of from its producer.
 
 Behind a NAT (docs/p2p-nat.md): :meth:`reachability` says whether peers see us at an address we
 do not have; :meth:`reserve` then holds circuit relay v2 reservations on reachable members and
@@ -73,6 +74,7 @@ from psyche.p2p.control import (
     Unserve,
     blob_path,
 )
+from psyche.p2p.digests import Digest, digest_of
 from psyche.p2p.errors import (
     AnnouncementError,
     BlobNotFound,
@@ -361,17 +363,18 @@ class P2PNode(Transport):
         max_size: int,
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
+        digest: Digest = Digest.sha256,
     ) -> FetchResult:
         """:meth:`fetch`, also saying which peer delivered and which attempts failed."""
         blob_hash = bytes(blob_hash)
         if (local := self._served.get(blob_hash)) is not None:
             data = await asyncio.to_thread(local.read_bytes)
-            if hashlib.sha256(data).digest() == blob_hash:
+            if digest_of(data, digest) == blob_hash:
                 return FetchResult(data, self.peer_id, 0.0, [])
         peers = [p for p in dict.fromkeys(from_any_of) if p != self.peer_id]
         attempt_timeout = min(attempt_timeout, timeout)
         req_id = self._host.next_id()
-        msg = Fetch(req_id, blob_hash, max_size, peers, timeout, attempt_timeout)
+        msg = Fetch(req_id, blob_hash, max_size, peers, timeout, attempt_timeout, digest)
         try:
             # The host enforces ``timeout``; the margin only covers a wedged host.
             done: FetchDone = await self._host.request(
@@ -392,7 +395,7 @@ class P2PNode(Transport):
             raise kind(error, failures)
         path = Path(done.path)
         data = await asyncio.to_thread(path.read_bytes)
-        if hashlib.sha256(data).digest() != blob_hash:
+        if digest_of(data, digest) != blob_hash:
             raise FetchError(f"host returned blob {blob_hash.hex()[:16]} with the wrong hash")
         self._register(blob_hash, path, len(data))
         return FetchResult(data, done.from_peer, done.seconds, failures)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from psyche.p2p.control import Counters
+from psyche.p2p.digests import Digest
 from psyche.p2p.nat import Reachability
 
 __all__ = ["FetchResult", "Transport"]
@@ -23,7 +24,7 @@ __all__ = ["FetchResult", "Transport"]
 @dataclass(frozen=True, slots=True)
 class FetchResult:
     data: bytes
-    """The blob; ``sha256(data)`` equals the requested hash."""
+    """The blob; its hash (SHA-256, or the fetch's ``digest``) equals the requested one."""
     from_peer: str
     seconds: float
     failures: list[tuple[str, str]]
@@ -97,8 +98,10 @@ class Transport(Protocol):
         max_size: int,
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
+        digest: Digest = Digest.sha256,
     ) -> bytes:
-        """The blob with this SHA-256, from the best of ``from_any_of`` that has it.
+        """The blob with this SHA-256 (or ``digest``), from the best of ``from_any_of`` that has
+        it.
 
         Raises :class:`~psyche.p2p.errors.FetchError` (too large, not found, timeout) when no
         peer delivers a verified copy within ``timeout`` seconds.
@@ -109,6 +112,7 @@ class Transport(Protocol):
             max_size=max_size,
             timeout=timeout,
             attempt_timeout=attempt_timeout,
+            digest=digest,
         )
         return result.data
 
@@ -120,6 +124,7 @@ class Transport(Protocol):
         max_size: int,
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
+        digest: Digest = Digest.sha256,
     ) -> FetchResult:
         """:meth:`fetch`, also saying which peer delivered and which attempts failed."""
         ...

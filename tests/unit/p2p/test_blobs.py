@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from psyche.p2p.control import FetchDone, FetchErrorKind, blob_path
+from psyche.p2p.digests import Digest, digest_of
 from psyche.p2p.host.blobs import (
     HEADER_LEN,
     MAX_HINTS,
@@ -72,8 +73,11 @@ def run_fetch(
     allowed: set[str] | None = None,
     connected: set[str] | None = None,
     clock: trio.abc.Clock | None = None,
+    name: bytes = H,
+    digest: Digest = Digest.sha256,
 ) -> tuple[FetchDone, list[str]]:
-    """Fetch ``H`` from ``peers`` served by ``handlers``; returns the outcome and peers dialled."""
+    """Fetch ``name`` (``H``: the SHA-256 of ``BLOB``) from ``peers`` served by ``handlers``;
+    returns the outcome and peers dialled."""
     table = table or PeerTable()
     opened: list[str] = []
 
@@ -98,7 +102,7 @@ def run_fetch(
                 nursery.start_soon(serve, handlers[peer], Stream(theirs))
                 return Stream(ours)
 
-            req = FetchRequest(1, H, max_size, peers, timeout, attempt_timeout)
+            req = FetchRequest(1, name, max_size, peers, timeout, attempt_timeout, digest)
             done = await fetch_blob(
                 req,
                 blob_dir=tmp_path,
@@ -118,11 +122,13 @@ def run_fetch(
     return done, opened
 
 
-def server_for(tmp_path: Path, content: bytes, **kw: Any) -> tuple[BlobServer, Handler]:
+def server_for(
+    tmp_path: Path, content: bytes, name: bytes = H, **kw: Any
+) -> tuple[BlobServer, Handler]:
     path = tmp_path / f"served-{os.urandom(4).hex()}"
     path.write_bytes(content)
     server = BlobServer(is_allowed=lambda p: p != "outsider", **kw)
-    server.serve(H, str(path), len(content))
+    server.serve(name, str(path), len(content))
 
     async def handle(stream: ByteStream) -> None:
         await server.handle(stream, "fetcher")
@@ -177,6 +183,24 @@ def test_forged_truncated_and_lying_peers_are_skipped(tmp_path: Path) -> None:
     assert "ended after 1000" in reasons["trunc"]
     assert "max_size" in reasons["liar"]
     assert "ConnectionRefusedError" in reasons["dead"]
+
+
+def test_a_blake3_named_blob_is_checked_as_blake3(tmp_path: Path) -> None:
+    """The SparseLoCo audit's blobs are named by their BLAKE3 (psyche.p2p.digests): a fetch
+    that says so keeps the honest copy and skips a forger; the same id checked as SHA-256
+    matches no copy at all, so a fetch never takes one kind of id for the other."""
+    name = digest_of(BLOB, Digest.blake3)
+    assert name != H
+    _, forger = server_for(tmp_path, os.urandom(len(BLOB)), name)
+    _, honest = server_for(tmp_path, BLOB, name)
+    handlers = {"forger": forger, "honest": honest}
+    done, _ = run_fetch(tmp_path, handlers, ["forger", "honest"], name=name, digest=Digest.blake3)
+    assert done.from_peer == "honest" and Path(str(done.path)).read_bytes() == BLOB
+    assert "does not match" in dict((f.peer, f.reason) for f in done.failures)["forger"]
+    (tmp_path / "sha").mkdir()
+    done, _ = run_fetch(tmp_path / "sha", {"honest": honest}, ["honest"], name=name, timeout=0.5)
+    assert done.path is None
+    assert "does not match" in dict((f.peer, f.reason) for f in done.failures)["honest"]
 
 
 def test_stalled_peer_hits_the_attempt_timeout_then_another_peer_serves(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import time
 from collections.abc import Awaitable
 
@@ -16,6 +15,7 @@ import torch
 
 from psyche.daemon.audit_serving import AuditBlobs
 from psyche.daemon.sparseloco_verifying import (
+    AUDIT_DIGEST,
     audit_link,
     link_of,
     served,
@@ -34,7 +34,7 @@ from psyche.p2p.memory import MemoryNetwork, MemoryTransport
 from psyche.protocol.identity import SecretKey
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config
-from psyche.training.sparseloco_audit import AuditTrail
+from psyche.training.sparseloco_audit import AuditTrail, state_hash
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
 from .helpers import TINY, batch_of
@@ -191,8 +191,8 @@ def _made_up_trail(height: int) -> AuditTrail:
     trail = AuditTrail()
     trail.states = [bytes([height, i]) * 16 for i in range(3)]
     trail.errors = [bytes([height, 9]) * 16, bytes([height, 8]) * 16]
-    trail.hashes = [hashlib.sha256(b).digest() for b in trail.states]
-    trail.error_hashes = [hashlib.sha256(b).digest() for b in trail.errors]
+    trail.hashes = [state_hash(b) for b in trail.states]
+    trail.error_hashes = [state_hash(b) for b in trail.errors]
     return trail
 
 
@@ -207,14 +207,14 @@ def test_the_trainer_serves_two_rounds_of_chains_and_withdraws_older_ones() -> N
             await served.publish(server, height, trail)
         assert served.rounds == (2, 3)
         got = await client.fetch(
-            hashlib.sha256(trails[1].states[0]).digest(), from_any_of=[server.peer_id],
-            max_size=1024, timeout=2.0,
+            state_hash(trails[1].states[0]), from_any_of=[server.peer_id],
+            max_size=1024, timeout=2.0, digest=AUDIT_DIGEST,
         )  # fmt: skip
         assert got == trails[1].states[0]
         with pytest.raises(P2PError):
             await client.fetch(
-                hashlib.sha256(trails[0].states[0]).digest(), from_any_of=[server.peer_id],
-                max_size=1024, timeout=0.5,
+                state_hash(trails[0].states[0]), from_any_of=[server.peer_id],
+                max_size=1024, timeout=0.5, digest=AUDIT_DIGEST,
             )  # fmt: skip
 
     asyncio.run(run())
@@ -239,16 +239,16 @@ def test_a_chain_stays_whole_while_the_next_two_are_published() -> None:
         assert audited.errors[0] == trails[0].errors[-1]  # the blob both chains name
         for blob in (*audited.states, *audited.errors):
             got = await client.fetch(
-                hashlib.sha256(blob).digest(), from_any_of=[server.peer_id],
-                max_size=len(blob), timeout=2.0,
+                state_hash(blob), from_any_of=[server.peer_id],
+                max_size=len(blob), timeout=2.0, digest=AUDIT_DIGEST,
             )  # fmt: skip
             assert got == blob
         gone = [b for b in trails[0].states if b not in (*audited.states, *trails[2].states)]
         assert gone
         with pytest.raises(P2PError):
             await client.fetch(
-                hashlib.sha256(gone[0]).digest(), from_any_of=[server.peer_id],
-                max_size=len(gone[0]), timeout=0.5,
+                state_hash(gone[0]), from_any_of=[server.peer_id],
+                max_size=len(gone[0]), timeout=0.5, digest=AUDIT_DIGEST,
             )  # fmt: skip
 
     asyncio.run(run())
@@ -263,18 +263,20 @@ def test_a_new_epoch_withdraws_the_last_epochs_chains() -> None:
         served, first = AuditBlobs(), {}
         for height in (20, 21, 0, 1):
             trail = _made_up_trail(height)
-            first[height] = hashlib.sha256(trail.states[0]).digest()
+            first[height] = state_hash(trail.states[0])
             await served.publish(server, height, trail)
         assert served.rounds == (0, 1)
         for height in (0, 1):
             await client.fetch(
-                first[height], from_any_of=[server.peer_id], max_size=64, timeout=1.0
-            )
+                first[height], from_any_of=[server.peer_id], max_size=64, timeout=1.0,
+                digest=AUDIT_DIGEST,
+            )  # fmt: skip
         for height in (20, 21):
             with pytest.raises(P2PError):
                 await client.fetch(
-                    first[height], from_any_of=[server.peer_id], max_size=64, timeout=0.5
-                )
+                    first[height], from_any_of=[server.peer_id], max_size=64, timeout=0.5,
+                    digest=AUDIT_DIGEST,
+                )  # fmt: skip
 
     asyncio.run(run())
 
@@ -290,14 +292,14 @@ def test_a_trainer_that_denies_its_committed_states_is_told_from_a_slow_one() ->
         server, client = _server_and_client()
         trail = _made_up_trail(1)
         blobs = (*trail.states, *trail.errors)
-        need = [hashlib.sha256(b).digest() for b in blobs]
+        need = [state_hash(b) for b in blobs]
 
         def ask(bound: int, within: float) -> Awaitable[bool | None]:
             return served(client, server.peer_id, need, bound, time.monotonic() + within)
 
         assert await ask(64, 0.6) is False  # nothing served: "not found"
         for b in trail.states:
-            server.serve(b, handoff=False)
+            await server.serve_known(b, state_hash(b), handoff=False)
         assert await ask(64, 0.6) is False  # the states but not the error buffers
         await AuditBlobs().publish(server, 1, trail)
         assert await ask(len(blobs[0]) - 1, 2.0) is False  # larger than a state can be

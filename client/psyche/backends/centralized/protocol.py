@@ -97,11 +97,12 @@ __all__ = [
     "read_message",
 ]
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 """2 added `Keepalive`; 3 sends DisTrO payloads in format v2 (`psyche.distro.PAYLOAD_VERSION`),
 which a version 2 client cannot read, so the challenge keeps the two apart (docs/protocol.md,
 "Payload formats"); 4 serves SparseLoCo audit states as raw values (`STATE_MAGIC` v2), which a
-version 3 verifier would take for a trainer's malformed blob."""
+version 3 verifier would take for a trainer's malformed blob; 5 commits to them by BLAKE3, not
+SHA-256, which a version 4 verifier could not fetch."""
 AUTH_DOMAIN = b"psyche-coordinator-auth"
 AUTH = ChallengeAuth(AUTH_DOMAIN)
 MAX_CLIENT_FRAME = 64 * 1024

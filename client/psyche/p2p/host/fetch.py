@@ -28,7 +28,6 @@ which later fetches of the same blob skip from the start.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -38,6 +37,7 @@ from pathlib import Path
 import trio
 
 from psyche.p2p.control import FetchDone, FetchErrorKind, FetchFailure, blob_path
+from psyche.p2p.digests import Digest, hasher
 from psyche.p2p.host.blobs import (
     CHUNK,
     HEADER_LEN,
@@ -99,9 +99,10 @@ _STATUS_FAILURE = {
 
 
 async def _download(
-    stream: ByteStream, blob_hash: bytes, max_size: int, part: Path
+    stream: ByteStream, blob_hash: bytes, max_size: int, part: Path, kind: Digest
 ) -> tuple[int, float]:
-    """Fetch into ``part`` and verify; returns (size, seconds from request to last byte)."""
+    """Fetch into ``part`` and verify (``blob_hash`` is the ``kind`` hash of the bytes);
+    returns (size, seconds from request to last byte)."""
     t0 = trio.current_time()
     await stream.write(encode_request(blob_hash, max_size))
     status, length = decode_header(await read_exactly(stream, HEADER_LEN))
@@ -118,7 +119,7 @@ async def _download(
     if length > max_size:
         reason = f"announced {length} bytes > max_size {max_size}"
         raise _AttemptFailed(reason, exclude=True, penalize=True, rejection=Rejection.blob_oversize)
-    digest = hashlib.sha256()
+    digest = hasher(kind)
     got = 0
     # Plain writes: the blob dir is normally /dev/shm, where a write is a memory copy.
     with open(part, "wb") as f:
@@ -146,11 +147,12 @@ async def _attempt(
     blob_hash: bytes,
     max_size: int,
     part: Path,
+    kind: Digest,
 ) -> tuple[int, float]:
     stream = await open_stream(peer)
     ok = False
     try:
-        result = await _download(stream, blob_hash, max_size, part)
+        result = await _download(stream, blob_hash, max_size, part, kind)
         ok = True
         return result
     finally:
@@ -168,6 +170,7 @@ class FetchRequest:
     peers: Sequence[str]
     timeout: float
     attempt_timeout: float
+    digest: Digest = Digest.sha256
 
 
 BUSY_RETRY_S = 0.1
@@ -346,7 +349,7 @@ class _Fetch:
         with trio.move_on_after(min(req.attempt_timeout, remaining)) as scope:
             try:
                 size, seconds = await _attempt(
-                    self.open_stream, peer, req.blob_hash, req.max_size, self.part
+                    self.open_stream, peer, req.blob_hash, req.max_size, self.part, req.digest
                 )
             except _AttemptFailed as e:
                 self._refused(peer, e)

@@ -149,6 +149,7 @@ class HostService:
                         req.peers,
                         req.timeout,
                         req.attempt_timeout,
+                        req.digest,
                     ),
                     blob_dir=self.blob_dir,
                     table=self.table,

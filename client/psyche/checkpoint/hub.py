@@ -122,7 +122,8 @@ async def _terminate(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.terminate()
     try:
-        await asyncio.wait_for(proc.wait(), TERMINATE_GRACE_S)
+        async with asyncio.timeout(TERMINATE_GRACE_S):
+            await proc.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()

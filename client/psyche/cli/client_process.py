@@ -198,10 +198,12 @@ def cancel_on_sigterm() -> asyncio.Event:
     where it stands. Returns the event set when that happened.
 
     If the cancellation has not reached the shutdown :data:`STOP_NUDGE_S` later, something
-    swallowed it (CI saw a joined Solana client sit idle for a minute after SIGTERM, cause not
-    found): the tasks still pending are logged with where each waits, and all of them are
-    cancelled again. The shutdown itself (:func:`remove_sigterm_handler` onwards) is never
-    hurried: a checkpoint upload may take its time."""
+    swallowed it (CI saw a joined Solana client sit idle for a minute after SIGTERM; the likely
+    cause, Python 3.11's ``asyncio.wait_for`` losing a cancel that lands as its wait completes,
+    is gone from the client: tests/unit/test_cancellation.py): the tasks still pending are
+    logged with where each waits, and all of them are cancelled again. The shutdown itself
+    (:func:`remove_sigterm_handler` onwards) is never hurried: a checkpoint upload may take its
+    time."""
     terminated = asyncio.Event()
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()

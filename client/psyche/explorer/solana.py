@@ -126,7 +126,8 @@ class SolanaSource:
         if self.t.ws and self.account is not None and self._ws_task is None:
             self._ws_task = asyncio.create_task(self._follow(self.t.ws, self.account))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
         self._changed.clear()
 
     async def _follow(self, ws: str, account: Pubkey) -> None:

@@ -88,7 +88,8 @@ class HttpServer:
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Serve one request; False when the connection is to be closed."""
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT)
+            async with asyncio.timeout(IDLE_TIMEOUT):
+                head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError:
             return False
         except asyncio.LimitOverrunError:
@@ -179,7 +180,8 @@ class HttpServer:
             )
         if headers.get("expect", "").lower() == "100-continue":
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        return await asyncio.wait_for(reader.readexactly(length), IDLE_TIMEOUT)
+        async with asyncio.timeout(IDLE_TIMEOUT):
+            return await reader.readexactly(length)
 
     @staticmethod
     async def _send(

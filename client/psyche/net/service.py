@@ -180,7 +180,8 @@ class TcpService(Generic[ConnT, IdentityT]):
                 return
             self._admit_handshake(conn)
             try:
-                identity = await asyncio.wait_for(self.authenticate(conn), self.handshake_timeout)
+                async with asyncio.timeout(self.handshake_timeout):
+                    identity = await self.authenticate(conn)
             except TimeoutError:
                 raise HandshakeTimeout(
                     f"handshake not finished within {self.handshake_timeout:g} s"

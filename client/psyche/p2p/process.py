@@ -98,7 +98,8 @@ class HostProcess:
             # shield, cancelling dropped the only reader of ``_ready`` while the host, stopped
             # by the same SIGTERM, then set its NodeStopped there: "Future exception was never
             # retrieved" after a clean stop (issue 28).
-            return await asyncio.wait_for(self._ready, startup_timeout)
+            async with asyncio.timeout(startup_timeout):
+                return await self._ready
         except BaseException:
             await self.stop()
             raise
@@ -130,7 +131,8 @@ class HostProcess:
         self._pending[req_id] = future
         try:
             self.send(make(req_id))
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                return await future
         finally:
             self._pending.pop(req_id, None)
 
@@ -142,12 +144,14 @@ class HostProcess:
                 self.send(Shutdown())
             self._closed = True
             try:
-                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+                async with asyncio.timeout(STOP_TIMEOUT):
+                    await proc.wait()
             except TimeoutError:
                 log.warning("the p2p host did not stop when asked; terminating it")
                 proc.terminate()  # SIGTERM exits even a wedged host, outside its event loop
                 try:
-                    await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+                    async with asyncio.timeout(STOP_TIMEOUT):
+                        await proc.wait()
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()

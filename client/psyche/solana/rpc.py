@@ -426,7 +426,8 @@ async def account_updates(
                 params = [str(pubkey), {"encoding": "base64", "commitment": COMMITMENT}]
                 req = {"jsonrpc": "2.0", "id": 1, "method": "accountSubscribe", "params": params}
                 await ws.send(json.dumps(req))
-                ack = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                async with asyncio.timeout(10):
+                    ack = json.loads(await ws.recv())
                 if "result" not in ack:
                     raise RpcError(f"{ws_url}: accountSubscribe refused: {ack.get('error')}")
                 log.info("subscribed to %s at %s", pubkey, ws_url)

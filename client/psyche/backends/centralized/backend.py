@@ -190,7 +190,8 @@ class CentralizedBackend:
         cond = self._inbox.cond
         async with cond:
             try:
-                await asyncio.wait_for(cond.wait_for(lambda: ready() or self._inbox.ended), timeout)
+                async with asyncio.timeout(timeout):
+                    await cond.wait_for(lambda: ready() or self._inbox.ended)
             except TimeoutError:
                 host, port = self.address
                 raise BackendError(f"not connected to the server at {host}:{port}") from None
@@ -207,7 +208,8 @@ class CentralizedBackend:
                 raise BackendError("connection lost before the message was sent")
             try:
                 writer.write(data)
-                await asyncio.wait_for(writer.drain(), self._send_timeout)
+                async with asyncio.timeout(self._send_timeout):
+                    await writer.drain()
             except (OSError, TimeoutError) as e:
                 raise BackendError(f"sending to the server failed: {e or type(e).__name__}") from e
 
@@ -261,7 +263,8 @@ class CentralizedBackend:
                 return
 
     async def _recv(self, reader: asyncio.StreamReader, timeout: float | None) -> ServerMessage:
-        data = await asyncio.wait_for(read_message(reader, MAX_SERVER_FRAME), timeout)
+        async with asyncio.timeout(timeout):
+            data = await read_message(reader, MAX_SERVER_FRAME)
         if data is None:
             raise BackendProtocolError("the server closed the connection")
         return decode_server(data)
@@ -270,7 +273,8 @@ class CentralizedBackend:
         """Connect, authenticate and join; returns once the server sent its first state."""
         host, port = self.address
         t = self._connect_timeout
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), t)
+        async with asyncio.timeout(t):
+            reader, writer = await asyncio.open_connection(host, port)
         try:
             challenge = await self._recv(reader, t)
             if not isinstance(challenge, Challenge):
@@ -284,7 +288,8 @@ class CentralizedBackend:
             writer.write(frame(Join(self.run_id), MAX_CLIENT_FRAME))
             if self._my_addrs is not None:
                 writer.write(frame(P2PAddrsMsg(self._my_addrs), MAX_CLIENT_FRAME))
-            await asyncio.wait_for(writer.drain(), t)
+            async with asyncio.timeout(t):
+                await writer.drain()
             first = await self._recv(reader, t)
             if isinstance(first, JoinRejected):
                 raise JoinRejectedError(first.reason)

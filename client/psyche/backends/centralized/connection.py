@@ -83,7 +83,8 @@ class ClientConnection(Connection):
         """Flush what is queued (bounded by ``send_timeout``), then close."""
         self._queue.put_nowait(None)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self._sender), self._send_timeout)
+            async with asyncio.timeout(self._send_timeout):
+                await asyncio.shield(self._sender)
         self._sender.cancel()
         await super().close()
 
@@ -95,7 +96,8 @@ class ClientConnection(Connection):
                     if data is None:
                         continue
                 self.writer.write(data)
-                await asyncio.wait_for(self.writer.drain(), self._send_timeout)
+                async with asyncio.timeout(self._send_timeout):
+                    await self.writer.drain()
         except (OSError, TimeoutError) as e:
             log.info("%s: send failed (%s), dropping it", self.name, e or type(e).__name__)
             self.abort()

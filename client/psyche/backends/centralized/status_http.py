@@ -152,7 +152,8 @@ class StatusEndpoint:
         if self._listener is not None:
             self._listener.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._listener.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._listener.wait_closed()
 
     def body(self, since: int | None = None) -> bytes:
         now = time.monotonic()

@@ -5,10 +5,11 @@ for each of ``--rounds`` rounds, a trainer takes the round once without the audi
 it (``SparseLoCoTrainer.set_audit``, the same start: the second from a copy of the first's state),
 and a verifier runs the daemon's check of one inner step and the encode link
 (``psyche.daemon.sparseloco_verifying.audit_link``) on the audited result. Printed: the CPU
-seconds of each (medians), the recording overhead, an audit's cost as a share of a plain round,
-the bytes an audit fetches, and what a client then spends per round at ``verification_percent``
-p with 3 verifiers per sampled result (each audits every sampled result but its own, so about
-3·p/100 audits per client and round).
+seconds of each (medians; the two rounds' order alternates), the recording overhead (the two
+rounds' ratio, and the trail's own CPU time, which is less noisy), an audit's cost as a share
+of a plain round, the bytes an audit fetches, and what a client then spends per round at
+``verification_percent`` p with 3 verifiers per sampled result (each audits every sampled
+result but its own, so about 3·p/100 audits per client and round), recording included.
 
     .venv/bin/python bench/sparseloco_audit_wire.py              # H = 2, as config/tiny-sparseloco
     .venv/bin/python bench/sparseloco_audit_wire.py --inner-steps 4 --batch 8
@@ -77,8 +78,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }  # fmt: skip
         audited.state = copy.deepcopy(plain.state)
         audited._inner.load_state_dict(copy.deepcopy(plain._inner.state_dict()))
-        _, t_plain = _cpu(partial(plain.train_step, batch, **kw))
-        out, t_audit = _cpu(partial(audited.train_step, batch, **kw))
+        # Alternated, so neither kind always runs second (on caches the other one warmed).
+        if r % 2:
+            out, t_audit = _cpu(partial(audited.train_step, batch, **kw))
+            _, t_plain = _cpu(partial(plain.train_step, batch, **kw))
+        else:
+            _, t_plain = _cpu(partial(plain.train_step, batch, **kw))
+            out, t_audit = _cpu(partial(audited.train_step, batch, **kw))
         trail = audited.last_trail
         assert trail is not None
         decoded = audited.format.decode(out.payload)
@@ -95,14 +101,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "plain_s": t_plain,
                 "audited_s": t_audit,
+                "recording_s": trail.cpu_s,
                 "audit_s": t_check,
                 "fetched_bytes": sum(len(served[x]) for x in need),
                 "served_bytes": sum(len(b) for b in (*trail.states, *trail.errors)),
             }
         )
         print(
-            f"round {r + 1}: plain {t_plain:.3f} s, recording {t_audit:.3f} s, "
-            f"audit of step {link} + encode {t_check:.3f} s",
+            f"round {r + 1}: plain {t_plain:.3f} s, recording {t_audit:.3f} s "
+            f"(its trail {trail.cpu_s:.3f} s), audit of step {link} + encode {t_check:.3f} s",
             file=sys.stderr,
         )
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
@@ -114,6 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "median": med,
         "recording_over_plain": med["audited_s"] / med["plain_s"],
+        "recording_share": med["recording_s"] / med["plain_s"],
         "audit_over_plain": med["audit_s"] / med["plain_s"],
         "percent": args.percent,
         "verifier_share_per_round": audits_per_client * med["audit_s"] / med["plain_s"],
@@ -129,15 +137,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"H = {res['inner_steps']}, {res['samples_per_step']} samples per step, "
         f"{res['params']:,} parameters, {res['rounds']} rounds (medians, CPU s, 1 thread)"
     )
+    total = res["recording_share"] + res["verifier_share_per_round"]
     print(
-        "| plain round | recording round | ratio | audit (step + encode) | audit / round "
-        f"| verifier share at {res['percent']} % | fetched per audit | served per round |"
+        "| plain round | recording round | ratio | the trail's own CPU / plain "
+        "| audit (step + encode) | audit / round "
+        f"| verifier share at {res['percent']} % | recording + verifier "
+        "| fetched per audit | served per round |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {m['plain_s']:.3f} | {m['audited_s']:.3f} | {res['recording_over_plain']:.2f} "
+        f"| {100 * res['recording_share']:.1f} % "
         f"| {m['audit_s']:.3f} | {res['audit_over_plain']:.2f} "
-        f"| {100 * res['verifier_share_per_round']:.1f} % "
+        f"| {100 * res['verifier_share_per_round']:.1f} % | {100 * total:.1f} % "
         f"| {m['fetched_bytes'] / 1e6:.1f} MB ({res['fetched_bytes_per_param']:.0f} B/param) "
         f"| {m['served_bytes'] / 1e6:.1f} MB |"
     )

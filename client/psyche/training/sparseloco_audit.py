@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -217,18 +218,25 @@ class AuditTrail:
     states: list[bytes] = field(default_factory=list)
     error_hashes: list[bytes] = field(default_factory=list)
     errors: list[bytes] = field(default_factory=list)
+    cpu_s: float = 0.0
+    """CPU seconds the recording took on the calling thread: what auditing costs the trainer
+    (``bench/sparseloco_audit_wire.py`` reads it; two whole rounds' difference is noisier)."""
 
     def record(self, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
+        t0 = time.thread_time()
         data = encode_state(capture_state(params, optimizer, copy=False))
         self.hashes.append(state_hash(data))
         if self.keep:
             self.states.append(data)
+        self.cpu_s += time.thread_time() - t0
 
     def record_error(self, error: Sequence[torch.Tensor]) -> None:
+        t0 = time.thread_time()
         data = encode_error(error)
         self.error_hashes.append(state_hash(data))
         if self.keep:
             self.errors.append(data)
+        self.cpu_s += time.thread_time() - t0
 
     @property
     def links(self) -> int:
@@ -301,16 +309,24 @@ def load_state(
             }
 
 
-def _sq(
-    a: dict[str, torch.Tensor], key: str, n: int, b: dict[str, torch.Tensor], scale: float = 1.0
-) -> float:
-    """Σ‖a[key.i] − scale·b[key.i]‖² over the model's tensors, in float64."""
-    total = 0.0
+def _errors(
+    replayed: dict[str, torch.Tensor],
+    after: dict[str, torch.Tensor],
+    before: dict[str, torch.Tensor],
+    key: str,
+    n: int,
+    beta: float,
+) -> tuple[float, float]:
+    """(Σ‖r − after‖², Σ‖r − β·before‖²) over the model's ``key`` tensors, in float64; each
+    tensor is widened once (the two sums used to widen ``r`` twice: a third of the compare)."""
+    num = base = 0.0
     for i in range(n):
-        d = a[f"{key}.{i}"].to(torch.float64, copy=True)  # never the caller's tensor
-        d.sub_(b[f"{key}.{i}"].double(), alpha=scale)
-        total += float(torch.dot(d.view(-1), d.view(-1)))  # a third of square().sum()'s time
-    return total
+        r = replayed[f"{key}.{i}"].double().view(-1)  # a new tensor: never the caller's
+        d = torch.sub(r, after[f"{key}.{i}"].double().view(-1))
+        num += float(torch.dot(d, d))  # a third of square().sum()'s time
+        d = torch.sub(r, before[f"{key}.{i}"].double().view(-1), alpha=beta)
+        base += float(torch.dot(d, d))
+    return num, base
 
 
 def _rel(num: float, base: float) -> float:
@@ -328,11 +344,11 @@ def _compare(
 ) -> LinkVerdict:
     n = len(replayed) // 4
     step_ok = all(bool(torch.equal(replayed[f"t.{i}"], after[f"t.{i}"])) for i in range(n))
-    weight = _rel(_sq(replayed, "w", n, after), _sq(replayed, "w", n, before))
+    weight = _rel(*_errors(replayed, after, before, "w", n, 1.0))
     # Against the step's own increment (m' − β₁m = (1 − β₁)·g), not the moment's size: a moment
     # carries its history, which would dilute a wrong gradient by 1 − β.
     moments = max(
-        _rel(_sq(replayed, k, n, after), _sq(replayed, k, n, before, beta))
+        _rel(*_errors(replayed, after, before, k, n, beta))
         for k, beta in zip("mv", betas, strict=True)
     )
     return LinkVerdict(link=link, weight_error=weight, moment_error=moments, step_ok=step_ok)

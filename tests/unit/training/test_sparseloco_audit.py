@@ -10,6 +10,7 @@ import math
 import re
 from pathlib import Path
 
+import blake3
 import pytest
 import torch
 
@@ -180,6 +181,8 @@ def test_recording_without_a_copy_commits_the_same_bytes() -> None:
     trail = AuditTrail()
     trail.record(t.params, t._inner)
     assert trail.states[0] == copied and trail.hashes[0] == state_hash(copied)
+    assert state_hash(copied) == blake3.blake3(copied).digest()  # the protocol's commitment
+    assert trail.cpu_s > 0.0  # what the wire bench reports as the recording's own cost
     t.train_round(batch_of(8, samples=6), step=2, lr=4e-3)
     assert encode_state(capture_state(t.params, t._inner)) != copied
     assert trail.states[0] == copied

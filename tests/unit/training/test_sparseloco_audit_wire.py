@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import time
 from collections.abc import Awaitable
+from pathlib import Path
 
 import pytest
 import torch
@@ -316,3 +318,18 @@ def test_the_state_bound_holds_an_honest_state() -> None:
     _, trail = audited_round(t, batch_of(1, samples=6))
     assert all(len(s) == state_bound(tuple(t.shapes)) for s in trail.states)
     assert all(len(e) < state_bound(tuple(t.shapes)) for e in trail.errors)
+
+
+def test_the_wire_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/sparseloco_audit_wire.py (figures in bench/README.md) still runs on this code and
+    prints its table with the recording's own share and the sum a client pays."""
+    path = Path(__file__).resolve().parents[3] / "bench" / "sparseloco_audit_wire.py"
+    spec = importlib.util.spec_from_file_location("bench_sparseloco_audit_wire", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--rounds", "2", "--batch", "1", "--seq", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "the trail's own CPU / plain" in out and "recording + verifier" in out
+    row = out.strip().splitlines()[-1]
+    assert row.startswith("| ") and row.count("%") == 3, row

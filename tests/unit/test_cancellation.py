@@ -82,3 +82,32 @@ def test_asyncio_timeout_delivers_a_cancel_that_lands_as_the_wait_completes() ->
 def test_asyncio_wait_for_loses_it_on_python_3_11() -> None:
     """Why the rule above exists: the same race through ``wait_for`` returns the result."""
     assert not _cancelled_as_it_completes(_with_wait_for)
+
+
+def test_stopping_an_eval_pass_does_not_swallow_the_callers_cancel() -> None:
+    """The engine stops a running eval pass before it changes the weights; a SIGTERM that lands
+    while it waits for the pass must still stop the engine (a suppress(CancelledError) around
+    the wait swallowed it)."""
+    import threading
+
+    from psyche.daemon.evaluating import Evaluating
+
+    async def main() -> bool:
+        evals = Evaluating.__new__(Evaluating)
+        evals._cancel = threading.Event()
+        evals._task = asyncio.create_task(asyncio.sleep(0.2))  # a pass ending soon after
+
+        async def engine() -> str:
+            await evals.stop()
+            return "went on"
+
+        task = asyncio.create_task(engine())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert asyncio.run(main())

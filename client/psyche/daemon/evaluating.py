@@ -78,8 +78,9 @@ class Evaluating:
         if self._task is None:
             return
         self._cancel.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([self._task])
+        # asyncio.wait never raises what the pass raised; a CancelledError here is our own
+        # caller's (SIGTERM), which must go on up: suppressing it kept the engine running.
+        await asyncio.wait([self._task])
         self._task = None
 
     async def close(self) -> None:

@@ -5,7 +5,8 @@ error buffers (``psyche.distro.audit_trailer``). The verifiers of the next round
 of them by hash from this client (docs/protocol.md, "SparseLoCo: the inner-step audit"), so the
 blobs are served from the moment the result is published until the round after next starts, when
 every audit of it is over; older ones are withdrawn, which bounds what a client holds to two
-rounds' chains.
+rounds' chains. A chain recorded into the blob directory (``AuditTrail.spool``) is served
+from the files the trainer wrote, which this then owns.
 """
 
 from __future__ import annotations
@@ -36,17 +37,30 @@ class AuditBlobs:
 
     async def publish(self, transport: Transport, height: int, trail: AuditTrail) -> None:
         """Serve ``trail``'s states and error buffers (by their BLAKE3, the committed hashes,
-        which the trail already took), the chain of the round at ``height``; withdraw all but
-        the newest ``KEEP_ROUNDS`` chains. By count, not by height: heights restart at 0 each
-        epoch, and comparing them kept the previous epoch's last chains served through most of
-        the next one."""
-        blobs = (*trail.states, *trail.errors)
-        hashes = (*trail.hashes, *trail.error_hashes)
-        for blob, h in zip(blobs, hashes, strict=True):
-            # handoff=False: only this trainer holds them, and verifiers ask it by name.
-            await transport.serve_known(blob, h, handoff=False)
-        self._uses.update(hashes)
-        self._served.append((height, hashes))
+        which the trail already took), the chain of the round at ``height``, and take over its
+        files; withdraw all but the newest ``KEEP_ROUNDS`` chains. By count, not by height:
+        heights restart at 0 each epoch, and comparing them kept the previous epoch's last
+        chains served through most of the next one."""
+        kept = trail.kept()
+        trail.files.clear()  # this chain's files are ours now
+        hashes: list[bytes] = []
+        try:
+            for h, blob in kept:
+                if isinstance(blob, bytes):
+                    # handoff=False: only this trainer holds them, and verifiers ask it by name.
+                    await transport.serve_known(blob, h, handoff=False)
+                elif self._uses[h]:
+                    blob.unlink(missing_ok=True)  # an earlier chain's file serves these bytes
+                else:
+                    # Written into the blob directory as it was recorded: nothing to copy.
+                    transport.serve_file(blob, blob_hash=h, size=blob.stat().st_size, handoff=False)
+                hashes.append(h)
+        finally:
+            for _, blob in kept[len(hashes) :]:
+                if not isinstance(blob, bytes):
+                    blob.unlink(missing_ok=True)  # never served (cancelled part-way)
+            self._uses.update(hashes)
+            self._served.append((height, tuple(hashes)))
         while len(self._served) > KEEP_ROUNDS:
             for h in self._served.popleft()[1]:
                 self._uses[h] -= 1

@@ -183,17 +183,18 @@ class TrainingStep:
 
     async def _train(self, coord: Coordinator, batch: BatchId, prev_self: Payload | None) -> None:
         t0 = time.perf_counter()
+        trainer = self.kit.trainer
+        if isinstance(trainer, SparseLoCoTrainer):
+            # The chain is recorded straight into the files it is served from.
+            trainer.audit_spool = self.parts.transport.spool_dir
         out = await self._train_step(batch, prev_self)
         if out is None:
             return
         self.self_result = out.self_result
         await self._publish(batch, out.payload)
-        trainer = self.kit.trainer
-        if isinstance(trainer, SparseLoCoTrainer) and trainer.last_trail is not None:
+        if isinstance(trainer, SparseLoCoTrainer) and (trail := trainer.take_trail()) is not None:
             # The chain this result commits to, for the next round's verifiers to fetch.
-            await self.parts.audit_blobs.publish(
-                self.parts.transport, self.state.height, trainer.last_trail
-            )
+            await self.parts.audit_blobs.publish(self.parts.transport, self.state.height, trail)
         self._record(batch, out, t0)
         every = self.parts.options.optim_stats_steps
         if every and self.state.step % every == 0:

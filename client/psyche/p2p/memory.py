@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
 
 from psyche.p2p.control import Counters
 from psyche.p2p.digests import Digest, digest_of
@@ -125,6 +127,20 @@ class MemoryTransport(Transport):
 
     async def serve_known(self, blob: bytes, blob_hash: bytes, *, handoff: bool = True) -> None:
         self._blobs[bytes(blob_hash)] = bytes(blob)
+
+    def serve_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        blob_hash: bytes,
+        size: int,
+        handoff: bool = True,
+    ) -> None:
+        self._blobs[bytes(blob_hash)] = Path(path).read_bytes()[:size]
+
+    @property
+    def spool_dir(self) -> Path | None:
+        return None  # blobs live in memory here
 
     def unserve(self, blob_hash: bytes) -> None:
         self._blobs.pop(bytes(blob_hash), None)

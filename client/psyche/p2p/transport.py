@@ -10,8 +10,10 @@ and NAT traversal (whether we are reachable, and relay reservations; docs/p2p-na
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from psyche.p2p.control import Counters
@@ -86,6 +88,24 @@ class Transport(Protocol):
         """:meth:`serve` for a ``blob`` whose SHA-256 the caller already has (fetchers verify it
         anyway, so a wrong one only wastes their time), without holding up the event loop while
         it is stored: for large blobs made in a worker thread."""
+        ...
+
+    def serve_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        blob_hash: bytes,
+        size: int,
+        handoff: bool = True,
+    ) -> None:
+        """Serve an existing file by a hash the caller vouches for; a file in
+        :attr:`spool_dir` becomes the transport's, deleted when it is unserved."""
+        ...
+
+    @property
+    def spool_dir(self) -> Path | None:
+        """Where a caller may write files for :meth:`serve_file` to serve without a copy
+        (the blob directory); None where blobs are not kept in files."""
         ...
 
     def unserve(self, blob_hash: bytes) -> None: ...

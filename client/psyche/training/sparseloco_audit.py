@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import blake3
@@ -124,18 +127,40 @@ def _tensor_or_zeros(t: torch.Tensor | None, like: torch.Tensor, copy: bool) -> 
 def encode_state(state: dict[str, torch.Tensor]) -> bytes:
     """Canonical bytes of a captured state: :data:`STATE_MAGIC`, then per parameter i the
     little-endian float32 values of ``w.i``, ``m.i``, ``v.i`` and ``t.i``."""
+    return b"".join(_pieces(STATE_MAGIC, _state_order(state)))
+
+
+def _state_order(state: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     n = sum(1 for k in state if k.startswith("w."))
-    return _concat(STATE_MAGIC, [state[f"{k}.{i}"] for i in range(n) for k in "wmvt"])
+    return [state[f"{k}.{i}"] for i in range(n) for k in "wmvt"]
 
 
-def _concat(magic: bytes, tensors: Sequence[torch.Tensor]) -> bytes:
-    # Raw values, not safetensors: its encoder took longer than the SHA-256 of its output
-    # (12.9 against 10.1 ms per 14 MB state, most of what recording cost), and both ends
-    # know every shape from the model, so a header would only repeat it. One copy, by join.
+def _pieces(magic: bytes, tensors: Sequence[torch.Tensor]) -> list[bytes | memoryview]:
+    """A blob's bytes as views of the tensors' own memory (on a CPU), joined or streamed.
+    Raw values, not safetensors: its encoder took longer than the SHA-256 of its output
+    (12.9 against 10.1 ms per 14 MB state, most of what recording cost), and both ends know
+    every shape from the model, so a header would only repeat it."""
     cpu = (t.detach().to("cpu", torch.float32).contiguous() for t in tensors)  # no-op on CPU
     values: list[bytes | memoryview] = [magic]
     values += [memoryview(t.numpy().astype("<f4", copy=False).data).cast("B") for t in cpu]
-    return b"".join(values)
+    return values
+
+
+def _spool(directory: Path, pieces: Sequence[bytes | memoryview]) -> tuple[bytes, Path]:
+    """Write a blob to a new file in ``directory`` while hashing it: (its BLAKE3, the file).
+    The same bytes and hash as :func:`state_hash` of the joined blob, without ever holding it
+    whole in memory."""
+    hasher = blake3.blake3()
+    fd, name = tempfile.mkstemp(prefix="audit-", suffix=".blob", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for piece in pieces:
+                hasher.update(piece)
+                f.write(piece)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return hasher.digest(), Path(name)
 
 
 def state_hash(data: bytes) -> bytes:
@@ -197,7 +222,7 @@ def decode_state(
 def encode_error(error: Sequence[torch.Tensor]) -> bytes:
     """Canonical bytes of the error-feedback buffers: :data:`ERROR_MAGIC`, then each ``e.i``'s
     little-endian float32 values in order."""
-    return _concat(ERROR_MAGIC, error)
+    return b"".join(_pieces(ERROR_MAGIC, error))
 
 
 def decode_error(
@@ -211,32 +236,70 @@ def decode_error(
 class AuditTrail:
     """What a trainer records during a round: the H + 1 inner-state hashes and the error
     buffers' hashes before and after the round, which it commits to, and the blobs themselves
-    while ``keep`` (a verifier fetches two of them)."""
+    while ``keep`` (a verifier fetches two or three of them).
+
+    Kept blobs are held in memory (``states``, ``errors``), or with a ``spool`` directory
+    written there as they are hashed, one file each (``files``, by hash): a round's chain is
+    (H + 1) × 12 + 8 bytes per parameter, which a client serving it from its P2P blob
+    directory then holds once instead of also in its heap, and the publish writes nothing.
+    Whoever holds the trail owns its files until it hands them on (:meth:`discard`)."""
 
     keep: bool = True
+    spool: Path | None = None
     hashes: list[bytes] = field(default_factory=list)
     states: list[bytes] = field(default_factory=list)
     error_hashes: list[bytes] = field(default_factory=list)
     errors: list[bytes] = field(default_factory=list)
+    files: dict[bytes, Path] = field(default_factory=dict)
+    """The kept blobs' files by their hash (with a ``spool``)."""
     cpu_s: float = 0.0
     """CPU seconds the recording took on the calling thread: what auditing costs the trainer
     (``bench/sparseloco_audit_wire.py`` reads it; two whole rounds' difference is noisier)."""
 
     def record(self, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
         t0 = time.thread_time()
-        data = encode_state(capture_state(params, optimizer, copy=False))
-        self.hashes.append(state_hash(data))
-        if self.keep:
-            self.states.append(data)
+        state = _state_order(capture_state(params, optimizer, copy=False))
+        self.hashes.append(self._keep(_pieces(STATE_MAGIC, state), self.states))
         self.cpu_s += time.thread_time() - t0
 
     def record_error(self, error: Sequence[torch.Tensor]) -> None:
         t0 = time.thread_time()
-        data = encode_error(error)
-        self.error_hashes.append(state_hash(data))
-        if self.keep:
-            self.errors.append(data)
+        self.error_hashes.append(self._keep(_pieces(ERROR_MAGIC, error), self.errors))
         self.cpu_s += time.thread_time() - t0
+
+    def _keep(self, pieces: list[bytes | memoryview], held: list[bytes]) -> bytes:
+        if not self.keep:
+            return state_hash(b"".join(pieces))
+        if self.spool is None:
+            data = b"".join(pieces)
+            held.append(data)
+            return state_hash(data)
+        digest, path = _spool(self.spool, pieces)
+        if digest in self.files:  # the same bytes twice: one file serves both
+            path.unlink(missing_ok=True)
+        else:
+            self.files[digest] = path
+        return digest
+
+    def kept(self) -> list[tuple[bytes, bytes | Path]]:
+        """Every kept blob with its hash: its bytes, or its file with a ``spool``."""
+        if self.spool is not None:
+            return list(self.files.items())
+        hashes, blobs = (*self.hashes, *self.error_hashes), (*self.states, *self.errors)
+        return list(zip(hashes, blobs, strict=True))
+
+    def read(self, blob_hash: bytes) -> bytes:
+        """A kept blob's bytes by its hash (KeyError if none)."""
+        for h, blob in self.kept():
+            if h == blob_hash:
+                return blob if isinstance(blob, bytes) else blob.read_bytes()
+        raise KeyError(blob_hash.hex())
+
+    def discard(self) -> None:
+        """Delete the files this trail still owns (a chain that will not be served)."""
+        for path in self.files.values():
+            path.unlink(missing_ok=True)
+        self.files.clear()
 
     @property
     def links(self) -> int:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -111,7 +112,21 @@ class SparseLoCoTrainer:
         """Whether results carry the audit trailer (a run that verifies): see :meth:`set_audit`."""
         self.last_trail: AuditTrail | None = None
         """The chain of the last result :meth:`train_step` made while auditing, blobs kept, for
-        the client to serve to its verifiers."""
+        the client to serve to its verifiers (:meth:`take_trail`)."""
+        self.audit_spool: Path | None = None
+        """Where the kept chain's blobs are written as they are recorded (the client's P2P blob
+        directory, from which it serves them); None keeps them in memory."""
+
+    def take_trail(self) -> AuditTrail | None:
+        """The last result's chain, now the caller's (its files with it)."""
+        trail, self.last_trail = self.last_trail, None
+        return trail
+
+    def discard_trail(self) -> None:
+        """Drop a chain nobody took (its round's result was not published)."""
+        if self.last_trail is not None:
+            self.last_trail.discard()
+            self.last_trail = None
 
     def set_audit(self, on: bool) -> None:
         """Commit to each round's chain of inner states (``psyche.distro.audit_trailer``) exactly
@@ -286,9 +301,14 @@ class SparseLoCoTrainer:
         del prev_lr, prev_self_results, batch_id
         if zero_optim:
             self.reset_private()
-        self.last_trail = None
-        trail = AuditTrail() if self.audit else None
-        out = self.train_round(batch, step=step, lr=lr, cancel=cancel, trail=trail)
+        self.discard_trail()
+        trail = AuditTrail(spool=self.audit_spool) if self.audit else None
+        try:
+            out = self.train_round(batch, step=step, lr=lr, cancel=cancel, trail=trail)
+        except BaseException:
+            if trail is not None:
+                trail.discard()
+            raise
         payload = out.payload
         if trail is not None:
             commitments = AuditCommitments(

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import tempfile
+import threading
 from pathlib import Path
 
 import blake3
@@ -16,6 +18,7 @@ import torch
 
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config, model_hash
+from psyche.training.errors import TrainingCancelled
 from psyche.training.sparseloco_audit import (
     ERROR_MAGIC,
     STATE_MAGIC,
@@ -186,6 +189,60 @@ def test_recording_without_a_copy_commits_the_same_bytes() -> None:
     t.train_round(batch_of(8, samples=6), step=2, lr=4e-3)
     assert encode_state(capture_state(t.params, t._inner)) != copied
     assert trail.states[0] == copied
+
+
+def test_a_spooled_trail_writes_the_blobs_it_commits_to_and_holds_none() -> None:
+    """With a ``spool`` directory the trail streams each blob into its own file while hashing
+    it: the same commitments as a trail kept in memory, the files hold exactly the committed
+    bytes, nothing is held in memory, and ``discard`` deletes what nobody took."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spool = Path(tmp)
+        held, spooled = trainer(), trainer()
+        mem, _ = two_rounds(held, batch_of(1, samples=6))
+        t = spooled
+        t.train_round(batch_of(7, samples=6), step=1, lr=4e-3)
+        trail = AuditTrail(spool=spool)
+        t.train_round(batch_of(1, samples=6), step=2, lr=4e-3, trail=trail)
+        assert trail.hashes == mem.hashes and trail.error_hashes == mem.error_hashes
+        assert trail.states == [] and trail.errors == []
+        assert set(trail.files) == {*mem.hashes, *mem.error_hashes}
+        assert {p.parent for p in trail.files.values()} == {spool}
+        for h, blob in mem.kept():
+            assert isinstance(blob, bytes) and trail.files[h].read_bytes() == blob
+            assert trail.read(h) == blob
+        trail.discard()
+        assert list(spool.iterdir()) == [] and trail.files == {}
+
+
+def test_a_trainer_leaves_no_spooled_chain_behind() -> None:
+    """A round that fails deletes its spooled blobs at once; a chain nobody took is deleted
+    by the next round; a taken one is the taker's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spool = Path(tmp)
+        t = trainer()
+        t.set_audit(True)
+        t.audit_spool = spool
+
+        def step(n: int, cancel: threading.Event | None = None) -> None:
+            t.train_step(batch_of(n, samples=6), step=n, lr=4e-3, prev_lr=4e-3,
+                         prev_self_results=None, zero_optim=False, cancel=cancel)  # fmt: skip
+
+        cancel = threading.Event()
+        cancel.set()
+        with pytest.raises(TrainingCancelled):
+            step(1, cancel)
+        assert list(spool.iterdir()) == []
+        step(2)
+        first = t.last_trail
+        assert first is not None and len(list(spool.iterdir())) == H + 3
+        step(3)  # the first chain was not taken: deleted
+        assert not any(p.exists() for p in first.files.values())
+        assert len(list(spool.iterdir())) == H + 3
+        taken = t.take_trail()
+        assert taken is not None and t.last_trail is None
+        step(4)
+        assert all(p.exists() for p in taken.files.values())
+        assert len(list(spool.iterdir())) == 2 * (H + 3)
 
 
 def test_the_record_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -203,11 +203,20 @@ def test_killed_client_is_ejected_by_health_checks_and_the_run_continues(
 
 @pytest.mark.parametrize("optimizer", ["distro", "sparseloco"])
 def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weights(
-    tmp_path: Path, local_inputs: tuple[Path, Path], reap_children: list, optimizer: str
+    tmp_path: Path,
+    local_inputs: tuple[Path, Path],
+    reap_children: list,
+    optimizer: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With SparseLoCo (config/tiny-sparseloco, outer momentum on) the joiner also needs the
     run's optimizer state: the momentum comes with the model from the peers, or its first
-    apply would move its weights unlike theirs."""
+    apply would move its weights unlike theirs. The clients keep their P2P blobs (the model's
+    pieces among them) where P2P_BLOB_DIR says, each in a directory of its own removed at
+    exit."""
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    monkeypatch.setenv("P2P_BLOB_DIR", str(blobs))  # the clients inherit the environment
     cfg = write_run_dir(
         tmp_path / "cfg",
         local_inputs,
@@ -267,6 +276,11 @@ def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weig
         # ... and the state also rides with every saved checkpoint.
         saved = list(opts.checkpoint_dir.glob("*/optimizer_state.safetensors"))
         assert saved, list(opts.checkpoint_dir.iterdir())
+    for n in (1, 2, 3, 4):
+        text = (net.out / "logs" / f"client-{n}.log").read_text()
+        # Joined: a console log wraps long lines.
+        assert f"P2Pblobsarekeptin{blobs}/psyche-p2p-" in "".join(text.split()), text[-2000:]
+    assert list(blobs.iterdir()) == []  # each removed when its client stopped
 
 
 def test_random_kills_over_three_epochs_rejoin_by_p2p_with_identical_weights(

@@ -9,6 +9,7 @@ torch, which the command needs anyway).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "bind_address",
+    "blob_folder",
     "device_name",
     "host_port",
     "load_identity",
@@ -50,6 +52,24 @@ def device_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if not _DEVICE.fullmatch(value):
         raise click.BadParameter(f"{value!r}: expected auto, cpu, cuda, cuda:N or mps")
     return value
+
+
+def blob_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """``--p2p-blob-dir``: a folder this process can write into, made when missing (as
+    ``--checkpoint-dir`` is); anything else is one line, exit 2, before anything starts."""
+    from psyche.cli.input_files import file_mistake, flag_name
+    from psyche.cli.paths import absolute
+
+    if not value:
+        return None
+    path, flag = absolute(value), flag_name(param, ctx)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise file_mistake(flag, path, e.strerror or str(e)) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise file_mistake(flag, path, "not writable")
+    return path
 
 
 def bind_address(ctx: click.Context, param: click.Parameter, value: str) -> str:

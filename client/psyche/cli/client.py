@@ -88,6 +88,7 @@ def train(
         raw_key=raw_key,
         p2p_host=kw["bind_p2p_host"],
         p2p_port=kw["bind_p2p_port"],
+        p2p_blob_dir=kw["p2p_blob_dir"],
         micro_batch_size=kw["micro_batch_size"],
         checkpoint=checkpoint,
         sharing=sharing,

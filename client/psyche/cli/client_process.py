@@ -14,6 +14,7 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from psyche.backends.base import Backend, BackendError, JoinRejectedError
@@ -57,6 +58,8 @@ class ClientOptions:
     raw_key: str | None = None
     p2p_host: str = "127.0.0.1"
     p2p_port: int = 0
+    p2p_blob_dir: Path | None = None
+    """``--p2p-blob-dir``: the root of the P2P node's own blob directory (None: its default)."""
     micro_batch_size: int = 2
     device: str = "auto"
     event_log: str | None = None
@@ -155,7 +158,9 @@ async def _train(
             run_id=options.run_id,
             listen_port=options.p2p_port,
             listen_host=options.p2p_host,
+            blob_root=options.p2p_blob_dir,
         )
+        log.info("P2P blobs are kept in %s", p2p.blob_dir)
         await RoundEngine(parts, backend).run()
     except BaseExceptionGroup as group:
         # The engine's task groups wrap what ended them; the backend's verdict (withdrawn,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from psyche.cli.checks import bind_address, device_name
+from psyche.cli.checks import bind_address, blob_folder, device_name
 from psyche.cli.paths import AbsolutePath, absolute
 
 if TYPE_CHECKING:  # imported when used: they pull in torch, which a --help need not load
@@ -61,6 +61,17 @@ def daemon_options(*, p2p_host: str = "0.0.0.0") -> Callable[[F], F]:
             callback=bind_address,
             help="IP address to listen on for P2P (0.0.0.0: all interfaces), or a network "
             "interface name (eth0) whose IPv4 address is used.",
+        ),
+        click.option(
+            "--p2p-blob-dir",
+            default=None,
+            envvar="P2P_BLOB_DIR",
+            type=click.Path(),  # blob_folder checks it, in one line
+            callback=blob_folder,
+            help="Where the P2P host keeps its blobs (peers' results, model pieces, SparseLoCo "
+            "audit states), in a directory of its own removed at exit. Default: /dev/shm when "
+            "it has 1 GiB free (a container's has 64 MiB unless started with --shm-size), "
+            "else the temp directory.",
         ),
         click.option(
             "--data-parallelism",

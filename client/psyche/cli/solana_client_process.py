@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from solders.pubkey import Pubkey
@@ -197,6 +198,7 @@ async def train_on_solana(
     p2p_announce_addrs: str | None = None,
     bind_p2p_port: int = 0,
     bind_p2p_host: str = "0.0.0.0",
+    p2p_blob_dir: Path | None = None,
     checkpoint: CheckpointOptions | None = None,
     sharing: SharingOptions | None = None,
     device: str = "auto",
@@ -231,6 +233,7 @@ async def train_on_solana(
         coordinator_addr=session.endpoints.rpc,
         p2p_host=bind_p2p_host,
         p2p_port=bind_p2p_port,
+        p2p_blob_dir=p2p_blob_dir,
         micro_batch_size=micro_batch_size,
         checkpoint=checkpoint or CheckpointOptions(),
         sharing=sharing or SharingOptions(),

@@ -191,10 +191,13 @@ class TrainingStep:
         if out is None:
             return
         self.self_result = out.self_result
-        await self._publish(batch, out.payload)
         if isinstance(trainer, SparseLoCoTrainer) and (trail := trainer.take_trail()) is not None:
-            # The chain this result commits to, for the next round's verifiers to fetch.
+            # The chain this result commits to, for the next round's verifiers to fetch: served
+            # before the result is announced, so that no verifier can ask for it too early and
+            # a round cancelled in between never leaves an announced result without its chain
+            # (its verifiers would hold "not found" against an honest trainer).
             await self.parts.audit_blobs.publish(self.parts.transport, self.state.height, trail)
+        await self._publish(batch, out.payload)
         self._record(batch, out, t0)
         every = self.parts.options.optim_stats_steps
         if every and self.state.step % every == 0:

@@ -101,8 +101,23 @@ ANNOUNCEMENT_QUEUE = 4096
 """Deliveries buffered for :meth:`P2PNode.announcements`; beyond this the oldest are dropped."""
 
 
-def _default_blob_root() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+SHM_MIN_FREE = 1 << 30
+"""Free bytes ``/dev/shm`` must have to hold a node's blobs by default (peers' results, model
+pieces, a SparseLoCo trainer's audit chains). A container's is 64 MiB unless it is started with
+``--shm-size``: too small for one model of 20 M parameters, whose pieces then failed to write."""
+
+
+def default_blob_root(shm: str = "/dev/shm", min_free: int = SHM_MIN_FREE) -> str | None:
+    """Where a node's blob directory goes by default: ``shm`` (memory, the fastest hand-over
+    between the host process and the client) when it is writable and has ``min_free`` bytes
+    free, else the system's temp directory (None)."""
+    try:
+        if not os.access(shm, os.W_OK):
+            return None
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    return shm if st.f_bavail * st.f_frsize >= min_free else None
 
 
 class P2PNode(Transport):
@@ -131,16 +146,19 @@ class P2PNode(Transport):
         listen_port: int = 0,
         listen_host: str = "127.0.0.1",
         blob_dir: str | os.PathLike[str] | None = None,
+        blob_root: str | os.PathLike[str] | None = None,
         startup_timeout: float = 60.0,
     ) -> None:
         """Spawn the host, listen on ``listen_host:listen_port`` (0: any free port), join the
-        run's gossip topic; returns once the host is listening. ``blob_dir`` defaults to a new
-        directory under ``/dev/shm`` (or the temp dir), removed again by :meth:`stop`."""
+        run's gossip topic; returns once the host is listening. Blobs live in ``blob_dir``, or
+        by default in a new directory of this node's under ``blob_root`` (default:
+        :func:`default_blob_root`), removed again by :meth:`stop`."""
         if self._started:
             raise P2PError("this node was already started")
         self._started = True
         if blob_dir is None:
-            self._blob_dir = Path(tempfile.mkdtemp(prefix="psyche-p2p-", dir=_default_blob_root()))
+            root = blob_root if blob_root is not None else default_blob_root()
+            self._blob_dir = Path(tempfile.mkdtemp(prefix="psyche-p2p-", dir=root))
             self._own_blob_dir = True
         else:
             self._blob_dir = Path(blob_dir)

@@ -13,6 +13,11 @@ result but its own, so about 3·p/100 audits per client and round), recording in
 
     .venv/bin/python bench/sparseloco_audit_wire.py              # H = 2, as config/tiny-sparseloco
     .venv/bin/python bench/sparseloco_audit_wire.py --inner-steps 4 --batch 8
+    .venv/bin/python bench/sparseloco_audit_wire.py --in-memory  # the chain held in the heap
+
+The audited trainer records its chain into files in a temporary blob directory (where the
+client's P2P node keeps it: ``/dev/shm`` with room, as ``psyche.p2p.node.default_blob_root``),
+as the client does; ``--in-memory`` keeps it in the heap, as before 2026-12-05.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import copy
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -36,6 +42,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=4, help="samples per inner step")
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--percent", type=int, default=25, help="verification_percent for the share")
+    p.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="keep the chain in memory (before 2026-12-05) instead of recording it into files "
+        "in a blob directory, as the client does",
+    )
     p.add_argument("--json", type=Path)
     return p.parse_args(argv)
 
@@ -50,6 +62,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from psyche.daemon.sparseloco_verifying import audit_link, wanted
+    from psyche.p2p.node import default_blob_root
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import init_model, llama_config
     from psyche.training.presets import PRESETS
@@ -68,6 +81,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     plain, audited, verifier = trainer(), trainer(), trainer()
     audited.set_audit(True)
+    spool = None if args.in_memory else tempfile.TemporaryDirectory(dir=default_blob_root())
+    audited.audit_spool = None if spool is None else Path(spool.name)
     gen = torch.Generator().manual_seed(0)
     rows: list[dict[str, float]] = []
     for r in range(args.rounds):
@@ -89,8 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert trail is not None
         decoded = audited.format.decode(out.payload)
         assert decoded.audit is not None
-        served = dict(zip(trail.hashes, trail.states, strict=True))
-        served.update(zip(trail.error_hashes, trail.errors, strict=True))
+        served = {h: trail.read(h) for h, _ in trail.kept()}
         link = r % h
         need = wanted(decoded.audit, link)
         base = out.payload[: audited.payload_bytes]
@@ -104,7 +118,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "recording_s": trail.cpu_s,
                 "audit_s": t_check,
                 "fetched_bytes": sum(len(served[x]) for x in need),
-                "served_bytes": sum(len(b) for b in (*trail.states, *trail.errors)),
+                "served_bytes": sum(len(b) for b in served.values()),
             }
         )
         print(
@@ -112,6 +126,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"(its trail {trail.cpu_s:.3f} s), audit of step {link} + encode {t_check:.3f} s",
             file=sys.stderr,
         )
+    audited.discard_trail()
+    if spool is not None:
+        spool.cleanup()
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
     audits_per_client = 3 * args.percent / 100
     return {
@@ -119,6 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "samples_per_step": args.batch,
         "params": sum(p.numel() for p in plain.params),
         "rounds": args.rounds,
+        "recorded_into": "memory" if args.in_memory else "files",
         "median": med,
         "recording_over_plain": med["audited_s"] / med["plain_s"],
         "recording_share": med["recording_s"] / med["plain_s"],
@@ -135,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     m = res["median"]
     print(
         f"H = {res['inner_steps']}, {res['samples_per_step']} samples per step, "
-        f"{res['params']:,} parameters, {res['rounds']} rounds (medians, CPU s, 1 thread)"
+        f"{res['params']:,} parameters, {res['rounds']} rounds (medians, CPU s, 1 thread), "
+        f"the chain recorded into {res['recorded_into']}"
     )
     total = res["recording_share"] + res["verifier_share_per_round"]
     print(

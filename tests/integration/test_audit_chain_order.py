@@ -18,6 +18,7 @@ import pytest
 
 from psyche.daemon.audit_serving import AuditBlobs
 from psyche.daemon.training import TrainingStep
+from psyche.p2p.memory import MemoryTransport
 from psyche.protocol.run_file import load_run_config
 from psyche.simulation.run import SimulatedRun
 
@@ -50,3 +51,38 @@ def test_every_result_is_announced_after_its_chain_is_served(
     assert len(order) == 3
     for sequence in order.values():
         assert sequence and sequence == ["chain", "result"] * (len(sequence) // 2), sequence
+
+
+def test_a_client_that_cannot_write_its_chain_drops_its_rounds_and_only_it_pays(
+    tiny_corpus: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One client's blob directory is gone (a full disk reads the same): each of its rounds is
+    dropped with one error line, its process goes on, and the others finish the run in
+    agreement. (Short round timeouts: the simulated run waits them out in real time.)"""
+    run = load_run_config(CONFIG)
+    # Two clients start an epoch: the ejected one sits out the next (the coordinator's rule).
+    config = dataclasses.replace(
+        run.config,
+        verification_percent=100,
+        max_round_train_time=4,
+        warmup_time=5,
+        init_min_clients=2,
+    )
+    run = dataclasses.replace(run, config=config)
+    model, data = tiny_corpus
+    sim = SimulatedRun(run, model, data, tmp_path / "run", n_clients=3, checkpoint=False)
+    calls: list[str] = []
+
+    def spool_dir(self: MemoryTransport) -> Path | None:
+        calls.append(self.peer_id)
+        return tmp_path / "gone" if self.peer_id == calls[0] else None
+
+    monkeypatch.setattr(MemoryTransport, "spool_dir", property(spool_dir))
+    summary = asyncio.run(sim.run())
+    assert summary.final_state == "Finished"
+    dropped = [r for r in caplog.records if "cannot write the audit chain" in r.getMessage()]
+    assert dropped and dropped[0].levelname == "ERROR"
+    assert all(r.hashes_agree for r in summary.rounds)

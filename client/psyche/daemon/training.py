@@ -39,7 +39,7 @@ from psyche.events import ApplyEvent, OptimStatsEvent, TrainEvent
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment, sign_announcement
 from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
-from psyche.training.errors import NonFiniteGradient, TrainingCancelled
+from psyche.training.errors import AuditRecordingError, NonFiniteGradient, TrainingCancelled
 from psyche.training.hashing import model_hash
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 from psyche.training.trainer import Trainer, TrainOutput
@@ -232,6 +232,11 @@ class TrainingStep:
             # The trainer restored its weights; with no result the health checks treat this
             # client like any that did not finish, and a warning beats a task's traceback.
             log.warning("training of step %d dropped: %s", state.step, e)
+            return None
+        except AuditRecordingError as e:
+            # A full disk costs this client its round (the health checks treat it like any
+            # that did not finish), not its process.
+            log.error("training of step %d dropped: %s", state.step, e)
             return None
         except DataError as e:
             # The batch could not be had (the data server refuses a round that moved on, a file

@@ -7,7 +7,13 @@ round and exiting. Each message names the input at fault and what to do about it
 
 from __future__ import annotations
 
-__all__ = ["ModelLoadError", "NonFiniteGradient", "TrainingCancelled", "TrainingError"]
+__all__ = [
+    "AuditRecordingError",
+    "ModelLoadError",
+    "NonFiniteGradient",
+    "TrainingCancelled",
+    "TrainingError",
+]
 
 
 class TrainingError(Exception):
@@ -35,3 +41,8 @@ class NonFiniteGradient(TrainingError):
 
     The DisTrO residual was left untouched, so one bad batch does not poison later rounds.
     """
+
+
+class AuditRecordingError(TrainingError):
+    """A SparseLoCo trainer could not write its round's audit chain (a full or missing blob
+    directory); the round was dropped like a cancelled one and its files deleted."""

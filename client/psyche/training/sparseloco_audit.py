@@ -47,6 +47,7 @@ from psyche.distro.payload import PayloadError
 from psyche.distro.sparseloco import SparseLoCoState, decode_payload, encode_round
 from psyche.distro.sparseloco_payload import SparseLoCoSettings
 from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training.errors import AuditRecordingError
 
 __all__ = [
     "ERROR_MAGIC",
@@ -151,12 +152,18 @@ def _spool(directory: Path, pieces: Sequence[bytes | memoryview]) -> tuple[bytes
     The same bytes and hash as :func:`state_hash` of the joined blob, without ever holding it
     whole in memory."""
     hasher = blake3.blake3()
-    fd, name = tempfile.mkstemp(prefix="audit-", suffix=".blob", dir=directory)
+    try:
+        fd, name = tempfile.mkstemp(prefix="audit-", suffix=".blob", dir=directory)
+    except OSError as e:
+        raise AuditRecordingError(f"cannot write the audit chain into {directory}: {e}") from e
     try:
         with os.fdopen(fd, "wb") as f:
             for piece in pieces:
                 hasher.update(piece)
                 f.write(piece)
+    except OSError as e:
+        Path(name).unlink(missing_ok=True)
+        raise AuditRecordingError(f"cannot write the audit chain into {directory}: {e}") from e
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise

@@ -18,7 +18,7 @@ import torch
 
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training import init_model, llama_config, model_hash
-from psyche.training.errors import TrainingCancelled
+from psyche.training.errors import AuditRecordingError, TrainingCancelled
 from psyche.training.sparseloco_audit import (
     ERROR_MAGIC,
     STATE_MAGIC,
@@ -243,6 +243,19 @@ def test_a_trainer_leaves_no_spooled_chain_behind() -> None:
         step(4)
         assert all(p.exists() for p in taken.files.values())
         assert len(list(spool.iterdir())) == 2 * (H + 3)
+
+
+def test_a_chain_that_cannot_be_written_drops_the_round_with_one_error() -> None:
+    """A blob directory that is gone (or full) is an ``AuditRecordingError`` naming it, which
+    the daemon logs as a dropped round; nothing of the round is left behind."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t = trainer()
+        t.set_audit(True)
+        t.audit_spool = Path(tmp) / "gone"
+        with pytest.raises(AuditRecordingError, match="cannot write the audit chain into"):
+            t.train_step(batch_of(1, samples=6), step=1, lr=4e-3, prev_lr=4e-3,
+                         prev_self_results=None, zero_optim=False)  # fmt: skip
+        assert t.last_trail is None and list(Path(tmp).iterdir()) == []
 
 
 def test_the_record_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:

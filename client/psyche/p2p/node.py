@@ -104,7 +104,7 @@ ANNOUNCEMENT_QUEUE = 4096
 SHM_MIN_FREE = 1 << 30
 """Free bytes ``/dev/shm`` must have to hold a node's blobs by default (peers' results, model
 pieces, a SparseLoCo trainer's audit chains). A container's is 64 MiB unless it is started with
-``--shm-size``: too small for one model of 20 M parameters, whose pieces then failed to write."""
+``--shm-size``: too small for the pieces of one 20 M-parameter model (80 MB in float32)."""
 
 
 def default_blob_root(shm: str = "/dev/shm", min_free: int = SHM_MIN_FREE) -> str | None:

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert trail is not None
         decoded = audited.format.decode(out.payload)
         assert decoded.audit is not None
-        served = {h: trail.read(h) for h, _ in trail.kept()}
+        served = {h: trail.read(h) for h in (*trail.hashes, *trail.error_hashes)}
         link = r % h
         need = wanted(decoded.audit, link)
         base = out.payload[: audited.payload_bytes]

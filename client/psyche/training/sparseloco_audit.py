@@ -151,21 +151,19 @@ def _spool(directory: Path, pieces: Sequence[bytes | memoryview]) -> tuple[bytes
     """Write a blob to a new file in ``directory`` while hashing it: (its BLAKE3, the file).
     The same bytes and hash as :func:`state_hash` of the joined blob, without ever holding it
     whole in memory."""
-    hasher = blake3.blake3()
+    hasher = _COMMITMENT()
+    name = None
     try:
         fd, name = tempfile.mkstemp(prefix="audit-", suffix=".blob", dir=directory)
-    except OSError as e:
-        raise AuditRecordingError(f"cannot write the audit chain into {directory}: {e}") from e
-    try:
         with os.fdopen(fd, "wb") as f:
             for piece in pieces:
                 hasher.update(piece)
                 f.write(piece)
-    except OSError as e:
-        Path(name).unlink(missing_ok=True)
-        raise AuditRecordingError(f"cannot write the audit chain into {directory}: {e}") from e
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
+    except BaseException as e:
+        if name is not None:
+            Path(name).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise AuditRecordingError(f"cannot write the audit chain into {directory}: {e}") from e
         raise
     return hasher.digest(), Path(name)
 
@@ -174,7 +172,11 @@ def state_hash(data: bytes) -> bytes:
     """The commitment to a blob: its BLAKE3 (one thread), also its P2P id. A trainer hashes
     H + 1 states and two error buffers a round; SHA-256 took ~10 ms per tiny-model state here,
     BLAKE3 ~2.5 (``bench/audit_record.py``)."""
-    return blake3.blake3(data).digest()
+    return _COMMITMENT(data).digest()
+
+
+_COMMITMENT = blake3.blake3
+"""The hash every commitment is (:func:`state_hash`, and :func:`_spool` as it writes)."""
 
 
 def _load_committed(
@@ -297,10 +299,8 @@ class AuditTrail:
 
     def read(self, blob_hash: bytes) -> bytes:
         """A kept blob's bytes by its hash (KeyError if none)."""
-        for h, blob in self.kept():
-            if h == blob_hash:
-                return blob if isinstance(blob, bytes) else blob.read_bytes()
-        raise KeyError(blob_hash.hex())
+        blob = dict(self.kept())[blob_hash]
+        return blob if isinstance(blob, bytes) else blob.read_bytes()
 
     def discard(self) -> None:
         """Delete the files this trail still owns (a chain that will not be served)."""

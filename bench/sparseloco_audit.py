@@ -5,7 +5,9 @@ it yet). A trainer's round leaves H + 1 committed inner states (weights, AdamW m
 a verifier replays one seed-chosen link j (inner step j on the j-th inner batch of the
 trainer's assigned samples) and compares its next state with the committed one (relative error
 of the weights' step and of the moments), plus the encode link (payload and error buffers from
-the committed states, exact).
+the committed states, exact). Beside each link, the probe of inner step 0 that the result
+carries (`psyche.distro.audit_probe`, checked from the result alone when the trainer's states do
+not come): rows `probe KIND`.
 
 Method. byzantine.py's workspace (the tiny preset, a synthetic corpus, sequence length 128). One
 honest client trains `--rounds` rounds of H = `--inner-steps` inner steps of `--batch` samples
@@ -52,6 +54,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="float32",
         help="the weights' dtype (a run's clients hold its checkpoint's)",
     )
+    p.add_argument(
+        "--rounding-ulps",
+        type=float,
+        default=None,
+        help="the rounding allowance of a short dtype's compare "
+        "(psyche.training.audit_compare.ROUNDING_ULPS; default: the product's)",
+    )
     p.add_argument("--json", type=Path)
     p.add_argument(
         "--kernels",
@@ -61,6 +70,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--replay-dir", type=Path, help=argparse.SUPPRESS)  # the second process
     p.add_argument("--report", type=Path, help="print the tables of a --json file and stop")
     args = p.parse_args(argv)
+    if args.rounding_ulps is not None and args.rounding_ulps < 0:
+        p.error("--rounding-ulps must be ≥ 0")
     if args.rounds < 1 or args.inner_steps < 1 or args.batch < 1:
         p.error("--rounds, --inner-steps and --batch must be ≥ 1")
     return args
@@ -90,6 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     import distro_vs_adamw as base
     from psyche.data.local import LocalDataProvider
+    from psyche.distro.audit_probe import encode_probe, probe_positions
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import lr_for_step
     from psyche.training import sparseloco_audit as audit
@@ -104,7 +116,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         timing_warmup=0,
     )  # fmt: skip
     opt = _optimizer(SparseLoCoOptimizer, h)
-    links: dict[str, list[dict[str, Any]]] = {k: [] for k in (*KINDS, "honest@2")}
+    keys = (*KINDS, "honest@2", *(f"probe {k}" for k in KINDS), "probe honest@2")
+    links: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
     saved: list[dict[str, Any]] = []
     encode_ok: dict[str, list[bool]] = {k: [] for k in KINDS}
     cost = {"train_s": 0.0, "record_s": 0.0, "replay_s": 0.0, "replays": 0, "state_bytes": 0}
@@ -131,13 +144,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     out_plain = probe.train_round(trained, step=rnd, lr=lr)
                     cost["train_s"] += time.process_time() - t0
                     t0 = time.process_time()
-                trail = audit.AuditTrail()
+                at = probe_positions(shapes, rnd)
+                trail = audit.AuditTrail(probe_at=at)
                 out = t.train_round(trained, step=rnd, lr=lr, trail=trail)
                 if out_plain is not None:
                     cost["record_s"] += time.process_time() - t0
                     cost["state_bytes"] = len(trail.states[0])
+                probe = trail.probe()
                 if kind == "honest":
-                    saved.append({"states": trail.states, "parts": parts, "lr": lr})
+                    wire = torch.frombuffer(bytearray(encode_probe(probe)), dtype=torch.uint8)
+                    saved.append({"states": trail.states, "parts": parts, "lr": lr,
+                                  "probe": wire, "step": rnd})  # fmt: skip
+                for n in (1, 2) if kind == "honest" else (1,):
+                    torch.set_num_threads(n)
+                    v = audit.replay_probe(verifier, probe, at, parts[0], lr)
+                    key = f"probe {kind}" if n == 1 else f"probe {kind}@{n}"
+                    links[key].append({"round": rnd, "link": 0, "weight": v.weight_error,
+                                       "moment": v.moment_error, "ok": v.ok})  # fmt: skip
+                torch.set_num_threads(1)
                 for j in range(h):
                     before = audit.decode_state(trail.states[j], shapes, trail.hashes[j])
                     after = audit.decode_state(trail.states[j + 1], shapes, trail.hashes[j + 1])
@@ -157,9 +181,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 encode_ok[kind].append(audit.replay_encode(verifier, e0, last, out.payload, e1))
             console.print(f"round {rnd + 1}/{args.rounds} done", highlight=False)
         if args.kernels:
-            links[f"honest@{args.kernels}"] = other_kernels(ws.model_dir, saved, args, Path(tmp))
+            again = other_kernels(ws.model_dir, saved, args, Path(tmp))
+            links[f"honest@{args.kernels}"] = [r for r in again if not r.get("probe")]
+            links[f"probe honest@{args.kernels}"] = [r for r in again if r.get("probe")]
+    from psyche.training import audit_compare
+
     return {"links": links, "encode_ok": encode_ok, "cost": cost, "h": h,
-            "tolerance": audit.TOLERANCE}  # fmt: skip
+            "tolerance": audit.TOLERANCE, "dtype": args.dtype,
+            "rounding_ulps": audit_compare.ROUNDING_ULPS}  # fmt: skip
 
 
 def other_kernels(
@@ -175,6 +204,8 @@ def other_kernels(
     env = {**os.environ, "ATEN_CPU_CAPABILITY": args.kernels}
     cmd = [sys.executable, __file__, "--replay-dir", str(tmp), "--inner-steps",
            str(args.inner_steps), "--batch", str(args.batch), "--dtype", args.dtype]  # fmt: skip
+    if args.rounding_ulps is not None:
+        cmd += ["--rounding-ulps", str(args.rounding_ulps)]
     subprocess.run(cmd, check=True, env=env,
                    input=str(model_dir), text=True)  # fmt: skip
     out: list[dict[str, Any]] = json.loads((tmp / "replayed.json").read_text())
@@ -185,6 +216,7 @@ def replay_saved(args: argparse.Namespace) -> int:
     """The second process: replay every link of the saved honest trails on this kernel set."""
     import torch
 
+    from psyche.distro.audit_probe import decode_probe, probe_positions
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import load_model
     from psyche.training import sparseloco_audit as audit
@@ -205,6 +237,11 @@ def replay_saved(args: argparse.Namespace) -> int:
             v = audit.replay_link(verifier, j, before, after, r["parts"][j], r["lr"])
             rows.append({"round": rnd, "link": j, "weight": v.weight_error,
                          "moment": v.moment_error, "ok": v.ok})  # fmt: skip
+        probe = decode_probe(bytes(r["probe"].numpy()), shapes)
+        at = probe_positions(shapes, int(r["step"]))
+        v = audit.replay_probe(verifier, probe, at, r["parts"][0], r["lr"])
+        rows.append({"round": rnd, "link": 0, "weight": v.weight_error,
+                     "moment": v.moment_error, "ok": v.ok, "probe": True})  # fmt: skip
     (args.replay_dir / "replayed.json").write_text(json.dumps(rows))
     return 0
 
@@ -221,7 +258,9 @@ def report(res: dict[str, Any]) -> None:
     import statistics
 
     tol = res["tolerance"]
-    print(f"tolerance {tol:g}; H = {res['h']}; a link's error = max(weight, moment) error")
+    print(f"tolerance {tol:g}; H = {res['h']}; {res.get('dtype', 'float32')} weights "
+          f"(rounding allowance {res.get('rounding_ulps', 0):g} ulp where shorter than float32); "
+          "a link's error = max(weight, moment) error")  # fmt: skip
     print("| kind | links | link error min / median / max | caught per audit "
           "| audits for P ≥ 0.9 | encode link ok |")  # fmt: skip
     print("|---|---:|---|---:|---:|---|")
@@ -250,6 +289,10 @@ def report(res: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if args.rounding_ulps is not None:
+        from psyche.training import audit_compare
+
+        audit_compare.ROUNDING_ULPS = args.rounding_ulps
     if args.replay_dir is not None:
         return replay_saved(args)
     if args.report is not None:

@@ -9,7 +9,9 @@ seconds of each (medians; the two rounds' order alternates), the recording overh
 rounds' ratio, and the trail's own CPU time, which is less noisy), an audit's cost as a share
 of a plain round, the bytes an audit fetches, and what a client then spends per round at
 ``verification_percent`` p with 3 verifiers per sampled result (each audits every sampled
-result but its own, so about 3·p/100 audits per client and round), recording included.
+result but its own, so about 3·p/100 audits per client and round), recording included; and
+what the probe of inner step 0 costs a verifier (``audit_probe``, run only when a trainer's
+states do not come) and adds to a result.
 
     .venv/bin/python bench/sparseloco_audit_wire.py              # H = 2, as config/tiny-sparseloco
     .venv/bin/python bench/sparseloco_audit_wire.py --inner-steps 4 --batch 8
@@ -61,7 +63,7 @@ def _cpu(fn: Any) -> tuple[Any, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from psyche.daemon.sparseloco_verifying import audit_link, wanted
+    from psyche.daemon.sparseloco_verifying import audit_link, audit_probe, wanted
     from psyche.p2p.node import default_blob_root
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import init_model, llama_config
@@ -111,12 +113,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         check = partial(audit_link, verifier, link, decoded.audit, served, batch, 3e-3, base)
         (ok, why), t_check = _cpu(partial(check, hashed=True))
         assert ok, why
+        probe = partial(audit_probe, verifier, decoded.audit, batch, 3e-3, r + 1)
+        (ok, why), t_probe = _cpu(probe)
+        assert ok, why
         rows.append(
             {
                 "plain_s": t_plain,
                 "audited_s": t_audit,
                 "recording_s": trail.cpu_s,
                 "audit_s": t_check,
+                "probe_s": t_probe,
                 "fetched_bytes": sum(len(served[x]) for x in need),
                 "served_bytes": sum(len(b) for b in served.values()),
             }
@@ -144,6 +150,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "percent": args.percent,
         "verifier_share_per_round": audits_per_client * med["audit_s"] / med["plain_s"],
         "fetched_bytes_per_param": med["fetched_bytes"] / sum(p.numel() for p in plain.params),
+        "probe_over_plain": med["probe_s"] / med["plain_s"],
+        "payload_bytes": audited.payload_bytes,
+        "probe_bytes": audited.format.probe_bytes,
+        "result_bytes": audited.format.max_bytes,
     }
 
 
@@ -171,6 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"| {100 * res['verifier_share_per_round']:.1f} % | {100 * total:.1f} % "
         f"| {m['fetched_bytes'] / 1e6:.1f} MB ({res['fetched_bytes_per_param']:.0f} B/param) "
         f"| {m['served_bytes'] / 1e6:.1f} MB |"
+    )
+    print(
+        f"probe of inner step 0 (checked when the states do not come): {m['probe_s']:.3f} s "
+        f"({res['probe_over_plain']:.2f} of a plain round, nothing fetched); "
+        f"{res['probe_bytes']:,} bytes of a {res['result_bytes']:,}-byte result "
+        f"(payload {res['payload_bytes']:,})"
     )
     if args.json is not None:
         args.json.write_text(json.dumps(res, indent=2))

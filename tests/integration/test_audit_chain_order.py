@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from psyche.coordinator import ClientState, Coordinator
 from psyche.daemon.audit_serving import AuditBlobs
+from psyche.daemon.kit import ModelKit
 from psyche.daemon.training import TrainingStep
 from psyche.p2p.memory import MemoryTransport
-from psyche.protocol.run_file import load_run_config
+from psyche.p2p.peer_id import peer_id_for
+from psyche.protocol.run_file import RunConfig, load_run_config
 from psyche.simulation.run import SimulatedRun
+from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "tiny-sparseloco" / "state.toml"
 
@@ -53,6 +59,21 @@ def test_every_result_is_announced_after_its_chain_is_served(
         assert sequence and sequence == ["chain", "result"] * (len(sequence) // 2), sequence
 
 
+def _short_run() -> RunConfig:
+    """The SparseLoCo run verifying every result, with short round timeouts (the simulated run
+    waits them out in real time); two clients start an epoch, since an ejected one sits out the
+    next (the coordinator's rule)."""
+    run = load_run_config(CONFIG)
+    config = dataclasses.replace(
+        run.config,
+        verification_percent=100,
+        max_round_train_time=4,
+        warmup_time=5,
+        init_min_clients=2,
+    )
+    return dataclasses.replace(run, config=config)
+
+
 def test_a_client_that_cannot_write_its_chain_drops_its_rounds_and_only_it_pays(
     tiny_corpus: tuple[Path, Path],
     tmp_path: Path,
@@ -62,16 +83,7 @@ def test_a_client_that_cannot_write_its_chain_drops_its_rounds_and_only_it_pays(
     """One client's blob directory is gone (a full disk reads the same): each of its rounds is
     dropped with one error line, its process goes on, and the others finish the run in
     agreement. (Short round timeouts: the simulated run waits them out in real time.)"""
-    run = load_run_config(CONFIG)
-    # Two clients start an epoch: the ejected one sits out the next (the coordinator's rule).
-    config = dataclasses.replace(
-        run.config,
-        verification_percent=100,
-        max_round_train_time=4,
-        warmup_time=5,
-        init_min_clients=2,
-    )
-    run = dataclasses.replace(run, config=config)
+    run = _short_run()
     model, data = tiny_corpus
     sim = SimulatedRun(run, model, data, tmp_path / "run", n_clients=3, checkpoint=False)
     calls: list[str] = []
@@ -86,3 +98,62 @@ def test_a_client_that_cannot_write_its_chain_drops_its_rounds_and_only_it_pays(
     dropped = [r for r in caplog.records if "cannot write the audit chain" in r.getMessage()]
     assert dropped and dropped[0].levelname == "ERROR"
     assert all(r.hashes_agree for r in summary.rounds)
+
+
+def test_a_free_rider_whose_host_stays_silent_is_caught_by_its_probe(
+    tiny_corpus: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Client 0 trains every inner step on half its samples and its host never answers a
+    request for its states (no "not found": silence, which a slow honest link also shows).
+    Before the probe its every audit was left unchecked and it was paid like the others; now
+    each verifier replays the probe of inner step 0 its result carries, votes mismatch, and the
+    coordinator ejects it while the others finish in agreement."""
+    caplog.set_level(logging.INFO, logger="psyche.daemon")
+    run = _short_run()
+    model, data = tiny_corpus
+    rider = SimulatedRun.key_of(0).node_identity()
+    rider_peer = peer_id_for(rider.p2p_identity)
+
+    def kit_of(index: int, kit: ModelKit) -> ModelKit:
+        trainer = kit.trainer
+        if index == 0 and isinstance(trainer, SparseLoCoTrainer):
+
+            def half_step(part: torch.Tensor, lr: float, cancel: Any) -> float:
+                half = part[: max(1, part.shape[0] // 2)]
+                return SparseLoCoTrainer._inner_step(trainer, half, lr, cancel)
+
+            trainer._inner_step = half_step  # type: ignore[method-assign]
+        return kit
+
+    fetch = MemoryTransport.fetch
+
+    async def silent(self: MemoryTransport, blob_hash: bytes, **kw: Any) -> bytes:
+        if list(kw["from_any_of"]) == [rider_peer]:
+            await asyncio.sleep(kw.get("timeout", 600.0))
+            raise TimeoutError("no answer")
+        return await fetch(self, blob_hash, **kw)
+
+    monkeypatch.setattr(MemoryTransport, "fetch", silent)
+    states: set[ClientState] = set()
+    on_publish = SimulatedRun._on_publish
+
+    def watch(self: SimulatedRun, c: Coordinator) -> None:
+        seen = (*c.epoch_state.clients, *c.epoch_state.exited_clients)
+        states.update(x.state for x in seen if x.id == rider)
+        on_publish(self, c)
+
+    monkeypatch.setattr(SimulatedRun, "_on_publish", watch)
+    sim = SimulatedRun(
+        run, model, data, tmp_path / "run", n_clients=3, checkpoint=False, on_kit=kit_of
+    )
+    summary = asyncio.run(sim.run())
+    assert summary.final_state == "Finished"
+    assert all(r.hashes_agree for r in summary.rounds)
+    lines = [r.getMessage() for r in caplog.records]
+    caught = [m for m in lines if "MISMATCH (its probe of inner step 0" in m]
+    assert caught and all(f" {rider.hex()[:8]}: " in m for m in caught), caught
+    assert any("its probe of inner step 0 holds" in m for m in lines)  # the honest ones
+    assert ClientState.Ejected in states

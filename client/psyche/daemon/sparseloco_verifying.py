@@ -57,6 +57,7 @@ from psyche.daemon.judgement import Judgement, PendingVote, SlotGradient, SubBat
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.daemon.rounds import ReceivedResult, RoundState, decode_verified, results_to_apply
+from psyche.distro.audit_probe import decode_probe, probe_positions
 from psyche.distro.audit_trailer import AuditCommitments
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco_payload import SparseLoCoPayload
@@ -73,6 +74,7 @@ from psyche.training.sparseloco_audit import (
     link_for,
     replay_encode,
     replay_link,
+    replay_probe,
     starts_at,
     state_size,
 )
@@ -81,6 +83,7 @@ from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 __all__ = [
     "SERVE_SHARE",
     "audit_link",
+    "audit_probe",
     "judge_sparseloco",
     "link_of",
     "served",
@@ -120,6 +123,8 @@ class _Slot:
     """The held result's payload bytes, audit trailer left off."""
     link: int
     audit: AuditCommitments
+    step: int
+    """The result's step: its probe's positions are drawn from it."""
 
 
 async def judge_sparseloco(
@@ -202,13 +207,14 @@ async def _judge_slot(
     audit = held.decoded.audit
     assert audit is not None  # the run's format requires the trailer
     key = s.trainer.p2p_identity
-    at = _Slot(key, held.payload, link_of(seed, s.slot, key, audit.links), audit)
+    link = link_of(seed, s.slot, key, audit.links)
+    at = _Slot(key, held.payload, link, audit, held.decoded.step)
     if error_after_previous is not None and error_after_previous != audit.error_before:
         why = "its error buffers before the round are not those after its previous round"
         return _logged(judged, s, at, False, why), None
     left = deadline - time.monotonic()
-    if left <= 0:
-        return s, at  # earlier slots spent the budget: whether it serves is still judged
+    if left <= 0:  # earlier slots spent the budget: whether it serves is still judged
+        return await _probed(kit, trainer, judged, s, at)
     try:
         # The fetch's own deadline is the budget; the outer bound is a margin for a wedged host.
         async with asyncio.timeout(left + 5.0):
@@ -221,7 +227,7 @@ async def _judge_slot(
         # trainer (e2e runs under load had honest ones answer late), so the replay is off but
         # the asking goes on until SERVE_SHARE of the round (see _pending_vote).
         log.warning("audit of slot %d: state not fetched yet (%s)", s.slot, e or "time")
-        return s, at
+        return await _probed(kit, trainer, judged, s, at)
     else:
         try:
             samples = await asyncio.to_thread(kit.data.get_samples, s.batch)
@@ -233,6 +239,46 @@ async def _judge_slot(
             log.warning("audit of slot %d failed here: %s; left unchecked", s.slot, e)
             return s, None
     return _logged(judged, s, at, ok, why), None
+
+
+async def _probed(
+    kit: ModelKit, trainer: SparseLoCoTrainer, judged: RoundState, s: SlotGradient, at: _Slot
+) -> tuple[SlotGradient, _Slot | None]:
+    """A slot whose states did not come within the budget: its result's own probe of inner
+    step 0 is replayed now (no network). One that fails is a mismatch at once — a free rider
+    whose host stays silent or trickles is caught by what it sent everyone; one that holds
+    leaves the trainer's serving to be judged (:func:`_pending_vote`)."""
+    try:
+        samples = await asyncio.to_thread(kit.data.get_samples, s.batch)
+        ok, why = await asyncio.to_thread(
+            audit_probe, trainer, at.audit, samples, judged.lrs.lr, at.step
+        )
+    except Exception as e:  # a verifier's failure must never cost the round
+        log.warning("probe of slot %d failed here: %s; left to the serving", s.slot, e)
+        return s, at
+    if ok:
+        log.info("audit of slot %d: its probe of inner step 0 holds", s.slot)
+        return s, at
+    return _logged(judged, s, replace(at, link=0), False, why), None
+
+
+def audit_probe(
+    trainer: SparseLoCoTrainer, audit: AuditCommitments, samples: torch.Tensor, lr: float, step: int
+) -> tuple[bool, str]:
+    """Blocking: whether the result's probe of inner step 0 (``psyche.distro.audit_probe``)
+    holds on ``samples`` (the trainer's assigned batch) at the round's ``lr``, and why not;
+    ``trainer`` is the verifier's own, its weights the judged round's start weights."""
+    parts = inner_batches(samples, trainer.config.inner_steps)
+    if len(parts) != audit.links:
+        return False, f"{audit.links} inner steps committed for {len(parts)} inner batches"
+    probe = decode_probe(audit.probe, trainer.shapes)
+    verdict = replay_probe(trainer, probe, probe_positions(trainer.shapes, step), parts[0], lr)
+    if verdict.ok:
+        return True, ""
+    return False, (
+        f"its probe of inner step 0 is off by {verdict.weight_error:.3g} (weights), "
+        f"{verdict.moment_error:.3g} (moments)"
+    )
 
 
 def _logged(judged: RoundState, s: SlotGradient, at: _Slot, ok: bool, why: str) -> SlotGradient:

@@ -7,7 +7,7 @@ trainer cannot change its chain once a verifier has drawn a link. Layout (fixed 
 so the download bound stays exact):
 
     magic b"PSLA" | states u8 | (links + 1) × 32-byte state hashes | error_before 32 |
-    error_after 32
+    error_after 32 | probe (``psyche.distro.audit_probe``: inner step 0 at a few positions)
 
 ``links`` is the run's ``inner_steps``; ``states`` is how many state hashes are used (a batch of
 fewer samples than ``inner_steps`` takes fewer inner steps, at least one: 2 ≤ states ≤ links + 1);
@@ -26,19 +26,22 @@ MAGIC = b"PSLA"
 _HASH = 32
 
 
-def trailer_bytes(inner_steps: int) -> int:
-    """The trailer's exact size in a run of ``inner_steps``."""
-    return len(MAGIC) + 1 + (inner_steps + 1) * _HASH + 2 * _HASH
+def trailer_bytes(inner_steps: int, probe: int) -> int:
+    """The trailer's exact size in a run of ``inner_steps`` whose probe has ``probe`` bytes
+    (``audit_probe.probe_bytes``)."""
+    return len(MAGIC) + 1 + (inner_steps + 1) * _HASH + 2 * _HASH + probe
 
 
 @dataclass(frozen=True, slots=True)
 class AuditCommitments:
     """What a SparseLoCo result commits to: the BLAKE3 of each inner state S_0 … S_n (before
-    every inner step and after the last) and of the error buffers before and after the round."""
+    every inner step and after the last) and of the error buffers before and after the round,
+    and its probe of inner step 0 (``psyche.distro.audit_probe``, raw bytes)."""
 
     states: tuple[bytes, ...]
     error_before: bytes
     error_after: bytes
+    probe: bytes = b""
 
     @property
     def links(self) -> int:
@@ -52,18 +55,16 @@ def encode_trailer(c: AuditCommitments, inner_steps: int) -> bytes:
     if any(len(h) != _HASH for h in (*c.states, c.error_before, c.error_after)):
         raise PayloadError("every commitment is a 32-byte hash")
     pad = bytes(_HASH * (inner_steps + 1 - len(c.states)))
-    return (
-        MAGIC + bytes([len(c.states)]) + b"".join(c.states) + pad + c.error_before + c.error_after
-    )
+    hashes = b"".join(c.states) + pad + c.error_before + c.error_after
+    return MAGIC + bytes([len(c.states)]) + hashes + c.probe
 
 
-def decode_trailer(data: bytes, inner_steps: int) -> AuditCommitments:
+def decode_trailer(data: bytes, inner_steps: int, probe: int) -> AuditCommitments:
     """The commitments of a trailer of exactly :func:`trailer_bytes` bytes; ``PayloadError`` on
     anything but the canonical form."""
-    if len(data) != trailer_bytes(inner_steps):
-        raise PayloadError(
-            f"audit trailer has {len(data)} bytes, expected {trailer_bytes(inner_steps)}"
-        )
+    size = trailer_bytes(inner_steps, probe)
+    if len(data) != size:
+        raise PayloadError(f"audit trailer has {len(data)} bytes, expected {size}")
     if data[: len(MAGIC)] != MAGIC:
         raise PayloadError("the result has no audit trailer, and this run verifies results")
     n = data[len(MAGIC)]
@@ -73,4 +74,5 @@ def decode_trailer(data: bytes, inner_steps: int) -> AuditCommitments:
     hashes = [data[at + i * _HASH : at + (i + 1) * _HASH] for i in range(inner_steps + 3)]
     if any(h != bytes(_HASH) for h in hashes[n : inner_steps + 1]):
         raise PayloadError("audit trailer: unused state slots must be zero")
-    return AuditCommitments(tuple(hashes[:n]), hashes[-2], hashes[-1])
+    probe_at = at + (inner_steps + 3) * _HASH
+    return AuditCommitments(tuple(hashes[:n]), hashes[-2], hashes[-1], data[probe_at:])

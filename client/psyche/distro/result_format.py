@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from psyche.distro import sparseloco_overlap
+from psyche.distro.audit_probe import probe_bytes
 from psyche.distro.audit_trailer import decode_trailer, trailer_bytes
 from psyche.distro.compress import DistroResult
 from psyche.distro.copy_index import CopyKeys, content_fingerprint, distro_keys
@@ -144,8 +145,13 @@ class SparseLoCoFormat:
         return sparseloco_bytes(self.shapes, self.settings)
 
     @property
+    def probe_bytes(self) -> int:
+        """The audit trailer's probe of inner step 0 (``psyche.distro.audit_probe``)."""
+        return probe_bytes(self.shapes)
+
+    @property
     def max_bytes(self) -> int:
-        trailer = trailer_bytes(self.audit_steps) if self.audit_steps else 0
+        trailer = trailer_bytes(self.audit_steps, self.probe_bytes) if self.audit_steps else 0
         return self.payload_bytes + trailer
 
     def decode(self, data: bytes) -> SparseLoCoPayload:
@@ -158,7 +164,7 @@ class SparseLoCoFormat:
             )
         cut = self.payload_bytes
         payload = decode_sparseloco(data[:cut], self.shapes, self.settings)
-        audit = decode_trailer(data[cut:], self.audit_steps)
+        audit = decode_trailer(data[cut:], self.audit_steps, self.probe_bytes)
         return dataclasses.replace(payload, audit=audit)
 
     def fingerprint(self, decoded: SparseLoCoPayload) -> bytes:

@@ -43,11 +43,14 @@ import blake3
 import numpy as np
 import torch
 
+from psyche.distro.audit_probe import Probe
 from psyche.distro.payload import PayloadError
 from psyche.distro.sparseloco import SparseLoCoState, decode_payload, encode_round
 from psyche.distro.sparseloco_payload import SparseLoCoSettings
 from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training.audit_compare import TOLERANCE, LinkVerdict, compare_states
 from psyche.training.errors import AuditRecordingError
+from psyche.training.sparseloco_probe import probe_of, replay_probe, sample_at
 
 __all__ = [
     "ERROR_MAGIC",
@@ -67,6 +70,7 @@ __all__ = [
     "load_state",
     "replay_encode",
     "replay_link",
+    "replay_probe",
     "starts_at",
     "state_hash",
     "state_size",
@@ -76,11 +80,6 @@ STATE_MAGIC = b"psyche-sparseloco-inner-state-v2\0\0\0\0"
 """The first bytes of a state blob (:func:`encode_state`); 36, so the values are 4-byte aligned."""
 ERROR_MAGIC = b"psyche-sparseloco-error-buffers-v2\0\0"
 """The first bytes of an error-buffers blob (:func:`encode_error`)."""
-
-TOLERANCE = 1e-2
-"""Largest relative error of a replayed link that still passes. Measured (bench/README.md,
-"SparseLoCo audit"): honest links replayed on another CPU kernel set at most 7.4e-7 (0 at 2
-threads), free riders' cheated links at least 0.086 (trained on ½ of each step's samples)."""
 
 
 class AuditError(ValueError):
@@ -261,12 +260,18 @@ class AuditTrail:
     errors: list[bytes] = field(default_factory=list)
     files: dict[bytes, Path] = field(default_factory=dict)
     """The kept blobs' files by their hash (with a ``spool``)."""
+    probe_at: Sequence[np.ndarray] | None = None
+    """The positions of inner step 0's probe (``audit_probe.probe_positions``), or None for no
+    probe: the first two states recorded are also sampled there (:meth:`probe`)."""
+    probed: list[list[torch.Tensor]] = field(default_factory=list)
     cpu_s: float = 0.0
     """CPU seconds the recording took on the calling thread: what auditing costs the trainer
     (``bench/sparseloco_audit_wire.py`` reads it; two whole rounds' difference is noisier)."""
 
     def record(self, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
         t0 = time.thread_time()
+        if self.probe_at is not None and len(self.hashes) < 2:
+            self.probed.append(sample_at(params, optimizer, self.probe_at))
         state = _state_order(capture_state(params, optimizer, copy=False))
         self.hashes.append(self._keep(_pieces(STATE_MAGIC, state), self.states))
         self.cpu_s += time.thread_time() - t0
@@ -289,6 +294,10 @@ class AuditTrail:
         else:
             self.files[digest] = path
         return digest
+
+    def probe(self) -> Probe:
+        """Inner step 0 at the probed positions (after at least one inner step was recorded)."""
+        return probe_of(self.probed[0], self.probed[1])
 
     def kept(self) -> list[tuple[bytes, bytes | Path]]:
         """Every kept blob with its hash: its bytes, or its file with a ``spool``."""
@@ -314,22 +323,6 @@ class AuditTrail:
         return len(self.hashes)
 
 
-@dataclass(frozen=True, slots=True)
-class LinkVerdict:
-    link: int
-    weight_error: float
-    """‖w'_replayed − w_committed‖ / ‖w'_replayed − w_before‖: the error relative to the step."""
-    moment_error: float
-    """The larger over the two AdamW moments of ‖replayed − committed‖ / ‖replayed − β·before‖:
-    the error relative to what this step added to the moment."""
-    step_ok: bool
-    """The committed step counts are the replayed ones (exact: they are counts)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.step_ok and max(self.weight_error, self.moment_error) <= TOLERANCE
-
-
 class Audited(Protocol):
     """What a link's replay needs of the verifier's trainer (a SparseLoCoTrainer)."""
 
@@ -346,6 +339,8 @@ class Audited(Protocol):
         self, before: dict[str, torch.Tensor], part: torch.Tensor, lr: float
     ) -> dict[str, torch.Tensor]: ...
 
+    def gradient(self, part: torch.Tensor) -> list[torch.Tensor | None]: ...
+
 
 def replay_link(
     trainer: Audited,
@@ -359,7 +354,8 @@ def replay_link(
     at the round's ``lr`` with the verifier's own ``trainer`` (whose weights and own inner state
     are put back exactly), and measure how far the committed ``after`` is from the result."""
     replayed = trainer.replay_inner_step(before, part, lr)
-    return _compare(link, before, replayed, after, trainer.config.betas)
+    dtype = trainer.params[0].dtype
+    return compare_states(link, before, replayed, after, trainer.config.betas, dtype)
 
 
 def load_state(
@@ -377,51 +373,6 @@ def load_state(
                 "exp_avg": state[f"m.{i}"].to(p.device, p.dtype).clone(),
                 "exp_avg_sq": state[f"v.{i}"].to(p.device, p.dtype).clone(),
             }
-
-
-def _errors(
-    replayed: dict[str, torch.Tensor],
-    after: dict[str, torch.Tensor],
-    before: dict[str, torch.Tensor],
-    key: str,
-    n: int,
-    beta: float,
-) -> tuple[float, float]:
-    """(Σ‖r − after‖², Σ‖r − β·before‖²) over the model's ``key`` tensors, in float64; each
-    tensor is widened once (the two sums used to widen ``r`` twice: a third of the compare)."""
-    num = base = 0.0
-    for i in range(n):
-        r = replayed[f"{key}.{i}"].double().view(-1)  # a new tensor: never the caller's
-        d = torch.sub(r, after[f"{key}.{i}"].double().view(-1))
-        num += float(torch.dot(d, d))  # a third of square().sum()'s time
-        d = torch.sub(r, before[f"{key}.{i}"].double().view(-1), alpha=beta)
-        base += float(torch.dot(d, d))
-    return num, base
-
-
-def _rel(num: float, base: float) -> float:
-    if base == 0.0:
-        return 0.0 if num == 0.0 else float("inf")
-    return (num / base) ** 0.5
-
-
-def _compare(
-    link: int,
-    before: dict[str, torch.Tensor],
-    replayed: dict[str, torch.Tensor],
-    after: dict[str, torch.Tensor],
-    betas: tuple[float, float],
-) -> LinkVerdict:
-    n = len(replayed) // 4
-    step_ok = all(bool(torch.equal(replayed[f"t.{i}"], after[f"t.{i}"])) for i in range(n))
-    weight = _rel(*_errors(replayed, after, before, "w", n, 1.0))
-    # Against the step's own increment (m' − β₁m = (1 − β₁)·g), not the moment's size: a moment
-    # carries its history, which would dilute a wrong gradient by 1 − β.
-    moments = max(
-        _rel(*_errors(replayed, after, before, k, n, beta))
-        for k, beta in zip("mv", betas, strict=True)
-    )
-    return LinkVerdict(link=link, weight_error=weight, moment_error=moments, step_ok=step_ok)
 
 
 def starts_at(params: Sequence[torch.Tensor], first: dict[str, torch.Tensor]) -> bool:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from psyche.distro.audit_probe import encode_probe, probe_positions
 from psyche.distro.audit_trailer import AuditCommitments, encode_trailer
 from psyche.distro.payload import Payload, PayloadError
 from psyche.distro.result_format import SparseLoCoFormat
@@ -155,6 +156,14 @@ class SparseLoCoTrainer:
         self._inner = self._new_inner()
 
     def _inner_step(self, batch: torch.Tensor, lr: float, cancel: threading.Event | None) -> float:
+        total = self._backward(batch, cancel)
+        for group in self._inner.param_groups:
+            group["lr"] = lr
+        self._inner.step()
+        return total
+
+    def _backward(self, batch: torch.Tensor, cancel: threading.Event | None) -> float:
+        """An inner step's gradient in each ``p.grad`` (clipped), its loss returned."""
         self.model.zero_grad(set_to_none=True)
         chunks = batch.split(self.micro_batch_size)
         total = 0.0
@@ -170,9 +179,6 @@ class SparseLoCoTrainer:
             norm = torch.nn.utils.clip_grad_norm_(self.params, clip, error_if_nonfinite=False)
             if not bool(torch.isfinite(norm)):
                 raise FloatingPointError("the inner gradient is not finite")
-        for group in self._inner.param_groups:
-            group["lr"] = lr
-        self._inner.step()
         return total
 
     def train_round(
@@ -247,6 +253,16 @@ class SparseLoCoTrainer:
             self._inner = own_inner
             self._restore(own_weights)
 
+    def gradient(self, part: torch.Tensor) -> list[torch.Tensor | None]:
+        """A verifier's gradient of one inner batch at this trainer's current weights, clipped
+        as an inner step clips it (``sparseloco_probe.replay_probe``); nothing is stepped."""
+        try:
+            self.model.train()
+            self._backward(part.to(self.device, torch.int64), None)
+            return [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+        finally:
+            self.model.zero_grad(set_to_none=True)
+
     @torch.no_grad()
     def _restore(self, start: Sequence[torch.Tensor]) -> None:
         for p, s in zip(self.params, start, strict=True):
@@ -302,7 +318,9 @@ class SparseLoCoTrainer:
         if zero_optim:
             self.reset_private()
         self.discard_trail()
-        trail = AuditTrail(spool=self.audit_spool) if self.audit else None
+        trail = None
+        if self.audit:
+            trail = AuditTrail(spool=self.audit_spool, probe_at=probe_positions(self.shapes, step))
         try:
             out = self.train_round(batch, step=step, lr=lr, cancel=cancel, trail=trail)
         except BaseException:
@@ -312,7 +330,10 @@ class SparseLoCoTrainer:
         payload = out.payload
         if trail is not None:
             commitments = AuditCommitments(
-                tuple(trail.hashes), trail.error_hashes[0], trail.error_hashes[1]
+                tuple(trail.hashes),
+                trail.error_hashes[0],
+                trail.error_hashes[1],
+                encode_probe(trail.probe()),
             )
             payload += encode_trailer(commitments, self.config.inner_steps)
             self.last_trail = trail

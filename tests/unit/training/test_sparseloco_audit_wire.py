@@ -24,6 +24,7 @@ from psyche.daemon.sparseloco_verifying import (
     state_bound,
     wanted,
 )
+from psyche.distro.audit_probe import probe_bytes
 from psyche.distro.audit_trailer import (
     AuditCommitments,
     decode_trailer,
@@ -76,9 +77,9 @@ def blobs_for(trail: AuditTrail, link: int) -> dict[bytes, bytes]:
 
 
 def test_the_trailer_round_trips_and_only_its_canonical_form_decodes() -> None:
-    c = AuditCommitments((b"\x01" * 32, b"\x02" * 32), b"\x03" * 32, b"\x04" * 32)
+    c = AuditCommitments((b"\x01" * 32, b"\x02" * 32), b"\x03" * 32, b"\x04" * 32, b"p" * 8)
     data = encode_trailer(c, 4)
-    assert len(data) == trailer_bytes(4) and decode_trailer(data, 4) == c
+    assert len(data) == trailer_bytes(4, 8) and decode_trailer(data, 4, 8) == c
     assert c.links == 1
     bad = {
         "size": data[:-1],
@@ -89,7 +90,7 @@ def test_the_trailer_round_trips_and_only_its_canonical_form_decodes() -> None:
     }
     for why, d in bad.items():
         with pytest.raises(PayloadError):
-            decode_trailer(d, 4)
+            decode_trailer(d, 4, 8)
         assert why
     with pytest.raises(PayloadError):
         encode_trailer(AuditCommitments((b"\x01" * 32,), b"\x03" * 32, b"\x04" * 32), 4)
@@ -98,7 +99,8 @@ def test_the_trailer_round_trips_and_only_its_canonical_form_decodes() -> None:
 def test_an_auditing_trainer_commits_to_its_chain_in_the_result() -> None:
     t = trainer()
     payload, trail = audited_round(t, batch_of(1, samples=6))
-    assert len(payload) == t.format.max_bytes == t.payload_bytes + trailer_bytes(H)
+    probe = probe_bytes(t.shapes)
+    assert len(payload) == t.format.max_bytes == t.payload_bytes + trailer_bytes(H, probe)
     decoded = t.format.decode(payload)
     assert decoded.audit is not None
     assert decoded.audit.states == tuple(trail.hashes) and len(trail.hashes) == H + 1
@@ -331,5 +333,6 @@ def test_the_wire_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert module.main(["--rounds", "2", "--batch", "1", "--seq", "16"]) == 0
     out = capsys.readouterr().out
     assert "the trail's own CPU / plain" in out and "recording + verifier" in out
-    row = out.strip().splitlines()[-1]
+    *_, row, probe = out.strip().splitlines()
     assert row.startswith("| ") and row.count("%") == 3, row
+    assert probe.startswith("probe of inner step 0") and "nothing fetched" in probe, probe

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,8 @@ def test_a_free_rider_whose_host_stays_silent_is_caught_by_its_probe(
     request for its states (no "not found": silence, which a slow honest link also shows).
     Before the probe its every audit was left unchecked and it was paid like the others; now
     each verifier replays the probe of inner step 0 its result carries, votes mismatch, and the
-    coordinator ejects it while the others finish in agreement."""
+    coordinator ejects it while the others finish in agreement. Its silence costs no other
+    trainer its audit."""
     caplog.set_level(logging.INFO, logger="psyche.daemon")
     run = _short_run()
     model, data = tiny_corpus
@@ -155,5 +157,8 @@ def test_a_free_rider_whose_host_stays_silent_is_caught_by_its_probe(
     lines = [r.getMessage() for r in caplog.records]
     caught = [m for m in lines if "MISMATCH (its probe of inner step 0" in m]
     assert caught and all(f" {rider.hex()[:8]}: " in m for m in caught), caught
-    assert any("its probe of inner step 0 holds" in m for m in lines)  # the honest ones
+    # The honest slots were fetched beside the rider's, so its silence did not spend their
+    # budget: none of them fell back to its probe (asked one after another, they did).
+    assert not any("its probe of inner step 0 holds" in m for m in lines)
+    assert any(re.search(r"audited step \d+ slot \d+ \w+: step \d+ of \d+ match", m) for m in lines)
     assert ClientState.Ejected in states

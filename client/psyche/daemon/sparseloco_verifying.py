@@ -162,19 +162,23 @@ async def judge_sparseloco(
     deadline = begun + 0.25 * coord.config.max_round_train_time
     t0 = time.perf_counter()
     earlier = _previous_results(coord, epoch, state)
+    # Every slot's states are asked for at once and replayed in slot order as they come: asked
+    # one after another, a trainer whose host stays silent spent the whole budget of the
+    # slots after it, which then got the probe alone (a cost one party put on the others).
+    fetching = [
+        asyncio.create_task(_prepare(parts, kit, epoch, judged, s, seed, deadline, earlier))
+        for s in slots
+    ]
     done, unserved = [], []
-    for s in slots:
-        prior = earlier.get(s.trainer)
-        after = await _error_after(epoch, prior, fmt, deadline) if prior is not None else None
-        if prior is not None and after is None:
-            done.append(s)  # its previous result is not here in time: unchecked, not accused
-            continue
-        judged_slot, unfetched = await _judge_slot(
-            parts, kit, trainer, judged, s, seed, deadline, after
-        )
-        done.append(judged_slot)
-        if unfetched is not None:
-            unserved.append((s, unfetched))
+    try:
+        for task in fetching:
+            judged_slot, unfetched = await _judge_slot(kit, trainer, judged, await task)
+            done.append(judged_slot)
+            if unfetched is not None:
+                unserved.append((judged_slot, unfetched))
+    finally:
+        for task in fetching:
+            task.cancel()
     serve_s = SERVE_SHARE * coord.config.max_round_train_time
     pending = tuple(
         _pending_vote(parts, trainer, judged, s, at, begun, serve_s) for s, at in unserved
@@ -189,55 +193,83 @@ async def judge_sparseloco(
     )
 
 
-async def _judge_slot(
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A slot as its fetch left it: a verdict already (``at`` None or ``blobs`` None with
+    ``final``), the committed blobs to replay, or states that did not come in time."""
+
+    slot: SlotGradient
+    at: _Slot | None = None
+    blobs: dict[bytes, bytes] | None = None
+    final: bool = False
+
+
+async def _prepare(
     parts: ClientParts,
     kit: ModelKit,
-    trainer: SparseLoCoTrainer,
+    epoch: EpochView,
     judged: RoundState,
     s: SlotGradient,
     seed: bytes,
     deadline: float,
-    error_after_previous: bytes | None,
-) -> tuple[SlotGradient, _Slot | None]:
-    """The slot judged, and what to go on fetching when its states did not arrive in time."""
+    earlier: Mapping[NodeIdentity, tuple[RoundState, ReceivedResult]],
+) -> _Prepared:
+    """The public checks of slot ``s`` and the fetch of the states its audit needs, within the
+    audit's ``deadline``."""
     assert isinstance(kit.format, SparseLoCoFormat)
+    prior = earlier.get(s.trainer)
+    after = await _error_after(epoch, prior, kit.format, deadline) if prior is not None else None
+    if prior is not None and after is None:
+        return _Prepared(s, final=True)  # its previous result is not here in time: unchecked
     held = _held(judged, s, kit.format)
     if held is None:
-        return s, None  # not here (yet): unchecked, a verifier never holds a round back
+        return _Prepared(s, final=True)  # not here (yet): unchecked, never holds a round back
     audit = held.decoded.audit
     assert audit is not None  # the run's format requires the trailer
     key = s.trainer.p2p_identity
     link = link_of(seed, s.slot, key, audit.links)
     at = _Slot(key, held.payload, link, audit, held.decoded.step)
-    if error_after_previous is not None and error_after_previous != audit.error_before:
+    if after is not None and after != audit.error_before:
         why = "its error buffers before the round are not those after its previous round"
-        return _logged(judged, s, at, False, why), None
+        return _Prepared(_logged(judged, s, at, False, why), final=True)
     left = deadline - time.monotonic()
-    if left <= 0:  # earlier slots spent the budget: whether it serves is still judged
-        return await _probed(kit, trainer, judged, s, at)
+    if left <= 0:
+        return _Prepared(s, at)
+    assert isinstance(kit.trainer, SparseLoCoTrainer)
     try:
         # The fetch's own deadline is the budget; the outer bound is a margin for a wedged host.
         async with asyncio.timeout(left + 5.0):
-            blobs = await _fetch(parts, trainer, at, left)
+            return _Prepared(s, at, await _fetch(parts, kit.trainer, at, left))
     except BlobTooLarge as e:
         # The trainer offers more bytes than any state has: not the state it committed to.
-        ok, why = False, f"its committed state was not served ({e})"
+        why = f"its committed state was not served ({e})"
+        return _Prepared(_logged(judged, s, at, False, why), final=True)
     except (TimeoutError, P2PError) as e:
         # Out of this verifier's budget, no answer or "not found" yet: too soon to blame the
         # trainer (e2e runs under load had honest ones answer late), so the replay is off but
         # the asking goes on until SERVE_SHARE of the round (see _pending_vote).
         log.warning("audit of slot %d: state not fetched yet (%s)", s.slot, e or "time")
+        return _Prepared(s, at)
+
+
+async def _judge_slot(
+    kit: ModelKit, trainer: SparseLoCoTrainer, judged: RoundState, p: _Prepared
+) -> tuple[SlotGradient, _Slot | None]:
+    """The slot judged, and what to go on fetching when its states did not arrive in time."""
+    s, at = p.slot, p.at
+    if p.final or at is None:
+        return s, None
+    if p.blobs is None:  # its states did not come: the probe, then the serving
         return await _probed(kit, trainer, judged, s, at)
-    else:
-        try:
-            samples = await asyncio.to_thread(kit.data.get_samples, s.batch)
-            ok, why = await asyncio.to_thread(
-                partial(audit_link, hashed=True),
-                trainer, at.link, audit, blobs, samples, judged.lrs.lr, at.payload,
-            )  # fmt: skip
-        except Exception as e:  # a verifier's failure must never cost the round
-            log.warning("audit of slot %d failed here: %s; left unchecked", s.slot, e)
-            return s, None
+    try:
+        samples = await asyncio.to_thread(kit.data.get_samples, s.batch)
+        ok, why = await asyncio.to_thread(
+            partial(audit_link, hashed=True),
+            trainer, at.link, at.audit, p.blobs, samples, judged.lrs.lr, at.payload,
+        )  # fmt: skip
+    except Exception as e:  # a verifier's failure must never cost the round
+        log.warning("audit of slot %d failed here: %s; left unchecked", s.slot, e)
+        return s, None
     return _logged(judged, s, at, ok, why), None
 
 

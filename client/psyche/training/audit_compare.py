@@ -80,14 +80,21 @@ def _beyond_rounding(
     """|d| less :data:`ROUNDING_ULPS` units in the last place of a ``bits``-bit significand at
     the larger of |r| and |c|, and as many at |step| (a moment's increment (1 − β)·g carries the
     rounding of g, which is more than the moment's own unit where the two nearly cancel), at
-    least 0. A unit at x is 2^(e − bits) for frexp's exponent e; none at 0."""
+    least 0."""
     allow = _units(torch.maximum(r.abs(), c.abs()), bits).add_(_units(step.abs(), bits))
     return d.abs_().sub_(allow.mul_(ROUNDING_ULPS)).clamp_min_(0.0)
 
 
 def _units(x: torch.Tensor, bits: int) -> torch.Tensor:
-    _, e = torch.frexp(x)
-    return torch.ldexp(torch.ones_like(x), e - bits).masked_fill_(x == 0, 0.0)
+    """A unit in the last place of a ``bits``-bit significand at each value of ``x`` (float64,
+    ≥ 0): x's power of two (its exponent bits alone, so 0 at 0) times 2^(1 − bits). Bit masking,
+    not frexp and ldexp, which took a third of a bf16 compare."""
+    top = x.contiguous().view(torch.int64).bitwise_and_(_EXPONENT).view(torch.float64)
+    return top.mul_(2.0 ** (1 - bits))
+
+
+_EXPONENT = 0x7FF0000000000000
+"""A float64's exponent bits."""
 
 
 def _rel(num: float, base: float) -> float:

@@ -18,10 +18,11 @@ result in its place, chosen by ``PSYCHE_ROGUE_ATTACK``:
   inner states it really went through and serves it, and its payload is that chain's honest
   encoding, so only the replay of an inner step (``psyche.daemon.sparseloco_verifying``) can
   tell; as a verifier it replays honestly (it saves its own work, not its judgement);
-- ``sparse-silent``: the SparseLoCo free rider of ``sparse-half`` that also serves none of the
-  states it commits to, so no verifier can replay its chain: only the rule that a trainer must
-  serve what it committed to (its verifiers vote against it when the states never come)
-  catches it;
+- ``sparse-silent``: the SparseLoCo free rider of ``sparse-half``, but honest in the first inner
+  step of each round (so the probe of inner step 0 its result carries holds), that serves none of
+  the states it commits to, so no verifier can replay its chain: only the rule that a trainer
+  must serve what it committed to (its verifiers vote against it when the states never come)
+  catches it (a ``sparse-half`` that serves nothing is caught by its probe first);
 - ``sparse-reset``: a SparseLoCo trainer that does all its work but zeroes its error-feedback
   buffers before every round (standing in for one that picks its "before" buffers to shape its
   payload): its chain and encoding are honest from the buffers it commits to, so only the
@@ -159,18 +160,23 @@ _honest_inner_step = SparseLoCoTrainer._inner_step
 
 def _half_inner_step(self: SparseLoCoTrainer, batch: torch.Tensor, lr: float, cancel: Any) -> float:
     if getattr(self, "_rogue_riding", False):
-        batch = batch[: max(1, batch.shape[0] // 2)]
+        if getattr(self, "_rogue_first_honest", False):
+            self._rogue_first_honest = False  # type: ignore[attr-defined]
+        else:
+            batch = batch[: max(1, batch.shape[0] // 2)]
     return _honest_inner_step(self, batch, lr, cancel)
 
 
 def _sparse_half(self: SparseLoCoTrainer, batch: torch.Tensor, **kwargs: Any) -> TrainOutput:
-    """The SparseLoCo ½ free rider: every inner step on half its samples (see the module)."""
+    """The SparseLoCo ½ free rider: every inner step on half its samples, or every one but the
+    first (``sparse-silent``; see the module)."""
+    attack = os.environ.get("PSYCHE_ROGUE_ATTACK")  # sparse-half or sparse-silent
     self._rogue_riding = True  # type: ignore[attr-defined]
+    self._rogue_first_honest = attack == "sparse-silent"  # type: ignore[attr-defined]
     try:
         out = _honest_sparse_step(self, batch, **kwargs)
     finally:
         self._rogue_riding = False  # type: ignore[attr-defined]
-    attack = os.environ.get("PSYCHE_ROGUE_ATTACK")  # sparse-half or sparse-silent
     print(f"rogue: {attack} result step={kwargs['step']}", flush=True)
     return out
 

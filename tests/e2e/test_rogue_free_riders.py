@@ -22,10 +22,12 @@ rogues are ``rogue_trainer.py`` (``PSYCHE_ROGUE_ATTACK``):
 - ``sparse-reset``: honest work from zeroed error buffers every round; only the public continuity
   check catches it, which every client runs on arrival since 2026-12-05: its second result is
   refused and it is ejected by the health checks (before, by a sampled audit, at step 4).
-- ``sparse-silent``: the ``sparse-half`` free rider serving none of its committed states, so no
+- ``sparse-silent``: the ``sparse-half`` free rider, honest in its first inner step (so the
+  probe of inner step 0 its result carries holds), serving none of its committed states, so no
   replay can run; its host answers "not found", and its verifiers vote against it when it still
   denies holding them half a round after the audit began (centralized only). Removed at step
-  3; never, on the daemon before that rule (2026-12-05).
+  3; never, on the daemon before that rule (2026-12-05). (Dishonest in step 0 too, it is
+  caught by its probe at once: 2026-12-06, tests/integration/test_audit_chain_order.py.)
 
 Cost (2-core machine beside other jobs, 2026-12-03; ``pytest --durations=0``, call time): free
 rider 64.6 s centralized and 61.5 s on Solana (20 steps); SparseLoCo copier 50.3 s centralized and
@@ -195,7 +197,10 @@ def test_a_sparseloco_free_rider_that_serves_nothing_is_ejected(
         (net.out / "logs" / f"client-{n}.log").read_text(errors="replace") for n in (1, 2, 3)
     )
     # The console wraps long lines: compare with the whitespace collapsed.
-    assert "it denied holding a committed state" in " ".join(logs.split())
+    flat = " ".join(logs.split())
+    assert "it denied holding a committed state" in flat
+    # Its states never came, so its verifiers checked its probe, which holds (step 0 is honest).
+    assert "its probe of inner step 0 holds" in flat and "MISMATCH (its probe" not in flat
     slashed_centrally(saved, who, honest, run_id="tiny-sparseloco")
 
 

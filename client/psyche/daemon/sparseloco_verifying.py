@@ -25,17 +25,23 @@ ones this result commits to before round ``r`` (a trainer's error buffers change
 rounds, or restart at zero when it loads a model, which ends its chain's epoch). Without it a
 trainer that did the work could pick its "before" buffers to encode any payload it likes.
 
+Every sampled trainer's states are asked for at once (one whose host stays silent must not
+spend the budget of the others) and replayed in slot order as they come.
+
 A failed link or continuity check, a blob that is malformed or does not match its commitment, or
 a committed state the trainer offers larger than a state can be votes "mismatch"; a result not
-held when the audit starts, or an audit cut short by the verifier's time budget, stays
-unchecked. A held result whose states did not arrive within that budget is not left there: the
-verifier goes on asking the trainer for them, in the background, until half of
-``max_round_train_time`` after the audit began (:data:`SERVE_SHARE`), and votes "mismatch" if
-the trainer denied holding one until then (answered "not found", or offered bytes that are not
-the blob) — a trainer must serve what it committed to, or a free rider could escape every audit
-by serving nothing. One that did not answer in time stays unchecked: an audit moves 32–44 bytes
-per parameter, which a loaded or distant link may not carry in time, and an honest trainer must
-not pay for that. Its witness waits for that vote (``Judgement.settled``). The verdict rides in
+held when the audit starts stays unchecked. A held result whose states did not arrive within the
+budget is checked on what it carries itself: the probe of inner step 0
+(``psyche.distro.audit_probe``), replayed from this verifier's own weights (the round's start
+weights, S_0's) and the gradient of the first inner batch; a probe that does not hold votes
+"mismatch" at once. One that holds is not left there: the verifier goes on asking the trainer
+for the states, in the background, until half of ``max_round_train_time`` after the audit began
+(:data:`SERVE_SHARE`), and votes "mismatch" if the trainer denied holding one until then
+(answered "not found", or offered bytes that are not the blob) — a trainer must serve what it
+committed to, or a rider honest in step 0 alone could escape every audit by serving nothing.
+One that did not answer in time stays unchecked: an audit moves 32–44 bytes per parameter,
+which a loaded or distant link may not carry in time, and an honest trainer must not pay for
+that. Its witness waits for that vote (``Judgement.settled``). The verdict rides in
 the witness through :func:`psyche.daemon.verifying.verdict_of`.
 """
 
@@ -195,8 +201,9 @@ async def judge_sparseloco(
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    """A slot as its fetch left it: a verdict already (``at`` None or ``blobs`` None with
-    ``final``), the committed blobs to replay, or states that did not come in time."""
+    """A slot as its public checks and fetch left it: ``final`` when that settled it (a
+    mismatch, or unchecked); else ``blobs`` are the committed states to replay, or None when
+    they did not come in time (then the probe, and the serving)."""
 
     slot: SlotGradient
     at: _Slot | None = None
@@ -233,7 +240,7 @@ async def _prepare(
         why = "its error buffers before the round are not those after its previous round"
         return _Prepared(_logged(judged, s, at, False, why), final=True)
     left = deadline - time.monotonic()
-    if left <= 0:
+    if left <= 0:  # waiting for its previous result spent the budget
         return _Prepared(s, at)
     assert isinstance(kit.trainer, SparseLoCoTrainer)
     try:

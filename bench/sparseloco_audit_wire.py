@@ -4,7 +4,7 @@ One process, one torch thread, the tiny preset (1.18 M parameters) and the produ
 for each of ``--rounds`` rounds, a trainer takes the round once without the audit and once with
 it (``SparseLoCoTrainer.set_audit``, the same start: the second from a copy of the first's state),
 and a verifier runs the daemon's check of one inner step and the encode link
-(``psyche.daemon.sparseloco_verifying.audit_link``) on the audited result. Printed: the CPU
+(``psyche.daemon.sparseloco_checks.audit_link``) on the audited result. Printed: the CPU
 seconds of each (medians; the two rounds' order alternates), the recording overhead (the two
 rounds' ratio, and the trail's own CPU time, which is less noisy), an audit's cost as a share
 of a plain round, the bytes an audit fetches, and what a client then spends per round at
@@ -63,7 +63,7 @@ def _cpu(fn: Any) -> tuple[Any, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from psyche.daemon.sparseloco_verifying import audit_link, audit_probe, wanted
+    from psyche.daemon.sparseloco_checks import audit_link, audit_probe, wanted
     from psyche.p2p.node import default_blob_root
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import init_model, llama_config

@@ -54,16 +54,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-import torch
-
-from psyche.coordinator import ClientState, Coordinator
+from psyche.coordinator import ClientState, Coordinator, Round
 from psyche.coordinator.verification import VERIFIERS_PER_ROUND, verify_seed
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.judgement import Judgement, PendingVote, SlotGradient, SubBatch
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.parts import ClientParts, healthy_index
 from psyche.daemon.rounds import ReceivedResult, RoundState, decode_verified, results_to_apply
-from psyche.distro.audit_probe import decode_probe, probe_positions
+from psyche.daemon.sparseloco_checks import audit_link, audit_probe, wanted
 from psyche.distro.audit_trailer import AuditCommitments
 from psyche.distro.result_format import SparseLoCoFormat
 from psyche.distro.sparseloco_payload import SparseLoCoPayload
@@ -73,29 +71,18 @@ from psyche.p2p.peer_id import peer_id_for
 from psyche.p2p.transport import Transport
 from psyche.protocol.identity import NodeIdentity
 from psyche.training.sparseloco_audit import (
-    AuditError,
-    decode_error,
-    decode_state,
-    inner_batches,
     link_for,
-    replay_encode,
-    replay_link,
-    replay_probe,
-    starts_at,
     state_size,
 )
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
 __all__ = [
     "SERVE_SHARE",
-    "audit_link",
-    "audit_probe",
     "judge_sparseloco",
     "link_of",
     "served",
     "settle_votes",
     "state_bound",
-    "wanted",
 ]
 
 log = logging.getLogger("psyche.daemon")
@@ -153,15 +140,7 @@ async def judge_sparseloco(
     if not proof.witness or proof.position >= VERIFIERS_PER_ROUND:
         return
     seed = verify_seed(coord.current_round().random_seed)
-    trainers = coord.round_clients(prev)
-    mine = coord.epoch_state.clients[me].id
-    slots: list[SlotGradient] = []
-    for slot, index in enumerate(coord.judged_sample(coord.current_round(), prev)):
-        if index >= len(trainers) or trainers[index] == mine:
-            continue
-        batch = judged.batch_of(trainers[index])
-        if batch is not None:
-            slots.append(SlotGradient(slot, trainers[index], batch, SubBatch(())))
+    slots = _slots(coord, prev, judged, coord.epoch_state.clients[me].id)
     if not slots:
         return
     begun = time.monotonic()
@@ -197,6 +176,21 @@ async def judge_sparseloco(
         len(done),
         time.perf_counter() - t0,
     )
+
+
+def _slots(
+    coord: Coordinator, prev: Round, judged: RoundState, mine: NodeIdentity
+) -> list[SlotGradient]:
+    """The sampled results of the judged round ``prev`` this client audits: all but its own."""
+    trainers = coord.round_clients(prev)
+    slots = []
+    for slot, index in enumerate(coord.judged_sample(coord.current_round(), prev)):
+        if index >= len(trainers) or trainers[index] == mine:
+            continue
+        batch = judged.batch_of(trainers[index])
+        if batch is not None:
+            slots.append(SlotGradient(slot, trainers[index], batch, SubBatch(())))
+    return slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,25 +293,6 @@ async def _probed(
         log.info("audit of slot %d: its probe of inner step 0 holds", s.slot)
         return s, at
     return _logged(judged, s, replace(at, link=0), False, why), None
-
-
-def audit_probe(
-    trainer: SparseLoCoTrainer, audit: AuditCommitments, samples: torch.Tensor, lr: float, step: int
-) -> tuple[bool, str]:
-    """Blocking: whether the result's probe of inner step 0 (``psyche.distro.audit_probe``)
-    holds on ``samples`` (the trainer's assigned batch) at the round's ``lr``, and why not;
-    ``trainer`` is the verifier's own, its weights the judged round's start weights."""
-    parts = inner_batches(samples, trainer.config.inner_steps)
-    if len(parts) != audit.links:
-        return False, f"{audit.links} inner steps committed for {len(parts)} inner batches"
-    probe = decode_probe(audit.probe, trainer.shapes)
-    verdict = replay_probe(trainer, probe, probe_positions(trainer.shapes, step), parts[0], lr)
-    if verdict.ok:
-        return True, ""
-    return False, (
-        f"its probe of inner step 0 is off by {verdict.weight_error:.3g} (weights), "
-        f"{verdict.moment_error:.3g} (moments)"
-    )
 
 
 def _logged(judged: RoundState, s: SlotGradient, at: _Slot, ok: bool, why: str) -> SlotGradient:
@@ -464,14 +439,6 @@ def _healthy(coord: Coordinator, who: NodeIdentity) -> bool:
     return i is not None and coord.epoch_state.clients[i].state is ClientState.Healthy
 
 
-def wanted(audit: AuditCommitments, link: int) -> tuple[bytes, ...]:
-    """The committed blobs an audit of inner step ``link`` needs, each once: S_j and S_{j+1}
-    for the step, S_n and both error buffers for the encode link."""
-    n = audit.links
-    need = (audit.states[link], audit.states[link + 1], audit.states[n])
-    return (*dict.fromkeys(need), audit.error_before, audit.error_after)
-
-
 async def _fetch(
     parts: ClientParts,
     trainer: SparseLoCoTrainer,
@@ -488,51 +455,3 @@ async def _fetch(
             h, from_any_of=[peer], max_size=bound, timeout=left, digest=AUDIT_DIGEST
         )
     return got
-
-
-def audit_link(
-    trainer: SparseLoCoTrainer,
-    link: int,
-    audit: AuditCommitments,
-    blobs: Mapping[bytes, bytes],
-    samples: torch.Tensor,
-    lr: float,
-    payload: bytes,
-    *,
-    hashed: bool = False,
-) -> tuple[bool, str]:
-    """Blocking: whether the encode link and inner step ``link`` of the committed chain hold,
-    and why not. ``blobs`` maps each of :func:`wanted`'s hashes to the bytes the trainer served
-    for it (``hashed``: already checked against them, as a P2P fetch by hash does, so they are
-    not hashed again); ``trainer`` is the verifier's own, its weights the judged round's start
-    weights (put back as they were)."""
-    n = audit.links
-
-    def state(h: bytes) -> dict[str, torch.Tensor]:
-        return decode_state(blobs[h], shapes, None if hashed else h)
-
-    def error(h: bytes) -> list[torch.Tensor]:
-        return decode_error(blobs[h], numels, None if hashed else h)
-
-    shapes = list(trainer.shapes)
-    numels = [int(p.numel()) for p in trainer.params]
-    try:
-        before, after = state(audit.states[link]), state(audit.states[link + 1])
-        if link == 0 and not starts_at(trainer.params, before):
-            return False, "S_0 is not the round's start weights"
-        last = after if link + 1 == n else state(audit.states[n])
-        before_e, after_e = error(audit.error_before), error(audit.error_after)
-    except AuditError as e:
-        return False, str(e)
-    if not replay_encode(trainer, before_e, last, payload, after_e):
-        return False, "the payload is not the encoding of the committed last state"
-    parts = inner_batches(samples, trainer.config.inner_steps)
-    if len(parts) != n:
-        return False, f"{n} inner steps committed for {len(parts)} inner batches"
-    verdict = replay_link(trainer, link, before, after, parts[link], lr)
-    if verdict.ok:
-        return True, ""
-    return False, (
-        f"inner step {link} replayed off by {verdict.weight_error:.3g} (weights), "
-        f"{verdict.moment_error:.3g} (moments), counts ok {verdict.step_ok}"
-    )

@@ -16,14 +16,8 @@ import pytest
 import torch
 
 from psyche.daemon.audit_serving import AuditBlobs
-from psyche.daemon.sparseloco_verifying import (
-    AUDIT_DIGEST,
-    audit_link,
-    link_of,
-    served,
-    state_bound,
-    wanted,
-)
+from psyche.daemon.sparseloco_checks import audit_link, wanted
+from psyche.daemon.sparseloco_verifying import AUDIT_DIGEST, link_of, served, state_bound
 from psyche.distro.audit_probe import probe_bytes
 from psyche.distro.audit_trailer import (
     AuditCommitments,

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from psyche.daemon.sparseloco_verifying import audit_probe
+from psyche.daemon.sparseloco_checks import audit_probe
 from psyche.distro.audit_probe import (
     PROBE_PER_TENSOR,
     decode_probe,

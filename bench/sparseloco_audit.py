@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import lr_for_step
     from psyche.training import sparseloco_audit as audit
+    from psyche.training.sparseloco_probe import replay_probe
     from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
     torch.set_num_threads(1)
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                   "probe": wire, "step": rnd})  # fmt: skip
                 for n in (1, 2) if kind == "honest" else (1,):
                     torch.set_num_threads(n)
-                    v = audit.replay_probe(verifier, probe, at, parts[0], lr)
+                    v = replay_probe(verifier, probe, at, parts[0], lr)
                     key = f"probe {kind}" if n == 1 else f"probe {kind}@{n}"
                     links[key].append({"round": rnd, "link": 0, "weight": v.weight_error,
                                        "moment": v.moment_error, "ok": v.ok})  # fmt: skip
@@ -220,6 +221,7 @@ def replay_saved(args: argparse.Namespace) -> int:
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import load_model
     from psyche.training import sparseloco_audit as audit
+    from psyche.training.sparseloco_probe import replay_probe
     from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
     torch.set_num_threads(1)
@@ -239,7 +241,7 @@ def replay_saved(args: argparse.Namespace) -> int:
                          "moment": v.moment_error, "ok": v.ok})  # fmt: skip
         probe = decode_probe(bytes(r["probe"].numpy()), shapes)
         at = probe_positions(shapes, int(r["step"]))
-        v = audit.replay_probe(verifier, probe, at, r["parts"][0], r["lr"])
+        v = replay_probe(verifier, probe, at, r["parts"][0], r["lr"])
         rows.append({"round": rnd, "link": 0, "weight": v.weight_error,
                      "moment": v.moment_error, "ok": v.ok, "probe": True})  # fmt: skip
     (args.replay_dir / "replayed.json").write_text(json.dumps(rows))

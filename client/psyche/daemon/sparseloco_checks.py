@@ -19,9 +19,9 @@ from psyche.training.sparseloco_audit import (
     inner_batches,
     replay_encode,
     replay_link,
-    replay_probe,
     starts_at,
 )
+from psyche.training.sparseloco_probe import replay_probe
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
 __all__ = ["audit_link", "audit_probe", "wanted"]

@@ -50,7 +50,7 @@ from psyche.distro.sparseloco_payload import SparseLoCoSettings
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training.audit_compare import TOLERANCE, LinkVerdict, compare_states
 from psyche.training.errors import AuditRecordingError
-from psyche.training.sparseloco_probe import probe_of, replay_probe, sample_at
+from psyche.training.sparseloco_probe import Sampled, probe_of, sample_at
 
 __all__ = [
     "ERROR_MAGIC",
@@ -70,7 +70,6 @@ __all__ = [
     "load_state",
     "replay_encode",
     "replay_link",
-    "replay_probe",
     "starts_at",
     "state_hash",
     "state_size",
@@ -263,7 +262,7 @@ class AuditTrail:
     probe_at: Sequence[np.ndarray] | None = None
     """The positions of inner step 0's probe (``audit_probe.probe_positions``), or None for no
     probe: the first two states recorded are also sampled there (:meth:`probe`)."""
-    probed: list[list[torch.Tensor]] = field(default_factory=list)
+    probed: list[list[Sampled]] = field(default_factory=list)
     cpu_s: float = 0.0
     """CPU seconds the recording took on the calling thread: what auditing costs the trainer
     (``bench/sparseloco_audit_wire.py`` reads it; two whole rounds' difference is noisier)."""
@@ -338,8 +337,6 @@ class Audited(Protocol):
     def replay_inner_step(
         self, before: dict[str, torch.Tensor], part: torch.Tensor, lr: float
     ) -> dict[str, torch.Tensor]: ...
-
-    def gradient(self, part: torch.Tensor) -> list[torch.Tensor | None]: ...
 
 
 def replay_link(

@@ -15,7 +15,7 @@ from psyche.distro.audit_probe import Probe
 from psyche.protocol.optimizers import SparseLoCoOptimizer
 from psyche.training.audit_compare import LinkVerdict, relative_errors
 
-__all__ = ["Probed", "probe_of", "replay_probe", "sample_at"]
+__all__ = ["Probed", "Sampled", "probe_of", "replay_probe", "sample_at"]
 
 
 class Probed(Protocol):
@@ -29,35 +29,36 @@ class Probed(Protocol):
     def gradient(self, part: torch.Tensor) -> list[torch.Tensor | None]: ...
 
 
+Sampled = tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]
+"""One parameter at the probed positions: weights, first and second moment, step count."""
+
+
 def sample_at(
     params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer, at: Sequence[np.ndarray]
-) -> list[torch.Tensor]:
-    """Weights, both moments and the step count (as a 1-element tensor) of each parameter at
-    the positions ``at``, flat, in that order."""
+) -> list[Sampled]:
+    """Each parameter's weights, moments (zeros before AdamW's first step) and step count at
+    the positions ``at``, as float32 on the CPU."""
     out = []
     for p, where in zip(params, at, strict=True):
         idx = torch.from_numpy(where).to(p.device)
         st = optimizer.state.get(p, {})
-        for t in (p.detach(), st.get("exp_avg"), st.get("exp_avg_sq")):
-            if t is None:
-                out.append(torch.zeros(len(where), dtype=torch.float32))
-            else:
-                out.append(t.reshape(-1).index_select(0, idx).to("cpu", torch.float32))
+        w, m, v = (
+            torch.zeros(len(where)) if t is None else t.reshape(-1)[idx].float().cpu()
+            for t in (p.detach(), st.get("exp_avg"), st.get("exp_avg_sq"))
+        )
         step = st.get("step")
-        out.append(torch.tensor([float(step) if step is not None else 0.0]))
+        out.append((w, m, v, 0.0 if step is None else float(step)))
     return out
 
 
-def probe_of(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> Probe:
+def probe_of(before: Sequence[Sampled], after: Sequence[Sampled]) -> Probe:
     """The probe from :func:`sample_at` of S_0 and of S_1: S_0's step counts and moments, S_1's
     weights and moments."""
-    rows = []
-    for i in range(len(before) // 4):
-        m0, v0 = before[4 * i + 1], before[4 * i + 2]
-        w1, m1, v1 = after[4 * i], after[4 * i + 1], after[4 * i + 2]
-        rows.append(torch.stack([m0, v0, w1, m1, v1]).numpy())
-    counts = np.array([float(before[4 * i + 3]) for i in range(len(rows))], np.float32)
-    return Probe(counts, tuple(rows))
+    rows = [
+        torch.stack([m0, v0, w1, m1, v1]).numpy()
+        for (_, m0, v0, _), (w1, m1, v1, _) in zip(before, after, strict=True)
+    ]
+    return Probe(np.array([t for *_, t in before], np.float32), tuple(rows))
 
 
 def replay_probe(

@@ -25,8 +25,8 @@ from psyche.training.sparseloco_audit import (
     decode_state,
     inner_batches,
     replay_link,
-    replay_probe,
 )
+from psyche.training.sparseloco_probe import replay_probe
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 
 from .helpers import TINY, batch_of

@@ -19,7 +19,8 @@ states do not come) and adds to a result.
 
 The audited trainer records its chain into files in a temporary blob directory (where the
 client's P2P node keeps it: ``/dev/shm`` with room, as ``psyche.p2p.node.default_blob_root``),
-as the client does; ``--in-memory`` keeps it in the heap, as before 2026-12-05.
+as the client does, over the files of the chain it gave up before (``--new-files``: new files each
+round, as before 2026-12-06); ``--in-memory`` keeps it in the heap, as before 2026-12-05.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="keep the chain in memory (before 2026-12-05) instead of recording it into files "
         "in a blob directory, as the client does",
     )
+    p.add_argument(
+        "--new-files",
+        action="store_true",
+        help="write each chain into new files (before 2026-12-06) instead of over the files of "
+        "the chain given up before it, as the client does",
+    )
     p.add_argument("--json", type=Path)
     return p.parse_args(argv)
 
@@ -64,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from psyche.daemon.sparseloco_checks import audit_link, audit_probe, wanted
-    from psyche.p2p.node import default_blob_root
+    from psyche.p2p.node import RECYCLED, default_blob_root
     from psyche.protocol.optimizers import SparseLoCoOptimizer
     from psyche.training import init_model, llama_config
     from psyche.training.presets import PRESETS
@@ -85,6 +92,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     audited.set_audit(True)
     spool = None if args.in_memory else tempfile.TemporaryDirectory(dir=default_blob_root())
     audited.audit_spool = None if spool is None else Path(spool.name)
+    if spool is not None and not args.new_files:
+        # A round's chain, given up at the next round's start, is written over by that round's,
+        # as a client's withdrawn chains are (``psyche.training.audit_files``).
+        audited.audit_pool = Path(spool.name) / RECYCLED
     gen = torch.Generator().manual_seed(0)
     rows: list[dict[str, float]] = []
     for r in range(args.rounds):
@@ -142,7 +153,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "samples_per_step": args.batch,
         "params": sum(p.numel() for p in plain.params),
         "rounds": args.rounds,
-        "recorded_into": "memory" if args.in_memory else "files",
+        "recorded_into": "memory"
+        if args.in_memory
+        else "new files"
+        if args.new_files
+        else "the files of the chain before",
         "median": med,
         "recording_over_plain": med["audited_s"] / med["plain_s"],
         "recording_share": med["recording_s"] / med["plain_s"],

@@ -6,7 +6,9 @@ of them by hash from this client (docs/protocol.md, "SparseLoCo: the inner-step 
 blobs are served from the moment the result is published until the round after next starts, when
 every audit of it is over; older ones are withdrawn, which bounds what a client holds to two
 rounds' chains. A chain recorded into the blob directory (``AuditTrail.spool``) is served
-from the files the trainer wrote, which this then owns.
+from the files the trainer wrote, which this then owns; a withdrawn chain's files go to the
+transport's ``recycle_dir``, where the trainer writes its next chain over them
+(``psyche.training.audit_files``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from psyche.p2p.transport import Transport
+from psyche.training import audit_files
 from psyche.training.sparseloco_audit import AuditTrail
 
 __all__ = ["KEEP_ROUNDS", "AuditBlobs"]
@@ -50,7 +53,9 @@ class AuditBlobs:
                     # handoff=False: only this trainer holds them, and verifiers ask it by name.
                     await transport.serve_known(blob, h, handoff=False)
                 elif self._uses[h]:
-                    blob.unlink(missing_ok=True)  # an earlier chain's file serves these bytes
+                    # An earlier chain's file serves these bytes (the error buffers before
+                    # this round are the last round's after it).
+                    audit_files.recycle(blob, transport.recycle_dir)
                 else:
                     # Written into the blob directory as it was recorded: nothing to copy.
                     transport.serve_file(blob, blob_hash=h, size=blob.stat().st_size, handoff=False)
@@ -66,7 +71,7 @@ class AuditBlobs:
                 self._uses[h] -= 1
                 if self._uses[h] == 0:
                     del self._uses[h]
-                    transport.unserve(h)
+                    transport.unserve(h, recycle=True)  # the next chain is written over it
 
     @property
     def rounds(self) -> tuple[int, ...]:

@@ -187,6 +187,7 @@ class TrainingStep:
         if isinstance(trainer, SparseLoCoTrainer):
             # The chain is recorded straight into the files it is served from.
             trainer.audit_spool = self.parts.transport.spool_dir
+            trainer.audit_pool = self.parts.transport.recycle_dir
         out = await self._train_step(batch, prev_self)
         if out is None:
             return

@@ -142,7 +142,12 @@ class MemoryTransport(Transport):
     def spool_dir(self) -> Path | None:
         return None  # blobs live in memory here
 
-    def unserve(self, blob_hash: bytes) -> None:
+    @property
+    def recycle_dir(self) -> Path | None:
+        return None
+
+    def unserve(self, blob_hash: bytes, *, recycle: bool = False) -> None:
+        del recycle  # no files here
         self._blobs.pop(bytes(blob_hash), None)
 
     def stop(self) -> None:

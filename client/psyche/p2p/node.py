@@ -100,6 +100,10 @@ log = logging.getLogger(__name__)
 ANNOUNCEMENT_QUEUE = 4096
 """Deliveries buffered for :meth:`P2PNode.announcements`; beyond this the oldest are dropped."""
 
+RECYCLED = ".recycled"
+"""The blob directory's subdirectory of withdrawn files kept for reuse (:meth:`P2PNode.unserve`
+with ``recycle``); its files are never served."""
+
 
 SHM_MIN_FREE = 1 << 30
 """Free bytes ``/dev/shm`` must have to hold a node's blobs by default (peers' results, model
@@ -220,6 +224,10 @@ class P2PNode(Transport):
     @property
     def spool_dir(self) -> Path | None:
         return self._blob_dir  # None until started
+
+    @property
+    def recycle_dir(self) -> Path | None:
+        return None if self._blob_dir is None else self._blob_dir / RECYCLED
 
     @property
     def blob_dir(self) -> Path:
@@ -376,12 +384,21 @@ class P2PNode(Transport):
         """
         self._register(bytes(blob_hash), Path(path), size, handoff=handoff)
 
-    def unserve(self, blob_hash: bytes) -> None:
-        """Stop serving ``blob_hash``; its file is deleted if it lives in the blob dir."""
+    def unserve(self, blob_hash: bytes, *, recycle: bool = False) -> None:
+        """Stop serving ``blob_hash``; its file is deleted if it lives in the blob dir, or with
+        ``recycle`` moved into :attr:`recycle_dir` for its owner to write over."""
         path = self._served.pop(blob_hash, None)
         self._host.send(Unserve(blob_hash))
-        if path is not None and path.parent == self.blob_dir:
-            _delete_off_loop(path)
+        if path is None or path.parent != self.blob_dir:
+            return
+        if recycle:
+            try:
+                (self.blob_dir / RECYCLED).mkdir(exist_ok=True)
+                path.rename(self.blob_dir / RECYCLED / path.name)
+                return
+            except OSError:
+                pass  # deleted instead, as without recycle
+        _delete_off_loop(path)
 
     def served(self) -> list[bytes]:
         return list(self._served)

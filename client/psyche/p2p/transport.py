@@ -108,7 +108,17 @@ class Transport(Protocol):
         (the blob directory); None where blobs are not kept in files."""
         ...
 
-    def unserve(self, blob_hash: bytes) -> None: ...
+    @property
+    def recycle_dir(self) -> Path | None:
+        """Where :meth:`unserve` with ``recycle`` moves a withdrawn file of :attr:`spool_dir`,
+        for its owner to write over instead of making a new one (``psyche.training.
+        audit_files``: how it stays safe while an upload still reads it); None without files."""
+        ...
+
+    def unserve(self, blob_hash: bytes, *, recycle: bool = False) -> None:
+        """Stop serving ``blob_hash``; a file of :attr:`spool_dir` is deleted, or with
+        ``recycle`` moved into :attr:`recycle_dir`."""
+        ...
 
     async def fetch(
         self,

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,8 +46,8 @@ from psyche.distro.payload import PayloadError
 from psyche.distro.sparseloco import SparseLoCoState, decode_payload, encode_round
 from psyche.distro.sparseloco_payload import SparseLoCoSettings
 from psyche.protocol.optimizers import SparseLoCoOptimizer
+from psyche.training import audit_files
 from psyche.training.audit_compare import TOLERANCE, LinkVerdict, compare_states
-from psyche.training.errors import AuditRecordingError
 from psyche.training.sparseloco_probe import Sampled, probe_of, sample_at
 
 __all__ = [
@@ -145,27 +143,6 @@ def _pieces(magic: bytes, tensors: Sequence[torch.Tensor]) -> list[bytes | memor
     return values
 
 
-def _spool(directory: Path, pieces: Sequence[bytes | memoryview]) -> tuple[bytes, Path]:
-    """Write a blob to a new file in ``directory`` while hashing it: (its BLAKE3, the file).
-    The same bytes and hash as :func:`state_hash` of the joined blob, without ever holding it
-    whole in memory."""
-    hasher = _COMMITMENT()
-    name = None
-    try:
-        fd, name = tempfile.mkstemp(prefix="audit-", suffix=".blob", dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            for piece in pieces:
-                hasher.update(piece)
-                f.write(piece)
-    except BaseException as e:
-        if name is not None:
-            Path(name).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise AuditRecordingError(f"cannot write the audit chain into {directory}: {e}") from e
-        raise
-    return hasher.digest(), Path(name)
-
-
 def state_hash(data: bytes) -> bytes:
     """The commitment to a blob: its BLAKE3 (one thread), also its P2P id. A trainer hashes
     H + 1 states and two error buffers a round; SHA-256 took ~10 ms per tiny-model state here,
@@ -174,7 +151,7 @@ def state_hash(data: bytes) -> bytes:
 
 
 _COMMITMENT = blake3.blake3
-"""The hash every commitment is (:func:`state_hash`, and :func:`_spool` as it writes)."""
+"""The hash every commitment is (:func:`state_hash`, and ``audit_files.spool`` as it writes)."""
 
 
 def _load_committed(
@@ -259,6 +236,9 @@ class AuditTrail:
     errors: list[bytes] = field(default_factory=list)
     files: dict[bytes, Path] = field(default_factory=dict)
     """The kept blobs' files by their hash (with a ``spool``)."""
+    pool: Path | None = None
+    """Withdrawn chains' files (``Transport.recycle_dir``), written over instead of new files
+    with a ``spool`` (``psyche.training.audit_files``), and where this trail's go when discarded."""
     probe_at: Sequence[np.ndarray] | None = None
     """The positions of inner step 0's probe (``audit_probe.probe_positions``), or None for no
     probe: the first two states recorded are also sampled there (:meth:`probe`)."""
@@ -287,9 +267,9 @@ class AuditTrail:
             data = b"".join(pieces)
             held.append(data)
             return state_hash(data)
-        digest, path = _spool(self.spool, pieces)
+        digest, path = audit_files.spool(self.spool, pieces, _COMMITMENT(), self.pool)
         if digest in self.files:  # the same bytes twice: one file serves both
-            path.unlink(missing_ok=True)
+            audit_files.recycle(path, self.pool)
         else:
             self.files[digest] = path
         return digest
@@ -311,10 +291,15 @@ class AuditTrail:
         return blob if isinstance(blob, bytes) else blob.read_bytes()
 
     def discard(self) -> None:
-        """Delete the files this trail still owns (a chain that will not be served)."""
+        """Give up the files this trail still owns (a chain that will not be served): into the
+        ``pool``, or deleted without one."""
         for path in self.files.values():
-            path.unlink(missing_ok=True)
+            audit_files.recycle(path, self.pool)
         self.files.clear()
+
+    def close(self) -> None:
+        """The chain is recorded: delete what it did not reuse of the ``pool``."""
+        audit_files.trim(self.pool)
 
     @property
     def links(self) -> int:

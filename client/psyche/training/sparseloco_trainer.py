@@ -117,6 +117,8 @@ class SparseLoCoTrainer:
         self.audit_spool: Path | None = None
         """Where the kept chain's blobs are written as they are recorded (the client's P2P blob
         directory, from which it serves them); None keeps them in memory."""
+        self.audit_pool: Path | None = None
+        """Withdrawn chains' files to write the next chains into (``Transport.recycle_dir``)."""
 
     def take_trail(self) -> AuditTrail | None:
         """The last result's chain, now the caller's (its files with it)."""
@@ -320,13 +322,17 @@ class SparseLoCoTrainer:
         self.discard_trail()
         trail = None
         if self.audit:
-            trail = AuditTrail(spool=self.audit_spool, probe_at=probe_positions(self.shapes, step))
+            at = probe_positions(self.shapes, step)
+            trail = AuditTrail(spool=self.audit_spool, pool=self.audit_pool, probe_at=at)
         try:
             out = self.train_round(batch, step=step, lr=lr, cancel=cancel, trail=trail)
         except BaseException:
             if trail is not None:
                 trail.discard()
             raise
+        finally:
+            if trail is not None:
+                trail.close()
         payload = out.payload
         if trail is not None:
             commitments = AuditCommitments(

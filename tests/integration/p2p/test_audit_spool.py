@@ -104,6 +104,55 @@ def test_audit_chains_are_served_from_the_files_they_were_recorded_into() -> Non
     asyncio.run(main())
 
 
+def test_the_next_chain_is_written_over_the_withdrawn_one() -> None:
+    """With the node's ``recycle_dir`` as the trainer's pool, the chain withdrawn at a publish
+    goes there instead of being deleted, and the next round's chain is written into those same
+    files (no new file, no page allocation); everything served still fetches by its hash, and
+    the pool is empty after each round."""
+
+    async def main() -> None:
+        server, verifier = P2PNode(), P2PNode()
+        await asyncio.gather(
+            server.start(SecretKey.generate(), run_id="pool"),
+            verifier.start(SecretKey.generate(), run_id="pool"),
+        )
+        try:
+            server.set_allowed_peers([verifier.peer_id])
+            verifier.set_allowed_peers([server.peer_id])
+            await verifier.connect(server.listen_addrs)
+            t, served = _trainer(), AuditBlobs()
+            t.audit_spool, t.audit_pool = server.spool_dir, server.recycle_dir
+            pool = server.recycle_dir
+            assert pool is not None
+            withdrawn: set[int] = set()
+            for height in range(1, 6):
+                t.train_step(batch_of(height, samples=4), step=height, lr=LR, prev_lr=LR,
+                             prev_self_results=None, zero_optim=False)  # fmt: skip
+                trail = t.take_trail()
+                assert trail is not None
+                inodes = {p.stat().st_ino for p in trail.files.values()}
+                assert len(inodes) == H + 3  # H + 1 states, two error buffers
+                assert (height >= 4) == (inodes == withdrawn)  # every file a pooled one
+                assert not pool.exists() or list(pool.iterdir()) == []  # trimmed or consumed
+                await served.publish(server, height, trail)
+                withdrawn = {p.stat().st_ino for p in pool.iterdir()} if pool.exists() else set()
+                # The new chain's copy of the error buffers before it (the last chain's after
+                # it), and from round 3 the withdrawn chain (two stay served): H + 1 states and
+                # the error buffers after it.
+                assert len(withdrawn) == {1: 0, 2: 1}.get(height, H + 3)
+                for h in trail.hashes:
+                    got = await verifier.fetch(
+                        h, from_any_of=[server.peer_id], max_size=state_bound(tuple(t.shapes)),
+                        timeout=10.0, digest=AUDIT_DIGEST,
+                    )  # fmt: skip
+                    assert state_hash(got) == h
+            assert not list(server.blob_dir.glob("*.gone"))  # nothing was deleted
+        finally:
+            await asyncio.gather(server.stop(), verifier.stop())
+
+    asyncio.run(main())
+
+
 def test_a_trail_kept_in_memory_is_served_as_before() -> None:
     """Without a spool directory (the in-memory transport) the trail keeps bytes."""
     t = _trainer()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import logging
 import os
 from collections import deque
@@ -348,6 +349,9 @@ class BlobServer:
             await stream.write(encode_header(Status.NOT_FOUND, 0))
             return False
         async with f:
+            if not await trio.to_thread.run_sync(_still_served, f.fileno(), blob.path):
+                await stream.write(encode_header(Status.NOT_FOUND, 0))
+                return False
             await stream.write(encode_header(Status.OK, blob.size))
             sent = 0
             while sent < blob.size:
@@ -358,3 +362,17 @@ class BlobServer:
                 await stream.write(chunk)
                 sent += len(chunk)
         return True
+
+
+def _still_served(fd: int, path: str) -> bool:
+    """Hold a shared lock on the open file for the upload (released when it is closed) and
+    check that ``path`` still names it. A withdrawn file may be written over by its owner
+    (``psyche.training.audit_files``), which first moves it from its name and then takes an
+    exclusive lock: an upload that locked first keeps it from being reused, one that did not
+    finds it gone."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        named, opened = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)

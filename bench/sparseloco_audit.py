@@ -15,10 +15,11 @@ honest client trains `--rounds` rounds of H = `--inner-steps` inner steps of `--
 on the same start weights, each reporting the same batch: `fr2`/`fr4`/`fr8` train every inner
 step on the first ½, ¼, ⅛ of that step's samples (at least one) repeated to fill it, `repeat`
 on the round's first sample, `lazy1` honestly but for one inner step (the round's last) done as
-`fr8`. No outer step is applied (the start weights stay; the states carry over between rounds),
-which keeps the comparison about the link, not the run. Every link of every round is replayed
-at 1 thread; the honest trainer's also at 2 threads (the calibration: honest error across
-thread counts). Per kind: the largest / smallest error, the share of links caught at the
+`fr8`, `swamp` with no gradient at all from moments that round any gradient away
+(:func:`swamp`). No outer step is applied (the start weights stay; the states carry over between
+rounds), which keeps the comparison about the link, not the run. Every link of every round is
+replayed at 1 thread; the honest trainer's also at 2 threads (the calibration: honest error
+across thread counts). Per kind: the largest / smallest error, the share of links caught at the
 tolerance (= detection per audit of one uniformly drawn link), the audits needed for
 P(caught) ≥ 0.9, and the encode link's verdicts.
 
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-KINDS = ("honest", "fr2", "fr4", "fr8", "repeat", "lazy1")
+KINDS = ("honest", "fr2", "fr4", "fr8", "repeat", "lazy1", "swamp")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -85,7 +86,7 @@ def cheap(kind: str, parts: list[Any], rnd_first: Any) -> list[Any]:
         reps = math.ceil(part.shape[0] / kept.shape[0])
         return kept.repeat(reps, 1)[: part.shape[0]]
 
-    if kind == "honest":
+    if kind in ("honest", "swamp"):  # swamp's backward computes nothing anyway
         return parts
     if kind == "repeat":
         return [rnd_first.expand(p.shape[0], -1).contiguous() for p in parts]
@@ -93,6 +94,29 @@ def cheap(kind: str, parts: list[Any], rnd_first: Any) -> list[Any]:
         return [*parts[:-1], shrink(parts[-1], 8)]
     s = {"fr2": 2, "fr4": 4, "fr8": 8}[kind]
     return [shrink(p, s) for p in parts]
+
+
+def swamp(trainer: Any, seed: int) -> None:
+    """The `swamp` shadow: inner moments a million times an honest one's, in a direction it
+    picks (here random), and no forward or backward at all (a zero gradient). AdamW then rounds
+    any gradient away, so a replay from its states lands where it committed, gradient or not:
+    every link and probe passed before the hidden-gradient check (2026-12-06)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 99)
+    for p in trainer.params:
+        trainer._inner.state[p] = {
+            "step": torch.tensor(100.0),
+            "exp_avg": (1e8 * torch.randn(p.shape, generator=g)).to(p.dtype),
+            "exp_avg_sq": torch.full(p.shape, 1e16, dtype=p.dtype),
+        }
+
+    def no_work(batch: Any, cancel: Any) -> float:
+        for p in trainer.params:
+            p.grad = torch.zeros_like(p)
+        return 0.0
+
+    trainer._backward = no_work
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -127,6 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         data = LocalDataProvider(ws.data_dir, cfg.seq_len)
         model = base.load(ws).to(getattr(torch, args.dtype))
         trainers = {k: SparseLoCoTrainer(model, opt, micro_batch_size=args.batch) for k in KINDS}
+        swamp(trainers["swamp"], args.seed)
         verifier = SparseLoCoTrainer(model, opt, micro_batch_size=args.batch)
         shapes = list(verifier.shapes)
         numels = [math.prod(s) for s in shapes]
@@ -160,8 +185,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     torch.set_num_threads(n)
                     v = replay_probe(verifier, probe, at, parts[0], lr)
                     key = f"probe {kind}" if n == 1 else f"probe {kind}@{n}"
-                    links[key].append({"round": rnd, "link": 0, "weight": v.weight_error,
-                                       "moment": v.moment_error, "ok": v.ok})  # fmt: skip
+                    links[key].append(_row(v, rnd))
                 torch.set_num_threads(1)
                 for j in range(h):
                     before = audit.decode_state(trail.states[j], shapes, trail.hashes[j])
@@ -174,8 +198,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         cost["replay_s"] += time.process_time() - t0
                         cost["replays"] += 1
                         key = kind if n == 1 else f"{kind}@{n}"
-                        links[key].append({"round": rnd, "link": j, "weight": v.weight_error,
-                                           "moment": v.moment_error, "ok": v.ok})  # fmt: skip
+                        links[key].append(_row(v, rnd))
                     torch.set_num_threads(1)
                 last = audit.decode_state(trail.states[h], shapes, trail.hashes[h])
                 e0, e1 = (audit.decode_error(d, numels) for d in trail.errors)
@@ -237,15 +260,19 @@ def replay_saved(args: argparse.Namespace) -> int:
             before = audit.decode_state(r["states"][j], shapes)
             after = audit.decode_state(r["states"][j + 1], shapes)
             v = audit.replay_link(verifier, j, before, after, r["parts"][j], r["lr"])
-            rows.append({"round": rnd, "link": j, "weight": v.weight_error,
-                         "moment": v.moment_error, "ok": v.ok})  # fmt: skip
+            rows.append(_row(v, rnd))
         probe = decode_probe(bytes(r["probe"].numpy()), shapes)
         at = probe_positions(shapes, int(r["step"]))
         v = replay_probe(verifier, probe, at, r["parts"][0], r["lr"])
-        rows.append({"round": rnd, "link": 0, "weight": v.weight_error,
-                     "moment": v.moment_error, "ok": v.ok, "probe": True})  # fmt: skip
+        rows.append({**_row(v, rnd), "probe": True})
     (args.replay_dir / "replayed.json").write_text(json.dumps(rows))
     return 0
+
+
+def _row(v: Any, rnd: int) -> dict[str, Any]:
+    """One replayed link's (or probe's) verdict, as the JSON keeps it."""
+    return {"round": rnd, "link": v.link, "weight": v.weight_error, "moment": v.moment_error,
+            "hidden": v.hidden, "ok": v.ok}  # fmt: skip
 
 
 def _optimizer(cls: Any, h: int) -> Any:
@@ -263,9 +290,9 @@ def report(res: dict[str, Any]) -> None:
     print(f"tolerance {tol:g}; H = {res['h']}; {res.get('dtype', 'float32')} weights "
           f"(rounding allowance {res.get('rounding_ulps', 0):g} ulp where shorter than float32); "
           "a link's error = max(weight, moment) error")  # fmt: skip
-    print("| kind | links | link error min / median / max | caught per audit "
-          "| audits for P ≥ 0.9 | encode link ok |")  # fmt: skip
-    print("|---|---:|---|---:|---:|---|")
+    print("| kind | links | link error min / median / max | gradient hidden min / max "
+          "| caught per audit | audits for P ≥ 0.9 | encode link ok |")  # fmt: skip
+    print("|---|---:|---|---|---:|---:|---|")
     for kind, rows in res["links"].items():
         if not rows:
             continue
@@ -276,8 +303,10 @@ def report(res: dict[str, Any]) -> None:
         )
         enc = res["encode_ok"].get(kind)
         enc_s = f"{sum(enc)}/{len(enc)}" if enc else "—"
+        hid = [r.get("hidden", math.nan) for r in rows]
         print(f"| {kind} | {len(rows)} | {min(e):.2e} / {statistics.median(e):.2e} / "
-              f"{max(e):.2e} | {p:.0%} | {need} | {enc_s} |")  # fmt: skip
+              f"{max(e):.2e} | {min(hid):.2e} / {max(hid):.2e} | {p:.0%} | {need} "
+              f"| {enc_s} |")  # fmt: skip
     c = res["cost"]
     rounds = len(res["encode_ok"]["honest"])
     per_link = c["replay_s"] / max(c["replays"], 1)

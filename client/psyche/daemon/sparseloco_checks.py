@@ -79,7 +79,8 @@ def audit_link(
         return True, ""
     return False, (
         f"inner step {link} replayed off by {verdict.weight_error:.3g} (weights), "
-        f"{verdict.moment_error:.3g} (moments), counts ok {verdict.step_ok}"
+        f"{verdict.moment_error:.3g} (moments), counts ok {verdict.step_ok}, "
+        f"{verdict.hidden:.3g} of the gradient hidden by the committed moments"
     )
 
 
@@ -98,5 +99,5 @@ def audit_probe(
         return True, ""
     return False, (
         f"its probe of inner step 0 is off by {verdict.weight_error:.3g} (weights), "
-        f"{verdict.moment_error:.3g} (moments)"
+        f"{verdict.moment_error:.3g} (moments), {verdict.hidden:.3g} of the gradient hidden"
     )

@@ -8,11 +8,20 @@ relative to the step taken, each moment's relative to what the step added to it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ROUNDING_ULPS", "TOLERANCE", "LinkVerdict", "compare_states", "relative_errors"]
+__all__ = [
+    "HIDDEN_LIMIT",
+    "ROUNDING_ULPS",
+    "TOLERANCE",
+    "LinkVerdict",
+    "compare_states",
+    "hidden_share",
+    "relative_errors",
+]
 
 TOLERANCE = 1e-2
 """Largest relative error of a replayed link that still passes. Measured (bench/README.md,
@@ -32,6 +41,17 @@ SparseLoCo audit on bf16 weights, across kernel sets"). Float32 weights are comp
 their rounding is far below :data:`TOLERANCE`."""
 
 
+HIDDEN_LIMIT = 0.5
+"""Largest share of the verifier's gradient that its own replay of a step may lose from the first
+moment (:func:`hidden_share`). A committed state whose moments dwarf the gradient (1e8 where an
+honest one is below the clip bound) makes AdamW round the gradient away: every replay from it then
+lands on the committed next state without the gradient, and a trainer that computes none passes
+every check (found 2026-12-06). An honest replay loses only rounding: at most 1.7e-7 of it in
+float32 and 1.1e-2 (a link) or 3.0e-2 (a probe's 16 values per tensor) in bfloat16, on two
+thread counts and kernel sets; a swamped chain at least 939 (bench/README.md, "A chain whose
+moments hide the gradient")."""
+
+
 @dataclass(frozen=True, slots=True)
 class LinkVerdict:
     link: int
@@ -42,10 +62,17 @@ class LinkVerdict:
     the error relative to what this step added to the moment."""
     step_ok: bool
     """The committed step counts are the replayed ones (exact: they are counts)."""
+    hidden: float
+    """The share of the gradient the replay's first moment lost to rounding (:func:`hidden_share`;
+    inf for a zero gradient): a step that could not show it proves nothing."""
 
     @property
     def ok(self) -> bool:
-        return self.step_ok and max(self.weight_error, self.moment_error) <= TOLERANCE
+        return (
+            self.step_ok
+            and max(self.weight_error, self.moment_error) <= TOLERANCE
+            and self.hidden <= HIDDEN_LIMIT
+        )
 
 
 def _sums(
@@ -125,16 +152,45 @@ def relative_errors(
     return weight, moments
 
 
+def hidden_share(
+    replayed: dict[str, torch.Tensor],
+    before: dict[str, torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    beta1: float,
+) -> float:
+    """‖(m' − β₁·m) − (1 − β₁)·g‖ / ‖(1 − β₁)·g‖ over the model, in float64: how much of the
+    gradient ``g`` (the verifier's, clipped) its replay from ``before`` failed to add to the
+    first moment m' — 0 up to rounding when the committed m is of the gradient's own scale, 1
+    when m is so large that AdamW rounds g away. inf when g is 0 (nothing to show)."""
+    num = base = 0.0
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        inc = g.detach().to("cpu").double().view(-1).mul_(1.0 - beta1)
+        real = torch.sub(
+            replayed[f"m.{i}"].double().view(-1), before[f"m.{i}"].double().view(-1), alpha=beta1
+        )
+        d = real.sub_(inc)
+        num += float(torch.dot(d, d))
+        base += float(torch.dot(inc, inc))
+    if base == 0.0 or not math.isfinite(num):
+        return math.inf
+    return (num / base) ** 0.5
+
+
 def compare_states(
     link: int,
     before: dict[str, torch.Tensor],
     replayed: dict[str, torch.Tensor],
     after: dict[str, torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
     betas: tuple[float, float],
     dtype: torch.dtype,
 ) -> LinkVerdict:
-    """How far a replayed whole state is from the committed ``after`` (step counts exact)."""
+    """How far a replayed whole state is from the committed ``after`` (step counts exact), and
+    how much of the replay's gradient ``grads`` the committed ``before`` hid."""
     n = len(replayed) // 4
     step_ok = all(bool(torch.equal(replayed[f"t.{i}"], after[f"t.{i}"])) for i in range(n))
     weight, moments = relative_errors(replayed, after, before, n, betas, dtype)
-    return LinkVerdict(link=link, weight_error=weight, moment_error=moments, step_ok=step_ok)
+    hidden = hidden_share(replayed, before, grads, betas[0])
+    return LinkVerdict(link, weight, moments, step_ok, hidden)

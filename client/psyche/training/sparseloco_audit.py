@@ -321,7 +321,7 @@ class Audited(Protocol):
 
     def replay_inner_step(
         self, before: dict[str, torch.Tensor], part: torch.Tensor, lr: float
-    ) -> dict[str, torch.Tensor]: ...
+    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor | None]]: ...
 
 
 def replay_link(
@@ -335,9 +335,9 @@ def replay_link(
     """Take inner step ``link`` from the committed ``before`` on ``part`` (the link's inner batch)
     at the round's ``lr`` with the verifier's own ``trainer`` (whose weights and own inner state
     are put back exactly), and measure how far the committed ``after`` is from the result."""
-    replayed = trainer.replay_inner_step(before, part, lr)
+    replayed, grads = trainer.replay_inner_step(before, part, lr)
     dtype = trainer.params[0].dtype
-    return compare_states(link, before, replayed, after, trainer.config.betas, dtype)
+    return compare_states(link, before, replayed, after, grads, trainer.config.betas, dtype)
 
 
 def load_state(

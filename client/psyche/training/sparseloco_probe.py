@@ -13,7 +13,7 @@ import torch
 
 from psyche.distro.audit_probe import Probe
 from psyche.protocol.optimizers import SparseLoCoOptimizer
-from psyche.training.audit_compare import LinkVerdict, relative_errors
+from psyche.training.audit_compare import LinkVerdict, hidden_share, relative_errors
 
 __all__ = ["Probed", "Sampled", "probe_of", "replay_probe", "sample_at"]
 
@@ -115,4 +115,7 @@ def replay_probe(
     weight, moments = relative_errors(replayed, committed, start, len(slices), c.betas, dtype)
     if not (math.isfinite(weight) and math.isfinite(moments)):
         weight = moments = math.inf  # a non-finite probe value: it holds nothing
-    return LinkVerdict(link=0, weight_error=weight, moment_error=moments, step_ok=True)
+    hidden = hidden_share(replayed, start, [w.grad for w in slices], c.betas[0])
+    return LinkVerdict(
+        link=0, weight_error=weight, moment_error=moments, step_ok=True, hidden=hidden
+    )

@@ -239,10 +239,11 @@ class SparseLoCoTrainer:
 
     def replay_inner_step(
         self, before: dict[str, torch.Tensor], part: torch.Tensor, lr: float
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor | None]]:
         """A verifier's replay of another trainer's inner step from its committed state
-        ``before`` (:mod:`psyche.training.sparseloco_audit`): the state it leads to. This
-        trainer's weights and own inner state are put back exactly, whatever happens."""
+        ``before`` (:mod:`psyche.training.sparseloco_audit`): the state it leads to, and the
+        (clipped) gradient it took. This trainer's weights and own inner state are put back
+        exactly, whatever happens."""
         own_weights = [p.detach().clone() for p in self.params]
         own_inner = self._inner
         try:
@@ -250,7 +251,8 @@ class SparseLoCoTrainer:
             load_state(self.params, self._inner, before)
             self.model.train()
             self._inner_step(part.to(self.device, torch.int64), lr, None)
-            return capture_state(self.params, self._inner)
+            grads = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+            return capture_state(self.params, self._inner), grads
         finally:
             self._inner = own_inner
             self._restore(own_weights)

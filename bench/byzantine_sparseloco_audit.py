@@ -23,7 +23,7 @@ them, on the bench's SparseLoCo clients (`bench/byzantine_sparseloco.py`).
   continuity check (the trainer's error buffers before the round must be those after its
   previous round, when that result was applied), then, for one inner step j drawn from the
   round's seed, the slot and the trainer (the same for every verifier), the hash-checked states
-  (`decode_state`/`decode_error`), S_0 = the round's start weights when j = 0 (`starts_at`), the
+  (`decode_state`/`decode_error`), S_0 = its moments on the round's start weights when j = 0, the
   encode link exact (`replay_encode`) and inner step j replayed within `TOLERANCE`
   (`replay_link`, with the product's `SparseLoCoTrainer` as the verifier's trainer, on the
   trainer's real samples split by `inner_batches`, at step j's LR: the bench's inner steps follow
@@ -100,7 +100,7 @@ class Defence:
         self.fmt = SparseLoCoFormat.of(self.verifier.shapes, self.verifier.settings)
         self.numels = [int(p.numel()) for p in self.verifier.params]
         self.ejected: set[int] = set()
-        self.after: dict[int, bytes] = {}
+        self.after: dict[int, tuple[bytes, bytes]] = {}
         """A trainer's committed error-buffer hash after its last applied result."""
         self.held: dict[int, list[tuple[bytes, Any]]] = {}
         """Per round, the (fingerprint, payload) of every result accepted."""
@@ -222,19 +222,20 @@ class Defence:
 
         trail = s.trail
         prev = self.after.get(trainer)
-        if prev is not None and prev != trail.error_hashes[0]:
+        if prev is not None and prev != (trail.error_hashes[0], trail.hashes[0]):
             return False, "continuity", None
         n = len(trail.hashes) - 1
         link = sa.link_for(seed + slot.to_bytes(2, "little") + trainer.to_bytes(2, "little"), n)
         shapes = list(self.verifier.shapes)
         t = time.perf_counter()
         try:
-            before = sa.decode_state(trail.states[link], shapes, trail.hashes[link])
+            start = self.verifier.params if link == 0 else None
+            before = sa.decode_state(trail.states[link], shapes, trail.hashes[link], start=start)
             after = sa.decode_state(trail.states[link + 1], shapes, trail.hashes[link + 1])
-            if link == 0 and not sa.starts_at(self.verifier.params, before):
-                return False, "start weights", None
             last = after if link + 1 == n else sa.decode_state(trail.states[n], shapes,
                                                                trail.hashes[n])  # fmt: skip
+            if sa.moments_hash(last) != trail.moments_after:
+                return False, "moments after", None
             e0, e1 = (sa.decode_error(d, self.numels, c)
                       for d, c in zip(trail.errors, trail.error_hashes, strict=True))  # fmt: skip
         except sa.AuditError:
@@ -265,4 +266,4 @@ class Defence:
         """The round's applied results: their error buffers after are the next round's check."""
         for i, s in kept.items():
             if s.trail is not None:
-                self.after[i] = s.trail.error_hashes[1]
+                self.after[i] = (s.trail.error_hashes[1], s.trail.moments_after)

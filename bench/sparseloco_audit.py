@@ -188,7 +188,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     links[key].append(_row(v, rnd))
                 torch.set_num_threads(1)
                 for j in range(h):
-                    before = audit.decode_state(trail.states[j], shapes, trail.hashes[j])
+                    start = verifier.params if j == 0 else None
+                    before = audit.decode_state(trail.states[j], shapes, trail.hashes[j],
+                                                start=start)  # fmt: skip
                     after = audit.decode_state(trail.states[j + 1], shapes, trail.hashes[j + 1])
                     threads = (1, 2) if kind == "honest" else (1,)
                     for n in threads:
@@ -257,7 +259,8 @@ def replay_saved(args: argparse.Namespace) -> int:
     rows = []
     for rnd, r in enumerate(torch.load(args.replay_dir / "trails.pt", weights_only=True)):
         for j in range(len(r["parts"])):
-            before = audit.decode_state(r["states"][j], shapes)
+            before = audit.decode_state(r["states"][j], shapes,
+                                        start=verifier.params if j == 0 else None)  # fmt: skip
             after = audit.decode_state(r["states"][j + 1], shapes)
             v = audit.replay_link(verifier, j, before, after, r["parts"][j], r["lr"])
             rows.append(_row(v, rnd))

@@ -306,8 +306,8 @@ class GossipRouter:
             return
         if breaks_chain(view, state, full, decoded):
             detail = (
-                f"batch {full.batch} of step {state.step}: its error buffers before the round "
-                "are not those after its previous round"
+                f"batch {full.batch} of step {state.step}: its error buffers or inner moments "
+                "before the round are not those after its previous round"
             )
             self.parts.rejections.record(Rejection.bad_payload, peer, detail)
             return

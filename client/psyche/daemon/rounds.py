@@ -100,10 +100,12 @@ class RoundState:
     """Held results that nearly duplicate a held result but were checked before a reference
     result of their round was held (``psyche.daemon.copy_check``): settled when this client
     witnesses the round (``settle_copies``)."""
-    chain_ends: dict[NodeIdentity, bytes] = field(default_factory=dict, compare=False, repr=False)
-    """Per trainer, the error-buffer hash its SparseLoCo result of this round commits to after
-    it, from every result that arrived and decoded, held or refused: what its next round's result
-    must carry on from (``psyche.daemon.chain_check``)."""
+    chain_ends: dict[NodeIdentity, tuple[bytes, bytes]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Per trainer, the error-buffer and moments hashes its SparseLoCo result of this round
+    commits to after it, from every result that arrived and decoded, held or refused: what its
+    next round's result must carry on from (``psyche.daemon.chain_check``)."""
     refused: set[BatchId] = field(default_factory=set, compare=False, repr=False)
     """Held results :func:`settle_copies` found to be copies: kept, since a quorum may still
     apply them, but left out of this client's witness."""

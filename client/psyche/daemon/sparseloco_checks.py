@@ -17,9 +17,9 @@ from psyche.training.sparseloco_audit import (
     decode_error,
     decode_state,
     inner_batches,
+    moments_hash,
     replay_encode,
     replay_link,
-    starts_at,
 )
 from psyche.training.sparseloco_probe import replay_probe
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
@@ -53,8 +53,9 @@ def audit_link(
     weights (put back as they were)."""
     n = audit.links
 
-    def state(h: bytes) -> dict[str, torch.Tensor]:
-        return decode_state(blobs[h], shapes, None if hashed else h)
+    def state(j: int) -> dict[str, torch.Tensor]:
+        h, start = audit.states[j], trainer.params if j == 0 else None
+        return decode_state(blobs[h], shapes, None if hashed else h, start=start)
 
     def error(h: bytes) -> list[torch.Tensor]:
         return decode_error(blobs[h], numels, None if hashed else h)
@@ -62,13 +63,13 @@ def audit_link(
     shapes = list(trainer.shapes)
     numels = [int(p.numel()) for p in trainer.params]
     try:
-        before, after = state(audit.states[link]), state(audit.states[link + 1])
-        if link == 0 and not starts_at(trainer.params, before):
-            return False, "S_0 is not the round's start weights"
-        last = after if link + 1 == n else state(audit.states[n])
+        before, after = state(link), state(link + 1)
+        last = after if link + 1 == n else state(n)
         before_e, after_e = error(audit.error_before), error(audit.error_after)
     except AuditError as e:
         return False, str(e)
+    if moments_hash(last) != audit.moments_after:
+        return False, "the last state's moments are not those committed after the round"
     if not replay_encode(trainer, before_e, last, payload, after_e):
         return False, "the payload is not the encoding of the committed last state"
     parts = inner_batches(samples, trainer.config.inner_steps)

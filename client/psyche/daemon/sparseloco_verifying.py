@@ -219,7 +219,7 @@ async def _prepare(
     audit's ``deadline``."""
     assert isinstance(kit.format, SparseLoCoFormat)
     prior = earlier.get(s.trainer)
-    after = await _error_after(epoch, prior, kit.format, deadline) if prior is not None else None
+    after = await _chain_end(epoch, prior, kit.format, deadline) if prior is not None else None
     if prior is not None and after is None:
         return _Prepared(s, final=True)  # its previous result is not here in time: unchecked
     held = _held(judged, s, kit.format)
@@ -230,8 +230,8 @@ async def _prepare(
     key = s.trainer.p2p_identity
     link = link_of(seed, s.slot, key, audit.links)
     at = _Slot(key, held.payload, link, audit, held.decoded.step)
-    if after is not None and after != audit.error_before:
-        why = "its error buffers before the round are not those after its previous round"
+    if after is not None and after != (audit.error_before, audit.states[0]):
+        why = "its error buffers or moments before the round are not those after its previous round"
         return _Prepared(_logged(judged, s, at, False, why), final=True)
     left = deadline - time.monotonic()
     if left <= 0:  # waiting for its previous result spent the budget
@@ -398,15 +398,15 @@ def _previous_results(
     return {r.trainer: (before, r) for r in results_to_apply(before, prev.witnesses, coord)}
 
 
-async def _error_after(
+async def _chain_end(
     epoch: EpochView,
     prior: tuple[RoundState, ReceivedResult],
     fmt: SparseLoCoFormat,
     deadline: float,
-) -> bytes | None:
-    """The committed error-buffer hash after a trainer's previous result, once it is here (its
-    download awaited until ``deadline``: every client needs it for this round's apply anyway);
-    None when it does not come in time or carries no trailer."""
+) -> tuple[bytes, bytes] | None:
+    """The committed error-buffer and moments hashes after a trainer's previous result, once it
+    is here (its download awaited until ``deadline``: every client needs it for this round's
+    apply anyway); None when it does not come in time or carries no trailer."""
     before, res = prior
     task = epoch.downloads.get((before.height, res.batch))
     if task is not None:
@@ -415,7 +415,7 @@ async def _error_after(
     decoded = decode_verified(res, before.step, fmt)
     if not isinstance(decoded, SparseLoCoPayload) or decoded.audit is None:
         return None
-    return decoded.audit.error_after
+    return decoded.audit.error_after, decoded.audit.moments_after
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from psyche.training.sparseloco_probe import Sampled, probe_of, sample_at
 
 __all__ = [
     "ERROR_MAGIC",
+    "MOMENTS_MAGIC",
     "STATE_MAGIC",
     "TOLERANCE",
     "AuditError",
@@ -62,13 +63,14 @@ __all__ = [
     "decode_error",
     "decode_state",
     "encode_error",
+    "encode_moments",
     "encode_state",
     "inner_batches",
     "link_for",
     "load_state",
+    "moments_hash",
     "replay_encode",
     "replay_link",
-    "starts_at",
     "state_hash",
     "state_size",
 ]
@@ -77,6 +79,9 @@ STATE_MAGIC = b"psyche-sparseloco-inner-state-v2\0\0\0\0"
 """The first bytes of a state blob (:func:`encode_state`); 36, so the values are 4-byte aligned."""
 ERROR_MAGIC = b"psyche-sparseloco-error-buffers-v2\0\0"
 """The first bytes of an error-buffers blob (:func:`encode_error`)."""
+MOMENTS_MAGIC = b"psyche-sparseloco-inner-moments-v1\0\0"
+"""The first bytes of a moments blob (:func:`encode_moments`): S_0's, whose weights are the
+round's public start weights, and the preimage of the commitment to the moments after a round."""
 
 
 class AuditError(ValueError):
@@ -127,9 +132,24 @@ def encode_state(state: dict[str, torch.Tensor]) -> bytes:
     return b"".join(_pieces(STATE_MAGIC, _state_order(state)))
 
 
-def _state_order(state: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    n = sum(1 for k in state if k.startswith("w."))
-    return [state[f"{k}.{i}"] for i in range(n) for k in "wmvt"]
+def _state_order(state: dict[str, torch.Tensor], keys: str = "wmvt") -> list[torch.Tensor]:
+    n = sum(1 for k in state if k.startswith("t."))
+    return [state[f"{k}.{i}"] for i in range(n) for k in keys]
+
+
+def encode_moments(state: dict[str, torch.Tensor]) -> bytes:
+    """Canonical bytes of a state's optimizer half: :data:`MOMENTS_MAGIC`, then per parameter i
+    the little-endian float32 values of ``m.i``, ``v.i`` and ``t.i`` (no weights)."""
+    return b"".join(_pieces(MOMENTS_MAGIC, _state_order(state, "mvt")))
+
+
+def moments_hash(state: dict[str, torch.Tensor]) -> bytes:
+    """The commitment to a state's moments (:func:`encode_moments`): S_0's hash, and the one a
+    result commits to after its round, which its trainer's next result must start from."""
+    hasher = _COMMITMENT()
+    for piece in _pieces(MOMENTS_MAGIC, _state_order(state, "mvt")):
+        hasher.update(piece)
+    return hasher.digest()
 
 
 def _pieces(magic: bytes, tensors: Sequence[torch.Tensor]) -> list[bytes | memoryview]:
@@ -179,25 +199,36 @@ def state_size(shapes: Sequence[Sequence[int]]) -> int:
     return len(STATE_MAGIC) + 4 * sum(_state_sizes(shapes))
 
 
-def _state_sizes(shapes: Sequence[Sequence[int]]) -> list[int]:
+def _state_sizes(shapes: Sequence[Sequence[int]], keys: str = "wmvt") -> list[int]:
     """Values per tensor in a state's canonical order: w, m, v and the step count, per
-    parameter."""
+    parameter (or those of ``keys``)."""
     sizes: list[int] = []
     for shape in shapes:
         n = math.prod(shape)
-        sizes += [n, n, n, 1]
+        sizes += [1 if k == "t" else n for k in keys]
     return sizes
 
 
 def decode_state(
-    data: bytes, shapes: Sequence[tuple[int, ...]], commitment: bytes | None = None
+    data: bytes,
+    shapes: Sequence[tuple[int, ...]],
+    commitment: bytes | None = None,
+    *,
+    start: Sequence[torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """A peer's state blob, checked against its commitment and strictly against ``shapes``."""
-    sizes = _state_sizes(shapes)
-    parts = iter(_load_committed(data, commitment, "the state", STATE_MAGIC, sizes))
+    """A peer's state blob, checked against its commitment and strictly against ``shapes``.
+    With ``start`` (the round's public start weights) it is S_0: a moments blob
+    (:func:`encode_moments`) whose weights are ``start``'s."""
+    if start is None:
+        sizes, magic, what, keys = _state_sizes(shapes), STATE_MAGIC, "the state", "wmv"
+    else:
+        sizes, magic, what, keys = _state_sizes(shapes, "mvt"), MOMENTS_MAGIC, "S_0", "mv"
+    parts = iter(_load_committed(data, commitment, what, magic, sizes))
     state: dict[str, torch.Tensor] = {}
     for i, shape in enumerate(shapes):
-        for k in "wmv":
+        if start is not None:
+            state[f"w.{i}"] = start[i].detach().to("cpu", torch.float32, copy=True).view(shape)
+        for k in keys:
             state[f"{k}.{i}"] = next(parts).view(shape)
         state[f"t.{i}"] = next(parts).view(())
     return state
@@ -243,16 +274,33 @@ class AuditTrail:
     """The positions of inner step 0's probe (``audit_probe.probe_positions``), or None for no
     probe: the first two states recorded are also sampled there (:meth:`probe`)."""
     probed: list[list[Sampled]] = field(default_factory=list)
+    moments_after: bytes = b""
+    """:func:`moments_hash` of the last state: where the trainer's next round's S_0 must start."""
     cpu_s: float = 0.0
     """CPU seconds the recording took on the calling thread: what auditing costs the trainer
     (``bench/sparseloco_audit_wire.py`` reads it; two whole rounds' difference is noisier)."""
 
-    def record(self, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
+    def record(
+        self,
+        params: Sequence[torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        *,
+        last: bool = False,
+    ) -> None:
+        """The state before the next inner step, or with ``last`` after the last one. S_0 is
+        kept as its moments alone (its weights are the round's public start weights); after the
+        last step the moments' own hash is noted too (:attr:`moments_after`)."""
         t0 = time.thread_time()
         if self.probe_at is not None and len(self.hashes) < 2:
             self.probed.append(sample_at(params, optimizer, self.probe_at))
-        state = _state_order(capture_state(params, optimizer, copy=False))
-        self.hashes.append(self._keep(_pieces(STATE_MAGIC, state), self.states))
+        captured = capture_state(params, optimizer, copy=False)
+        if not self.hashes:
+            pieces = _pieces(MOMENTS_MAGIC, _state_order(captured, "mvt"))
+        else:
+            pieces = _pieces(STATE_MAGIC, _state_order(captured))
+        self.hashes.append(self._keep(pieces, self.states))
+        if last:
+            self.moments_after = moments_hash(captured)
         self.cpu_s += time.thread_time() - t0
 
     def record_error(self, error: Sequence[torch.Tensor]) -> None:
@@ -355,14 +403,6 @@ def load_state(
                 "exp_avg": state[f"m.{i}"].to(p.device, p.dtype).clone(),
                 "exp_avg_sq": state[f"v.{i}"].to(p.device, p.dtype).clone(),
             }
-
-
-def starts_at(params: Sequence[torch.Tensor], first: dict[str, torch.Tensor]) -> bool:
-    """Whether a chain's first state S_0 holds the round's public start weights exactly."""
-    return all(
-        torch.equal(p.detach().to("cpu", torch.float32), first[f"w.{i}"])
-        for i, p in enumerate(params)
-    )
 
 
 def replay_encode(

@@ -213,7 +213,7 @@ class SparseLoCoTrainer:
                     trail.record(self.params, self._inner)
                 losses.append(self._inner_step(part, lr, cancel))
             if trail is not None:
-                trail.record(self.params, self._inner)
+                trail.record(self.params, self._inner, last=True)
             if cancel is not None and cancel.is_set():
                 raise TrainingCancelled("training was cancelled before the payload was built")
             end = [p.detach().to("cpu", copy=True) for p in self.params]
@@ -341,6 +341,7 @@ class SparseLoCoTrainer:
                 tuple(trail.hashes),
                 trail.error_hashes[0],
                 trail.error_hashes[1],
+                trail.moments_after,
                 encode_probe(trail.probe()),
             )
             payload += encode_trailer(commitments, self.config.inner_steps)

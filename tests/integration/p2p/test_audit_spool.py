@@ -91,7 +91,7 @@ def test_audit_chains_are_served_from_the_files_they_were_recorded_into() -> Non
                 chains[2][0][0], from_any_of=[server.peer_id], max_size=bound, timeout=10.0,
                 digest=AUDIT_DIGEST,
             )  # fmt: skip
-            decode_state(first_state, t.shapes, chains[2][0][0])
+            decode_state(first_state, t.shapes, chains[2][0][0], start=t.params)  # S_0
             gone = chains[0][0][0]
             with pytest.raises(P2PError):
                 await verifier.fetch(

@@ -1,6 +1,7 @@
 """The SparseLoCo chain's public half, checked on arrival (``psyche.daemon.chain_check``): a
-result whose error buffers before its round are not those its trainer's previous result of the
-epoch committed to after it is refused by every client that received that previous result."""
+result whose error buffers or inner moments before its round are not those its trainer's previous
+result of the epoch committed to after it is refused by every client that received that previous
+result."""
 
 from __future__ import annotations
 
@@ -65,6 +66,28 @@ def test_a_chain_that_carries_over_passes_and_a_reset_one_breaks() -> None:
         assert [_arrive(view, h, payloads[h]) for h in range(3)] == [
             h == breaks_at for h in range(3)
         ]
+
+
+def test_moments_that_do_not_carry_over_break_the_chain() -> None:
+    """The inner AdamW moments a round starts from (S_0's, committed as its first state hash)
+    must be those its trainer's previous result committed to after its round: restarting them
+    mid-epoch, or choosing them (a trainer that swamps its gradient with moments of 1e8, or
+    tilts its update), is refused on arrival like broken error buffers."""
+    t, swapped = _trainer(), []
+    for r in range(3):
+        if r == 2:
+            for st in t._inner.state.values():
+                st["exp_avg"].mul_(1e8)  # chosen, not trained
+        got = t.train_step(batch_of(r, samples=6), step=r + 1, lr=LR, prev_lr=LR,
+                           prev_self_results=None, zero_optim=r == 0)  # fmt: skip
+        swapped.append(got.payload)
+    view = EpochView(0)
+    assert [_arrive(view, h, swapped[h]) for h in range(3)] == [False, False, True]
+    audits = [FMT.decode(p).audit for p in swapped]
+    assert all(a is not None for a in audits)
+    assert audits[1].states[0] == audits[0].moments_after  # type: ignore[union-attr]
+    assert audits[1].error_before == audits[0].error_after  # type: ignore[union-attr]
+    assert audits[2].error_before == audits[1].error_after  # type: ignore[union-attr]
 
 
 def test_a_trainer_that_breaks_its_chain_every_round_is_refused_every_round() -> None:

@@ -75,7 +75,8 @@ def test_a_swamped_chain_fails_every_link_and_its_probe(dtype: torch.dtype) -> N
     assert decoded.audit is not None
     shapes, parts = list(verifier.shapes), inner_batches(batch, H)
     for j in range(H):
-        before = decode_state(trail.read(trail.hashes[j]), shapes, trail.hashes[j])
+        start = verifier.params if j == 0 else None
+        before = decode_state(trail.read(trail.hashes[j]), shapes, trail.hashes[j], start=start)
         after = decode_state(trail.read(trail.hashes[j + 1]), shapes, trail.hashes[j + 1])
         v = replay_link(verifier, j, before, after, parts[j], LR)
         # What the check was blind to: the replay lands where the rogue committed.
@@ -106,7 +107,9 @@ def test_an_honest_chain_hides_only_rounding(dtype: torch.dtype) -> None:
         for threads in (1, 2):
             torch.set_num_threads(threads)
             for j in range(H):
-                before = decode_state(trail.states[j], shapes)
+                before = decode_state(
+                    trail.states[j], shapes, start=verifier.params if j == 0 else None
+                )
                 after = decode_state(trail.states[j + 1], shapes)
                 v = replay_link(verifier, j, before, after, parts[j], LR)
                 assert v.ok and v.hidden < limit, v

@@ -55,7 +55,8 @@ def _worst(verifier: SparseLoCoTrainer, trail: AuditTrail, batch: torch.Tensor) 
     shapes, parts = list(verifier.shapes), inner_batches(batch, H)
     errors = []
     for j in range(H):
-        before = decode_state(trail.states[j], shapes, trail.hashes[j])
+        start = verifier.params if j == 0 else None
+        before = decode_state(trail.states[j], shapes, trail.hashes[j], start=start)
         after = decode_state(trail.states[j + 1], shapes, trail.hashes[j + 1])
         v = replay_link(verifier, j, before, after, parts[j], LR)
         assert v.step_ok
@@ -87,7 +88,8 @@ def test_a_bf16_free_rider_still_fails(chain: tuple[AuditTrail, torch.Tensor]) -
     rider.train_round(half, step=2, lr=LR, trail=trail)
     shapes, parts = list(verifier.shapes), inner_batches(batch, H)
     for j in range(H):
-        before = decode_state(trail.states[j], shapes, trail.hashes[j])
+        start = verifier.params if j == 0 else None
+        before = decode_state(trail.states[j], shapes, trail.hashes[j], start=start)
         after = decode_state(trail.states[j + 1], shapes, trail.hashes[j + 1])
         assert not replay_link(verifier, j, before, after, parts[j], LR).ok
     v = replay_probe(verifier, trail.probe(), probe_positions(shapes, 2), parts[0], LR)

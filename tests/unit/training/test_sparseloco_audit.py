@@ -27,12 +27,13 @@ from psyche.training.sparseloco_audit import (
     capture_state,
     decode_error,
     decode_state,
+    encode_moments,
     encode_state,
     inner_batches,
     link_for,
+    moments_hash,
     replay_encode,
     replay_link,
-    starts_at,
     state_hash,
 )
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
@@ -63,7 +64,8 @@ def two_rounds(t: SparseLoCoTrainer, batch: torch.Tensor) -> tuple[AuditTrail, b
 
 def states(t: SparseLoCoTrainer, trail: AuditTrail, j: int) -> tuple[dict, dict]:
     shapes = list(t.shapes)
-    before = decode_state(trail.states[j], shapes, trail.hashes[j])
+    start = t.params if j == 0 else None
+    before = decode_state(trail.states[j], shapes, trail.hashes[j], start=start)
     after = decode_state(trail.states[j + 1], shapes, trail.hashes[j + 1])
     return before, after
 
@@ -84,8 +86,12 @@ def test_an_honest_round_passes_every_link_exactly_and_the_verifier_is_untouched
     assert model_hash(verifier.model) == weights
     again = capture_state(verifier.params, verifier._inner)
     assert all(torch.equal(own[k], again[k]) for k in own)
-    assert starts_at(verifier.params, states(verifier, trail, 0)[0])
-    assert not starts_at(verifier.params, states(verifier, trail, 1)[0])
+    # S_0 is its moments alone: decoded, its weights are the verifier's (the public start).
+    first, second = states(verifier, trail, 0)
+    assert all(torch.equal(first[f"w.{i}"], p.detach()) for i, p in enumerate(verifier.params))
+    assert not all(torch.equal(second[f"w.{i}"], p.detach()) for i, p in enumerate(verifier.params))
+    with pytest.raises(AuditError, match="S_0"):
+        decode_state(trail.states[1], list(verifier.shapes), start=verifier.params)
     numels = [int(torch.tensor(s).prod()) for s in verifier.shapes]
     last = decode_state(trail.states[H], list(verifier.shapes), trail.hashes[H])
     e0 = decode_error(trail.errors[0], numels, trail.error_hashes[0])
@@ -180,15 +186,19 @@ def test_recording_without_a_copy_commits_the_same_bytes() -> None:
     state's, and stepping on afterwards leaves the recorded blob as it was."""
     t = trainer()
     t.train_round(batch_of(7, samples=6), step=1, lr=4e-3)  # moments exist
-    copied = encode_state(capture_state(t.params, t._inner))
+    captured = capture_state(t.params, t._inner)
+    copied, moments = encode_state(captured), encode_moments(captured)
     trail = AuditTrail()
-    trail.record(t.params, t._inner)
-    assert trail.states[0] == copied and trail.hashes[0] == state_hash(copied)
+    trail.record(t.params, t._inner)  # S_0: its moments alone (its weights are public)
+    trail.record(t.params, t._inner, last=True)
+    assert trail.states[0] == moments and trail.hashes[0] == state_hash(moments)
+    assert trail.states[1] == copied and trail.hashes[1] == state_hash(copied)
+    assert trail.moments_after == moments_hash(captured) == state_hash(moments)
     assert state_hash(copied) == blake3.blake3(copied).digest()  # the protocol's commitment
     assert trail.cpu_s > 0.0  # what the wire bench reports as the recording's own cost
     t.train_round(batch_of(8, samples=6), step=2, lr=4e-3)
     assert encode_state(capture_state(t.params, t._inner)) != copied
-    assert trail.states[0] == copied
+    assert trail.states[1] == copied
 
 
 def test_a_spooled_trail_writes_the_blobs_it_commits_to_and_holds_none() -> None:

@@ -71,7 +71,9 @@ def blobs_for(trail: AuditTrail, link: int) -> dict[bytes, bytes]:
 
 
 def test_the_trailer_round_trips_and_only_its_canonical_form_decodes() -> None:
-    c = AuditCommitments((b"\x01" * 32, b"\x02" * 32), b"\x03" * 32, b"\x04" * 32, b"p" * 8)
+    c = AuditCommitments(
+        (b"\x01" * 32, b"\x02" * 32), b"\x03" * 32, b"\x04" * 32, b"\x05" * 32, b"p" * 8
+    )
     data = encode_trailer(c, 4)
     assert len(data) == trailer_bytes(4, 8) and decode_trailer(data, 4, 8) == c
     assert c.links == 1
@@ -87,7 +89,9 @@ def test_the_trailer_round_trips_and_only_its_canonical_form_decodes() -> None:
             decode_trailer(d, 4, 8)
         assert why
     with pytest.raises(PayloadError):
-        encode_trailer(AuditCommitments((b"\x01" * 32,), b"\x03" * 32, b"\x04" * 32), 4)
+        encode_trailer(
+            AuditCommitments((b"\x01" * 32,), b"\x03" * 32, b"\x04" * 32, b"\x05" * 32), 4
+        )
 
 
 def test_an_auditing_trainer_commits_to_its_chain_in_the_result() -> None:
@@ -163,11 +167,21 @@ def test_a_wrong_blob_start_or_payload_fails_its_link() -> None:
         verifier, 1, audit, blobs_for(trail, 1), batch, LR, other[: t.payload_bytes]
     )
     assert not ok and "encoding" in why
-    # A chain that does not start at the round's start weights.
+    # A chain that did not start at the round's start weights (S_0 carries none: a verifier
+    # takes its own), here a verifier's that differ: the payload is not their encoding.
+    kept = verifier.params[0].detach().clone()
     with torch.no_grad():
         verifier.params[0].add_(1.0)
     ok, why = audit_link(verifier, 0, audit, blobs_for(trail, 0), batch, LR, base)
-    assert not ok and "start weights" in why
+    assert not ok and "encoding" in why
+    with torch.no_grad():
+        verifier.params[0].copy_(kept)
+    # A last state whose moments are not the ones the result commits to after the round.
+    other_audit = dataclasses.replace(audit, moments_after=bytes(32))
+    ok, why = audit_link(verifier, 1, other_audit, blobs_for(trail, 1), batch, LR, base)
+    assert not ok and "moments are not those committed" in why, why
+    ok, why = audit_link(verifier, 1, audit, blobs_for(trail, 1), batch, LR, base)
+    assert ok, why
 
 
 def test_every_verifier_of_a_slot_draws_the_same_step_and_every_step_is_drawn() -> None:
@@ -312,7 +326,9 @@ def test_a_trainer_that_denies_its_committed_states_is_told_from_a_slow_one() ->
 def test_the_state_bound_holds_an_honest_state() -> None:
     t = trainer()
     _, trail = audited_round(t, batch_of(1, samples=6))
-    assert all(len(s) == state_bound(tuple(t.shapes)) for s in trail.states)
+    bound = state_bound(tuple(t.shapes))
+    assert all(len(s) == bound for s in trail.states[1:])
+    assert len(trail.states[0]) < bound  # S_0: its moments alone
     assert all(len(e) < state_bound(tuple(t.shapes)) for e in trail.errors)
 
 

@@ -97,13 +97,15 @@ __all__ = [
     "read_message",
 ]
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 """2 added `Keepalive`; 3 sends DisTrO payloads in format v2 (`psyche.distro.PAYLOAD_VERSION`),
 which a version 2 client cannot read, so the challenge keeps the two apart (docs/protocol.md,
 "Payload formats"); 4 serves SparseLoCo audit states as raw values (`STATE_MAGIC` v2), which a
 version 3 verifier would take for a trainer's malformed blob; 5 commits to them by BLAKE3, not
 SHA-256, which a version 4 verifier could not fetch; 6 ends the SparseLoCo audit trailer in a
-probe of inner step 0 (``psyche.distro.audit_probe``), a size a version 5 client refuses."""
+probe of inner step 0 (``psyche.distro.audit_probe``), a size a version 5 client refuses; 7 commits
+to the inner moments after a round and keeps S_0 as its moments alone (``MOMENTS_MAGIC``), so a
+trainer's moments carry over between its rounds, a trailer a version 6 client refuses."""
 AUTH_DOMAIN = b"psyche-coordinator-auth"
 AUTH = ChallengeAuth(AUTH_DOMAIN)
 MAX_CLIENT_FRAME = 64 * 1024

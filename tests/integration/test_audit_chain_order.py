@@ -162,3 +162,66 @@ def test_a_free_rider_whose_host_stays_silent_is_caught_by_its_probe(
     assert not any("its probe of inner step 0 holds" in m for m in lines)
     assert any(re.search(r"audited step \d+ slot \d+ \w+: step \d+ of \d+ match", m) for m in lines)
     assert ClientState.Ejected in states
+
+
+def test_a_trainer_that_swamps_its_gradient_with_its_moments_is_ejected(
+    tiny_corpus: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Client 0 computes no gradient at all: its inner moments are 1e8 (kept from round to
+    round, so its chain carries on) and each inner step takes a zero gradient. AdamW rounds any
+    gradient away next to such moments, so a verifier's replay lands where it committed: until
+    2026-12-06 every audit of it passed. Now each replay must show the verifier's own gradient
+    in its first moment, the verifiers vote mismatch, and the coordinator ejects it while the
+    others finish in agreement."""
+    caplog.set_level(logging.INFO, logger="psyche.daemon")
+    run = _short_run()
+    model, data = tiny_corpus
+    rogue = SimulatedRun.key_of(0).node_identity()
+
+    def kit_of(index: int, kit: ModelKit) -> ModelKit:
+        trainer = kit.trainer
+        if index == 0 and isinstance(trainer, SparseLoCoTrainer):
+
+            def no_work(part: torch.Tensor, lr: float, cancel: Any) -> float:
+                inner = trainer._inner
+                gen = torch.Generator().manual_seed(3)
+                for p in trainer.params:
+                    if "exp_avg" not in inner.state.get(p, {}):
+                        inner.state[p] = {
+                            "step": torch.tensor(100.0),
+                            "exp_avg": 1e8 * torch.randn(p.shape, generator=gen).to(p.dtype),
+                            "exp_avg_sq": torch.full_like(p, 1e16),
+                        }
+                    p.grad = torch.zeros_like(p)
+                for group in inner.param_groups:
+                    group["lr"] = lr
+                inner.step()
+                return 5.0
+
+            trainer._inner_step = no_work  # type: ignore[method-assign]
+        return kit
+
+    states: set[ClientState] = set()
+    on_publish = SimulatedRun._on_publish
+
+    def watch(self: SimulatedRun, c: Coordinator) -> None:
+        seen = (*c.epoch_state.clients, *c.epoch_state.exited_clients)
+        states.update(x.state for x in seen if x.id == rogue)
+        on_publish(self, c)
+
+    monkeypatch.setattr(SimulatedRun, "_on_publish", watch)
+    sim = SimulatedRun(
+        run, model, data, tmp_path / "run", n_clients=3, checkpoint=False, on_kit=kit_of
+    )
+    summary = asyncio.run(sim.run())
+    assert summary.final_state == "Finished"
+    assert all(r.hashes_agree for r in summary.rounds)
+    flat = " ".join(" ".join(r.getMessage() for r in caplog.records).split())
+    hidden = [
+        float(x) for x in re.findall(r"MISMATCH \(inner step \d+ .*?, (\S+) of the gradient", flat)
+    ]
+    assert any(h > 100 for h in hidden), hidden  # caught by the hidden gradient itself
+    assert ClientState.Ejected in states

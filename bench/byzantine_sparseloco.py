@@ -216,7 +216,7 @@ class _Clients:
                 g["lr"] = lr_for_step(schedule, step)
             inner.step()
         if d is not None:
-            d.record(trail, params, inner)
+            d.record(trail, params, inner, last=True)  # and the moments after the round
         wire = sl.encode_round(self.states[i], start, params, step=rnd, nonce=i)
         if d is not None:
             d.record_error(trail, self.states[i].error)

@@ -104,13 +104,13 @@ class Defence:
         """A trainer's committed error-buffer hash after its last applied result."""
         self.held: dict[int, list[tuple[bytes, Any]]] = {}
         """Per round, the (fingerprint, payload) of every result accepted."""
-        self.arrived_after: dict[tuple[int, int], bytes] = {}
-        """(round, trainer): the error-buffer hash after its result as it arrived (held or
-        refused)."""
+        self.arrived_after: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        """(round, trainer): the error-buffer and moments hashes after its result as it arrived
+        (held or refused)."""
 
-    def record(self, trail: Any, params: Any, inner: Any) -> None:
+    def record(self, trail: Any, params: Any, inner: Any, *, last: bool = False) -> None:
         t = time.perf_counter()
-        trail.record(params, inner)
+        trail.record(params, inner, last=last)
         self.out.record_s += time.perf_counter() - t
 
     def record_error(self, trail: Any, error: Any) -> None:
@@ -135,9 +135,9 @@ class Defence:
         before = self.arrived_after.get((rnd - 1, i))
         if trail is not None:
             # Noted held or refused, as `chain_check` notes every result that decodes.
-            self.arrived_after[(rnd, i)] = trail.error_hashes[1]
+            self.arrived_after[(rnd, i)] = (trail.error_hashes[1], trail.moments_after)
             self.arrived_after.pop((rnd - 2, i), None)
-        if trail is not None and before is not None and before != trail.error_hashes[0]:
+        if trail is not None and before not in (None, (trail.error_hashes[0], trail.hashes[0])):
             self._refused(rnd, i, "continuity")
             return None
         fp = self.fmt.fingerprint(decoded)

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from psyche.daemon.kit import ModelKit
 from psyche.daemon.training import TrainingStep
 from psyche.p2p.memory import MemoryTransport
 from psyche.p2p.peer_id import peer_id_for
+from psyche.protocol.identity import NodeIdentity
 from psyche.protocol.run_file import RunConfig, load_run_config
 from psyche.simulation.run import SimulatedRun
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
@@ -75,6 +77,32 @@ def _short_run() -> RunConfig:
     return dataclasses.replace(run, config=config)
 
 
+def _run_watching(
+    run: RunConfig,
+    corpus: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kit_of: Callable[[int, ModelKit], ModelKit],
+    who: NodeIdentity,
+) -> tuple[Any, set[ClientState]]:
+    """A simulated run of 3 clients (``kit_of`` shaping each one's kit): its summary, and every
+    state the coordinator gave ``who``."""
+    states: set[ClientState] = set()
+    on_publish = SimulatedRun._on_publish
+
+    def watch(self: SimulatedRun, c: Coordinator) -> None:
+        seen = (*c.epoch_state.clients, *c.epoch_state.exited_clients)
+        states.update(x.state for x in seen if x.id == who)
+        on_publish(self, c)
+
+    monkeypatch.setattr(SimulatedRun, "_on_publish", watch)
+    model, data = corpus
+    sim = SimulatedRun(
+        run, model, data, tmp_path / "run", n_clients=3, checkpoint=False, on_kit=kit_of
+    )
+    return asyncio.run(sim.run()), states
+
+
 def test_a_client_that_cannot_write_its_chain_drops_its_rounds_and_only_it_pays(
     tiny_corpus: tuple[Path, Path],
     tmp_path: Path,
@@ -115,7 +143,6 @@ def test_a_free_rider_whose_host_stays_silent_is_caught_by_its_probe(
     trainer its audit."""
     caplog.set_level(logging.INFO, logger="psyche.daemon")
     run = _short_run()
-    model, data = tiny_corpus
     rider = SimulatedRun.key_of(0).node_identity()
     rider_peer = peer_id_for(rider.p2p_identity)
 
@@ -139,19 +166,7 @@ def test_a_free_rider_whose_host_stays_silent_is_caught_by_its_probe(
         return await fetch(self, blob_hash, **kw)
 
     monkeypatch.setattr(MemoryTransport, "fetch", silent)
-    states: set[ClientState] = set()
-    on_publish = SimulatedRun._on_publish
-
-    def watch(self: SimulatedRun, c: Coordinator) -> None:
-        seen = (*c.epoch_state.clients, *c.epoch_state.exited_clients)
-        states.update(x.state for x in seen if x.id == rider)
-        on_publish(self, c)
-
-    monkeypatch.setattr(SimulatedRun, "_on_publish", watch)
-    sim = SimulatedRun(
-        run, model, data, tmp_path / "run", n_clients=3, checkpoint=False, on_kit=kit_of
-    )
-    summary = asyncio.run(sim.run())
+    summary, states = _run_watching(run, tiny_corpus, tmp_path, monkeypatch, kit_of, rider)
     assert summary.final_state == "Finished"
     assert all(r.hashes_agree for r in summary.rounds)
     lines = [r.getMessage() for r in caplog.records]
@@ -178,7 +193,6 @@ def test_a_trainer_that_swamps_its_gradient_with_its_moments_is_ejected(
     others finish in agreement."""
     caplog.set_level(logging.INFO, logger="psyche.daemon")
     run = _short_run()
-    model, data = tiny_corpus
     rogue = SimulatedRun.key_of(0).node_identity()
 
     def kit_of(index: int, kit: ModelKit) -> ModelKit:
@@ -204,19 +218,7 @@ def test_a_trainer_that_swamps_its_gradient_with_its_moments_is_ejected(
             trainer._inner_step = no_work  # type: ignore[method-assign]
         return kit
 
-    states: set[ClientState] = set()
-    on_publish = SimulatedRun._on_publish
-
-    def watch(self: SimulatedRun, c: Coordinator) -> None:
-        seen = (*c.epoch_state.clients, *c.epoch_state.exited_clients)
-        states.update(x.state for x in seen if x.id == rogue)
-        on_publish(self, c)
-
-    monkeypatch.setattr(SimulatedRun, "_on_publish", watch)
-    sim = SimulatedRun(
-        run, model, data, tmp_path / "run", n_clients=3, checkpoint=False, on_kit=kit_of
-    )
-    summary = asyncio.run(sim.run())
+    summary, states = _run_watching(run, tiny_corpus, tmp_path, monkeypatch, kit_of, rogue)
     assert summary.final_state == "Finished"
     assert all(r.hashes_agree for r in summary.rounds)
     flat = " ".join(" ".join(r.getMessage() for r in caplog.records).split())

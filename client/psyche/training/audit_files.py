@@ -62,9 +62,7 @@ def _take(pool: Path | None, directory: Path) -> tuple[int, Path]:
     """An fd open for writing and a fresh name in ``directory``: a pooled file moved there,
     locked exclusively (an upload still reading it holds a shared lock, so it is skipped), or
     a new file."""
-    for name in _listed(pool):
-        assert pool is not None
-        src = pool / name
+    for src in _listed(pool):
         try:
             fd = os.open(src, os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
@@ -85,11 +83,11 @@ def _take(pool: Path | None, directory: Path) -> tuple[int, Path]:
     return fd, dst
 
 
-def _listed(pool: Path | None) -> list[str]:
+def _listed(pool: Path | None) -> list[Path]:
     if pool is None:
         return []
     try:
-        return sorted(os.listdir(pool))
+        return sorted(pool.iterdir())
     except OSError:
         return []
 
@@ -109,6 +107,5 @@ def trim(pool: Path | None) -> None:
     """Delete what a recorded chain left in ``pool``: files an upload held while the chain was
     written, or a longer chain's surplus. The pool so holds at most one withdrawn chain
     between rounds, as much as a client freed before it was kept."""
-    for name in _listed(pool):
-        assert pool is not None
-        (pool / name).unlink(missing_ok=True)
+    for path in _listed(pool):
+        path.unlink(missing_ok=True)

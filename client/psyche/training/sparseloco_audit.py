@@ -140,16 +140,20 @@ def _state_order(state: dict[str, torch.Tensor], keys: str = "wmvt") -> list[tor
 def encode_moments(state: dict[str, torch.Tensor]) -> bytes:
     """Canonical bytes of a state's optimizer half: :data:`MOMENTS_MAGIC`, then per parameter i
     the little-endian float32 values of ``m.i``, ``v.i`` and ``t.i`` (no weights)."""
-    return b"".join(_pieces(MOMENTS_MAGIC, _state_order(state, "mvt")))
+    return b"".join(_moment_pieces(state))
 
 
 def moments_hash(state: dict[str, torch.Tensor]) -> bytes:
     """The commitment to a state's moments (:func:`encode_moments`): S_0's hash, and the one a
     result commits to after its round, which its trainer's next result must start from."""
     hasher = _COMMITMENT()
-    for piece in _pieces(MOMENTS_MAGIC, _state_order(state, "mvt")):
+    for piece in _moment_pieces(state):
         hasher.update(piece)
     return hasher.digest()
+
+
+def _moment_pieces(state: dict[str, torch.Tensor]) -> list[bytes | memoryview]:
+    return _pieces(MOMENTS_MAGIC, _state_order(state, "mvt"))
 
 
 def _pieces(magic: bytes, tensors: Sequence[torch.Tensor]) -> list[bytes | memoryview]:
@@ -295,7 +299,7 @@ class AuditTrail:
             self.probed.append(sample_at(params, optimizer, self.probe_at))
         captured = capture_state(params, optimizer, copy=False)
         if not self.hashes:
-            pieces = _pieces(MOMENTS_MAGIC, _state_order(captured, "mvt"))
+            pieces = _moment_pieces(captured)
         else:
             pieces = _pieces(STATE_MAGIC, _state_order(captured))
         self.hashes.append(self._keep(pieces, self.states))

@@ -9,7 +9,9 @@ verifier fetches every blob of the served chains by its BLAKE3 and none of the w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -46,17 +48,26 @@ def _trainer() -> SparseLoCoTrainer:
     return t
 
 
+@contextlib.asynccontextmanager
+async def _connected(run_id: str) -> AsyncIterator[tuple[P2PNode, P2PNode]]:
+    """A trainer's node and a verifier's, started, allowing and connected to each other."""
+    server, verifier = P2PNode(), P2PNode()
+    await asyncio.gather(
+        server.start(SecretKey.generate(), run_id=run_id),
+        verifier.start(SecretKey.generate(), run_id=run_id),
+    )
+    try:
+        server.set_allowed_peers([verifier.peer_id])
+        verifier.set_allowed_peers([server.peer_id])
+        await verifier.connect(server.listen_addrs)
+        yield server, verifier
+    finally:
+        await asyncio.gather(server.stop(), verifier.stop())
+
+
 def test_audit_chains_are_served_from_the_files_they_were_recorded_into() -> None:
     async def main() -> None:
-        server, verifier = P2PNode(), P2PNode()
-        await asyncio.gather(
-            server.start(SecretKey.generate(), run_id="spool"),
-            verifier.start(SecretKey.generate(), run_id="spool"),
-        )
-        try:
-            server.set_allowed_peers([verifier.peer_id])
-            verifier.set_allowed_peers([server.peer_id])
-            await verifier.connect(server.listen_addrs)
+        async with _connected("spool") as (server, verifier):
             t, served, chains = _trainer(), AuditBlobs(), []
             t.audit_spool = server.spool_dir
             for height in (1, 2, 3):
@@ -98,8 +109,6 @@ def test_audit_chains_are_served_from_the_files_they_were_recorded_into() -> Non
                     gone, from_any_of=[server.peer_id], max_size=bound, timeout=2.0,
                     attempt_timeout=1.0, digest=AUDIT_DIGEST,
                 )  # fmt: skip
-        finally:
-            await asyncio.gather(server.stop(), verifier.stop())
 
     asyncio.run(main())
 
@@ -111,15 +120,7 @@ def test_the_next_chain_is_written_over_the_withdrawn_one() -> None:
     the pool is empty after each round."""
 
     async def main() -> None:
-        server, verifier = P2PNode(), P2PNode()
-        await asyncio.gather(
-            server.start(SecretKey.generate(), run_id="pool"),
-            verifier.start(SecretKey.generate(), run_id="pool"),
-        )
-        try:
-            server.set_allowed_peers([verifier.peer_id])
-            verifier.set_allowed_peers([server.peer_id])
-            await verifier.connect(server.listen_addrs)
+        async with _connected("pool") as (server, verifier):
             t, served = _trainer(), AuditBlobs()
             t.audit_spool, t.audit_pool = server.spool_dir, server.recycle_dir
             pool = server.recycle_dir
@@ -147,8 +148,6 @@ def test_the_next_chain_is_written_over_the_withdrawn_one() -> None:
                     )  # fmt: skip
                     assert state_hash(got) == h
             assert not list(server.blob_dir.glob("*.gone"))  # nothing was deleted
-        finally:
-            await asyncio.gather(server.stop(), verifier.stop())
 
     asyncio.run(main())
 

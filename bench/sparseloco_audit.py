@@ -16,15 +16,20 @@ on the same start weights, each reporting the same batch: `fr2`/`fr4`/`fr8` trai
 step on the first ½, ¼, ⅛ of that step's samples (at least one) repeated to fill it, `repeat`
 on the round's first sample, `lazy1` honestly but for one inner step (the round's last) done as
 `fr8`, `swamp` with no gradient at all from moments that round any gradient away
-(:func:`swamp`). No outer step is applied (the start weights stay; the states carry over between
-rounds), which keeps the comparison about the link, not the run. Every link of every round is
+(:func:`swamp`), `tilt` honestly from first moments it chose before its first round, three times
+the clip bound in a direction of its own (:func:`tilt`). No outer step is applied (the start
+weights stay; the states carry over between rounds), which keeps the comparison about the link,
+not the run. Every link of every round is
 replayed at 1 thread; the honest trainer's also at 2 threads (the calibration: honest error
 across thread counts). Per kind: the largest / smallest error, the share of links caught at the
 tolerance (= detection per audit of one uniformly drawn link), the audits needed for
 P(caught) ≥ 0.9, and the encode link's verdicts.
 
 Usage: `python bench/sparseloco_audit.py` (8 rounds of H = 4, about 2 min on 2 loaded cores);
-`--json PATH` keeps every link's errors.
+`--json PATH` keeps every link's errors; `--vocab 32000` trains a model whose embedding has
+32,000 rows instead of 264, the corpus spread over it by byte pairs, so that most rows carry
+moments from earlier steps and no gradient in the current one (the gradient-hidden check's
+honest rounding grows with those moments).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-KINDS = ("honest", "fr2", "fr4", "fr8", "repeat", "lazy1", "swamp")
+KINDS = ("honest", "fr2", "fr4", "fr8", "repeat", "lazy1", "swamp", "tilt")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -62,6 +67,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the rounding allowance of a short dtype's compare "
         "(psyche.training.audit_compare.ROUNDING_ULPS; default: the product's)",
     )
+    p.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="an embedding of this many rows instead of the byte vocabulary's 264, the corpus "
+        "spread over it by byte pairs (most rows then hold moments but no gradient in a step)",
+    )
     p.add_argument("--json", type=Path)
     p.add_argument(
         "--kernels",
@@ -75,6 +87,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--rounding-ulps must be ≥ 0")
     if args.rounds < 1 or args.inner_steps < 1 or args.batch < 1:
         p.error("--rounds, --inner-steps and --batch must be ≥ 1")
+    if args.vocab is not None and args.vocab < 264:
+        p.error("--vocab must be ≥ 264 (the byte vocabulary)")
     return args
 
 
@@ -86,7 +100,7 @@ def cheap(kind: str, parts: list[Any], rnd_first: Any) -> list[Any]:
         reps = math.ceil(part.shape[0] / kept.shape[0])
         return kept.repeat(reps, 1)[: part.shape[0]]
 
-    if kind in ("honest", "swamp"):  # swamp's backward computes nothing anyway
+    if kind in ("honest", "swamp", "tilt"):  # swamp's backward computes nothing anyway
         return parts
     if kind == "repeat":
         return [rnd_first.expand(p.shape[0], -1).contiguous() for p in parts]
@@ -94,6 +108,26 @@ def cheap(kind: str, parts: list[Any], rnd_first: Any) -> list[Any]:
         return [*parts[:-1], shrink(parts[-1], 8)]
     s = {"fr2": 2, "fr4": 4, "fr8": 8}[kind]
     return [shrink(p, s) for p in parts]
+
+
+def tilt(trainer: Any, seed: int) -> None:
+    """The `tilt` shadow: before its first round (an epoch's first, when no earlier result
+    binds them), first moments of norm 3 × the clip bound in a direction it picks (random
+    here), second moments their squares (so the first update is that direction's sign), then
+    honest work. Every replay from its states holds; what tells is their size
+    (``audit_compare.moment_scale``), until the moments decay into the bound."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 7)
+    m = [torch.randn(p.shape, generator=g) for p in trainer.params]
+    norm = math.sqrt(sum(float(x.double().square().sum()) for x in m))
+    size = 3.0 * trainer.config.clip_grad_norm / norm
+    for p, x in zip(trainer.params, m, strict=True):
+        trainer._inner.state[p] = {
+            "step": torch.tensor(100.0),
+            "exp_avg": (size * x).to(p.dtype),
+            "exp_avg_sq": (size * x).square().to(p.dtype),
+        }
 
 
 def swamp(trainer: Any, seed: int) -> None:
@@ -149,16 +183,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         ws = base.prepare_workspace(cfg, Path(tmp), console)
         data = LocalDataProvider(ws.data_dir, cfg.seq_len)
-        model = base.load(ws).to(getattr(torch, args.dtype))
+        model_dir = ws.model_dir if args.vocab is None else wide_model(args, Path(tmp))
+        model = base.load(ws) if args.vocab is None else _load(model_dir)
+        model = model.to(getattr(torch, args.dtype))
         trainers = {k: SparseLoCoTrainer(model, opt, micro_batch_size=args.batch) for k in KINDS}
         swamp(trainers["swamp"], args.seed)
+        tilt(trainers["tilt"], args.seed)
         verifier = SparseLoCoTrainer(model, opt, micro_batch_size=args.batch)
         shapes = list(verifier.shapes)
         numels = [math.prod(s) for s in shapes]
         schedule = cfg.schedule(args.lr_inner)
         for rnd in range(args.rounds):
             steps = range(rnd * h, (rnd + 1) * h)
-            parts = [data.get_samples(base.step_slices(cfg, s)[0]) for s in steps]
+            parts = [spread(data.get_samples(base.step_slices(cfg, s)[0]), args.vocab)
+                     for s in steps]  # fmt: skip
             batch = torch.cat(parts)
             lr = lr_for_step(schedule, rnd * h)
             for kind, t in trainers.items():
@@ -207,14 +245,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 encode_ok[kind].append(audit.replay_encode(verifier, e0, last, out.payload, e1))
             console.print(f"round {rnd + 1}/{args.rounds} done", highlight=False)
         if args.kernels:
-            again = other_kernels(ws.model_dir, saved, args, Path(tmp))
+            again = other_kernels(model_dir, saved, args, Path(tmp))
             links[f"honest@{args.kernels}"] = [r for r in again if not r.get("probe")]
             links[f"probe honest@{args.kernels}"] = [r for r in again if r.get("probe")]
     from psyche.training import audit_compare
 
     return {"links": links, "encode_ok": encode_ok, "cost": cost, "h": h,
-            "tolerance": audit.TOLERANCE, "dtype": args.dtype,
+            "tolerance": audit.TOLERANCE, "dtype": args.dtype, "vocab": args.vocab or 264,
             "rounding_ulps": audit_compare.ROUNDING_ULPS}  # fmt: skip
+
+
+def wide_model(args: argparse.Namespace, tmp: Path) -> Path:
+    """The tiny preset with an embedding of ``--vocab`` rows, written where a second process
+    loads it too."""
+    from psyche.training import init_model, llama_config
+    from psyche.training.presets import PRESETS
+
+    out = tmp / f"model-vocab-{args.vocab}"
+    init_model(llama_config(PRESETS["tiny"], args.vocab), args.seed).save_pretrained(out)
+    return out
+
+
+def _load(model_dir: Path) -> Any:
+    import torch
+
+    from psyche.training import load_model
+
+    return load_model(str(model_dir), device=torch.device("cpu"), dtype=torch.float32)[0]
+
+
+def spread(tokens: Any, vocab: int | None) -> Any:
+    """Byte tokens as ids of a ``vocab``-row embedding: each the pair (previous byte, byte)
+    modulo ``vocab``, so the ids follow text's skewed pair frequencies, and a step's batch
+    touches a few hundred rows of tens of thousands (as a real tokenizer's would)."""
+    if vocab is None:
+        return tokens
+    prev = tokens.roll(1, dims=1)
+    prev[:, 0] = tokens[:, 0]
+    return (prev * 264 + tokens) % vocab
 
 
 def other_kernels(
@@ -275,7 +343,7 @@ def replay_saved(args: argparse.Namespace) -> int:
 def _row(v: Any, rnd: int) -> dict[str, Any]:
     """One replayed link's (or probe's) verdict, as the JSON keeps it."""
     return {"round": rnd, "link": v.link, "weight": v.weight_error, "moment": v.moment_error,
-            "hidden": v.hidden, "ok": v.ok}  # fmt: skip
+            "hidden": v.hidden, "scale": v.moments_scale, "ok": v.ok}  # fmt: skip
 
 
 def _optimizer(cls: Any, h: int) -> Any:
@@ -290,12 +358,14 @@ def report(res: dict[str, Any]) -> None:
     import statistics
 
     tol = res["tolerance"]
-    print(f"tolerance {tol:g}; H = {res['h']}; {res.get('dtype', 'float32')} weights "
+    print(f"tolerance {tol:g}; H = {res['h']}; vocabulary {res.get('vocab', 264):,}; "
+          f"{res.get('dtype', 'float32')} weights "
           f"(rounding allowance {res.get('rounding_ulps', 0):g} ulp where shorter than float32); "
           "a link's error = max(weight, moment) error")  # fmt: skip
     print("| kind | links | link error min / median / max | gradient hidden min / max "
-          "| caught per audit | audits for P ≥ 0.9 | encode link ok |")  # fmt: skip
-    print("|---|---:|---|---|---:|---:|---|")
+          "| moments / clip bound max | caught per audit | audits for P ≥ 0.9 "
+          "| encode link ok |")  # fmt: skip
+    print("|---|---:|---|---|---:|---:|---:|---|")
     for kind, rows in res["links"].items():
         if not rows:
             continue
@@ -307,9 +377,10 @@ def report(res: dict[str, Any]) -> None:
         enc = res["encode_ok"].get(kind)
         enc_s = f"{sum(enc)}/{len(enc)}" if enc else "—"
         hid = [r.get("hidden", math.nan) for r in rows]
+        scale = max(r.get("scale", math.nan) for r in rows)
         print(f"| {kind} | {len(rows)} | {min(e):.2e} / {statistics.median(e):.2e} / "
-              f"{max(e):.2e} | {min(hid):.2e} / {max(hid):.2e} | {p:.0%} | {need} "
-              f"| {enc_s} |")  # fmt: skip
+              f"{max(e):.2e} | {min(hid):.2e} / {max(hid):.2e} | {scale:.3g} | {p:.0%} "
+              f"| {need} | {enc_s} |")  # fmt: skip
     c = res["cost"]
     rounds = len(res["encode_ok"]["honest"])
     per_link = c["replay_s"] / max(c["replays"], 1)

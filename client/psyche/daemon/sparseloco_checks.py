@@ -81,7 +81,8 @@ def audit_link(
     return False, (
         f"inner step {link} replayed off by {verdict.weight_error:.3g} (weights), "
         f"{verdict.moment_error:.3g} (moments), counts ok {verdict.step_ok}, "
-        f"{verdict.hidden:.3g} of the gradient hidden by the committed moments"
+        f"{verdict.hidden:.3g} of the gradient hidden by the committed moments, "
+        f"moments {verdict.moments_scale:.3g}× the clip bound"
     )
 
 
@@ -100,5 +101,6 @@ def audit_probe(
         return True, ""
     return False, (
         f"its probe of inner step 0 is off by {verdict.weight_error:.3g} (weights), "
-        f"{verdict.moment_error:.3g} (moments), {verdict.hidden:.3g} of the gradient hidden"
+        f"{verdict.moment_error:.3g} (moments), {verdict.hidden:.3g} of the gradient hidden, "
+        f"moments {verdict.moments_scale:.3g}× the clip bound"
     )

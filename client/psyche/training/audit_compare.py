@@ -15,11 +15,13 @@ import torch
 
 __all__ = [
     "HIDDEN_LIMIT",
+    "MOMENT_SLACK",
     "ROUNDING_ULPS",
     "TOLERANCE",
     "LinkVerdict",
     "compare_states",
     "hidden_share",
+    "moment_scale",
     "relative_errors",
 ]
 
@@ -52,6 +54,15 @@ thread counts and kernel sets; a swamped chain at least 939 (bench/README.md, "A
 moments hide the gradient")."""
 
 
+MOMENT_SLACK = 0.1
+"""How far beyond the clip bound a committed state's moments may reach for rounding alone
+(:func:`moment_scale`). AdamW's first moment is an average of clipped gradients, each of norm at
+most ``clip_grad_norm``, so its norm over the model never exceeds the bound, and each second
+moment never exceeds its square; a bfloat16 moment rounds up by at most 2^-9 a step, which over
+an average of about 1/(1 − β₁) = 10 steps is 2 %. Beyond that the state cannot come from the
+work: its moments were made up (to swamp the gradient, or to steer the update)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LinkVerdict:
     link: int
@@ -65,6 +76,10 @@ class LinkVerdict:
     hidden: float
     """The share of the gradient the replay's first moment lost to rounding (:func:`hidden_share`;
     inf for a zero gradient): a step that could not show it proves nothing."""
+    moments_scale: float = 0.0
+    """The committed moments before and after the step in units of the clip bound
+    (:func:`moment_scale`): at most 1 + :data:`MOMENT_SLACK` for moments that clipped gradients
+    made; 0 in a run that does not clip."""
 
     @property
     def ok(self) -> bool:
@@ -72,6 +87,7 @@ class LinkVerdict:
             self.step_ok
             and max(self.weight_error, self.moment_error) <= TOLERANCE
             and self.hidden <= HIDDEN_LIMIT
+            and self.moments_scale <= 1.0 + MOMENT_SLACK
         )
 
 
@@ -178,6 +194,29 @@ def hidden_share(
     return (num / base) ** 0.5
 
 
+def moment_scale(states: Sequence[dict[str, torch.Tensor]], n: int, clip: float | None) -> float:
+    """The largest size of the committed moments of ``states`` (``n`` tensors keyed ``m.i``
+    and ``v.i`` each, a whole model or a probe's positions of it) in units of the clip bound:
+    the first moment's norm over all of them and the root of the largest second moment, divided
+    by ``clip``. With each inner gradient clipped to norm ``clip``, an honest state's is at most
+    1 up to rounding (:data:`MOMENT_SLACK`), whatever its history; a subset of the values can
+    only be smaller. 0 without a clip (nothing bounds the moments); inf for a non-finite one."""
+    if clip is None or clip <= 0.0:
+        return 0.0
+    worst = 0.0
+    for state in states:
+        square = peak = 0.0
+        for i in range(n):
+            m = state[f"m.{i}"].double().view(-1)
+            square += float(torch.dot(m, m))
+            v = state[f"v.{i}"]
+            if v.numel():
+                peak = max(peak, float(v.abs().max()))
+        size = max(math.sqrt(square), math.sqrt(peak)) / clip
+        worst = max(worst, size if math.isfinite(size) else math.inf)
+    return worst
+
+
 def compare_states(
     link: int,
     before: dict[str, torch.Tensor],
@@ -186,11 +225,14 @@ def compare_states(
     grads: Sequence[torch.Tensor | None],
     betas: tuple[float, float],
     dtype: torch.dtype,
+    clip: float | None,
 ) -> LinkVerdict:
-    """How far a replayed whole state is from the committed ``after`` (step counts exact), and
-    how much of the replay's gradient ``grads`` the committed ``before`` hid."""
+    """How far a replayed whole state is from the committed ``after`` (step counts exact), how
+    much of the replay's gradient ``grads`` the committed ``before`` hid, and how far the two
+    committed states' moments reach against the ``clip`` bound."""
     n = len(replayed) // 4
     step_ok = all(bool(torch.equal(replayed[f"t.{i}"], after[f"t.{i}"])) for i in range(n))
     weight, moments = relative_errors(replayed, after, before, n, betas, dtype)
     hidden = hidden_share(replayed, before, grads, betas[0])
-    return LinkVerdict(link, weight, moments, step_ok, hidden)
+    scale = moment_scale((before, after), n, clip)
+    return LinkVerdict(link, weight, moments, step_ok, hidden, scale)

@@ -389,7 +389,8 @@ def replay_link(
     are put back exactly), and measure how far the committed ``after`` is from the result."""
     replayed, grads = trainer.replay_inner_step(before, part, lr)
     dtype = trainer.params[0].dtype
-    return compare_states(link, before, replayed, after, grads, trainer.config.betas, dtype)
+    c = trainer.config
+    return compare_states(link, before, replayed, after, grads, c.betas, dtype, c.clip_grad_norm)
 
 
 def load_state(

@@ -13,7 +13,7 @@ import torch
 
 from psyche.distro.audit_probe import Probe
 from psyche.protocol.optimizers import SparseLoCoOptimizer
-from psyche.training.audit_compare import LinkVerdict, hidden_share, relative_errors
+from psyche.training.audit_compare import LinkVerdict, hidden_share, moment_scale, relative_errors
 
 __all__ = ["Probed", "Sampled", "probe_of", "replay_probe", "sample_at"]
 
@@ -116,6 +116,8 @@ def replay_probe(
     if not (math.isfinite(weight) and math.isfinite(moments)):
         weight = moments = math.inf  # a non-finite probe value: it holds nothing
     hidden = hidden_share(replayed, start, [w.grad for w in slices], c.betas[0])
+    scale = moment_scale((start, committed), len(slices), c.clip_grad_norm)
     return LinkVerdict(
-        link=0, weight_error=weight, moment_error=moments, step_ok=True, hidden=hidden
-    )
+        link=0, weight_error=weight, moment_error=moments, step_ok=True, hidden=hidden,
+        moments_scale=scale,
+    )  # fmt: skip

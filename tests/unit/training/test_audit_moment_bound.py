@@ -11,7 +11,10 @@ step honestly: every replay from its states then holds, and only their size tell
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,3 +141,23 @@ def test_a_run_without_a_clip_bounds_nothing() -> None:
     ok, why = audit_link(verifier, 1, audit, served, batch, LR, payload)  # type: ignore[arg-type]
     assert ok and "clip bound" not in why, why
     rogue.discard_trail()
+
+
+def test_the_calibration_bench_runs(tmp_path: Path) -> None:
+    """bench/sparseloco_audit.py (its tables are in bench/README.md) still runs on this code,
+    and its verdicts are the ones those tables report: honest links hold on both thread counts,
+    every-step riders, the swamp and the tilt fail every link, the tilt passes its probe."""
+    path = Path(__file__).resolve().parents[3] / "bench" / "sparseloco_audit.py"
+    spec = importlib.util.spec_from_file_location("bench_sparseloco_audit", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "sla.json"
+    args = ["--rounds", "1", "--inner-steps", "2", "--batch", "2", "--kernels", "", "--json"]
+    assert module.main([*args, str(out)]) == 0
+    links = json.loads(out.read_text())["links"]
+    assert all(r["ok"] for k in ("honest", "honest@2", "probe honest") for r in links[k])
+    for kind in ("fr2", "repeat", "swamp", "tilt"):
+        assert links[kind] and not any(r["ok"] for r in links[kind]), kind
+    assert links["tilt"][0]["scale"] == pytest.approx(3.0, rel=1e-3)
+    assert all(r["ok"] for r in links["probe tilt"])

@@ -58,9 +58,10 @@ MOMENT_SLACK = 0.1
 """How far beyond the clip bound a committed state's moments may reach for rounding alone
 (:func:`moment_scale`). AdamW's first moment is an average of clipped gradients, each of norm at
 most ``clip_grad_norm``, so its norm over the model never exceeds the bound, and each second
-moment never exceeds its square; a bfloat16 moment rounds up by at most 2^-9 a step, which over
-an average of about 1/(1 − β₁) = 10 steps is 2 %. Beyond that the state cannot come from the
-work: its moments were made up (to swamp the gradient, or to steer the update)."""
+moment never exceeds its square; a bfloat16 moment rounds up by at most 2^-8 a step, which over
+an average of about 1/(1 − β₁) = 10 steps is 4 %, and a bfloat16 clip may let the gradient's
+norm exceed the bound by as much again as its own rounding (0.4 %). Beyond that the state cannot
+come from the work: its moments were made up (to swamp the gradient, or to steer the update)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,17 +19,16 @@ on the round's first sample, `lazy1` honestly but for one inner step (the round'
 (:func:`swamp`), `tilt` honestly from first moments it chose before its first round, three times
 the clip bound in a direction of its own (:func:`tilt`). No outer step is applied (the start
 weights stay; the states carry over between rounds), which keeps the comparison about the link,
-not the run. Every link of every round is
-replayed at 1 thread; the honest trainer's also at 2 threads (the calibration: honest error
-across thread counts). Per kind: the largest / smallest error, the share of links caught at the
-tolerance (= detection per audit of one uniformly drawn link), the audits needed for
-P(caught) ≥ 0.9, and the encode link's verdicts.
+not the run. Every link of every round is replayed at 1 thread; the honest trainer's also at 2
+threads (the calibration: honest error across thread counts). Per kind: the largest / smallest
+error, the share of links caught at the tolerance (= detection per audit of one uniformly drawn
+link), the audits needed for P(caught) ≥ 0.9, and the encode link's verdicts.
 
 Usage: `python bench/sparseloco_audit.py` (8 rounds of H = 4, about 2 min on 2 loaded cores);
 `--json PATH` keeps every link's errors; `--vocab 32000` trains a model whose embedding has
 32,000 rows instead of 264, the corpus spread over it by byte pairs, so that most rows carry
-moments from earlier steps and no gradient in the current one (the gradient-hidden check's
-honest rounding grows with those moments).
+moments from earlier steps and no gradient in the current one (their rounding counts against
+the gradient-hidden check's honest share).
 """
 
 from __future__ import annotations

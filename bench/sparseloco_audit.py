@@ -182,8 +182,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         ws = base.prepare_workspace(cfg, Path(tmp), console)
         data = LocalDataProvider(ws.data_dir, cfg.seq_len)
-        model_dir = ws.model_dir if args.vocab is None else wide_model(args, Path(tmp))
-        model = base.load(ws) if args.vocab is None else _load(model_dir)
+        if args.vocab is None:
+            model_dir, model = ws.model_dir, base.load(ws)
+        else:
+            model_dir = wide_model(args, Path(tmp))
+            model = _load(model_dir)
         model = model.to(getattr(torch, args.dtype))
         trainers = {k: SparseLoCoTrainer(model, opt, micro_batch_size=args.batch) for k in KINDS}
         swamp(trainers["swamp"], args.seed)

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,15 +28,16 @@ from psyche.training.sparseloco_trainer import SparseLoCoTrainer
 from .helpers import batch_of
 from .test_audit_hidden_gradient import LR, H, trainer
 
+CLIP = 1.0
+"""The clip bound of :func:`trainer`'s config."""
 
-def tilted(t: SparseLoCoTrainer, times: float) -> None:
-    """First moments of norm ``times`` × the clip bound in a direction of the trainer's own,
-    second moments their squares: a sign step of its choosing, then honest work."""
+
+def tilted(t: SparseLoCoTrainer, norm: float) -> None:
+    """First moments of ``norm`` over the model in a direction of the trainer's own, second
+    moments their squares: a sign step of its choosing, then honest work."""
     g = torch.Generator().manual_seed(11)
     m = [torch.randn(p.shape, generator=g) for p in t.params]
-    clip = t.config.clip_grad_norm
-    assert clip is not None
-    size = times * clip / math.sqrt(sum(float(x.double().square().sum()) for x in m))
+    size = norm / math.sqrt(sum(float(x.double().square().sum()) for x in m))
     for p, x in zip(t.params, m, strict=True):
         t._inner.state[p] = {
             "step": torch.tensor(50.0),
@@ -44,19 +46,23 @@ def tilted(t: SparseLoCoTrainer, times: float) -> None:
         }
 
 
-def _round(t: SparseLoCoTrainer, batch: torch.Tensor) -> tuple[bytes, object]:
+def _round(t: SparseLoCoTrainer, batch: torch.Tensor) -> tuple[bytes, Any, dict[bytes, bytes]]:
+    """One audited round: its payload, its audit commitments and every blob its host serves."""
     t.set_audit(True)
     out = t.train_step(batch, step=1, lr=LR, prev_lr=LR, prev_self_results=None,
                        zero_optim=False)  # fmt: skip
     decoded = t.format.decode(out.payload)
-    return out.payload[: t.payload_bytes], decoded.audit  # type: ignore[attr-defined]
+    trail = t.last_trail
+    assert trail is not None
+    served = {h: trail.read(h) for h in (*trail.hashes, *trail.error_hashes)}
+    return out.payload[: t.payload_bytes], decoded.audit, served  # type: ignore[attr-defined]
 
 
 def test_moments_steered_beyond_the_bound_fail_while_every_replay_holds() -> None:
     rogue, verifier = trainer(), trainer()
-    tilted(rogue, 3.0)
+    tilted(rogue, 3.0 * CLIP)
     batch = batch_of(1, samples=2 * H)
-    payload, audit = _round(rogue, batch)
+    payload, audit, served = _round(rogue, batch)
     trail = rogue.last_trail
     assert trail is not None
     shapes, parts = list(verifier.shapes), inner_batches(batch, H)
@@ -67,8 +73,7 @@ def test_moments_steered_beyond_the_bound_fail_while_every_replay_holds() -> Non
     assert v.step_ok and max(v.weight_error, v.moment_error) <= TOLERANCE, v
     assert v.hidden <= HIDDEN_LIMIT, v
     assert v.moments_scale == pytest.approx(3.0, rel=1e-3) and not v.ok, v
-    served = {h: trail.read(h) for h in (*trail.hashes, *trail.error_hashes)}
-    ok, why = audit_link(verifier, 0, audit, served, batch, LR, payload)  # type: ignore[arg-type]
+    ok, why = audit_link(verifier, 0, audit, served, batch, LR, payload)
     assert not ok and "× the clip bound" in why, why
     rogue.discard_trail()
 
@@ -79,15 +84,12 @@ def test_moments_inside_the_bound_pass() -> None:
     tensor hold a sliver of the norm, passes even the one beyond it."""
     for times, link_ok in ((0.9, True), (3.0, False)):
         rogue, verifier = trainer(), trainer()
-        tilted(rogue, times)
+        tilted(rogue, times * CLIP)
         batch = batch_of(2, samples=2 * H)
-        payload, audit = _round(rogue, batch)
-        trail = rogue.last_trail
-        assert trail is not None
-        served = {h: trail.read(h) for h in (*trail.hashes, *trail.error_hashes)}
-        ok, why = audit_link(verifier, 0, audit, served, batch, LR, payload)  # type: ignore[arg-type]
+        payload, audit, served = _round(rogue, batch)
+        ok, why = audit_link(verifier, 0, audit, served, batch, LR, payload)
         assert ok is link_ok, why
-        ok, why = audit_probe(verifier, audit, batch, LR, 1)  # type: ignore[arg-type]
+        ok, why = audit_probe(verifier, audit, batch, LR, 1)
         assert ok, why
         rogue.discard_trail()
 
@@ -126,19 +128,10 @@ def test_the_scale_of_a_state() -> None:
 def test_a_run_without_a_clip_bounds_nothing() -> None:
     rogue, verifier = trainer(), trainer()
     rogue.config = verifier.config = dataclasses.replace(rogue.config, clip_grad_norm=None)
-    tilted_without_clip = 3.0 * (1.0 / math.sqrt(sum(p.numel() for p in rogue.params)))
-    for p in rogue.params:  # moments far beyond 1, which nothing bounds here
-        rogue._inner.state[p] = {
-            "step": torch.tensor(50.0),
-            "exp_avg": torch.full(p.shape, 1e3 * tilted_without_clip),
-            "exp_avg_sq": torch.full(p.shape, (1e3 * tilted_without_clip) ** 2),
-        }
+    tilted(rogue, 3e3 * CLIP)  # far beyond what clipped gradients make, but nothing clips here
     batch = batch_of(3, samples=2 * H)
-    payload, audit = _round(rogue, batch)
-    trail = rogue.last_trail
-    assert trail is not None
-    served = {h: trail.read(h) for h in (*trail.hashes, *trail.error_hashes)}
-    ok, why = audit_link(verifier, 1, audit, served, batch, LR, payload)  # type: ignore[arg-type]
+    payload, audit, served = _round(rogue, batch)
+    ok, why = audit_link(verifier, 1, audit, served, batch, LR, payload)
     assert ok and "clip bound" not in why, why
     rogue.discard_trail()
 

@@ -248,6 +248,12 @@ def run_sparseloco(run: Run, console: Console) -> Arm:
                 for g in inner[i].param_groups:
                     g["lr"] = lr_for_step(schedule, step)
                 inner[i].step()
+            before = lr_for_step(schedule, (rnd - 1) * h) if rnd else 0.0
+            if args.error_lr_scale and before > 0:
+                # Only while the LR falls: what the buffer holds was earned at the old rate.
+                fall = min(1.0, lr_for_step(schedule, rnd * h) / before)
+                for e in states[i].error:
+                    e.mul_(fall)
             t = time.perf_counter()
             wires.append(sl.encode_round(states[i], start, params[i], step=rnd, nonce=i))
             timer.add("encode", t)
@@ -332,6 +338,7 @@ def figures(
             "error_decay": args.error_decay,
             "outer_lr": args.outer_lr,
             "outer_momentum": args.outer_momentum,
+            "error_lr_scale": args.error_lr_scale,
         },
     }
     if "distro" in res:

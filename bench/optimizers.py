@@ -68,6 +68,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--error-decay", type=float, default=0.95)
     p.add_argument("--outer-lr", type=float, default=4.0)
     p.add_argument("--outer-momentum", type=float, default=0.0)
+    p.add_argument(
+        "--error-lr-scale",
+        action="store_true",
+        help="SparseLoCo: scale the error buffers by the inner LR's fall since the last round",
+    )
     p.add_argument("--codec-samples", type=int, default=16, help="per-client round batch")
     p.add_argument("--arms", default="adamw,distro,sparseloco")
     p.add_argument("--apply-repeat", type=int, default=5)

@@ -57,9 +57,10 @@ def keypair(root: Path, name: str) -> Keypair:
 
 
 JOIN_S = 300 if os.environ.get("PSYCHE_TEST_CHAIN") == "validator" else 120
-"""How long the joiner may take to join. Its first start in a fresh copy compiles the bytecode
-of transformers and torch's Python; on a real validator, whose proof-of-history thread keeps one
-of 2 cores busy, that took 116 s before its first line (16 s beside the local SVM)."""
+"""How long the joiner may take to join. On a real validator, whose proof-of-history thread keeps
+one of 2 cores busy, a joiner took 116 s before its first line (16 s beside the local SVM), when
+every start still compiled the bytecode of transformers and torch's Python; scripts/setup.sh
+compiles it once since 2026-12-06."""
 
 
 @contextlib.contextmanager

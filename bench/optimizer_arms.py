@@ -33,6 +33,7 @@ from psyche.data.synth import synth_corpus
 from psyche.distro import Distro, Payload, clip_grad_norm_, decode_payload, encode_payload
 from psyche.distro import sparseloco as sl
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.lr_schedules import LearningRateSchedule
 from psyche.training import (
     PRESETS,
     enable_determinism,
@@ -220,6 +221,14 @@ def sparseloco_settings(args: argparse.Namespace) -> sl.SparseLoCoSettings:
     )
 
 
+def _error_scale(schedule: LearningRateSchedule, rnd: int, h: int) -> float:
+    """`--error-lr-scale`: how far the inner LR fell from the previous round's start to this
+    one's (what the error buffers hold was earned at the old rate); 1 while it rises, in the
+    first round and from a zero LR."""
+    before = lr_for_step(schedule, (rnd - 1) * h) if rnd else 0.0
+    return min(1.0, lr_for_step(schedule, rnd * h) / before) if before > 0 else 1.0
+
+
 def run_sparseloco(run: Run, console: Console) -> Arm:
     cfg, args, arm, timer = run.cfg, run.args, Arm(), Timer()
     settings = sparseloco_settings(args)
@@ -236,6 +245,7 @@ def run_sparseloco(run: Run, console: Console) -> Arm:
     for rnd in range(cfg.steps // h):
         timer.next_step()
         start = [p.detach().clone() for p in params[0]]  # identical on every client
+        fall = _error_scale(schedule, rnd, h) if args.error_lr_scale else 1.0
         wires = []
         for i, model in enumerate(models):
             for step in range(rnd * h, (rnd + 1) * h):
@@ -248,10 +258,7 @@ def run_sparseloco(run: Run, console: Console) -> Arm:
                 for g in inner[i].param_groups:
                     g["lr"] = lr_for_step(schedule, step)
                 inner[i].step()
-            before = lr_for_step(schedule, (rnd - 1) * h) if rnd else 0.0
-            if args.error_lr_scale and before > 0:
-                # Only while the LR falls: what the buffer holds was earned at the old rate.
-                fall = min(1.0, lr_for_step(schedule, rnd * h) / before)
+            if fall < 1.0:
                 for e in states[i].error:
                     e.mul_(fall)
             t = time.perf_counter()

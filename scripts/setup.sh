@@ -30,7 +30,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 [ -x "$venv/bin/python" ] || "$uv" venv --quiet --python "$py" "$venv"
-# Compiled to bytecode here, once (about a minute on 2 cores): where PYTHONDONTWRITEBYTECODE is
+# Compiled to bytecode here, once (about 40 s on 2 cores): where PYTHONDONTWRITEBYTECODE is
 # set (container images and CI machines often set it) Python never caches what it compiles, and
 # every process then compiled torch and transformers again at its start (a client's imports took
 # 17.4 s instead of 7.4 s on the 2-core development machine). The package's own source too: it is

@@ -33,7 +33,7 @@ from psyche.data.synth import synth_corpus
 from psyche.distro import Distro, Payload, clip_grad_norm_, decode_payload, encode_payload
 from psyche.distro import sparseloco as sl
 from psyche.protocol.data_selection import BatchId
-from psyche.protocol.lr_schedules import LearningRateSchedule
+from psyche.protocol.lr_schedules import CosineLR, LearningRateSchedule
 from psyche.training import (
     PRESETS,
     enable_determinism,
@@ -82,7 +82,7 @@ def setup(args: argparse.Namespace, root: Path, console: Console) -> Run:
         steps=args.steps, clients=args.clients, batch_per_client=args.batch_per_client,
         seq_len=args.seq_len, val_samples=args.val_samples, seed=args.seed,
         lr_distro=args.lr_distro, lr_adamw=args.lr_adamw, lag=APPLY_LAG, evals=args.evals,
-        timing_warmup=2, presets=(),
+        timing_warmup=2, presets=(), final_lr_fraction=args.final_lr_fraction,
     )  # fmt: skip
     enable_determinism(args.seed)
     model_dir, text_dir, data_dir = root / "model", root / "text", root / "data"
@@ -229,6 +229,18 @@ def _error_scale(schedule: LearningRateSchedule, rnd: int, h: int) -> float:
     return min(1.0, lr_for_step(schedule, rnd * h) / before) if before > 0 else 1.0
 
 
+def _outer_lr(args: argparse.Namespace, schedule: CosineLR, step: int) -> float:
+    """`--outer-lr-final`: the outer LR follows the inner schedule's cosine from `--outer-lr`
+    down to it (so the effective rate, inner × outer, anneals further); constant without it."""
+    if args.outer_lr_final is None:
+        return float(args.outer_lr)
+    base, final = args.lr_inner, args.lr_inner * args.final_lr_fraction
+    progress = min(1.0, max(0.0, (lr_for_step(schedule, step) - final) / (base - final)))
+    if step < schedule.warmup_steps:
+        progress = 1.0
+    return float(args.outer_lr_final + (args.outer_lr - args.outer_lr_final) * progress)
+
+
 def run_sparseloco(run: Run, console: Console) -> Arm:
     cfg, args, arm, timer = run.cfg, run.args, Arm(), Timer()
     settings = sparseloco_settings(args)
@@ -273,7 +285,8 @@ def run_sparseloco(run: Run, console: Console) -> Arm:
             with torch.no_grad():
                 for p, s in zip(params[i], start, strict=True):
                     p.copy_(s)
-            sl.outer_apply(params[i], decoded, states[i], settings, args.outer_lr)
+            outer = _outer_lr(args, schedule, (rnd + 1) * h - 1)
+            sl.outer_apply(params[i], decoded, states[i], settings, outer)
             timer.add("apply", t)
         done = (rnd + 1) * h
         if any(rnd * h < e <= done for e in evals):
@@ -337,6 +350,7 @@ def figures(
         "wall_s": wall,
         "torch_threads": torch.get_num_threads(),
         "lr": {"adamw": args.lr_adamw, "distro": args.lr_distro, "sparseloco_inner": args.lr_inner},
+        "final_lr_fraction": args.final_lr_fraction,
         "sparseloco": {
             "inner_steps": h,
             "topk_chunk": args.topk_chunk,
@@ -346,6 +360,7 @@ def figures(
             "outer_lr": args.outer_lr,
             "outer_momentum": args.outer_momentum,
             "error_lr_scale": args.error_lr_scale,
+            "outer_lr_final": args.outer_lr_final,
         },
     }
     if "distro" in res:

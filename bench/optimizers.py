@@ -69,6 +69,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--outer-lr", type=float, default=4.0)
     p.add_argument("--outer-momentum", type=float, default=0.0)
     p.add_argument(
+        "--outer-lr-final",
+        type=float,
+        help="SparseLoCo: the outer LR falls with the cosine to this (default: constant)",
+    )
+    p.add_argument(
+        "--final-lr-fraction",
+        type=float,
+        default=0.1,
+        help="every arm's final LR as a fraction of its base LR (the cosine's floor)",
+    )
+    p.add_argument(
         "--error-lr-scale",
         action="store_true",
         help="SparseLoCo: scale the error buffers by the inner LR's fall since the last round",
@@ -87,6 +98,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             p.error(f"--arms: unknown arm {a!r}")
     if args.steps % args.inner_steps:
         p.error("--steps must be a multiple of --inner-steps (whole rounds)")
+    if not 0.0 <= args.final_lr_fraction < 1.0:
+        p.error("--final-lr-fraction must be in [0, 1)")
+    if args.outer_lr_final is not None and not args.outer_lr_final > 0:
+        p.error("--outer-lr-final must be > 0")
     for name in ("steps", "clients", "batch_per_client", "inner_steps", "evals"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be ≥ 1")

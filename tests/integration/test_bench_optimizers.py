@@ -29,11 +29,11 @@ def test_short_run_writes_every_figure(
 ) -> None:
     out = tmp_path / "out.json"
     # 12 steps: the third round's encode is the first whose LR fell since the round before,
-    # so --error-lr-scale (a sweep arm) scales something.
+    # so --error-lr-scale and --outer-lr-final (sweep arms) change something.
     cmd = [sys.executable, str(SCRIPT), "--quick", "--steps", "12", "--inner-steps", "4"]
     cmd += ["--clients", "2", "--batch-per-client", "1", "--val-samples", "4", "--evals", "1"]
     cmd += ["--codec-samples", "2", "--apply-repeat", "1", "--threads", "1", "--json", str(out)]
-    cmd += ["--error-lr-scale"]
+    cmd += ["--error-lr-scale", "--outer-lr-final", "2", "--final-lr-fraction", "0.05"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     reap_children.append(proc)
     stdout, _ = proc.communicate(timeout=LIMIT_S)
@@ -45,6 +45,7 @@ def test_short_run_writes_every_figure(
     assert fig["sparseloco_bytes_per_client_round"] == fig["sparseloco_max_payload_bytes"]
     assert fig["sparseloco_model_hash"] and fig["distro_model_hash"]
     assert fig["sparseloco"]["error_lr_scale"] is True
+    assert fig["sparseloco"]["outer_lr_final"] == 2.0 and fig["final_lr_fraction"] == 0.05
     assert fig["bytes_per_token_distro_over_multistep"] == pytest.approx(
         fig["distro_bytes_per_token"] / fig["sparseloco_bytes_per_token"]
     )

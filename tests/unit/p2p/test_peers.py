@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from psyche.p2p.host.peers import EWMA_WEIGHT, HostCounters, PeerTable, peer_stats
+from psyche.p2p.host.peers import (
+    EWMA_WEIGHT,
+    PINGS_PER_INTERVAL,
+    HostCounters,
+    PeerTable,
+    PingRotation,
+    peer_stats,
+)
 
 
 def test_order_without_measurements_keeps_the_callers_order_and_drops_duplicates() -> None:
@@ -60,3 +67,33 @@ def test_retain_forgets_peers_that_left_and_report_lists_connected_ones() -> Non
     report = peer_stats(t, ["stay", "other"], ["stay"], HostCounters(published=2))
     assert [(p.peer_id, p.connected) for p in report.peers] == [("stay", True), ("other", True)]
     assert report.counters.published == 2 and report.gossip_peers == ["stay"]
+
+
+def test_pings_stay_bounded_per_interval_and_reach_every_peer() -> None:
+    """A host's pings per interval do not grow with the run (the protocol's 256 clients), and
+    each peer is pinged once every ⌈n / 8⌉ intervals, never-pinged peers first."""
+    rotation = PingRotation()
+    peers = [f"peer{i:03d}" for i in range(255)]
+    rounds = -(-len(peers) // PINGS_PER_INTERVAL)
+    seen: list[str] = []
+    for _ in range(rounds):
+        due = rotation.due(peers)
+        assert len(due) == PINGS_PER_INTERVAL
+        seen += due
+    # Everyone within 32 intervals; the last one's spare ping went to the oldest, peer000.
+    assert sorted(seen) == sorted([*peers, "peer000"])
+    # A peer that connects late is pinged at the next interval, before those pinged already,
+    # and with it the seven pinged longest ago (peer001-peer007, from the first interval).
+    assert rotation.due([*peers, "late"]) == ["late", *peers[1:8]]
+    # Then the oldest pings left: peer008-peer015 (the second interval); the peers no longer
+    # passed are forgotten.
+    assert rotation.due(peers[:20]) == peers[8:16]
+    assert set(rotation._last) <= set(peers[:20])
+
+
+def test_few_peers_are_all_pinged_every_interval() -> None:
+    rotation = PingRotation()
+    for _ in range(3):
+        assert rotation.due(["b", "a", "c"]) == ["a", "b", "c"]
+    with pytest.raises(ValueError):
+        PingRotation(0)

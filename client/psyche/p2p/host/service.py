@@ -14,8 +14,8 @@ serves the parent's requests (:meth:`HostService.control_loop`). Each concern ha
 * blobs, here: serves registered files (:class:`~psyche.p2p.host.blobs.BlobServer`) and runs
   fetches (:func:`~psyche.p2p.host.fetch.fetch_blob`), each cancellable by the parent; a peer
   that served wrong bytes for a blob is remembered and not asked for that blob again;
-* measurements, here: pings allowed peers every few seconds and reports per-peer latency,
-  bandwidth and running counters to the parent about once a second.
+* measurements, here: pings up to 8 allowed peers every few seconds, in rotation, and reports
+  per-peer latency, bandwidth and running counters to the parent about once a second.
 
 :class:`~.channel.ControlChannel` is the trio end of the control socket
 (:mod:`psyche.p2p.control`).
@@ -56,7 +56,7 @@ from psyche.p2p.host.fetch import FetchRequest, fetch_blob
 from psyche.p2p.host.gossip import Gossip
 from psyche.p2p.host.hole_punch import CountingDCUtR
 from psyche.p2p.host.nat_status import NatStatus
-from psyche.p2p.host.peers import HostCounters, PeerTable, peer_stats
+from psyche.p2p.host.peers import HostCounters, PeerTable, PingRotation, peer_stats
 from psyche.p2p.host.relay import MemberRelay
 from psyche.p2p.host.reservations import Reservations
 from psyche.p2p.messages import gossip_topic
@@ -84,6 +84,7 @@ class HostService:
         self.me = host.get_id().to_base58()
         self.allowed: frozenset[str] = frozenset()
         self.table = PeerTable()
+        self.pings = PingRotation()
         self.counters = HostCounters()
         self.rejections = Rejections(log)
         self.gossip = Gossip(
@@ -174,7 +175,7 @@ class HostService:
     async def ping_loop(self) -> None:
         while True:
             await trio.sleep(PING_INTERVAL)
-            targets = self.dialer.connected() & self.allowed
+            targets = self.pings.due(self.dialer.connected() & self.allowed)
             async with trio.open_nursery() as nursery:
                 for peer in targets:
                     nursery.start_soon(self.ping_one, peer)

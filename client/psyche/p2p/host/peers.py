@@ -4,10 +4,10 @@ See docs/protocol.md, "P2P model sharing".
 
 The host process measures every peer it talks to: round-trip time from a small ping protocol
 (a few peers every few seconds, in rotation: :class:`PingRotation`), and throughput from every
-blob it downloads. A download asks peers in the
-reference's order: peers with a measured bandwidth above zero first (fastest first), then peers
-never measured, then peers whose last transfer failed (bandwidth recorded as 0); latency breaks
-ties, and the caller's own order breaks the rest. Asking unmeasured peers before failed ones
+blob it downloads. A download asks peers in the reference's order: peers with a measured
+bandwidth above zero first (fastest first), then peers never measured, then peers whose last
+transfer failed (bandwidth recorded as 0); latency breaks ties, and the caller's own order
+breaks the rest. Asking unmeasured peers before failed ones
 means a new peer gets a chance, and a peer that served garbage or died mid-transfer is tried
 only after everyone else.
 

@@ -232,12 +232,10 @@ def _error_scale(schedule: LearningRateSchedule, rnd: int, h: int) -> float:
 def _outer_lr(args: argparse.Namespace, schedule: CosineLR, step: int) -> float:
     """`--outer-lr-final`: the outer LR follows the inner schedule's cosine from `--outer-lr`
     down to it (so the effective rate, inner × outer, anneals further); constant without it."""
-    if args.outer_lr_final is None:
+    if args.outer_lr_final is None or step < schedule.warmup_steps:
         return float(args.outer_lr)
-    base, final = args.lr_inner, args.lr_inner * args.final_lr_fraction
+    base, final = schedule.base_lr, schedule.final_lr
     progress = min(1.0, max(0.0, (lr_for_step(schedule, step) - final) / (base - final)))
-    if step < schedule.warmup_steps:
-        progress = 1.0
     return float(args.outer_lr_final + (args.outer_lr - args.outer_lr_final) * progress)
 
 
@@ -258,6 +256,7 @@ def run_sparseloco(run: Run, console: Console) -> Arm:
         timer.next_step()
         start = [p.detach().clone() for p in params[0]]  # identical on every client
         fall = _error_scale(schedule, rnd, h) if args.error_lr_scale else 1.0
+        outer = _outer_lr(args, schedule, (rnd + 1) * h - 1)
         wires = []
         for i, model in enumerate(models):
             for step in range(rnd * h, (rnd + 1) * h):
@@ -285,7 +284,6 @@ def run_sparseloco(run: Run, console: Console) -> Arm:
             with torch.no_grad():
                 for p, s in zip(params[i], start, strict=True):
                     p.copy_(s)
-            outer = _outer_lr(args, schedule, (rnd + 1) * h - 1)
             sl.outer_apply(params[i], decoded, states[i], settings, outer)
             timer.add("apply", t)
         done = (rnd + 1) * h

@@ -556,6 +556,14 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _reason_kind(reason: str) -> str:
+    """A failed attempt's reason (``psyche.p2p.host.fetch``) without its peer-specific details."""
+    for kind in ("busy", "does not have", "no complete blob", "transfer failed"):
+        if kind in reason:
+            return kind
+    return "other"
+
+
 def _p2p_round_row(
     step: int,
     seconds: float,
@@ -619,6 +627,7 @@ async def p2p(
         # (fetcher, producer, step) -> from_peer; per step, the blob hashes
         got: dict[tuple[str, str, int], str] = {}
         failed: list[tuple[str, str, int, str]] = []
+        refusals: dict[str, int] = {}  # failed attempts before each successful fetch, by reason
         blobs: dict[int, dict[str, bytes]] = {}
         pending: set[asyncio.Task[None]] = set()
 
@@ -629,6 +638,8 @@ async def p2p(
                     blob, from_any_of=[producer, *others], max_size=size, timeout=120
                 )
                 got[(me, producer, step)] = res.from_peer
+                for _peer, reason in res.failures:
+                    refusals[_reason_kind(reason)] = refusals.get(_reason_kind(reason), 0) + 1
             except Exception as e:
                 failed.append((me, producer, step, repr(e)))
 
@@ -736,6 +747,9 @@ async def p2p(
             "producer_sends_mean": sum(own_counts) / len(own_counts),
             "producer_sends_le_2": max(own_counts) <= 2,
             "blob_requests_per_fetch": requests / max(1, len(got) + len(failed)),
+            "failed_attempts_per_fetch": {
+                k: v / max(1, len(got)) for k, v in sorted(refusals.items())
+            },
             "resend": resend,
             "resent": sum(b.resent for b in boxes.values()),
             "per_round": per_round,
@@ -765,6 +779,8 @@ def print_p2p(r: dict[str, Any]) -> None:
         f"answered per fetch (every host's served + refused) "
         f"{r['blob_requests_per_fetch']:.2f}; announcements resent {r['resent']}"
     )
+    fails = ", ".join(f"{k} {v:.2f}" for k, v in r.get("failed_attempts_per_fetch", {}).items())
+    print(f"failed attempts before a fetch's copy, per fetch: {fails or 'none'}")
 
 
 def main() -> None:

@@ -63,20 +63,22 @@ def test_blobs_are_verified_reserved_and_refetched_elsewhere_when_peers_lie_or_c
     got = c.call("fetch", hash=x, peers=[b.peer_id], max_size=MIB)
     assert got["ok"] and got["from_peer"] == b.peer_id
 
-    # B serves garbage under the hash of A's blob Y. C asks B first (measured, A is not),
-    # rejects the content, and gets the real blob from A; B now ranks last at C.
+    # B serves garbage under the hash of A's blob Y. C asks B first (named first: the peer a
+    # fetch names first is taken to hold the blob), rejects the content, and gets the real blob
+    # from A; B now ranks last at C.
     y = a.call("serve", seed=3, size=MIB)["hash"]
     b.call("serve_forged", hash=y, size=MIB)
-    got = c.call("fetch", hash=y, peers=[a.peer_id, b.peer_id], max_size=MIB)
+    got = c.call("fetch", hash=y, peers=[b.peer_id, a.peer_id], max_size=MIB)
     assert got["ok"] and got["from_peer"] == a.peer_id and got["sha256"] == y
     assert [p for p, reason in got["failures"] if "does not match" in reason] == [b.peer_id]
 
     # Blob W: B has it; A "has" it too, but A's copy comes from a pipe that yields 256 KiB and
-    # stalls. C asks A first, and A's host is SIGKILLed in the middle of the transfer.
+    # stalls. C asks A first (named first), and A's host is SIGKILLed in the middle of the
+    # transfer.
     b.call("serve", seed=4, size=4 * MIB)
     w = a.call("serve_fifo", seed=4, size=4 * MIB, prefix=256 * 1024)["hash"]
     pending = c.send(
-        "fetch", hash=w, peers=[b.peer_id, a.peer_id], max_size=4 * MIB, timeout=40,
+        "fetch", hash=w, peers=[a.peer_id, b.peer_id], max_size=4 * MIB, timeout=40,
         attempt_timeout=20,
     )  # fmt: skip
     a.wait_event(lambda e: e.get("event") == "fifo_written", timeout=20)

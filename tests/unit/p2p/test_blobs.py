@@ -463,12 +463,14 @@ def test_named_holders_come_before_the_producer_in_the_next_pass(tmp_path: Path)
 
     handlers = {"producer": busy_naming("c"), "a": lacking, "c": downloading_then_holding}
     done, opened = run_fetch(tmp_path, handlers, ["producer", "a", "c"])
-    assert done.from_peer == "c" and opened == ["producer", "c", "a", "c"]
+    # a, which nobody named, is not asked while holders are busy handing the blob on.
+    assert done.from_peer == "c" and opened == ["producer", "c", "c"]
 
 
 def test_a_producer_that_handed_off_is_asked_last_in_later_passes(tmp_path: Path) -> None:
     # Its handoff window closes while the named holder is still downloading: the fetcher
-    # still asks everyone else first, and the producer serves only when nobody else can.
+    # asks the named holder first, and the producer serves only when it cannot. The peer
+    # nobody named waits for a pass that follows one nobody was busy in.
     _, honest = server_for(tmp_path, BLOB)
     empty = BlobServer(is_allowed=lambda p: True)
     asked = 0
@@ -483,7 +485,29 @@ def test_a_producer_that_handed_off_is_asked_last_in_later_passes(tmp_path: Path
 
     handlers = {"producer": producer, "a": lacking, "c": lacking}
     done, opened = run_fetch(tmp_path, handlers, ["producer", "a", "c"])
-    assert done.from_peer == "producer" and opened == ["producer", "c", "a", "c", "a", "producer"]
+    assert done.from_peer == "producer" and opened == ["producer", "c", "c", "producer"]
+
+
+def test_after_a_busy_answer_only_known_holders_are_asked(tmp_path: Path) -> None:
+    # The producer is busy (no hints): the peers that lack the blob are not walked, in that
+    # pass nor in the next one, which asks the producer again; they are asked only after a
+    # pass in which nobody was busy (here the producer has withdrawn the blob: the third pass
+    # still follows a busy one, the fourth walks everyone).
+    empty = BlobServer(is_allowed=lambda p: True)
+    asked = 0
+
+    async def producer(stream: ByteStream) -> None:
+        nonlocal asked
+        asked += 1
+        await (scripted(encode_header(Status.BUSY, 0)) if asked <= 2 else lacking)(stream)
+
+    async def lacking(stream: ByteStream) -> None:
+        await empty.handle(stream, "fetcher")
+
+    handlers = {"producer": producer, "a": lacking, "b": lacking}
+    done, opened = run_fetch(tmp_path, handlers, ["producer", "a", "b"], timeout=1.0)
+    assert done.path is None
+    assert opened[:6] == ["producer", "producer", "producer", "producer", "a", "b"], opened
 
 
 def test_passes_after_busy_answers_slow_down_to_one_a_second(tmp_path: Path) -> None:
@@ -523,12 +547,15 @@ def test_a_busy_holder_is_waited_for_instead_of_dialling_an_unconnected_peer(
     assert server.handed_off >= 1
 
 
-def test_copies_spread_as_a_tree_so_every_holder_uploads_about_twice(tmp_path: Path) -> None:
-    """N fetchers at once: the producer uploads twice whatever N is, and so does each holder."""
-    n = 12
+def spread(
+    tmp_path: Path, n: int, *, latency: float = 0.0, handoff_min_s: float = 1.0
+) -> tuple[dict[str, int], int]:
+    """N fetchers at once fetch the producer's blob, each serving it once it has it; returns
+    the uploads per server and the requests every server answered (served or refused).
+    ``latency`` delays every stream open (a round trip on a real link)."""
     names = ["producer", *[f"f{i}" for i in range(n)]]
     servers = {
-        name: BlobServer(is_allowed=lambda p: True, handoff_min_s=1.0, handoff_factor=0.0)
+        name: BlobServer(is_allowed=lambda p: True, handoff_min_s=handoff_min_s, handoff_factor=0.0)
         for name in names
     }
     path = tmp_path / "producer-blob"
@@ -542,6 +569,7 @@ def test_copies_spread_as_a_tree_so_every_holder_uploads_about_twice(tmp_path: P
             def opener(me: str) -> Callable[[str], Awaitable[ByteStream]]:
                 async def open_stream(peer: str) -> ByteStream:
                     ours, theirs = trio.testing.memory_stream_pair()
+                    await trio.sleep(latency)
                     nursery.start_soon(servers[peer].handle, Stream(theirs), me)
                     return Stream(ours)
 
@@ -551,7 +579,7 @@ def test_copies_spread_as_a_tree_so_every_holder_uploads_about_twice(tmp_path: P
                 blob_dir = tmp_path / me
                 blob_dir.mkdir()
                 others = [p for p in names if p != me]
-                req = FetchRequest(1, H, len(BLOB), others, 30.0, 5.0)
+                req = FetchRequest(1, H, len(BLOB), others, 60.0, 5.0)
                 done = await fetch_blob(
                     req,
                     blob_dir=blob_dir,
@@ -576,5 +604,28 @@ def test_copies_spread_as_a_tree_so_every_holder_uploads_about_twice(tmp_path: P
     done = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.1))
     assert len(done) == n and all(d.path is not None for d in done)
     served = {name: s.served for name, s in servers.items()}
+    return served, sum(s.served + s.refused for s in servers.values())
+
+
+def test_copies_spread_as_a_tree_so_every_holder_uploads_about_twice(tmp_path: Path) -> None:
+    """N fetchers at once: the producer uploads twice whatever N is, and so does each holder."""
+    n = 12
+    served, _ = spread(tmp_path, n)
     assert served["producer"] == 2, served
     assert sum(served.values()) == n and max(served.values()) <= 2, served
+
+
+def test_a_fetch_asks_about_log_n_peers_not_n(tmp_path: Path) -> None:
+    """The requests a fetch makes grow with the depth of the copies' tree, not with the run.
+
+    Fetchers that walked every peer after a ``BUSY`` answer asked n/4 of them per fetch (24.5
+    at 96 fetchers, 3.5 at 12, with 50 ms per stream opened); following only the peers a
+    ``BUSY`` answer names asks about 2.4 at 12 and 4.9 at 96.
+    """
+    per_fetch = {}
+    for n in (12, 96):
+        (tmp_path / str(n)).mkdir()
+        served, requests = spread(tmp_path / str(n), n, latency=0.05, handoff_min_s=10.0)
+        assert served["producer"] == 2 and max(served.values()) <= 2, served
+        per_fetch[n] = requests / n
+    assert per_fetch[12] < 3.5 and per_fetch[96] < 6.5, per_fetch

@@ -10,9 +10,13 @@ mid-transfer looks like a clean EOF to py-libp2p and a frozen one is never detec
 attempt.
 
 A server handing a blob off answers ``BUSY`` naming the peers it uploaded it to: the fetcher
-asks those next (and first in later passes) and asks the server that named them last, so a
-producer is asked again only once nobody else served the copy (docs/protocol.md, "Blobs").
-Names only reorder the candidates; every copy is hash-checked whoever is named.
+asks those next, in its own random order (and first in later passes) and asks the server that
+named them last, so a producer is asked again only once nobody else served the copy
+(docs/protocol.md, "Blobs"). After a ``BUSY`` answer the rest of the pass asks only the peers
+it named and the next pass only the known holders (the first peer named, the caller's
+announcer, and the peers named since): walking every peer, most of which lack the blob, made
+a fetch's requests grow with the run. Names only reorder the candidates; every copy is
+hash-checked whoever is named.
 
 Peers that sent a wrong hash, announced an oversize blob or refused us are excluded for the rest
 of that fetch; peers that were busy, did not have the blob yet, were slow or unreachable are
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -254,8 +259,11 @@ class _Fetch:
         self.too_large = False
         self.last_pass: list[str] = []
         self.busy_seen = False
-        self.holders: list[str] = []
-        """Peers busy holders named as having the blob, newest first: asked first in a pass."""
+        self.holders_only = False
+        """This pass asks known holders only: the previous one had a ``BUSY`` answer."""
+        self.holders: list[str] = list(req.peers[:1])
+        """Peers known to hold the blob or to be receiving it, newest first: the first peer
+        named (the announcer), then the peers busy holders named. Asked first in a pass."""
         self.handing_off: set[str] = set()
         """Peers that answered BUSY naming others: asked last in later passes."""
         self.new_hints: list[str] = []
@@ -316,18 +324,28 @@ class _Fetch:
         """Ask each candidate once, in order; the fetch's result if one served the blob."""
         candidates, reachable = self._candidates()
         self.last_pass = []
+        self.holders_only = self.busy_seen
         self.busy_seen = False
         queue = deque(candidates)
+        named_now: set[str] = set()
         while queue:
             peer = queue.popleft()
             remaining = self.deadline - trio.current_time()
             if remaining <= 0:
                 break
+            if self.busy_seen and peer not in named_now:
+                # A holder told us BUSY: it, or a peer it named (asked next), will serve us
+                # soon, while the other peers most likely lack the blob or are as busy.
+                # Asking each of them in every pass made a fetch's requests grow with the
+                # run; they are asked in the next pass.
+                continue
+            if self.holders_only and not self._known_holder(peer):
+                # Peers not known to hold the blob wait for a pass that follows one nobody
+                # was busy in.
+                continue
             if self.busy_seen and reachable is not None and peer not in reachable:
-                # A holder told us BUSY: it (or a peer it handed the blob to) will serve us
-                # on the next pass, while a dial of a peer we are not connected to may cost
-                # a whole attempt timeout. Such peers are asked only in a pass nobody was
-                # busy in.
+                # ... and a dial of a peer we are not connected to may cost a whole attempt
+                # timeout: such holders are asked only in a pass nobody was busy in.
                 continue
             if not self.is_allowed(peer):
                 self._fail(peer, "not in our allow-list", exclude=True, penalize=False)
@@ -335,12 +353,18 @@ class _Fetch:
             got = await self._ask(peer, remaining)
             if got is not None:
                 return got
+            if self.new_hints:
+                named_now = set(self.new_hints)
             for named in reversed(self.new_hints):  # ask the peers it named next
                 if named in queue:
                     queue.remove(named)
                     queue.appendleft(named)
             self.new_hints = []
         return None
+
+    def _known_holder(self, peer: str) -> bool:
+        """``peer`` holds the blob or is receiving it, as far as this fetch knows."""
+        return peer in self.holders or peer in self.handing_off
 
     async def _ask(self, peer: str, remaining: float) -> FetchDone | None:
         """One attempt at ``peer``, within the attempt timeout: the fetch's result if the peer
@@ -372,8 +396,13 @@ class _Fetch:
         self.busy_seen |= e.busy
         if e.hints:
             self.handing_off.add(peer)
-            self.new_hints = list(e.hints)
+            # Each fetcher follows the named peers in its own random order: in the server's
+            # order every fetcher turned away chased the same newest holder, which serves two,
+            # so copies spread by two a pass instead of doubling.
+            self.new_hints = random.sample(list(e.hints), len(e.hints))
             self.holders = list(dict.fromkeys([*e.hints, *self.holders]))[:MAX_HOLDERS]
+        elif e.busy and peer not in self.holders:  # it holds the blob and will serve soon
+            self.holders = [*self.holders, peer][:MAX_HOLDERS]
         self._fail(peer, str(e), exclude=e.exclude, penalize=e.penalize)
         if e.rejection is Rejection.blob_hash_mismatch:
             self.liars.add(peer)

@@ -69,7 +69,10 @@ every fetch has finished. Each announcement is sent again on the daemon's schedu
 payload at the end, per-host CPU seconds of the host process per round (``/proc/PID/stat``),
 payload bytes each host uploaded per round (from which peer each fetch came; gossip bytes are
 not counted: the host has no byte counter, and ``/proc/PID/io`` does not see its socket sends),
-and per (producer, round) how many copies the producer itself sent (target ≤ 2 whatever H).
+and per (producer, round) how many copies the producer itself sent (target ≤ 2 whatever H);
+also the requests each fetch made and its failed attempts by reason (busy, lacking the blob,
+timed out, transfer failed), and how long after its announcement each host first heard a
+result.
 
     .venv/bin/python bench/scale.py --clients 4,16,64 --rounds 4 --json scale.json
     .venv/bin/python bench/scale.py --clients 64 --rounds 2 --profile
@@ -644,6 +647,8 @@ async def p2p(
                 failed.append((me, producer, step, repr(e)))
 
         started: set[tuple[str, str, int]] = set()
+        announced: dict[tuple[str, int], float] = {}  # (producer, step) -> when it announced
+        heard: list[float] = []  # seconds from an announcement to each host's first hearing of it
         boxes = {i: Outbox() for i in ids}
         step_now = 0
 
@@ -662,6 +667,7 @@ async def p2p(
                 p = ann.payload
                 if isinstance(p, TrainingResult) and (me, peer, p.step) not in started:
                     started.add((me, peer, p.step))  # a resend of a result already taken
+                    heard.append(time.monotonic() - announced.get((peer, p.step), time.monotonic()))
                     task = asyncio.create_task(fetch(me, peer, p.step, p.blob_hash))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
@@ -685,6 +691,7 @@ async def p2p(
                                      commitment=WireCommitment.of(make_commitment(k, blob)),
                                      blob_hash=blob, blob_size=size, nonce=0)  # fmt: skip
                 signed = sign_announcement(k, ann)
+                announced[(i, step)] = time.monotonic()
                 await by_id[i].announce(signed)
                 boxes[i].sent_result(signed, height=step, now=time.monotonic())
             want = hosts * (hosts - 1)
@@ -751,6 +758,10 @@ async def p2p(
                 k: v / max(1, len(got)) for k, v in sorted(refusals.items())
             },
             "resend": resend,
+            "heard_s_median": float(np.median(heard)) if heard else 0.0,
+            "heard_s_p99": float(np.percentile(heard, 99)) if heard else 0.0,
+            "heard_s_max": max(heard, default=0.0),
+            "heard_after_3s": sum(1 for h in heard if h > 3.0),
             "resent": sum(b.resent for b in boxes.values()),
             "per_round": per_round,
         }
@@ -781,6 +792,13 @@ def print_p2p(r: dict[str, Any]) -> None:
     )
     fails = ", ".join(f"{k} {v:.2f}" for k, v in r.get("failed_attempts_per_fetch", {}).items())
     print(f"failed attempts before a fetch's copy, per fetch: {fails or 'none'}")
+    if "heard_s_max" in r:
+        results = r["fetches_ok"] + r["fetches_failed"]
+        print(
+            f"a result first heard, from its announcement: median {r['heard_s_median']:.2f} s, "
+            f"p99 {r['heard_s_p99']:.2f} s, max {r['heard_s_max']:.2f} s; after 3 s (from a "
+            f"resend or gossip repair) {r['heard_after_3s']} of {results}"
+        )
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
-"""Yamux receive credit in half-window steps (psyche.p2p.host.yamux_credit).
+"""Yamux receive credit in steps, not after every read (psyche.p2p.host.yamux_credit).
 
 py-libp2p 0.8.1 sends a WINDOW_UPDATE after nearly every read; the host replaces that with
 go-yamux's rule. These tests drive the library's own YamuxStream credit methods on a stream
 whose frames are recorded instead of sent: the original sends one update per small read, the
-replacement one per half window consumed, and a sender limited by the credit it receives
+replacement one per 16 KiB consumed, and a sender limited by the credit it receives
 still moves every byte.
 """
 
@@ -88,7 +88,7 @@ def _transfer(credit: Credit, total: int, read_size: int) -> _Stream:
 def replaced(monkeypatch: pytest.MonkeyPatch) -> Credit:
     original = YamuxStream._auto_tune_and_send_window_update
     monkeypatch.setattr(YamuxStream, "_auto_tune_and_send_window_update", original)
-    assert yamux_credit.send_credit_in_half_windows()
+    assert yamux_credit.send_credit_in_steps()
     credit: Credit = YamuxStream._auto_tune_and_send_window_update
     assert credit is not original
     return credit
@@ -99,24 +99,26 @@ def test_the_library_credits_after_every_small_read() -> None:
     assert len(s.updates) == 2_000
 
 
-def test_small_reads_send_no_update_until_half_a_window_is_consumed(replaced: Credit) -> None:
+def test_small_reads_send_no_update_until_a_step_is_consumed(replaced: Credit) -> None:
     s = _transfer(replaced, total=2_000, read_size=1)
     assert s.updates == []
     s = _transfer(replaced, total=DEFAULT_WINDOW_SIZE // 2, read_size=100)
-    assert len(s.updates) == 1
+    # Each update carries at least a step (the library's auto-tuning may add a larger target).
+    assert 1 <= len(s.updates) <= DEFAULT_WINDOW_SIZE // 2 // yamux_credit.CREDIT_STEP
+    assert min(s.updates) >= yamux_credit.CREDIT_STEP
 
 
 @pytest.mark.parametrize("read_size", [1_000, 64 * 1024, 1 << 20])
 def test_a_credit_limited_sender_moves_every_byte(replaced: Credit, read_size: int) -> None:
     total = 16 << 20
     s = _transfer(replaced, total=total, read_size=read_size)
-    # At most one update per half window (the target only grows), never one per read.
-    assert 0 < len(s.updates) <= total // (DEFAULT_WINDOW_SIZE // 2)
+    # At most one update per step, never one per small read.
+    assert 0 < len(s.updates) <= total // yamux_credit.CREDIT_STEP
     assert sum(s.updates) >= total - DEFAULT_WINDOW_SIZE
 
 
 def test_another_release_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     original = YamuxStream._auto_tune_and_send_window_update
     monkeypatch.setattr(yamux_credit.importlib.metadata, "version", lambda _name: "0.9.0")
-    assert not yamux_credit.send_credit_in_half_windows()
+    assert not yamux_credit.send_credit_in_steps()
     assert YamuxStream._auto_tune_and_send_window_update is original

@@ -23,8 +23,8 @@ The host follows the measured settings of docs/p2p-nat.md, "The libp2p host proc
   not dropped as duplicates of its previous life.
 * The pubsub services run before any dial: py-libp2p's pubsub connection notifee writes to an
   unbuffered channel, so a connect made while pubsub is not running blocks forever.
-* Yamux credits the peer in half-window steps, as go-yamux does, instead of after nearly every
-  read (:mod:`.yamux_credit`).
+* Yamux credits the peer once 16 KiB (or half a window) is consumed, instead of after nearly
+  every read (:mod:`.yamux_credit`).
 * A topic validator drops gossip from peers outside the allow-list or over the size bound, a
   redial loop replaces the missing automatic redial, and every blob transfer has a deadline
   (:mod:`.service`, :mod:`.blobs`, :mod:`.fetch`).
@@ -71,7 +71,7 @@ from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.host.channel import ControlChannel
 from psyche.p2p.host.peerstore import make_cleanup_safe
 from psyche.p2p.host.service import HostService
-from psyche.p2p.host.yamux_credit import send_credit_in_half_windows
+from psyche.p2p.host.yamux_credit import send_credit_in_steps
 from psyche.protocol.identity import SecretKey
 
 __all__ = ["DialFailuresAtDebug", "libp2p_key_pair", "main"]
@@ -157,7 +157,7 @@ async def _main(sock: socket.socket) -> int:
     if frame is None or not isinstance(init := decode_parent(frame), Init):
         return 2
     _setup_logging(init.log_level)
-    send_credit_in_half_windows()
+    send_credit_in_steps()
     if init.owns_blob_dir:
         _dirs_to_remove_on_exit.append(init.blob_dir)
     try:

@@ -17,12 +17,8 @@ import argparse
 import asyncio
 import os
 import time
-from pathlib import Path
 
-
-def _proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from scale import _proc_cpu  # beside this file, not a package
 
 
 async def measure(count: int, size: int, concurrency: int) -> dict[str, float]:

@@ -642,7 +642,8 @@ async def p2p(
                 )
                 got[(me, producer, step)] = res.from_peer
                 for _peer, reason in res.failures:
-                    refusals[_reason_kind(reason)] = refusals.get(_reason_kind(reason), 0) + 1
+                    kind = _reason_kind(reason)
+                    refusals[kind] = refusals.get(kind, 0) + 1
             except Exception as e:
                 failed.append((me, producer, step, repr(e)))
 

@@ -39,7 +39,7 @@ negotiation and requests never reach it."""
 _REQUIRED = ("_grow_threshold", "_grow_to_delta", "_apply_autotune_epoch", "send_window_update")
 
 
-async def _credit_in_half_windows(self: Any, *, bytes_read: int = 0) -> None:
+async def _credit_in_steps(self: Any, *, bytes_read: int = 0) -> None:
     total = 0
     async with self.window_lock:
         buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
@@ -58,5 +58,5 @@ def send_credit_in_steps() -> bool:
     if version != PATCHED_VERSION or not all(hasattr(YamuxStream, a) for a in _REQUIRED):
         log.debug("py-libp2p %s: Yamux credit left to the library", version)
         return False
-    YamuxStream._auto_tune_and_send_window_update = _credit_in_half_windows  # type: ignore[method-assign]
+    YamuxStream._auto_tune_and_send_window_update = _credit_in_steps  # type: ignore[method-assign]
     return True

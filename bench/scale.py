@@ -591,7 +591,12 @@ def _p2p_round_row(
 
 
 async def p2p(
-    hosts: int, rounds: int, size: int, json_path: str | None = None, resend: bool = True
+    hosts: int,
+    rounds: int,
+    size: int,
+    json_path: str | None = None,
+    resend: bool = True,
+    resend_all: bool = False,
 ) -> dict[str, Any]:
     from psyche.daemon.resending import Outbox
     from psyche.p2p.messages import (
@@ -655,11 +660,21 @@ async def p2p(
 
         async def resender() -> None:
             # As the daemon does (psyche.daemon.resending): each announcement again 4, 12 and
-            # 28 s after the first while its round can still be witnessed.
+            # 28 s after the first while its round can still be witnessed, unless every other
+            # host has asked for its payload (``resend_all``: regardless, as until 2026-12-06).
             while True:
                 await asyncio.sleep(0.5)
                 for i, box in boxes.items():
-                    for data in box.due(now=time.monotonic(), height=step_now, training=True):
+
+                    def heard_by_all(blob: bytes, node: P2PNode = by_id[i]) -> bool:
+                        others = (p for p in ids if p != node.peer_id)
+                        return not resend_all and node.askers(blob).issuperset(others)
+
+                    due = box.due(
+                        now=time.monotonic(), height=step_now, training=True,
+                        heard_by_all=heard_by_all,
+                    )  # fmt: skip
+                    for data in due:
                         await by_id[i].announce(data)
 
         async def consume(me: str) -> None:
@@ -686,7 +701,7 @@ async def p2p(
             t = time.monotonic()
             blobs[step] = {}
             for i, k in zip(ids, keys, strict=True):
-                blob = by_id[i].serve(os.urandom(size))
+                blob = by_id[i].serve(os.urandom(size), report_askers=True)
                 blobs[step][i] = blob
                 ann = TrainingResult(step=step, batch_start=step, batch_end=step,
                                      commitment=WireCommitment.of(make_commitment(k, blob)),
@@ -694,7 +709,7 @@ async def p2p(
                 signed = sign_announcement(k, ann)
                 announced[(i, step)] = time.monotonic()
                 await by_id[i].announce(signed)
-                boxes[i].sent_result(signed, height=step, now=time.monotonic())
+                boxes[i].sent_result(signed, height=step, now=time.monotonic(), blob_hash=blob)
             want = hosts * (hosts - 1)
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
@@ -764,6 +779,8 @@ async def p2p(
             "heard_s_max": max(heard, default=0.0),
             "heard_after_3s": sum(1 for h in heard if h > 3.0),
             "resent": sum(b.resent for b in boxes.values()),
+            "resend_all": resend_all,
+            "not_resent_every_host_asked": sum(b.settled for b in boxes.values()),
             "per_round": per_round,
         }
     finally:
@@ -789,7 +806,8 @@ def print_p2p(r: dict[str, Any]) -> None:
         f"copies a producer sent of its own payload: max {r['producer_sends_max']}, mean "
         f"{r['producer_sends_mean']:.2f} (≤ 2: {r['producer_sends_le_2']}); blob requests "
         f"answered per fetch (every host's served + refused) "
-        f"{r['blob_requests_per_fetch']:.2f}; announcements resent {r['resent']}"
+        f"{r['blob_requests_per_fetch']:.2f}; announcements resent {r['resent']}, not resent "
+        f"as every host had asked for the payload {r.get('not_resent_every_host_asked', 0)}"
     )
     fails = ", ".join(f"{k} {v:.2f}" for k, v in r.get("failed_attempts_per_fetch", {}).items())
     print(f"failed attempts before a fetch's copy, per fetch: {fails or 'none'}")
@@ -824,6 +842,12 @@ def main() -> None:
         action="store_true",
         help="announce each result once (before 2026-12-05 the daemon did)",
     )
+    parser.add_argument(
+        "--p2p-resend-all",
+        action="store_true",
+        help="resend each result on schedule even once every host asked for its payload "
+        "(the daemon did until 2026-12-06)",
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--_one", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--_work", default=None, help=argparse.SUPPRESS)
@@ -848,7 +872,14 @@ def main() -> None:
             out.update(run_sim(args, Path(d)))
     if args.p2p_hosts:
         r = asyncio.run(
-            p2p(args.p2p_hosts, args.p2p_rounds, args.p2p_size, args.json, not args.p2p_no_resend)
+            p2p(
+                args.p2p_hosts,
+                args.p2p_rounds,
+                args.p2p_size,
+                args.json,
+                not args.p2p_no_resend,
+                args.p2p_resend_all,
+            )
         )
         print_p2p(r)
         out["p2p"] = r

@@ -412,6 +412,14 @@ def test_a_client_that_misses_each_announcement_once_keeps_up_through_resends(
     to apply what the witnesses agreed on with, and sits the epoch out."""
     if not resend:
         monkeypatch.setattr(resending, "RESEND_AFTER_S", ())
+    boxes: list[resending.Outbox] = []
+    real_due = resending.Outbox.due
+
+    def due(box: resending.Outbox, **kw: Any) -> list[bytes]:
+        boxes.append(box)
+        return real_due(box, **kw)
+
+    monkeypatch.setattr(resending.Outbox, "due", due)
     sim = _sim(tiny_corpus, tmp_path, _config(total_steps=5))
 
     lost: list[MemoryTransport] = []
@@ -428,6 +436,9 @@ def test_a_client_that_misses_each_announcement_once_keeps_up_through_resends(
     if resend:
         assert applied_by_2 == set(hashes), hashes
         assert all(r.hashes_agree for r in summary.rounds)
+        # Results every member had asked for were not sent again (client 2 asks only after a
+        # resend, so only those are resent).
+        assert sum(b.settled for b in set(boxes)) > 0
     else:
         assert applied_by_2 != set(hashes), "sent once, client 2 must have missed an apply"
     assert len(lost[0]._lost) > 10, "client 2 lost the first copy of every message"

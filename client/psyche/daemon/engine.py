@@ -235,8 +235,16 @@ class RoundEngine:
             training = coord.run_state is RunState.RoundTrain
             height = coord.current_round().height
             now = self.parts.clock()
-            for data in epoch.outbox.due(now=now, height=height, training=training):
-                await self.parts.transport.announce(data)
+            others, transport = self.gossip.members(coord).others, self.parts.transport
+
+            def heard_by_all(blob_hash: bytes) -> bool:
+                return transport.askers(blob_hash).issuperset(others)
+
+            due = epoch.outbox.due(
+                now=now, height=height, training=training, heard_by_all=heard_by_all
+            )
+            for data in due:
+                await transport.announce(data)
         if (coord.run_state is RunState.Warmup and isinstance(step, WarmupStep)) or (
             coord.run_state is RunState.RoundTrain and isinstance(step, TrainingStep)
         ):

@@ -21,10 +21,18 @@ applied at the start of the one after), a ``Finished`` while its round trains. R
 nothing and verify nothing twice: ``GossipRouter`` opens each distinct message once, and a
 result or ``Finished`` already taken is a no-op. The cost is up to three more small messages
 per announcement, in rounds long enough for them (bench/README.md, "Resending").
+
+A result stops going out again once every other member has asked this client for its payload
+(:meth:`Transport.askers`, reported by the P2P host): its blob is named only in the announcement,
+so each asker has heard it, and every fetch asks the announcer first. Each resend is a new
+gossip message that every host receives from several mesh peers and forwards; at 24 real hosts
+on 2 cores resending them all cost a host about 0.4 CPU s per round (bench/README.md,
+"Resends stop once every member asked").
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["RESEND_AFTER_S", "Outbox"]
@@ -44,6 +52,8 @@ class _Entry:
     """Sent again only while its round is in RoundTrain (a ``Finished``)."""
     first_sent: float
     resends: int = 0
+    blob_hash: bytes | None = None
+    """A result's payload: once every member asked for it, the result is not sent again."""
 
 
 class Outbox:
@@ -53,26 +63,46 @@ class Outbox:
         self._entries: list[_Entry] = []
         self.resent = 0
         """Messages sent again so far (for tests and the bench)."""
+        self.settled = 0
+        """Results dropped before a due resend because every member had asked for them."""
 
-    def sent_result(self, data: bytes, *, height: int, now: float) -> None:
-        """``data``, a ``TrainingResult`` of round ``height``, went out at ``now``: witnessed in
-        the next round, so sent again through it."""
-        self._entries.append(_Entry(bytes(data), height + 1, False, now))
+    def sent_result(
+        self, data: bytes, *, height: int, now: float, blob_hash: bytes | None = None
+    ) -> None:
+        """``data``, a ``TrainingResult`` of round ``height`` naming the payload ``blob_hash``,
+        went out at ``now``: witnessed in the next round, so sent again through it."""
+        self._entries.append(_Entry(bytes(data), height + 1, False, now, blob_hash=blob_hash))
 
     def sent_finished(self, data: bytes, *, height: int, now: float) -> None:
         """``data``, a ``Finished`` of round ``height``, went out at ``now``: it matters only
         while that round trains."""
         self._entries.append(_Entry(bytes(data), height, True, now))
 
-    def due(self, *, now: float, height: int, training: bool) -> list[bytes]:
+    def due(
+        self,
+        *,
+        now: float,
+        height: int,
+        training: bool,
+        heard_by_all: Callable[[bytes], bool] | None = None,
+    ) -> list[bytes]:
         """What to send again now that the coordinator is at round ``height`` (in RoundTrain
-        when ``training``); entries past their use are forgotten."""
+        when ``training``); entries past their use are forgotten, and so is a result whose
+        payload ``heard_by_all`` says every member has asked for (asked only when its resend
+        is due)."""
         out: list[bytes] = []
         keep: list[_Entry] = []
         for e in self._entries:
             if height > e.last_height or (e.while_training and not training):
                 continue
             if e.resends < len(RESEND_AFTER_S) and now - e.first_sent >= RESEND_AFTER_S[e.resends]:
+                if (
+                    e.blob_hash is not None
+                    and heard_by_all is not None
+                    and heard_by_all(e.blob_hash)
+                ):
+                    self.settled += 1
+                    continue
                 # One resend per call, even after a long pause: the message is what matters,
                 # not the count.
                 e.resends = next(

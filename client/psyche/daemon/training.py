@@ -251,7 +251,7 @@ class TrainingStep:
         parts, state, kit = self.parts, self.state, self.kit
         digest = payload_hash(state.step, batch.start, batch.end, payload)
         write_gradient(parts, state.step, batch, parts.identity.p2p_identity, payload)
-        blob = parts.transport.serve(payload)
+        blob = parts.transport.serve(payload, report_askers=True)
         commitment = make_commitment(parts.key, digest)
         # Its fingerprint lets this client refuse a peer's copy of it (docs/protocol.md).
         decoded = kit.format.decode(payload)
@@ -270,7 +270,7 @@ class TrainingStep:
         )
         data = sign_announcement(parts.key, ann)
         await parts.transport.announce(data)
-        self.epoch.outbox.sent_result(data, height=state.height, now=parts.clock())
+        self.epoch.outbox.sent_result(data, height=state.height, now=parts.clock(), blob_hash=blob)
         parts.wake()
 
     def _record(self, batch: BatchId, out: TrainOutput, t0: float) -> None:

@@ -25,7 +25,8 @@ Conversation::
                    CancelFetch, Shutdown
                    Reserve{req_id, relay_addrs}          → Reserved{req_id, circuit_addrs, errors}
     host → parent  Delivery{from_peer, data}             (gossip from allowed peers)
-                   PeerStats                             (about once a second)
+                   PeerStats                             (about once a second; also the new
+                                                         askers of ``report_askers`` blobs)
 
 Versioning: both ends ship in one package and are started together, so there is no version
 number; frames are tagged by class name and new ones are only ever appended (``Reserve`` and
@@ -52,7 +53,9 @@ from psyche.p2p.messages import MAX_ANNOUNCEMENT
 
 __all__ = [
     "MAX_CONTROL_FRAME",
+    "MAX_PEERS",
     "Ack",
+    "Asked",
     "CancelFetch",
     "Connect",
     "Counters",
@@ -137,12 +140,14 @@ class Publish(_Ctl, frozen=True):
 
 class Serve(_Ctl, frozen=True):
     """Serve the file at ``path`` (``size`` bytes) to allowed peers asking for ``blob_hash``;
-    ``handoff``: leave it to other holders after two copies (:class:`~.blobs.BlobServer`)."""
+    ``handoff``: leave it to other holders after two copies (:class:`~.blobs.BlobServer`);
+    ``report_askers``: say in :class:`PeerStats` which peers asked for it."""
 
     blob_hash: Bytes32
     path: Text
     size: U64
     handoff: bool = True
+    report_askers: bool = False
 
 
 class Unserve(_Ctl, frozen=True):
@@ -276,6 +281,13 @@ class Counters(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Reservations and circuits this host's relay refused (detail in ``rejections``)."""
 
 
+class Asked(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
+    """Peers that asked for a blob served with ``report_askers`` since the last report."""
+
+    blob_hash: Bytes32
+    peers: PeerList
+
+
 class PeerStats(_Ctl, frozen=True):
     peers: Annotated[list[PeerReport], msgspec.Meta(max_length=MAX_PEERS)]
     gossip_peers: PeerList
@@ -289,6 +301,8 @@ class PeerStats(_Ctl, frozen=True):
     """Our addresses through the relays we hold a live reservation on."""
     reservations: U64 = 0
     """Reservations other members hold on this host's relay."""
+    asked: Annotated[list[Asked], msgspec.Meta(max_length=MAX_PEERS)] = []
+    """New askers of ``report_askers`` blobs (at most :data:`MAX_PEERS` peers a report)."""
 
 
 ParentMessage = (

@@ -62,6 +62,7 @@ class MemoryTransport(Transport):
         self._allowed: frozenset[str] = frozenset()
         self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
         self._blobs: dict[bytes, bytes] = {}
+        self._askers: dict[bytes, set[str]] = {}
         self.stall_fetches = False
         """Every download of this node stalls until its timeout (a bad link)."""
         self.lose_first_copy = False
@@ -120,10 +121,15 @@ class MemoryTransport(Transport):
                 return
             yield item
 
-    def serve(self, blob: bytes, *, handoff: bool = True) -> bytes:
+    def serve(self, blob: bytes, *, handoff: bool = True, report_askers: bool = False) -> bytes:
         digest = hashlib.sha256(blob).digest()
         self._blobs[digest] = bytes(blob)
+        if report_askers:
+            self._askers[digest] = set()
         return digest
+
+    def askers(self, blob_hash: bytes) -> frozenset[str]:
+        return frozenset(self._askers.get(bytes(blob_hash), ()))
 
     async def serve_known(self, blob: bytes, blob_hash: bytes, *, handoff: bool = True) -> None:
         self._blobs[bytes(blob_hash)] = bytes(blob)
@@ -149,6 +155,7 @@ class MemoryTransport(Transport):
     def unserve(self, blob_hash: bytes, *, recycle: bool = False) -> None:
         del recycle  # no files here
         self._blobs.pop(bytes(blob_hash), None)
+        self._askers.pop(bytes(blob_hash), None)
 
     def stop(self) -> None:
         self.online = False
@@ -174,6 +181,14 @@ class MemoryTransport(Transport):
         for peer in dict.fromkeys(from_any_of):
             node = self._network.nodes.get(peer)
             data = None if node is None or not node.online else node._blobs.get(blob_hash)
+            if (
+                node is not None
+                and data is not None
+                and self.online
+                and self._peer_id in node._allowed
+            ):
+                # An allowed peer asked, as the real host counts it.
+                node._askers.get(blob_hash, set()).add(self._peer_id)
             if data is None or not self.online or peer not in self._allowed:
                 failures.append((peer, "not found"))
                 continue

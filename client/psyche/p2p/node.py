@@ -42,20 +42,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
 import os
 import shutil
 import tempfile
-import threading
-import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import msgspec
 
+from psyche.p2p.blob_files import SHM_MIN_FREE, default_blob_root, delete_off_loop, write_into_place
 from psyche.p2p.control import (
     CancelFetch,
     Connect,
@@ -93,7 +91,7 @@ from psyche.p2p.process import HostProcess
 from psyche.p2p.transport import FetchResult, Transport
 from psyche.protocol.identity import SecretKey
 
-__all__ = ["FetchResult", "P2PNode"]
+__all__ = ["SHM_MIN_FREE", "FetchResult", "P2PNode", "default_blob_root"]
 
 log = logging.getLogger(__name__)
 
@@ -103,25 +101,6 @@ ANNOUNCEMENT_QUEUE = 4096
 RECYCLED = ".recycled"
 """The blob directory's subdirectory of withdrawn files kept for reuse (:meth:`P2PNode.unserve`
 with ``recycle``); its files are never served."""
-
-
-SHM_MIN_FREE = 1 << 30
-"""Free bytes ``/dev/shm`` must have to hold a node's blobs by default (peers' results, model
-pieces, a SparseLoCo trainer's audit chains). A container's is 64 MiB unless it is started with
-``--shm-size``: too small for the pieces of one 20 M-parameter model (80 MB in float32)."""
-
-
-def default_blob_root(shm: str = "/dev/shm", min_free: int = SHM_MIN_FREE) -> str | None:
-    """Where a node's blob directory goes by default: ``shm`` (memory, the fastest hand-over
-    between the host process and the client) when it is writable and has ``min_free`` bytes
-    free, else the system's temp directory (None)."""
-    try:
-        if not os.access(shm, os.W_OK):
-            return None
-        st = os.statvfs(shm)
-    except OSError:
-        return None
-    return shm if st.f_bavail * st.f_frsize >= min_free else None
 
 
 class P2PNode(Transport):
@@ -135,6 +114,7 @@ class P2PNode(Transport):
         self._stats: PeerStats | None = None
         self._stats_changed = asyncio.Event()
         self._served: dict[bytes, Path] = {}
+        self._askers: dict[bytes, set[str]] = {}
         self._blob_dir: Path | None = None
         self._own_blob_dir = False
         self._peer_id = ""
@@ -352,21 +332,28 @@ class P2PNode(Transport):
 
     # ---- blobs -------------------------------------------------------------------------------
 
-    def serve(self, blob: bytes, *, handoff: bool = True) -> bytes:
+    def serve(self, blob: bytes, *, handoff: bool = True, report_askers: bool = False) -> bytes:
         """Serve ``blob`` to allowed peers; returns its id, ``sha256(blob)``. ``handoff=False``
         for blobs fetchers ask of this peer by name (see
-        :class:`~psyche.p2p.host.blobs.BlobServer`)."""
+        :class:`~psyche.p2p.host.blobs.BlobServer`); ``report_askers``: keep :meth:`askers`."""
         blob_hash = hashlib.sha256(blob).digest()
         path = blob_path(self.blob_dir, blob_hash)
-        _write_into_place(path, blob)
-        self._register(blob_hash, path, len(blob), handoff=handoff)
+        write_into_place(path, blob)
+        if report_askers:
+            self._askers[blob_hash] = set()
+        self._register(blob_hash, path, len(blob), handoff=handoff, report_askers=report_askers)
         return blob_hash
+
+    def askers(self, blob_hash: bytes) -> frozenset[str]:
+        """The peers that have asked for ``blob_hash``, served with ``report_askers``, as the
+        host last reported (about once a second)."""
+        return frozenset(self._askers.get(bytes(blob_hash), ()))
 
     async def serve_known(self, blob: bytes, blob_hash: bytes, *, handoff: bool = True) -> None:
         # A SparseLoCo trainer's audit states are 12 bytes per parameter each: written on the
         # loop they held up gossip and downloads for about 0.1 s per 14 MB on a loaded disk.
         path = blob_path(self.blob_dir, bytes(blob_hash))
-        await asyncio.to_thread(_write_into_place, path, blob)
+        await asyncio.to_thread(write_into_place, path, blob)
         self._register(bytes(blob_hash), path, len(blob), handoff=handoff)
 
     def serve_file(
@@ -388,6 +375,7 @@ class P2PNode(Transport):
         """Stop serving ``blob_hash``; its file is deleted if it lives in the blob dir, or with
         ``recycle`` moved into :attr:`recycle_dir` for its owner to write over."""
         path = self._served.pop(blob_hash, None)
+        self._askers.pop(blob_hash, None)
         self._host.send(Unserve(blob_hash))
         if path is None or path.parent != self.blob_dir:
             return
@@ -398,7 +386,7 @@ class P2PNode(Transport):
                 return
             except OSError:
                 pass  # deleted instead, as without recycle
-        _delete_off_loop(path)
+        delete_off_loop(path)
 
     def served(self) -> list[bytes]:
         return list(self._served)
@@ -450,9 +438,17 @@ class P2PNode(Transport):
 
     # ---- plumbing ----------------------------------------------------------------------------
 
-    def _register(self, blob_hash: bytes, path: Path, size: int, *, handoff: bool = True) -> None:
+    def _register(
+        self,
+        blob_hash: bytes,
+        path: Path,
+        size: int,
+        *,
+        handoff: bool = True,
+        report_askers: bool = False,
+    ) -> None:
         self._served[blob_hash] = path
-        self._host.send(Serve(blob_hash, str(path), size, handoff))
+        self._host.send(Serve(blob_hash, str(path), size, handoff, report_askers))
 
     def _on_message(self, msg: HostMessage) -> None:
         if isinstance(msg, Delivery):
@@ -462,34 +458,12 @@ class P2PNode(Transport):
                 log.warning("announcements are not being consumed; dropped the oldest")
             self._deliveries.put_nowait((msg.from_peer, msg.data))
         elif isinstance(msg, PeerStats):
+            for asked in msg.asked:
+                if (askers := self._askers.get(asked.blob_hash)) is not None:
+                    askers.update(asked.peers)
             self._stats = msg
             self._stats_changed.set()
 
     def _on_close(self) -> None:
         self._deliveries.put_nowait(None)
         self._stats_changed.set()
-
-
-def _delete_off_loop(path: Path) -> None:
-    """Delete a served file without holding up the event loop: freeing a large file's pages is
-    not free (a SparseLoCo trainer's withdrawn audit chain, 19 files of 14 MB on tmpfs, took
-    27 ms). The file is renamed away at once (so a later file of the same name is never the one
-    deleted), and unlinked in a worker thread when a loop runs."""
-    gone = path.with_name(f".{path.name}.{uuid.uuid4().hex}.gone")
-    try:
-        path.rename(gone)
-    except FileNotFoundError:
-        return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        gone.unlink(missing_ok=True)
-        return
-    loop.run_in_executor(None, functools.partial(gone.unlink, missing_ok=True))
-
-
-def _write_into_place(path: Path, blob: bytes) -> None:
-    """``blob`` at ``path``, whole or not at all (a host serving it never reads a part)."""
-    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_bytes(blob)
-    os.replace(tmp, path)

@@ -79,9 +79,15 @@ class Transport(Protocol):
         """``(peer_id, data)`` per gossip message from an allowed peer; one consumer only."""
         ...
 
-    def serve(self, blob: bytes, *, handoff: bool = True) -> bytes:
+    def serve(self, blob: bytes, *, handoff: bool = True, report_askers: bool = False) -> bytes:
         """Serve ``blob``; returns its SHA-256. ``handoff=False``: never turn fetchers away to
-        other holders (for blobs fetchers ask of this peer by name)."""
+        other holders (for blobs fetchers ask of this peer by name). ``report_askers``: keep
+        :meth:`askers` for it (this client's own announced payloads)."""
+        ...
+
+    def askers(self, blob_hash: bytes) -> frozenset[str]:
+        """The peers known to have asked for ``blob_hash`` (served with ``report_askers``):
+        they have heard its announcement, the only place a blob is named. Empty where unknown."""
         ...
 
     async def serve_known(self, blob: bytes, blob_hash: bytes, *, handoff: bool = True) -> None:

@@ -107,6 +107,13 @@ class Runner:
     async def op_serve(self, seed: int, size: int) -> dict[str, Any]:
         return {"hash": self.node.serve(seeded_blob(seed, size)).hex()}
 
+    async def op_serve_reported(self, seed: int, size: int) -> dict[str, Any]:
+        """Serve blob ``seed`` as a trainer serves its result's payload: its askers reported."""
+        return {"hash": self.node.serve(seeded_blob(seed, size), report_askers=True).hex()}
+
+    async def op_askers(self, hash: str) -> dict[str, Any]:
+        return {"peers": sorted(self.node.askers(bytes.fromhex(hash)))}
+
     async def op_serve_known(self, seed: int, size: int) -> dict[str, Any]:
         blob = seeded_blob(seed, size)
         blob_hash = hashlib.sha256(blob).digest()

@@ -44,5 +44,18 @@ def test_a_peer_that_connects_late_gets_the_resent_result_and_not_the_one_sent_o
     # B, connected all along, saw the result once and each resend (receivers open a repeat once
     # and take it once; tests/unit/daemon/test_resending.py).
     assert sum(e.get("step") == 12 for e in b.announcements()) >= 2
+    # A producer hears from its host which peers asked for its payload (so it stops resending
+    # the result once every member has: tests/unit/daemon/test_resending.py); a blob served
+    # otherwise is not tracked.
+    reported = a.call("serve_reported", seed=5, size=5000)["hash"]
+    plain = a.call("serve", seed=6, size=5000)["hash"]
+    for node in (b, c):
+        for blob in (reported, plain):
+            assert node.call("fetch", hash=blob, peers=[a.peer_id], max_size=5000)["ok"]
+    deadline = time.monotonic() + 10.0
+    while a.call("askers", hash=reported)["peers"] != sorted([b.peer_id, c.peer_id]):
+        assert time.monotonic() < deadline, a.call("askers", hash=reported)
+        time.sleep(0.2)
+    assert a.call("askers", hash=plain)["peers"] == []
     for node in members:
         node.stop()

@@ -62,6 +62,30 @@ def test_nothing_is_due_before_its_time() -> None:
     assert box.due(now=RESEND_AFTER_S[0] + 1.0, height=1, training=True) == [b"a", b"b"]
 
 
+def test_a_result_every_member_asked_for_is_not_sent_again() -> None:
+    box = Outbox()
+    blob = bytes(range(32))
+    box.sent_result(b"r", height=5, now=0.0, blob_hash=blob)
+    box.sent_finished(b"f", height=5, now=0.0)
+    box.sent_result(b"old", height=5, now=0.0)  # no payload named: resent as before
+    asked: list[bytes] = []
+    heard: set[bytes] = set()
+
+    def heard_by_all(blob_hash: bytes) -> bool:
+        asked.append(blob_hash)
+        return blob_hash in heard
+
+    def due(now: float) -> list[bytes]:
+        return box.due(now=now, height=5, training=True, heard_by_all=heard_by_all)
+
+    assert due(1.0) == [] and asked == []  # asked only when a resend is due
+    assert due(RESEND_AFTER_S[0]) == [b"r", b"f", b"old"] and asked == [blob]
+    heard.add(blob)  # every member has now asked for its payload
+    assert due(RESEND_AFTER_S[1]) == [b"f", b"old"]
+    assert box.settled == 1 and box.resent == 5 and len(box) == 2
+    assert due(RESEND_AFTER_S[2]) == [b"f", b"old"] and len(box) == 0
+
+
 class _Gossip:
     """A node whose gossip is ``messages`` and whose fetches never finish."""
 

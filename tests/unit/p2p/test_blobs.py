@@ -396,6 +396,39 @@ def test_a_busy_answer_names_the_peers_the_blob_was_uploaded_to(tmp_path: Path) 
     ]
 
 
+def test_a_served_payload_reports_each_allowed_peer_that_asked_once(tmp_path: Path) -> None:
+    # The daemon stops resending a result once every member asked for its payload
+    # (psyche.daemon.resending): whatever the answer, an allowed asker has heard the result.
+    server, _ = server_for(tmp_path, BLOB, handoff_min_s=5.0)
+    other = tmp_path / "other"
+    other.write_bytes(BLOB)
+    server.serve(H, server._blobs[H].path, len(BLOB), report_askers=True)
+    server.serve(bytes(32), str(other), len(BLOB))  # a re-served download: not tracked
+
+    async def ask(peer: str, blob_hash: bytes = H, max_size: int = len(BLOB)) -> Status:
+        ours, theirs = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.handle, Stream(theirs), peer)
+            await Stream(ours).write(encode_request(blob_hash, max_size))
+            status, length = decode_header(await read_exactly(Stream(ours), HEADER_LEN))
+            if status in (Status.OK, Status.BUSY):
+                await read_exactly(Stream(ours), length)
+            return status
+
+    async def main() -> list[Status]:
+        got = [await ask(p) for p in ("a", "b", "c", "a", "outsider")]
+        return [*got, await ask("d", max_size=1), await ask("e", bytes(32))]
+
+    statuses = trio.run(main)
+    assert statuses == [Status.OK, Status.OK, Status.BUSY, Status.BUSY, Status.FORBIDDEN,
+                        Status.TOO_LARGE, Status.OK]  # fmt: skip
+    assert server.take_asked(2) == [(H, ["a", "b"])]  # the rest waits for the next report
+    assert server.take_asked(100) == [(H, ["c", "d"])]
+    assert server.take_asked(100) == []
+    server.unserve(H)
+    assert server.take_asked(100) == []
+
+
 def test_a_fetcher_turned_away_three_times_is_served_within_the_window(tmp_path: Path) -> None:
     # Its named holders did not serve it (NAT, departed, unwilling): it must not wait for the
     # whole window, and others still are handed off meanwhile.

@@ -8,6 +8,7 @@ import pytest
 from psyche.p2p.control import (
     MAX_CONTROL_FRAME,
     Ack,
+    Asked,
     CancelFetch,
     Connect,
     Counters,
@@ -43,6 +44,7 @@ TO_HOST = [
     Publish(2, b"x" * 4096),
     Serve(H, "/dev/shm/x/a.blob", 10),
     Serve(H, "/dev/shm/x/b.blob", 10, handoff=False),
+    Serve(H, "/dev/shm/x/c.blob", 10, report_askers=True),
     Unserve(H),
     Fetch(3, H, 1 << 20, [PEER], 600.0, 10.0),
     CancelFetch(3),
@@ -57,6 +59,7 @@ TO_PARENT = [
     FetchDone(3, "/dev/shm/x/a.blob", PEER, 10, 0.5, [FetchFailure(PEER, "busy")]),
     FetchDone(4, None, None, 0, 1.0, [], kind=FetchErrorKind.too_large, error="big"),
     PeerStats([PeerReport(PEER, True, 0.004, 2e8, 3, 1)], [PEER], Counters(published=5)),
+    PeerStats([], [], Counters(), asked=[Asked(H, [PEER])]),
 ]
 
 

@@ -72,7 +72,7 @@ See docs/p2p-nat.md, "The libp2p host process".
 
 
 _MAX_TRACKED = 1024
-"""Fetchers a blob's handoff counts refusals for (more than a run's clients)."""
+"""Fetchers tracked per blob (handoff refusals, askers): more than a run's clients."""
 
 MAX_HINTS = 4
 """Peers a ``BUSY`` answer names at most: the blob's most recent receivers."""
@@ -195,10 +195,13 @@ class _Served:
     handoff_until: float = -1.0
     """Until then (trio clock) this blob is left to the peers that got it from us."""
     receivers: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_HINTS))
-    turned_away: dict[str, int] = field(default_factory=dict)
-    """Per fetcher, the requests the handoff refused."""
     """The peers we last uploaded it to or are uploading it to, newest first: a ``BUSY``
     answer names them."""
+    turned_away: dict[str, int] = field(default_factory=dict)
+    """Per fetcher, the requests the handoff refused."""
+    askers: set[str] | None = None
+    """Allowed peers that asked for it, whatever the answer (None: not tracked). Only an
+    announcement names a blob, so an asker has heard it (:meth:`BlobServer.take_asked`)."""
 
 
 @dataclass(slots=True)
@@ -245,14 +248,44 @@ class BlobServer:
     """Requests refused (BUSY, also in ``refused``) because the blob was being handed off."""
     _blobs: dict[bytes, _Served] = field(default_factory=dict)
     _active: int = 0
+    _asked: dict[bytes, list[str]] = field(default_factory=dict)
+    """New askers of tracked blobs since the last :meth:`take_asked`."""
 
-    def serve(self, blob_hash: bytes, path: str, size: int, *, handoff: bool = True) -> None:
+    def serve(
+        self,
+        blob_hash: bytes,
+        path: str,
+        size: int,
+        *,
+        handoff: bool = True,
+        report_askers: bool = False,
+    ) -> None:
         """``handoff=False`` for blobs fetched from named peers only (model snapshot pieces: a
-        joiner asks one holder per request, so a holder handing off would only delay it)."""
-        self._blobs[blob_hash] = _Served(path, size, handoff=handoff)
+        joiner asks one holder per request, so a holder handing off would only delay it);
+        ``report_askers`` for this client's own announced payloads, whose askers
+        :meth:`take_asked` reports."""
+        askers: set[str] | None = set() if report_askers else None
+        self._blobs[blob_hash] = _Served(path, size, handoff=handoff, askers=askers)
+
+    def take_asked(self, limit: int) -> list[tuple[bytes, list[str]]]:
+        """The peers that first asked for a tracked blob since the last call, per blob, at most
+        ``limit`` peers in all (the rest wait for the next call). The parent stops resending an
+        announcement once every member asked for its blob (``psyche.daemon.resending``)."""
+        out: list[tuple[bytes, list[str]]] = []
+        for blob_hash in list(self._asked):
+            if limit <= 0:
+                break
+            peers = self._asked[blob_hash]
+            out.append((blob_hash, peers[:limit]))
+            del peers[:limit]
+            limit -= len(out[-1][1])
+            if not peers:
+                del self._asked[blob_hash]
+        return out
 
     def unserve(self, blob_hash: bytes) -> None:
         self._blobs.pop(blob_hash, None)
+        self._asked.pop(blob_hash, None)
 
     def has(self, blob_hash: bytes) -> bool:
         return blob_hash in self._blobs
@@ -272,8 +305,11 @@ class BlobServer:
 
     async def _answer(self, stream: ByteStream, peer: str, blob_hash: bytes, max_size: int) -> None:
         blob = self._blobs.get(blob_hash)
+        allowed = self.is_allowed(peer)
+        if allowed and blob is not None and blob.askers is not None:
+            self._note_asker(blob_hash, blob.askers, peer)
         status = Status.OK
-        if not self.is_allowed(peer):
+        if not allowed:
             status = Status.FORBIDDEN
         elif blob is None:
             status = Status.NOT_FOUND
@@ -323,6 +359,11 @@ class BlobServer:
             blob.active -= 1
             if not uploaded and peer in blob.receivers:
                 blob.receivers.remove(peer)
+
+    def _note_asker(self, blob_hash: bytes, askers: set[str], peer: str) -> None:
+        if peer not in askers and len(askers) < _MAX_TRACKED:
+            askers.add(peer)
+            self._asked.setdefault(blob_hash, []).append(peer)
 
     def _handing_off(self, blob: _Served, peer: str) -> bool:
         """True while ``peer`` should ask the blob's other holders: ``handoff_after`` copies

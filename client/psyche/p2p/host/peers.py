@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from psyche.p2p.control import Counters, PeerReport, PeerStats
+from psyche.p2p.control import Asked, Counters, PeerReport, PeerStats
 from psyche.p2p.nat import Reachability
 
 __all__ = [
@@ -182,9 +182,10 @@ def peer_stats(
     *,
     relayed: Iterable[str] = (),
     nat: NatReport | None = None,
+    asked: Iterable[tuple[bytes, list[str]]] = (),
 ) -> PeerStats:
     """The periodic report the host sends its parent; ``relayed`` are the connected peers
-    reached only through a circuit relay."""
+    reached only through a circuit relay; ``asked`` the new askers of tracked blobs."""
     connected = set(connected)
     relayed = set(relayed) & connected
     snapshot = table.snapshot()
@@ -213,6 +214,7 @@ def peer_stats(
         reachability=nat.reachability,
         circuit_addrs=nat.circuit_addrs,
         reservations=nat.reservations,
+        asked=[Asked(blob_hash, peers) for blob_hash, peers in asked],
     )
 
 

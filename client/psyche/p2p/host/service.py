@@ -34,6 +34,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from psyche.p2p.control import (
+    MAX_PEERS,
     Ack,
     CancelFetch,
     Connect,
@@ -211,6 +212,7 @@ class HostService:
                     self.counters,
                     relayed=self.dialer.relayed_peers(),
                     nat=self.nat.report(),
+                    asked=self.server.take_asked(MAX_PEERS),
                 )
             )
             await trio.sleep(STATS_INTERVAL)
@@ -237,7 +239,13 @@ class HostService:
             elif isinstance(msg, Reserve):
                 nursery.start_soon(self.reservations.reserve, msg)
             elif isinstance(msg, Serve):
-                self.server.serve(msg.blob_hash, msg.path, msg.size, handoff=msg.handoff)
+                self.server.serve(
+                    msg.blob_hash,
+                    msg.path,
+                    msg.size,
+                    handoff=msg.handoff,
+                    report_askers=msg.report_askers,
+                )
             elif isinstance(msg, Unserve):
                 self.server.unserve(msg.blob_hash)
             elif isinstance(msg, Fetch):

@@ -7,7 +7,8 @@ still being set up, a reconnect mid-epoch). Each round every host serves one pay
 announces it (a signed ``TrainingResult``); every host fetches every payload it hears of, as
 the daemon does. The run is made twice side by side, the announcements **sent once** and then
 **resent** on the daemon's schedule (``psyche.daemon.resending.Outbox``: 4, 12 and 28 s after
-the first send, while the result can still be witnessed). A round ends when every host holds
+the first send, while the result can still be witnessed, and not once every other host has
+asked for its payload). A round ends when every host holds
 every payload of it, or after ``--wait`` seconds.
 
 Reported per mode: payloads of round 1 that some host never got (the late hosts' loss), whether
@@ -98,7 +99,13 @@ async def run_mode(args: argparse.Namespace, resend: bool) -> dict[str, Any]:
             while True:
                 await asyncio.sleep(0.5)
                 for i, box in enumerate(boxes):
-                    for data in box.due(now=time.monotonic(), height=step_now, training=True):
+                    # As the daemon does: not again once every other host asked for the payload.
+                    others = [p for j, p in enumerate(ids) if j != i]
+                    due = box.due(
+                        now=time.monotonic(), height=step_now, training=True,
+                        heard_by_all=lambda h, nd=nodes[i], o=others: nd.askers(h).issuperset(o),
+                    )  # fmt: skip
+                    for data in due:
                         await nodes[i].announce(data)
 
         bg = [asyncio.create_task(consume(i)) for i in range(n)]
@@ -111,14 +118,14 @@ async def run_mode(args: argparse.Namespace, resend: bool) -> dict[str, Any]:
             step_now = step
             t = time.monotonic()
             for i, (nd, k) in enumerate(zip(nodes, keys, strict=True)):
-                blob = nd.serve(os.urandom(args.size))
+                blob = nd.serve(os.urandom(args.size), report_askers=True)
                 held[(step, i)] = {i}
                 ann = TrainingResult(step=step, batch_start=step, batch_end=step,
                                      commitment=WireCommitment.of(make_commitment(k, blob)),
                                      blob_hash=blob, blob_size=args.size, nonce=0)  # fmt: skip
                 data = sign_announcement(k, ann)
                 await nd.announce(data)
-                boxes[i].sent_result(data, height=step, now=time.monotonic())
+                boxes[i].sent_result(data, height=step, now=time.monotonic(), blob_hash=blob)
             if step == 1 and late:
                 await asyncio.sleep(args.late_s)
                 await asyncio.gather(*(nd.connect([a for e in early for a in e.listen_addrs])

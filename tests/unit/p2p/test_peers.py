@@ -10,6 +10,7 @@ import pytest
 from psyche.p2p.host.peers import (
     EWMA_WEIGHT,
     PINGS_PER_INTERVAL,
+    RELAYED_EVERY,
     HostCounters,
     PeerTable,
     PingRotation,
@@ -71,14 +72,15 @@ def test_retain_forgets_peers_that_left_and_report_lists_connected_ones() -> Non
 
 def test_pings_stay_bounded_per_interval_and_reach_every_peer() -> None:
     """A host's pings per interval do not grow with the run (the protocol's 256 clients), and
-    each peer is pinged once every ⌈n / 8⌉ intervals, never-pinged peers first."""
-    rotation = PingRotation()
+    each peer is pinged once every ⌈n / 8⌉ intervals at 8 per interval, never-pinged peers
+    first."""
+    rotation = PingRotation(8)
     peers = [f"peer{i:03d}" for i in range(255)]
-    rounds = -(-len(peers) // PINGS_PER_INTERVAL)
+    rounds = -(-len(peers) // 8)
     seen: list[str] = []
     for _ in range(rounds):
         due = rotation.due(peers)
-        assert len(due) == PINGS_PER_INTERVAL
+        assert len(due) == 8
         seen += due
     # Everyone within 32 intervals; the last one's spare ping went to the oldest, peer000.
     assert sorted(seen) == sorted([*peers, "peer000"])
@@ -91,8 +93,32 @@ def test_pings_stay_bounded_per_interval_and_reach_every_peer() -> None:
     assert set(rotation._last) <= set(peers[:20])
 
 
-def test_few_peers_are_all_pinged_every_interval() -> None:
+def test_relayed_peers_are_pinged_often_enough_to_keep_their_circuits() -> None:
+    """A relay resets a circuit idle for 20 s, so a peer reached only through one is pinged at
+    least every RELAYED_EVERY intervals (12 s) whatever the run's size; the others rotate at
+    PINGS_PER_INTERVAL per interval."""
     rotation = PingRotation()
+    peers = [f"peer{i:03d}" for i in range(64)]
+    relayed = {"peer010", "peer050"}
+    last: dict[str, int] = {}
+    gaps: dict[str, list[int]] = {p: [] for p in peers}
+    for interval in range(1, 200):
+        due = rotation.due(peers, relayed)
+        assert len([p for p in due if p not in relayed]) <= PINGS_PER_INTERVAL
+        for p in due:
+            if p in last:
+                gaps[p].append(interval - last[p])
+            last[p] = interval
+    assert all(max(gaps[p]) <= RELAYED_EVERY for p in relayed)
+    assert all(
+        gaps[p] and max(gaps[p]) <= -(-62 // PINGS_PER_INTERVAL) + 1
+        for p in peers
+        if p not in relayed
+    )
+
+
+def test_few_peers_are_all_pinged_every_interval() -> None:
+    rotation = PingRotation(3)
     for _ in range(3):
         assert rotation.due(["b", "a", "c"]) == ["a", "b", "c"]
     with pytest.raises(ValueError):

@@ -27,6 +27,7 @@ from psyche.p2p.nat import Reachability
 __all__ = [
     "EWMA_WEIGHT",
     "PINGS_PER_INTERVAL",
+    "RELAYED_EVERY",
     "HostCounters",
     "NatReport",
     "PeerStat",
@@ -119,8 +120,14 @@ class PeerTable:
         }
 
 
-PINGS_PER_INTERVAL = 8
-"""Peers a host pings per ping interval, whatever the run's size (:class:`PingRotation`)."""
+PINGS_PER_INTERVAL = 2
+"""Peers a host pings per ping interval, whatever the run's size (:class:`PingRotation`).
+Two, not eight as until 2026-12-06: with eight, pings (each a new stream, both ends) were
+about two thirds of an idle host's CPU, and every second a round lasts a host pays it."""
+RELAYED_EVERY = 4
+"""A peer reached only through a relay is pinged at least every this many intervals (12 s),
+beyond ``per_interval``: a relay resets a circuit that carries no byte for 20 s
+(``RelayLimits.circuit_idle_seconds``)."""
 
 
 class PingRotation:
@@ -131,7 +138,8 @@ class PingRotation:
     and Yamux frames in Python), so pinging all peers made a host's background work grow with
     the run — 5 % of a host's CPU at 16 hosts, about 85 streams a second each way at 256 — for a
     figure that only breaks ties in the fetch order. Rotating keeps it constant per host and
-    refreshes every peer's latency once every ``⌈n / per_interval⌉`` intervals."""
+    refreshes every peer's latency once every ``⌈n / per_interval⌉`` intervals. Relayed peers
+    are the exception (:data:`RELAYED_EVERY`): their pings keep the circuit alive."""
 
     def __init__(self, per_interval: int = PINGS_PER_INTERVAL) -> None:
         if per_interval < 1:
@@ -140,13 +148,19 @@ class PingRotation:
         self._last: dict[str, int] = {}
         self._interval = 0
 
-    def due(self, peers: Iterable[str]) -> list[str]:
-        """The peers to ping now, and the interval counted as theirs; forgets peers no longer
-        passed (so the record stays bounded by the connected peers)."""
+    def due(self, peers: Iterable[str], relayed: Iterable[str] = ()) -> list[str]:
+        """The peers to ping now, and the interval counted as theirs: the ``relayed`` ones not
+        pinged for :data:`RELAYED_EVERY` intervals, then ``per_interval`` others; forgets peers
+        no longer passed (so the record stays bounded by the connected peers)."""
         self._interval += 1
         current = set(peers)
         self._last = {p: t for p, t in self._last.items() if p in current}
-        chosen = sorted(current, key=lambda p: (self._last.get(p, 0), p))[: self.per_interval]
+        stale = self._interval - RELAYED_EVERY
+        keep_alive = sorted(
+            p for p in current.intersection(relayed) if self._last.get(p, 0) <= stale
+        )
+        rest = sorted(current.difference(keep_alive), key=lambda p: (self._last.get(p, 0), p))
+        chosen = keep_alive + rest[: self.per_interval]
         for peer in chosen:
             self._last[peer] = self._interval
         return chosen

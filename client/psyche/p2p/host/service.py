@@ -176,7 +176,9 @@ class HostService:
     async def ping_loop(self) -> None:
         while True:
             await trio.sleep(PING_INTERVAL)
-            targets = self.pings.due(self.dialer.connected() & self.allowed)
+            targets = self.pings.due(
+                self.dialer.connected() & self.allowed, self.dialer.relayed_peers()
+            )
             async with trio.open_nursery() as nursery:
                 for peer in targets:
                     nursery.start_soon(self.ping_one, peer)

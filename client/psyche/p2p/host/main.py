@@ -16,11 +16,12 @@ The host follows the measured settings of docs/p2p-nat.md, "The libp2p host proc
 * Noise is the only security transport (the default list also offers plaintext, which lets a
   dialer impersonate any peer id on stream protocols) and Yamux the only muxer (Mplex is ~7×
   slower; no QUIC).
-* GossipSub with a 1 s heartbeat, adaptive gossip off (it stretches the heartbeat to 60 s and
-  memory then grows) and spam protection off (it silently drops beyond 10 msg/s per topic,
-  our own publishes included). Strict signing, and the pubsub sequence counter starts from
-  ``time.time_ns()`` instead of ``int(time.time())``, so a restarted peer's first messages are
-  not dropped as duplicates of its previous life.
+* GossipSub with a 1 s heartbeat, this host's own messages flooded to every peer on the topic
+  as go-libp2p and rust-libp2p do (:mod:`.flood_publish`), adaptive gossip off (it stretches
+  the heartbeat to 60 s and memory then grows) and spam protection off (it silently drops
+  beyond 10 msg/s per topic, our own publishes included). Strict signing, and the pubsub
+  sequence counter starts from ``time.time_ns()`` instead of ``int(time.time())``, so a
+  restarted peer's first messages are not dropped as duplicates of its previous life.
 * The pubsub services run before any dial: py-libp2p's pubsub connection notifee writes to an
   unbuffered channel, so a connect made while pubsub is not running blocks forever.
 * Yamux credits the peer once 16 KiB (or half a window) is consumed, instead of after nearly
@@ -58,7 +59,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair as create_ed25519_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -69,6 +70,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from psyche.p2p.control import Failed, Init, Ready, decode_parent
 from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.host.channel import ControlChannel
+from psyche.p2p.host.flood_publish import FloodPublishGossipSub
 from psyche.p2p.host.peerstore import make_cleanup_safe
 from psyche.p2p.host.service import HostService
 from psyche.p2p.host.yamux_credit import send_credit_in_steps
@@ -87,7 +89,7 @@ def libp2p_key_pair(secret: SecretKey) -> KeyPair:
     return create_ed25519_key_pair(secret.to_bytes())
 
 
-def _build(init: Init) -> tuple[Any, Pubsub, GossipSub]:
+def _build(init: Init) -> tuple[Any, Pubsub, FloodPublishGossipSub]:
     key_pair = libp2p_key_pair(SecretKey.from_bytes(init.secret_key))
     host = new_host(
         key_pair=key_pair,
@@ -99,7 +101,7 @@ def _build(init: Init) -> tuple[Any, Pubsub, GossipSub]:
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
     )
     make_cleanup_safe(host.get_peerstore())
-    gossipsub = GossipSub(
+    gossipsub = FloodPublishGossipSub(
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=6,
         degree_low=4,

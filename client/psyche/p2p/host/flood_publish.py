@@ -1,14 +1,14 @@
-"""GossipSub that floods this host's own messages to every peer on the topic.
+"""GossipSub that sends this host's own messages to every peer on the topic when its mesh is
+thin.
 
 py-libp2p 0.8.1 sends a message a host publishes itself only to its mesh peers for the topic.
-go-libp2p and rust-libp2p flood their own messages to every peer on the topic by default
-(GossipSub v1.1's "flood publishing"), so a publisher whose mesh is empty or churning still
-reaches everyone, in one hop. With the mesh alone, a host on loaded cores whose mesh peers had
-pruned it (GRAFT back-offs, "GRAFT flood" penalties) published into nothing: at 32 real hosts on
-2 cores two producers' round announcements and all three of their resends reached nobody for a
-whole round (bench/README.md, "Own announcements flooded"). Messages from others are forwarded
-through the mesh as before, so the extra cost is one copy per peer of the few messages a client
-itself sends each round (its result, its ``Finished`` and their resends).
+On loaded cores the mesh churns (PRUNEs and GRAFT back-offs), and a publisher left with an
+empty mesh sent its announcements to nobody: at 32 real hosts on 2 cores two producers' round
+results and all three resends of each reached no host for a whole round (docs/p2p-nat.md,
+"py-libp2p defects", item 12). go-libp2p and rust-libp2p flood every own message to every peer
+on the topic by default (GossipSub v1.1's flood publishing); here only a publisher whose mesh
+has fewer than ``degree_low`` peers does, so a healthy mesh costs nothing extra. Messages from
+others are forwarded through the mesh as before.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class FloodPublishGossipSub(GossipSub):
         pubsub = self.pubsub
         if pubsub is not None and origin == msg_forwarder == pubsub.my_id:
             for topic in topic_ids:
-                peers.update(pubsub.peer_topics.get(topic, ()))
+                if len(self.mesh.get(topic, ())) < self.degree_low:
+                    peers.update(pubsub.peer_topics.get(topic, ()))
             peers.discard(origin)
         return peers

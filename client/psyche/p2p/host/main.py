@@ -17,7 +17,7 @@ The host follows the measured settings of docs/p2p-nat.md, "The libp2p host proc
   dialer impersonate any peer id on stream protocols) and Yamux the only muxer (Mplex is ~7×
   slower; no QUIC).
 * GossipSub with a 1 s heartbeat, this host's own messages flooded to every peer on the topic
-  as go-libp2p and rust-libp2p do (:mod:`.flood_publish`), adaptive gossip off (it stretches
+  while its mesh is thin (:mod:`.flood_publish`), adaptive gossip off (it stretches
   the heartbeat to 60 s and memory then grows) and spam protection off (it silently drops
   beyond 10 msg/s per topic, our own publishes included). Strict signing, and the pubsub
   sequence counter starts from ``time.time_ns()`` instead of ``int(time.time())``, so a

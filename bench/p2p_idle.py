@@ -18,7 +18,7 @@ import argparse
 import asyncio
 import time
 
-from scale import _proc_cpu  # beside this file, not a package
+from scale import _proc_cpu, full_mesh  # beside this file, not a package
 
 
 async def measure(hosts: int, seconds: float, settle: float) -> dict[str, float]:
@@ -30,17 +30,7 @@ async def measure(hosts: int, seconds: float, settle: float) -> dict[str, float]
         batch = nodes[i : i + 8]
         await asyncio.gather(*(n.start(SecretKey.generate(), run_id="idle") for n in batch))
     try:
-        ids = [n.peer_id for n in nodes]
-        for n in nodes:
-            n.set_allowed_peers(p for p in ids if p != n.peer_id)
-        sem = asyncio.Semaphore(16)
-
-        async def connect(a: P2PNode, b: P2PNode) -> None:
-            async with sem:
-                await a.connect(b.listen_addrs)
-
-        await asyncio.gather(*(connect(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :]))
-        await asyncio.gather(*(n.wait_for_gossip_peers(min(hosts - 1, 4), 120) for n in nodes))
+        await full_mesh(nodes)
         await asyncio.sleep(settle)
         cpu0 = [_proc_cpu(n.pid) for n in nodes]
         parent0 = time.process_time()

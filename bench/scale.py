@@ -98,9 +98,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from psyche.p2p.node import P2PNode
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "config" / "tiny" / "state.toml"
@@ -559,6 +562,22 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def full_mesh(nodes: list[P2PNode]) -> None:
+    """Allow every node every other, connect each pair (16 dials at a time) and wait until each
+    has gossip peers (4, or all the others when fewer)."""
+    ids = [n.peer_id for n in nodes]
+    for n in nodes:
+        n.set_allowed_peers(p for p in ids if p != n.peer_id)
+    sem = asyncio.Semaphore(16)
+
+    async def connect(a: P2PNode, b: P2PNode) -> None:
+        async with sem:
+            await a.connect(b.listen_addrs)
+
+    await asyncio.gather(*(connect(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :]))
+    await asyncio.gather(*(n.wait_for_gossip_peers(min(len(nodes) - 1, 4), 120) for n in nodes))
+
+
 def _reason_kind(reason: str) -> str:
     """A failed attempt's reason (``psyche.p2p.host.fetch``) without its peer-specific details."""
     for kind in ("busy", "does not have", "no complete blob", "transfer failed"):
@@ -618,17 +637,8 @@ async def p2p(
     print(f"{hosts} hosts started in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     try:
         ids = [n.peer_id for n in nodes]
-        for n in nodes:
-            n.set_allowed_peers(p for p in ids if p != n.peer_id)
-        sem = asyncio.Semaphore(16)
-
-        async def connect(a: P2PNode, b: P2PNode) -> None:
-            async with sem:
-                await a.connect(b.listen_addrs)
-
         t0 = time.monotonic()
-        await asyncio.gather(*(connect(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :]))
-        await asyncio.gather(*(n.wait_for_gossip_peers(min(hosts - 1, 4), 120) for n in nodes))
+        await full_mesh(nodes)
         print(f"full mesh in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
 
         by_id = dict(zip(ids, nodes, strict=True))

@@ -22,7 +22,7 @@ import pytest
 
 from psyche.checkpoint.p2p import PeerFetchError
 from psyche.coordinator import Coordinator, RunState
-from psyche.daemon import resending, sharing
+from psyche.daemon import resending, result_serving, sharing
 from psyche.daemon.kit import ModelKit
 from psyche.daemon.warmup import WARMUP_GRACE_S
 from psyche.data.provider import DataError
@@ -109,10 +109,21 @@ def _assert_client_1_reloaded_from_peers_and_all_agree(out: Path) -> None:
 
 
 def test_an_epoch_ends_by_witnesses_with_identical_weights(
-    tiny_corpus: tuple[Path, Path], tmp_path: Path
+    tiny_corpus: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    results: set[bytes] = set()  # every result payload a trainer served
+    real_serve = MemoryTransport.serve
+
+    def serve(t: MemoryTransport, blob: bytes, **kw: Any) -> bytes:
+        h = real_serve(t, blob, **kw)
+        if kw.get("report_askers"):
+            results.add(h)
+        return h
+
+    monkeypatch.setattr(MemoryTransport, "serve", serve)
     t0 = time.monotonic()
-    summary = _run(_sim(tiny_corpus, tmp_path, _config()))
+    sim = _sim(tiny_corpus, tmp_path, _config())
+    summary = _run(sim)
     assert summary.final_state == "Finished" and summary.epochs_completed == 1
     # Steps 1–9 train (total_steps 10), then two drain rounds apply the last two.
     assert [r.trained for r in summary.rounds] == [True] * 9 + [False] * 2
@@ -121,6 +132,13 @@ def test_an_epoch_ends_by_witnesses_with_identical_weights(
     assert all(r.applied_batches == 3 for r in summary.rounds[2:])
     assert summary.checkpoints, "the elected checkpointer saved the epoch's weights"
     assert time.monotonic() - t0 < 60
+    # Each client served its own and its peers' results of the last rounds only (27 results
+    # in all; every one was held for the life of the process before result_serving).
+    assert len(results) == 9 * 3, len(results)
+    nodes = list(sim.network.nodes.values())
+    assert len(nodes) == 3
+    for node in nodes:
+        assert len(results & set(node.served())) <= 3 * result_serving.KEEP_ROUNDS
 
 
 def test_an_internal_error_drops_one_client_for_the_epoch_and_it_rejoins_the_next(

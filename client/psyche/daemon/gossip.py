@@ -282,6 +282,7 @@ class GossipRouter:
         finally:
             if view.downloads.get((state.height, res.batch)) is asyncio.current_task():
                 del view.downloads[(state.height, res.batch)]
+        self.parts.result_blobs.add(self.parts.transport, (view.epoch, state.height), ann.blob_hash)
         self.parts.events.write(
             DownloadEvent(
                 step=state.step,

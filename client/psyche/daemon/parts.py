@@ -22,6 +22,7 @@ from psyche.daemon.checkpointing import Checkpointer, CheckpointOptions
 from psyche.daemon.epoch import EpochView
 from psyche.daemon.evaluating import EvalOptions, Evaluating
 from psyche.daemon.kit import ClientStats, ModelKit, ModelLoader
+from psyche.daemon.result_serving import ResultBlobs
 from psyche.daemon.sharing import ModelSharing, SharingOptions
 from psyche.events import EventLog
 from psyche.p2p.rejections import Rejections
@@ -88,6 +89,8 @@ class ClientParts:
     """Bounds the peers' results fetched at once (``--max-concurrent-downloads``)."""
     audit_blobs: AuditBlobs = field(default_factory=AuditBlobs)
     """The SparseLoCo inner states this client serves to its verifiers."""
+    result_blobs: ResultBlobs = field(default_factory=ResultBlobs)
+    """The round results (own and peers') this client serves, withdrawn as rounds pass."""
 
     @property
     def identity(self) -> NodeIdentity:

@@ -358,7 +358,12 @@ async def served(
             return None
         try:
             await transport.fetch(
-                h, from_any_of=[peer], max_size=bound, timeout=left, digest=AUDIT_DIGEST
+                h,
+                from_any_of=[peer],
+                max_size=bound,
+                timeout=left,
+                digest=AUDIT_DIGEST,
+                reshare=False,
             )
         except (BlobNotFound, BlobTooLarge):
             return False
@@ -451,7 +456,9 @@ async def _fetch(
     got = {}
     for h in wanted(at.audit, at.link):
         left = max(0.5, deadline - time.monotonic())
+        # Not kept once replayed: only the trainer is asked for its states (by name), and each
+        # is 12 bytes per parameter, which piled up on tmpfs one audit after another.
         got[h] = await parts.transport.fetch(
-            h, from_any_of=[peer], max_size=bound, timeout=left, digest=AUDIT_DIGEST
+            h, from_any_of=[peer], max_size=bound, timeout=left, digest=AUDIT_DIGEST, reshare=False
         )
     return got

@@ -88,6 +88,7 @@ class TrainingStep:
         state = self.state
         self.epoch.rounds[state.height] = state
         self.epoch.keep_rounds_from(state.height - APPLY_LAG)
+        self.parts.result_blobs.round_started(self.parts.transport, self.epoch.epoch, state.height)
         if self._on_open is not None:
             self._on_open(self.epoch, state)
         if self._previous is not None:
@@ -252,6 +253,7 @@ class TrainingStep:
         digest = payload_hash(state.step, batch.start, batch.end, payload)
         write_gradient(parts, state.step, batch, parts.identity.p2p_identity, payload)
         blob = parts.transport.serve(payload, report_askers=True)
+        parts.result_blobs.add(parts.transport, (self.epoch.epoch, state.height), blob)
         commitment = make_commitment(parts.key, digest)
         # Its fingerprint lets this client refuse a peer's copy of it (docs/protocol.md).
         decoded = kit.format.decode(payload)

@@ -48,7 +48,13 @@ from psyche.net import framing
 from psyche.net.codec import MessageDecoder, encode_message_frame
 from psyche.net.errors import FrameError
 from psyche.p2p.digests import Digest
-from psyche.p2p.errors import ControlError
+from psyche.p2p.errors import (
+    BlobNotFound,
+    BlobTooLarge,
+    ControlError,
+    FetchError,
+    FetchTimeout,
+)
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
 
 __all__ = [
@@ -241,6 +247,16 @@ class FetchDone(_Ctl, frozen=True):
     failures: Annotated[list[FetchFailure], msgspec.Meta(max_length=4 * MAX_PEERS)]
     kind: FetchErrorKind | None = None
     error: Text | None = None
+
+    def failed(self, blob_hash: bytes) -> FetchError:
+        """The error a fetch that ended without a file raises, by its kind."""
+        kind = {
+            FetchErrorKind.too_large: BlobTooLarge,
+            FetchErrorKind.not_found: BlobNotFound,
+            FetchErrorKind.timeout: FetchTimeout,
+        }.get(self.kind or FetchErrorKind.timeout, FetchError)
+        failures = [(f.peer, f.reason) for f in self.failures]
+        return kind(f"fetch of blob {blob_hash.hex()[:16]}: {self.error}", failures)
 
 
 class PeerReport(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):

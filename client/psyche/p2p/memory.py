@@ -157,6 +157,9 @@ class MemoryTransport(Transport):
         self._blobs.pop(bytes(blob_hash), None)
         self._askers.pop(bytes(blob_hash), None)
 
+    def served(self) -> list[bytes]:
+        return list(self._blobs)
+
     def stop(self) -> None:
         self.online = False
         self._queue.put_nowait(_STOP)
@@ -170,6 +173,7 @@ class MemoryTransport(Transport):
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
         digest: Digest = Digest.sha256,
+        reshare: bool = True,
     ) -> FetchResult:
         blob_hash = bytes(blob_hash)
         if (own := self._blobs.get(blob_hash)) is not None:
@@ -195,6 +199,7 @@ class MemoryTransport(Transport):
             if len(data) > max_size:
                 raise BlobTooLarge(f"blob of {len(data)} bytes exceeds {max_size}", failures)
             assert digest_of(data, digest) == blob_hash
-            self._blobs.setdefault(blob_hash, data)  # re-served, as the real host does
+            if reshare:
+                self._blobs.setdefault(blob_hash, data)  # re-served, as the real host does
             return FetchResult(data, peer, 0.0, failures)
         raise BlobNotFound(f"no peer has blob {blob_hash.hex()[:16]}", failures)

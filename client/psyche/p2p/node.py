@@ -47,6 +47,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -61,7 +62,6 @@ from psyche.p2p.control import (
     Delivery,
     Fetch,
     FetchDone,
-    FetchErrorKind,
     HostMessage,
     Init,
     PeerReport,
@@ -77,10 +77,7 @@ from psyche.p2p.control import (
 from psyche.p2p.digests import Digest, digest_of
 from psyche.p2p.errors import (
     AnnouncementError,
-    BlobNotFound,
-    BlobTooLarge,
     FetchError,
-    FetchTimeout,
     NodeStopped,
     P2PError,
 )
@@ -115,6 +112,8 @@ class P2PNode(Transport):
         self._stats_changed = asyncio.Event()
         self._served: dict[bytes, Path] = {}
         self._askers: dict[bytes, set[str]] = {}
+        self._fetching: Counter[bytes] = Counter()
+        """Fetches in flight per blob: the host writes every one into the same file."""
         self._blob_dir: Path | None = None
         self._own_blob_dir = False
         self._peer_id = ""
@@ -400,6 +399,7 @@ class P2PNode(Transport):
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
         digest: Digest = Digest.sha256,
+        reshare: bool = True,
     ) -> FetchResult:
         """:meth:`fetch`, also saying which peer delivered and which attempts failed."""
         blob_hash = bytes(blob_hash)
@@ -409,6 +409,26 @@ class P2PNode(Transport):
                 return FetchResult(data, self.peer_id, 0.0, [])
         peers = [p for p in dict.fromkeys(from_any_of) if p != self.peer_id]
         attempt_timeout = min(attempt_timeout, timeout)
+        self._fetching[blob_hash] += 1
+        try:
+            done = await self._fetch_one(
+                blob_hash, max_size, peers, timeout, attempt_timeout, digest
+            )
+            return await self._received(done, blob_hash, digest, reshare=reshare)
+        finally:
+            self._fetching[blob_hash] -= 1
+            if not self._fetching[blob_hash]:
+                del self._fetching[blob_hash]
+
+    async def _fetch_one(
+        self,
+        blob_hash: bytes,
+        max_size: int,
+        peers: list[str],
+        timeout: float,
+        attempt_timeout: float,
+        digest: Digest,
+    ) -> FetchDone:
         req_id = self._host.next_id()
         msg = Fetch(req_id, blob_hash, max_size, peers, timeout, attempt_timeout, digest)
         try:
@@ -420,20 +440,23 @@ class P2PNode(Transport):
             with contextlib.suppress(P2PError):
                 self._host.send(CancelFetch(req_id))
             raise
-        failures = [(f.peer, f.reason) for f in done.failures]
+        return done
+
+    async def _received(
+        self, done: FetchDone, blob_hash: bytes, digest: Digest, *, reshare: bool
+    ) -> FetchResult:
         if done.path is None or done.from_peer is None:
-            error = f"fetch of blob {blob_hash.hex()[:16]}: {done.error}"
-            kind = {
-                FetchErrorKind.too_large: BlobTooLarge,
-                FetchErrorKind.not_found: BlobNotFound,
-                FetchErrorKind.timeout: FetchTimeout,
-            }.get(done.kind or FetchErrorKind.timeout, FetchError)
-            raise kind(error, failures)
+            raise done.failed(blob_hash)
         path = Path(done.path)
         data = await asyncio.to_thread(path.read_bytes)
         if digest_of(data, digest) != blob_hash:
             raise FetchError(f"host returned blob {blob_hash.hex()[:16]} with the wrong hash")
-        self._register(blob_hash, path, len(data))
+        if reshare:
+            self._register(blob_hash, path, len(data))
+        elif blob_hash not in self._served and self._fetching[blob_hash] == 1:
+            # Not kept: served by nobody here, and no other fetch of it is about to read it.
+            delete_off_loop(path)
+        failures = [(f.peer, f.reason) for f in done.failures]
         return FetchResult(data, done.from_peer, done.seconds, failures)
 
     # ---- plumbing ----------------------------------------------------------------------------

@@ -135,9 +135,11 @@ class Transport(Protocol):
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
         digest: Digest = Digest.sha256,
+        reshare: bool = True,
     ) -> bytes:
         """The blob with this SHA-256 (or ``digest``), from the best of ``from_any_of`` that has
-        it.
+        it. With ``reshare`` (the default) this client serves the blob from then on, until
+        :meth:`unserve`; without, nothing of it is kept.
 
         Raises :class:`~psyche.p2p.errors.FetchError` (too large, not found, timeout) when no
         peer delivers a verified copy within ``timeout`` seconds.
@@ -149,6 +151,7 @@ class Transport(Protocol):
             timeout=timeout,
             attempt_timeout=attempt_timeout,
             digest=digest,
+            reshare=reshare,
         )
         return result.data
 
@@ -161,6 +164,7 @@ class Transport(Protocol):
         timeout: float = 600.0,
         attempt_timeout: float = 10.0,
         digest: Digest = Digest.sha256,
+        reshare: bool = True,
     ) -> FetchResult:
         """:meth:`fetch`, also saying which peer delivered and which attempts failed."""
         ...

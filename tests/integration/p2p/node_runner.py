@@ -152,6 +152,7 @@ class Runner:
         max_size: int,
         timeout: float = 20.0,
         attempt_timeout: float = 10.0,
+        reshare: bool = True,
     ) -> dict[str, Any]:
         t0 = time.monotonic()
         try:
@@ -161,6 +162,7 @@ class Runner:
                 max_size=max_size,
                 timeout=timeout,
                 attempt_timeout=attempt_timeout,
+                reshare=reshare,
             )
         except P2PError as e:
             failures = getattr(e, "failures", [])

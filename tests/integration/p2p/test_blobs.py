@@ -55,6 +55,18 @@ def test_blobs_are_verified_reserved_and_refetched_elsewhere_when_peers_lie_or_c
     got = b.call("fetch", hash=k, peers=[a.peer_id], max_size=2 * MIB)
     assert got["ok"] and got["from_peer"] == a.peer_id and got["sha256"] == k
 
+    # Fetched without resharing (a verifier's audit states): the bytes arrive, and nothing of
+    # them stays, neither served nor on tmpfs.
+    got = c.call("fetch", hash=k, peers=[a.peer_id], max_size=2 * MIB, reshare=False)
+    assert got["ok"] and got["sha256"] == k
+    info = c.call("info")
+    assert k not in info["served"]
+    c_dir = Path(info["blob_dir"])
+    deadline = time.monotonic() + 5  # the file is unlinked off the event loop
+    while any(p.name.startswith(".") or p.name == f"{k}.blob" for p in c_dir.iterdir()):
+        assert time.monotonic() < deadline, sorted(p.name for p in c_dir.iterdir())
+        time.sleep(0.05)
+
     # Oversize: the producer refuses up front, nothing is transferred, no waiting for timeout.
     got = c.call("fetch", hash=x, peers=[a.peer_id], max_size=MIB - 1, timeout=20)
     assert not got["ok"] and got["error_type"] == "BlobTooLarge" and got["elapsed"] < 5

@@ -37,6 +37,9 @@ timestamps of consecutive round ends:
   result: a client holds the results of two rounds (2 N), so the N² part of the peak RSS over
   the runs is ``bytes per held result × 2 N²``; fitted (least squares, ``a + b N + c 2N²``) over the
   measured N and printed with the fit's residual;
+- the blobs the busiest client serves at each round end (its own and downloaded results, which
+  ``psyche.daemon.result_serving`` withdraws after ``KEEP_ROUNDS`` rounds), and the growth of the
+  process's RSS per measured round;
 - the witness blooms of the run's rounds (every participant bloom the coordinator stored; its
   members are the clients it finds, since broadcast blooms hold payload hashes this process does
   not track): their members (must all be found) and 200,000 random non-members per bloom, tested
@@ -369,6 +372,8 @@ def sim_one(
                     "band_candidates": COUNTS.band_candidates,
                     "confirmations": COUNTS.confirmations,
                     "step": r.step,
+                    "served": max(len(c.transport.served()) for c in sim.clients.values()),
+                    "rss": _rss_kb() * 1024,
                 }
             )
             print(f"  N={n} step {r.step} ended {time.perf_counter() - t_start:.1f} s "
@@ -445,6 +450,8 @@ def sim_one(
         "rss_before": rss_before,
         "rss_peak": peak,
         "rss_per_client": (peak - rss_before) / n,
+        "served_per_client": [x["served"] for x in marks],
+        "rss_growth_per_round": per_round("rss"),
         "run_s": total_s,
         "hashes_agree": all(r.hashes_agree for r in reports),
         "end_reasons": sorted({r.end_reason for r in reports}),
@@ -528,6 +535,13 @@ def run_sim(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             f"| {100 * r['copy_share_of_loop']:.1f} | {r['decodes']:.0f} | {r['decode_us']:.0f} "
             f"| {100 * r['decode_share_of_loop']:.1f} | {100 * r.get('gc_share', 0.0):.1f} "
             f"| {r.get('gc_us_per_result', 0.0):.0f} | {r.get('gc_full_passes', 0.0):.1f} |"
+        )
+    print()
+    for r in rows:
+        print(
+            f"N={r['n']}: blobs served by the busiest client at each round end "
+            f"{r.get('served_per_client')}; RSS growth {r.get('rss_growth_per_round', 0) / 1e6:.1f}"
+            " MB per measured round"
         )
     if len(rows) >= 2:
         lo, hi = rows[0], rows[-1]

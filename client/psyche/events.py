@@ -73,6 +73,9 @@ class ApplyEvent(Event, frozen=True, kw_only=True, tag="apply"):
     """The step whose results were applied, ``None`` when there were none."""
     batches: int
     model_hash: str
+    served_blobs: int | None = None
+    """Blobs this client serves then (its and its peers' results of the last rounds, audit
+    states, a snapshot for joiners): bounded however long it runs."""
 
 
 class TrainEvent(Event, frozen=True, kw_only=True, tag="train"):

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from psyche.daemon.result_serving import KEEP_ROUNDS
 from psyche.evals import write_synthetic_task
 from psyche.events import (
+    ApplyEvent,
     EvalEvent,
     ModelLoadedEvent,
     OptimStatsEvent,
@@ -115,6 +117,10 @@ def test_three_clients_finish_an_epoch_with_identical_weights(
         assert evals and evals[-1].task == "task" and evals[-1].docs == 8
         stats = [e for e in events if isinstance(e, OptimStatsEvent)]
         assert stats and all(e.step % 3 == 0 for e in stats)
+        # Results stay served for the last rounds only (psyche.daemon.result_serving): at most
+        # its own and two peers' of KEEP_ROUNDS rounds, where every one of the run's was before.
+        served = [e.served_blobs for e in events if isinstance(e, ApplyEvent)]
+        assert len(served) >= 9 and max(s or 0 for s in served) <= 3 * KEEP_ROUNDS, served
         assert list((tmp_path / "distro" / label).glob("*.payload"))
     s = json.loads(summary.read_text())
     rounds = s["rounds"]

@@ -177,6 +177,7 @@ class TrainingStep:
                 applied_step=applied.step if applied is not None and payloads else None,
                 batches=len(payloads),
                 model_hash=digest,
+                served_blobs=len(self.parts.transport.served()),
             )
         )
 

@@ -121,6 +121,10 @@ class Transport(Protocol):
         audit_files``: how it stays safe while an upload still reads it); None without files."""
         ...
 
+    def served(self) -> list[bytes]:
+        """The blobs served now."""
+        ...
+
     def unserve(self, blob_hash: bytes, *, recycle: bool = False) -> None:
         """Stop serving ``blob_hash``; a file of :attr:`spool_dir` is deleted, or with
         ``recycle`` moved into :attr:`recycle_dir`."""

@@ -451,6 +451,7 @@ def sim_one(
         "rss_peak": peak,
         "rss_per_client": (peak - rss_before) / n,
         "served_per_client": [x["served"] for x in marks],
+        "rss_mb_by_round": [round(x["rss"] / 1e6, 1) for x in marks],
         "rss_growth_per_round": per_round("rss"),
         "run_s": total_s,
         "hashes_agree": all(r.hashes_agree for r in reports),

@@ -7,7 +7,10 @@ file per member per round on tmpfs and an entry in its host's table (at 64 clien
 model that is gigabytes an hour). A round's payloads are wanted until every member has
 applied it: this client applies round h−2 at the start of round h (``APPLY_LAG``), and a member
 one round behind it applies h−3 then, so the results of the last ``KEEP_ROUNDS`` rounds
-(h−3 … h) stay served and older ones are withdrawn when a round starts here.
+(h−3 … h) stay served and older ones are withdrawn when a round starts here. A member still
+waiting for a result of h−4 then (its apply held up by a slow download) has missed the start
+of a round since, so it sits the epoch out whatever it fetches (docs/protocol.md, "Applying
+results"): keeping more would serve nobody.
 """
 
 from __future__ import annotations

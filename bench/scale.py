@@ -745,6 +745,14 @@ async def p2p(
                 await asyncio.sleep(0.05)
             round_s.append(time.monotonic() - t)
             row = _p2p_round_row(step, round_s[-1], want, got, failed, hosts)
+            # Who never heard whose announcement (nor a resend): one receiver missing many
+            # producers points at its mesh, one producer missed by many at its publishing.
+            unheard = [(me[-6:], pr[-6:]) for me in ids for pr in ids
+                       if me != pr and (me, pr, step) not in started]  # fmt: skip
+            row["unheard"] = unheard
+            if unheard:
+                print(f"  round {step}: never heard (receiver, producer): {unheard}",
+                      file=sys.stderr, flush=True)  # fmt: skip
             per_round.append(row)
             print(f"  round {step}: {row['round_s']:.2f} s, fetched {row['fetched']} of {want} "
                   f"(failed {row['failed']}), own copies a producer sent max {row['own_max']}",

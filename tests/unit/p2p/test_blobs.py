@@ -136,6 +136,20 @@ def server_for(
     return server, handle
 
 
+async def ask(server: BlobServer, peer: str) -> Status:
+    """``peer`` asks ``server`` for blob ``H`` (reading the blob when served)."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.handle, Stream(theirs), peer)
+        await Stream(ours).write(encode_request(H, len(BLOB)))
+        status, length = decode_header(await read_exactly(Stream(ours), HEADER_LEN))
+        if status is Status.OK:
+            assert await read_exactly(Stream(ours), length) == BLOB
+        else:
+            await read_exactly(Stream(ours), length)  # the hints
+        return status
+
+
 def scripted(*parts: bytes, then: str = "close") -> Handler:
     """A server that reads the request, writes ``parts``, then closes, stalls or resets."""
 
@@ -350,20 +364,10 @@ def test_a_blob_is_handed_off_after_two_uploads_then_served_again(
     if not handoff:  # a model snapshot piece: joiners ask one holder by name, never turned away
         server.serve(H, server._blobs[H].path, len(BLOB), handoff=False)
 
-    async def ask(peer: str) -> Status:
-        ours, theirs = trio.testing.memory_stream_pair()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.handle, Stream(theirs), peer)
-            await Stream(ours).write(encode_request(H, len(BLOB)))
-            status, length = decode_header(await read_exactly(Stream(ours), HEADER_LEN))
-            if status is Status.OK:
-                assert await read_exactly(Stream(ours), length) == BLOB
-            return status
-
     async def main() -> list[Status]:
-        got = [await ask("first"), await ask("second"), await ask("third")]
+        got = [await ask(server, p) for p in ("first", "second", "third")]
         await trio.sleep(0.6)  # the window is over: a fetcher nobody else served still gets it
-        return [*got, await ask("third")]
+        return [*got, await ask(server, "third")]
 
     if handoff:
         assert trio.run(main) == [Status.OK, Status.OK, Status.BUSY, Status.OK]
@@ -427,6 +431,23 @@ def test_a_served_payload_reports_each_allowed_peer_that_asked_once(tmp_path: Pa
     assert server.take_asked(100) == []
     server.unserve(H)
     assert server.take_asked(100) == []
+
+
+def test_after_the_window_a_new_fetcher_is_named_the_holders_once_then_served(
+    tmp_path: Path,
+) -> None:
+    # Fetchers that heard of the blob late (a resend) come after the window: each is first
+    # pointed at the holders, so the producer's uplink does not upload a copy per late fetcher;
+    # one that comes back (it could not reach them) is served.
+    server, _ = server_for(tmp_path, BLOB, handoff_min_s=0.5, handoff_factor=0.0)
+
+    async def main() -> list[Status]:
+        got = [await ask(server, "first"), await ask(server, "second")]
+        await trio.sleep(0.6)  # the window is over
+        return [*got, await ask(server, "late"), await ask(server, "late")]
+
+    assert trio.run(main) == [Status.OK, Status.OK, Status.BUSY, Status.OK]
+    assert server.served == 3 and server.handed_off == 1
 
 
 def test_a_fetcher_turned_away_three_times_is_served_within_the_window(tmp_path: Path) -> None:

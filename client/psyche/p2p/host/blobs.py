@@ -220,8 +220,9 @@ class BlobServer:
     """Completed uploads of one blob after which further fetchers are told BUSY for a while
     (the handoff window), so they take it from the peers that already got it: every holder,
     the producer included, then uploads a blob about twice whatever the number of fetchers,
-    and the copies spread as a tree. After the window anyone is served again, so a fetcher
-    that cannot reach any other holder (NAT, departed peers) still gets it, late."""
+    and the copies spread as a tree. After the window a fetcher is served the second time it
+    asks (the first is told BUSY with the holders' names), so one that cannot reach any other
+    holder (NAT, departed peers) still gets it, late."""
     handoff_min_s: float = 10.0
     """The handoff window: this, plus ``handoff_factor`` times the upload that completed the
     ``handoff_after``-th copy (a slower link gives the new holders longer to be asked). Long
@@ -234,7 +235,8 @@ class BlobServer:
     """A fetcher turned away this many times by one blob's handoff is served on its next
     request, window or not: the holders it was named did not serve it (NAT, departed or
     unwilling peers), and each of its passes has asked everyone else first (``fetch`` asks a
-    peer that named others last), so it waits a few passes, never the whole window."""
+    peer that named others last), so it waits a few passes, never the whole window. Once the
+    window is over, one refusal is enough."""
     request_timeout: float = 10.0
     """Time to receive the request; also the fixed part of every upload's deadline."""
     min_rate_bps: float = 250_000.0
@@ -371,10 +373,15 @@ class BlobServer:
         not been turned away ``handoff_patience`` times already (counted here)."""
         if not blob.handoff or blob.uploads + blob.active < self.handoff_after:
             return False
+        patience = self.handoff_patience
         if blob.handoff_until >= 0 and trio.current_time() >= blob.handoff_until:
-            return False
+            # Past the window a fetcher is still named the holders once: at 32 hosts on 2 cores
+            # rounds outlast the window, and every fetcher that heard late (a resend, gossip
+            # repair) got a third or later copy from the producer; one that cannot reach them
+            # is served when it comes back.
+            patience = 1
         refused = blob.turned_away.get(peer, 0)
-        if refused >= self.handoff_patience:
+        if refused >= patience:
             return False
         if refused or len(blob.turned_away) < _MAX_TRACKED:
             blob.turned_away[peer] = refused + 1

@@ -72,6 +72,7 @@ from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.host.channel import ControlChannel
 from psyche.p2p.host.flood_publish import FloodPublishGossipSub
 from psyche.p2p.host.peerstore import make_cleanup_safe
+from psyche.p2p.host.prune_backoff import PruneBackoffGossipSub
 from psyche.p2p.host.service import HostService
 from psyche.p2p.host.yamux_credit import send_credit_in_steps
 from psyche.protocol.identity import SecretKey
@@ -89,7 +90,12 @@ def libp2p_key_pair(secret: SecretKey) -> KeyPair:
     return create_ed25519_key_pair(secret.to_bytes())
 
 
-def _build(init: Init) -> tuple[Any, Pubsub, FloodPublishGossipSub]:
+class _GossipSub(FloodPublishGossipSub, PruneBackoffGossipSub):
+    """py-libp2p's GossipSub with two of its defects mended (docs/p2p-nat.md, "py-libp2p
+    defects", items 12 and 13)."""
+
+
+def _build(init: Init) -> tuple[Any, Pubsub, _GossipSub]:
     key_pair = libp2p_key_pair(SecretKey.from_bytes(init.secret_key))
     host = new_host(
         key_pair=key_pair,
@@ -101,7 +107,7 @@ def _build(init: Init) -> tuple[Any, Pubsub, FloodPublishGossipSub]:
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
     )
     make_cleanup_safe(host.get_peerstore())
-    gossipsub = FloodPublishGossipSub(
+    gossipsub = _GossipSub(
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=6,
         degree_low=4,

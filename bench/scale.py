@@ -63,7 +63,8 @@ it implies.
 
 **Real hosts** (``--p2p-hosts 64 --p2p-rounds 20``): H :class:`psyche.p2p.node.P2PNode` s (each its
 own libp2p host process, as a client has; no torch) on 127.0.0.1, full mesh, each allowing the
-others. Each round every host serves one payload (``--p2p-size`` random bytes, default the tiny
+others; round 1 starts once every host is connected to every other (the time is printed). Each
+round every host serves one payload (``--p2p-size`` random bytes, default the tiny
 model's 5,534) and announces it (a signed ``TrainingResult``, as a trainer does); every host
 fetches every other host's payload as the daemon does (``fetch_detailed`` from the announcer
 first, then every other member; the hosts hand a blob off after two uploads). The round ends when
@@ -74,8 +75,8 @@ payload bytes each host uploaded per round (from which peer each fetch came; gos
 not counted: the host has no byte counter, and ``/proc/PID/io`` does not see its socket sends),
 and per (producer, round) how many copies the producer itself sent (target ≤ 2 whatever H);
 also the requests each fetch made and its failed attempts by reason (busy, lacking the blob,
-timed out, transfer failed), and how long after its announcement each host first heard a
-result.
+timed out, transfer failed), how long after its announcement each host first heard a
+result, and per round the commonest reasons of failed fetches.
 
     .venv/bin/python bench/scale.py --clients 4,16,64 --rounds 4 --json scale.json
     .venv/bin/python bench/scale.py --clients 64 --rounds 2 --profile
@@ -86,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import cProfile
 import dataclasses
@@ -95,6 +97,7 @@ import json
 import math
 import os
 import pstats
+import re
 import resource
 import subprocess
 import sys
@@ -579,7 +582,8 @@ def _proc_cpu(pid: int) -> float:
 
 async def full_mesh(nodes: list[P2PNode]) -> None:
     """Allow every node every other, connect each pair (16 dials at a time) and wait until each
-    has gossip peers (4, or all the others when fewer)."""
+    has gossip peers (4, or all the others when fewer) and a connection to every other node
+    (at most 10 minutes)."""
     ids = [n.peer_id for n in nodes]
     for n in nodes:
         n.set_allowed_peers(p for p in ids if p != n.peer_id)
@@ -591,6 +595,15 @@ async def full_mesh(nodes: list[P2PNode]) -> None:
 
     await asyncio.gather(*(connect(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :]))
     await asyncio.gather(*(n.wait_for_gossip_peers(min(len(nodes) - 1, 4), 120) for n in nodes))
+    # A failed dial is retried by the host's redial loop; the rounds measure a connected run,
+    # as a run's members are once its epoch has started (the mesh's time is printed).
+    want = len(nodes) * (len(nodes) - 1)
+    deadline = time.monotonic() + 600
+    while (have := sum(len(n.direct_peers()) for n in nodes)) < want:
+        if time.monotonic() > deadline:
+            print(f"mesh incomplete: {have} of {want} connections", file=sys.stderr, flush=True)
+            break
+        await asyncio.sleep(1)
 
 
 def _reason_kind(reason: str) -> str:
@@ -619,6 +632,11 @@ def _p2p_round_row(
         "want": want,
         "fetched": sum(1 for (_, _, s) in got if s == step),
         "failed": sum(1 for f in failed if f[2] == step),
+        "failed_why": dict(
+            collections.Counter(
+                re.sub(r"12D3KooW\w+", "<peer>", f[3])[:160] for f in failed if f[2] == step
+            ).most_common(5)
+        ),
         "own_max": max(own.values(), default=0),
         "own_mean": sum(own.values()) / hosts,
     }
@@ -757,6 +775,8 @@ async def p2p(
             print(f"  round {step}: {row['round_s']:.2f} s, fetched {row['fetched']} of {want} "
                   f"(failed {row['failed']}), own copies a producer sent max {row['own_max']}",
                   file=sys.stderr, flush=True)  # fmt: skip
+            for why, count in row["failed_why"].items():
+                print(f"    failed {count}: {why}", file=sys.stderr, flush=True)
             if json_path:
                 # A run stopped by a time limit still leaves what its rounds measured.
                 Path(json_path).write_text(json.dumps({"partial": True, "hosts": hosts,

@@ -99,14 +99,18 @@ async def run_mode(args: argparse.Namespace, resend: bool) -> dict[str, Any]:
             while True:
                 await asyncio.sleep(0.5)
                 for i, box in enumerate(boxes):
-                    # As the daemon does: not again once every other host asked for the payload.
-                    others = [p for j, p in enumerate(ids) if j != i]
+                    # As the daemon does: not again once every other host asked for the
+                    # payload, and after the first resend only to the hosts that did not.
+                    others = frozenset(p for j, p in enumerate(ids) if j != i)
                     due = box.due(
                         now=time.monotonic(), height=step_now, training=True,
-                        heard_by_all=lambda h, nd=nodes[i], o=others: nd.askers(h).issuperset(o),
+                        not_asked=lambda h, nd=nodes[i], o=others: o - nd.askers(h),
                     )  # fmt: skip
-                    for data in due:
-                        await nodes[i].announce(data)
+                    for r in due:
+                        if r.to is None:
+                            await nodes[i].announce(r.data)
+                        else:
+                            await nodes[i].tell(r.to, r.data)
 
         bg = [asyncio.create_task(consume(i)) for i in range(n)]
         if resend:

@@ -649,6 +649,7 @@ async def p2p(
     json_path: str | None = None,
     resend: bool = True,
     resend_all: bool = False,
+    gossip_resends: bool = False,
 ) -> dict[str, Any]:
     from psyche.daemon.resending import Outbox
     from psyche.p2p.messages import (
@@ -704,21 +705,26 @@ async def p2p(
         async def resender() -> None:
             # As the daemon does (psyche.daemon.resending): each announcement again 4, 12 and
             # 28 s after the first while its round can still be witnessed, unless every other
-            # host has asked for its payload (``resend_all``: regardless, as until 2026-12-06).
+            # host has asked for its payload; the first through gossip, the others straight to
+            # the hosts that have not asked (``resend_all``: every resend through gossip to
+            # everyone, as until 2026-12-06; ``gossip_resends``: through gossip, as until
+            # 2026-12-07).
             while True:
                 await asyncio.sleep(0.5)
                 for i, box in boxes.items():
 
-                    def heard_by_all(blob: bytes, node: P2PNode = by_id[i]) -> bool:
-                        others = (p for p in ids if p != node.peer_id)
-                        return not resend_all and node.askers(blob).issuperset(others)
+                    def not_asked(blob: bytes, node: P2PNode = by_id[i]) -> frozenset[str]:
+                        others = frozenset(p for p in ids if p != node.peer_id)
+                        return others if resend_all else others - node.askers(blob)
 
                     due = box.due(
-                        now=time.monotonic(), height=step_now, training=True,
-                        heard_by_all=heard_by_all,
+                        now=time.monotonic(), height=step_now, training=True, not_asked=not_asked,
                     )  # fmt: skip
-                    for data in due:
-                        await by_id[i].announce(data)
+                    for r in due:
+                        if r.to is None or resend_all or gossip_resends:
+                            await by_id[i].announce(r.data)
+                        else:
+                            await by_id[i].tell(r.to, r.data)
 
         async def consume(me: str) -> None:
             async for peer, data in by_id[me].announcements():
@@ -833,6 +839,10 @@ async def p2p(
             "heard_after_3s": sum(1 for h in heard if h > 3.0),
             "resent": sum(b.resent for b in boxes.values()),
             "resend_all": resend_all,
+            "gossip_resends": gossip_resends,
+            "told": sum(n.counters.told for n in nodes),
+            "told_failed": sum(n.counters.told_failed for n in nodes),
+            "told_received": sum(n.counters.told_received for n in nodes),
             "not_resent_every_host_asked": sum(b.settled for b in boxes.values()),
             "per_round": per_round,
         }
@@ -871,6 +881,11 @@ def print_p2p(r: dict[str, Any]) -> None:
             f"p99 {r['heard_s_p99']:.2f} s, max {r['heard_s_max']:.2f} s; after 3 s (from a "
             f"resend or gossip repair) {r['heard_after_3s']} of {results}"
         )
+    if "told" in r:
+        print(
+            f"resends sent straight to hosts that had not asked: {r['told']} messages "
+            f"({r['told_failed']} not delivered), {r['told_received']} received"
+        )
 
 
 def main() -> None:
@@ -900,6 +915,12 @@ def main() -> None:
         action="store_true",
         help="resend each result on schedule even once every host asked for its payload "
         "(the daemon did until 2026-12-06)",
+    )
+    parser.add_argument(
+        "--p2p-gossip-resends",
+        action="store_true",
+        help="send every resend through gossip, none straight to the hosts that have not asked "
+        "(the daemon did until 2026-12-07)",
     )
     parser.add_argument("--json", default=None)
     parser.add_argument("--_one", type=int, default=0, help=argparse.SUPPRESS)
@@ -932,6 +953,7 @@ def main() -> None:
                 args.json,
                 not args.p2p_no_resend,
                 args.p2p_resend_all,
+                args.p2p_gossip_resends,
             )
         )
         print_p2p(r)

@@ -460,3 +460,38 @@ def test_a_client_that_misses_each_announcement_once_keeps_up_through_resends(
     else:
         assert applied_by_2 != set(hashes), "sent once, client 2 must have missed an apply"
     assert len(lost[0]._lost) > 10, "client 2 lost the first copy of every message"
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["told-directly", "gossip-only"])
+def test_a_client_no_gossip_reaches_keeps_up_through_direct_resends(
+    tiny_corpus: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """Client 2 receives no gossip at all (a host left out of every mesh, seen at 32 real hosts
+    on 2 cores): its peers' later resends go straight to the members that have not asked for
+    their payloads, so it holds every result, applies every round and keeps their weights;
+    with every resend through gossip it has nothing to apply with and sits the epoch out.
+
+    The others' rounds here last about a simulated second (client 2 is not needed for their
+    quorum), shorter than the first resend (4 s), so the schedule is scaled down to fit."""
+    monkeypatch.setattr(resending, "RESEND_AFTER_S", (1.0, 2.0, 4.0))
+    if not direct:
+        monkeypatch.setattr(resending, "DIRECT_FROM", len(resending.RESEND_AFTER_S))
+    sim = _sim(tiny_corpus, tmp_path, _config(total_steps=5))
+    deaf: list[MemoryTransport] = []
+
+    def no_gossip(s: SimulatedRun) -> None:
+        deaf.append(s.start_client(2).transport)
+        deaf[0].deaf_to_gossip = True
+
+    summary = _run(sim, no_gossip)
+    assert summary.final_state == "Finished"
+    hashes = _hashes_by_step(tmp_path, 3)
+    assert all(len(set(h.values())) == 1 for h in hashes.values()), hashes
+    applied_by_2 = {s for s, h in hashes.items() if 2 in h}
+    told = sum(t.told for t in sim.network.nodes.values() if t is not deaf[0])
+    if direct:
+        assert applied_by_2 == set(hashes), hashes
+        assert told > 0
+    else:
+        assert applied_by_2 != set(hashes), "gossip only, client 2 must have missed an apply"
+        assert told == 0

@@ -237,14 +237,15 @@ class RoundEngine:
             now = self.parts.clock()
             others, transport = self.gossip.members(coord).others, self.parts.transport
 
-            def heard_by_all(blob_hash: bytes) -> bool:
-                return transport.askers(blob_hash).issuperset(others)
+            def not_asked(blob_hash: bytes) -> frozenset[str]:
+                return frozenset(others) - transport.askers(blob_hash)
 
-            due = epoch.outbox.due(
-                now=now, height=height, training=training, heard_by_all=heard_by_all
-            )
-            for data in due:
-                await transport.announce(data)
+            due = epoch.outbox.due(now=now, height=height, training=training, not_asked=not_asked)
+            for resend in due:
+                if resend.to is None:
+                    await transport.announce(resend.data)
+                else:
+                    await transport.tell(resend.to, resend.data)
         if (coord.run_state is RunState.Warmup and isinstance(step, WarmupStep)) or (
             coord.run_state is RunState.RoundTrain and isinstance(step, TrainingStep)
         ):

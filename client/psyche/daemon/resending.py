@@ -28,6 +28,16 @@ so each asker has heard it, and every fetch asks the announcer first. Each resen
 gossip message that every host receives from several mesh peers and forwards; at 24 real hosts
 on 2 cores resending them all cost a host about 0.4 CPU s per round (bench/README.md,
 "Resends stop once every member asked").
+
+So a result's resends go **straight to the members that have not asked** (:meth:`Transport.tell`),
+not through gossip. Gossip can leave one host out of every mesh for a whole round: at 32 real
+hosts on 2 cores a receiver heard none of 16–18 producers' results nor their gossiped resends in
+2 of 5 runs (bench/README.md, "Scale"), and such a client drops out of the epoch. A direct
+message does not depend on the mesh, and it costs one small stream per member still missing
+instead of a message every host receives from several mesh peers and forwards. It goes out at
+the first resend already: rounds can be shorter than the second (12 s), and a result missed past
+its witness round is missed for good. A ``Finished``, which names no payload, and a result for
+which the caller cannot say who asked, still go through gossip.
 """
 
 from __future__ import annotations
@@ -35,12 +45,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["RESEND_AFTER_S", "Outbox"]
+__all__ = ["DIRECT_FROM", "RESEND_AFTER_S", "Outbox", "Resend"]
 
 RESEND_AFTER_S: tuple[float, ...] = (4.0, 12.0, 28.0)
 """Seconds after the first send at which the same message goes out again: the first just past
 gossipsub's IHAVE window (3 heartbeats of 1 s), then doubling gaps, three resends in all, so a
 round costs at most four copies of each of a client's announcements."""
+
+DIRECT_FROM = 0
+"""A result's resends from this one on (0-based) go straight to the members that have not asked
+for its payload; earlier ones through gossip (tests set it past the last to compare)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """One announcement to send again: through gossip (``to`` is ``None``), or straight to the
+    members in ``to``."""
+
+    data: bytes
+    to: frozenset[str] | None = None
 
 
 @dataclass(slots=True)
@@ -65,6 +88,8 @@ class Outbox:
         """Messages sent again so far (for tests and the bench)."""
         self.settled = 0
         """Results dropped before a due resend because every member had asked for them."""
+        self.told = 0
+        """Direct messages the resends asked for (one per member not yet asked)."""
 
     def sent_result(
         self, data: bytes, *, height: int, now: float, blob_hash: bytes | None = None
@@ -84,32 +109,35 @@ class Outbox:
         now: float,
         height: int,
         training: bool,
-        heard_by_all: Callable[[bytes], bool] | None = None,
-    ) -> list[bytes]:
+        not_asked: Callable[[bytes], frozenset[str]] | None = None,
+    ) -> list[Resend]:
         """What to send again now that the coordinator is at round ``height`` (in RoundTrain
-        when ``training``); entries past their use are forgotten, and so is a result whose
-        payload ``heard_by_all`` says every member has asked for (asked only when its resend
-        is due)."""
-        out: list[bytes] = []
+        when ``training``); entries past their use are forgotten. ``not_asked`` names the other
+        members that have not asked for a payload yet (asked only when a resend is due): a
+        result they all asked for is dropped, and from resend :data:`DIRECT_FROM` on a result
+        goes to them alone. Without it every resend goes through gossip."""
+        out: list[Resend] = []
         keep: list[_Entry] = []
         for e in self._entries:
             if height > e.last_height or (e.while_training and not training):
                 continue
             if e.resends < len(RESEND_AFTER_S) and now - e.first_sent >= RESEND_AFTER_S[e.resends]:
-                if (
-                    e.blob_hash is not None
-                    and heard_by_all is not None
-                    and heard_by_all(e.blob_hash)
-                ):
-                    self.settled += 1
-                    continue
+                missing = None
+                if e.blob_hash is not None and not_asked is not None:
+                    missing = not_asked(e.blob_hash)
+                    if not missing:
+                        self.settled += 1
+                        continue
+                direct = missing is not None and e.resends >= DIRECT_FROM
                 # One resend per call, even after a long pause: the message is what matters,
                 # not the count.
                 e.resends = next(
                     (i for i, t in enumerate(RESEND_AFTER_S) if now - e.first_sent < t),
                     len(RESEND_AFTER_S),
                 )
-                out.append(e.data)
+                out.append(Resend(e.data, missing if direct else None))
+                if direct and missing is not None:
+                    self.told += len(missing)
             if e.resends < len(RESEND_AFTER_S):
                 keep.append(e)
         self._entries = keep

@@ -20,7 +20,7 @@ Conversation::
     parent → host  Init (first frame: secret key, run id, listen address, blob dir)
     host → parent  Ready{peer_id, listen_addrs} | Failed{error}
     parent → host  Connect, Publish                     → Ack{req_id, error}
-                   SetAllowedPeers, Serve, Unserve       (no reply)
+                   SetAllowedPeers, Serve, Unserve, Tell (no reply)
                    Fetch{req_id, …}                      → FetchDone{req_id, path | error, …}
                    CancelFetch, Shutdown
                    Reserve{req_id, relay_addrs}          → Reserved{req_id, circuit_addrs, errors}
@@ -30,8 +30,9 @@ Conversation::
 
 Versioning: both ends ship in one package and are started together, so there is no version
 number; frames are tagged by class name and new ones are only ever appended (``Reserve`` and
-``Reserved`` came with NAT traversal, docs/p2p-nat.md). Fields added to an existing frame
-have defaults, so a frame written before the field existed still decodes.
+``Reserved`` came with NAT traversal, docs/p2p-nat.md; ``Tell`` with direct resends,
+:mod:`psyche.p2p.host.direct`). Fields added to an existing frame have defaults, so a frame
+written before the field existed still decodes.
 
 The secret key travels over the socket pair, never on the command line, where ``ps`` shows it.
 """
@@ -84,6 +85,7 @@ __all__ = [
     "Serve",
     "SetAllowedPeers",
     "Shutdown",
+    "Tell",
     "Unserve",
     "blob_path",
     "decode_host",
@@ -141,6 +143,14 @@ class SetAllowedPeers(_Ctl, frozen=True):
 
 class Publish(_Ctl, frozen=True):
     req_id: U64
+    data: GossipData
+
+
+class Tell(_Ctl, frozen=True):
+    """Send ``data`` (a signed announcement) straight to each of ``peers`` over
+    ``/psyche/tell/1``, not through gossip; no reply (counted in :class:`Counters`)."""
+
+    peers: PeerList
     data: GossipData
 
 
@@ -295,6 +305,12 @@ class Counters(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Circuits this host carried for other members as a relay."""
     relay_refusals: U64 = 0
     """Reservations and circuits this host's relay refused (detail in ``rejections``)."""
+    told: U64 = 0
+    """Announcements sent straight to a member (:class:`Tell`), one per member."""
+    told_failed: U64 = 0
+    """Of those, members not reached within the send deadline."""
+    told_received: U64 = 0
+    """Announcements members sent straight to this host that it handed to the parent."""
 
 
 class Asked(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
@@ -332,6 +348,7 @@ ParentMessage = (
     | CancelFetch
     | Shutdown
     | Reserve
+    | Tell
 )
 HostMessage = Ready | Failed | Ack | Delivery | FetchDone | PeerStats | Reserved
 

@@ -68,6 +68,10 @@ class MemoryTransport(Transport):
         self.lose_first_copy = False
         """Each distinct gossip message is lost the first time it is sent to this node."""
         self._lost: set[tuple[str, bytes]] = set()
+        self.deaf_to_gossip = False
+        """No gossip reaches this node at all (a host left out of every mesh); messages sent
+        to it directly (:meth:`tell`) still do."""
+        self.told = 0
         self.online = True
         self.published = 0
         self.delivered = 0
@@ -82,7 +86,7 @@ class MemoryTransport(Transport):
 
     @property
     def counters(self) -> Counters:
-        return Counters(published=self.published, delivered=self.delivered)
+        return Counters(published=self.published, delivered=self.delivered, told=self.told)
 
     async def connect(self, addrs: Sequence[str]) -> list[str]:
         return []  # every node of the network is reachable
@@ -108,9 +112,23 @@ class MemoryTransport(Transport):
         self.published += 1
         for node in list(self._network.nodes.values()):
             if node is not self and node.online and self._peer_id in node._allowed:
+                if node.deaf_to_gossip:
+                    continue
                 if node.lose_first_copy and (self._peer_id, bytes(data)) not in node._lost:
                     node._lost.add((self._peer_id, bytes(data)))
                     continue
+                node.delivered += 1
+                node._queue.put_nowait((self._peer_id, bytes(data)))
+
+    async def tell(self, peers: Iterable[str], data: bytes) -> None:
+        if not self.online:
+            return
+        for peer in set(peers):
+            node = self._network.nodes.get(peer)
+            if node is None or node is self or not node.online:
+                continue
+            if self._peer_id in node._allowed:
+                self.told += 1
                 node.delivered += 1
                 node._queue.put_nowait((self._peer_id, bytes(data)))
 

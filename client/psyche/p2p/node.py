@@ -71,6 +71,7 @@ from psyche.p2p.control import (
     Reserved,
     Serve,
     SetAllowedPeers,
+    Tell,
     Unserve,
     blob_path,
 )
@@ -316,6 +317,12 @@ class P2PNode(Transport):
         ack = await self._host.request(lambda req_id: Publish(req_id, bytes(data)))
         if ack.error:
             raise P2PError(ack.error)
+
+    async def tell(self, peers: Iterable[str], data: bytes) -> None:
+        """Over ``/psyche/tell/1`` (:mod:`psyche.p2p.host.direct`); the host counts the sends."""
+        if len(data) > MAX_ANNOUNCEMENT:
+            raise AnnouncementError(f"announcement of {len(data)} bytes exceeds 4096")
+        self._host.send(Tell(sorted(set(peers)), bytes(data)))
 
     async def announcements(self) -> AsyncIterator[tuple[str, bytes]]:
         """``(peer_id, data)`` for each gossip message from an allowed peer, until stop.

@@ -38,6 +38,7 @@ class Rejection(enum.Enum):
     relay_not_member = "relay_not_member"
     relay_impersonation = "relay_impersonation"
     relay_over_limit = "relay_over_limit"
+    tell_over_limit = "tell_over_limit"
     # In the daemon.
     bad_announcement = "bad_announcement"
     not_epoch_client = "not_epoch_client"
@@ -58,6 +59,7 @@ DESCRIPTION = {
     Rejection.relay_not_member: "relay reservation or circuit from or to a non-member",
     Rejection.relay_impersonation: "relay reservation claiming another peer's id",
     Rejection.relay_over_limit: "relay reservation or circuit beyond the relay's limits",
+    Rejection.tell_over_limit: "direct announcement beyond the peer's budget",
     Rejection.bad_announcement: "malformed or badly signed announcement",
     Rejection.not_epoch_client: "announcement signed by a key that is not a client of the epoch",
     Rejection.stale_result: "training result for a round this client no longer holds",

@@ -75,6 +75,12 @@ class Transport(Protocol):
 
     async def announce(self, data: bytes) -> None: ...
 
+    async def tell(self, peers: Iterable[str], data: bytes) -> None:
+        """Send ``data``, a signed announcement, straight to each of ``peers`` (members), not
+        through gossip; best effort, no reply. Receivers get it from :meth:`announcements` as
+        if gossiped by this peer."""
+        ...
+
     def announcements(self) -> AsyncIterator[tuple[str, bytes]]:
         """``(peer_id, data)`` per gossip message from an allowed peer; one consumer only."""
         ...

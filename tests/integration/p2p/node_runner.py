@@ -68,10 +68,11 @@ class Runner:
         return {"gossip_peers": self.node.gossip_peers()}
 
     async def op_announce(
-        self, step: int, foreign: bool = False, resend: bool = False
+        self, step: int, foreign: bool = False, resend: bool = False, tell: list[str] | None = None
     ) -> dict[str, Any]:
         # ``foreign`` signs with a key that is not this node's: receivers must reject it.
         # ``resend`` sends it again as a trainer does (the daemon's ``Outbox`` schedule).
+        # ``tell``: straight to these peers, not through gossip (``Transport.tell``).
         key = SecretKey.generate() if foreign else self.secret
         blob_hash = hashlib.sha256(step.to_bytes(4, "big")).digest()
         payload = TrainingResult(
@@ -84,6 +85,9 @@ class Runner:
             nonce=0,
         )
         data = sign_announcement(key, payload)
+        if tell is not None:
+            await self.node.tell(tell, data)
+            return {"sent_at": time.time()}
         await self.node.announce(data)
         if resend:
             self.outbox.sent_result(data, height=step, now=time.monotonic())
@@ -93,8 +97,8 @@ class Runner:
     async def _resend(self, height: int) -> None:
         while True:
             await asyncio.sleep(0.5)
-            for data in self.outbox.due(now=time.monotonic(), height=height, training=True):
-                await self.node.announce(data)
+            for resend in self.outbox.due(now=time.monotonic(), height=height, training=True):
+                await self.node.announce(resend.data)
 
     async def op_announce_finished(self, step: int) -> dict[str, Any]:
         await self.node.announce(sign_announcement(self.secret, Finished(step=step, warmup=True)))

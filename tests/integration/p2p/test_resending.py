@@ -59,3 +59,35 @@ def test_a_peer_that_connects_late_gets_the_resent_result_and_not_the_one_sent_o
     assert a.call("askers", hash=plain)["peers"] == []
     for node in members:
         node.stop()
+
+
+def test_a_result_told_directly_reaches_the_member_named_and_no_outsider(
+    reap_children: list[subprocess.Popen[bytes]],
+) -> None:
+    """Later resends go straight to the members that have not asked (``/psyche/tell/1``): the
+    receiver takes the message as gossip from the stream's peer, members only."""
+    nodes = start_nodes("ABC", "tell-run", reap_children)
+    a, b, c = nodes.values()
+    a.call("allow", peers=[b.peer_id, c.peer_id])
+    b.call("allow", peers=[a.peer_id, c.peer_id])
+    c.call("allow", peers=[a.peer_id])  # B is not a member as far as C knows
+    b.call("connect", addrs=a.addrs)
+    c.call("connect", addrs=a.addrs + b.addrs)
+    c.call("wait_peers", n=2, timeout=20)
+    a.call("announce", step=21, tell=[c.peer_id])
+    b.call("announce", step=22, tell=[c.peer_id])
+    got = c.wait_event(lambda e: e.get("step") == 21, timeout=15)
+    assert got["from"] == a.peer_id and got["kind"] == "TrainingResult"
+    deadline = time.monotonic() + 10.0
+    while (counters := c.call("info")["counters"])["rejections"].get("non_member_gossip") != 1:
+        assert time.monotonic() < deadline, counters
+        time.sleep(0.2)
+    assert 22 not in {e.get("step") for e in c.announcements()}
+    assert counters["told_received"] == 1
+    assert 21 not in {e.get("step") for e in b.announcements()}  # told to C alone
+    deadline = time.monotonic() + 5.0
+    while a.call("info")["counters"]["told"] != 1:
+        assert time.monotonic() < deadline, a.call("info")["counters"]
+        time.sleep(0.2)
+    for node in nodes.values():
+        node.stop()

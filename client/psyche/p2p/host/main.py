@@ -70,6 +70,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from psyche.p2p.control import Failed, Init, Ready, decode_parent
 from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.host.channel import ControlChannel
+from psyche.p2p.host.direct import TELL_PROTOCOL
 from psyche.p2p.host.flood_publish import FloodPublishGossipSub
 from psyche.p2p.host.peerstore import make_cleanup_safe
 from psyche.p2p.host.prune_backoff import PruneBackoffGossipSub
@@ -137,6 +138,7 @@ async def _serve(control: ControlChannel, init: Init) -> None:
         subscription = await pubsub.subscribe(state.gossip.topic)
         host.set_stream_handler(TProtocol(BLOB_PROTOCOL), state.handle_blob_stream)
         host.set_stream_handler(TProtocol(PING_PROTOCOL), serve_ping)
+        host.set_stream_handler(TProtocol(TELL_PROTOCOL), state.handle_tell_stream)
         suffix = f"/p2p/{state.me}"
         addrs = [str(a) + suffix for a in host.get_transport_addrs()]
         await control.send(Ready(peer_id=state.me, listen_addrs=addrs))

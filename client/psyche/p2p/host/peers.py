@@ -186,6 +186,9 @@ class HostCounters:
     direct_upgrades_failed: int = 0
     circuits_relayed: int = 0
     relay_refusals: int = 0
+    told: int = 0
+    told_failed: int = 0
+    told_received: int = 0
 
 
 def peer_stats(

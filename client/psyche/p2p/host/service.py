@@ -4,7 +4,8 @@
 serves the parent's requests (:meth:`HostService.control_loop`). Each concern has its module:
 
 * gossip (:mod:`.gossip`): the topic validator (members only, bounded size), deliveries to the
-  parent and queued publishes;
+  parent and queued publishes; announcements sent to or received from named members directly
+  (:mod:`.direct`), delivered the same way;
 * connections (:mod:`.dialing`): dials with a deadline, circuit dials through relays, and a redial
   loop for every peer the parent asked for;
 * NAT traversal: a relay for members (:mod:`.relay`, bounded by :mod:`psyche.p2p.nat`), our
@@ -47,12 +48,14 @@ from psyche.p2p.control import (
     Serve,
     SetAllowedPeers,
     Shutdown,
+    Tell,
     Unserve,
     decode_parent,
 )
 from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, BlobServer, ByteStream, ping
 from psyche.p2p.host.channel import ControlChannel
 from psyche.p2p.host.dialing import Dialer
+from psyche.p2p.host.direct import TELL_PROTOCOL, DirectAnnouncements
 from psyche.p2p.host.fetch import FetchRequest, fetch_blob
 from psyche.p2p.host.gossip import Gossip
 from psyche.p2p.host.hole_punch import CountingDCUtR
@@ -98,6 +101,13 @@ class HostService:
             self.is_allowed,
         )
         self.dialer = Dialer(control, host, self.me, lambda: self.allowed)
+        self.direct = DirectAnnouncements(
+            self.gossip.deliveries_in,
+            self.open_tell_stream,
+            self.is_allowed,
+            self.counters,
+            self.rejections,
+        )
         self.reservations = Reservations(control, host, self.me, self.dialer.connected)
         self.liars: dict[bytes, set[str]] = {}
         """Per blob, the peers that served bytes not matching its hash (insertion ordered)."""
@@ -128,6 +138,15 @@ class HostService:
 
     async def handle_blob_stream(self, stream: Any) -> None:
         await self.server.handle(stream, stream.muxed_conn.peer_id.to_base58())
+
+    async def open_tell_stream(self, peer: str) -> ByteStream:
+        stream: ByteStream = await self.host.new_stream(
+            ID.from_base58(peer), [TProtocol(TELL_PROTOCOL)]
+        )
+        return stream
+
+    async def handle_tell_stream(self, stream: Any) -> None:
+        await self.direct.handle(stream, stream.muxed_conn.peer_id.to_base58())
 
     def liars_for(self, blob_hash: bytes) -> set[str]:
         """The (live, shared) set of peers known to serve wrong bytes for ``blob_hash``."""
@@ -232,12 +251,15 @@ class HostService:
                     self.gossip.publish_in.send_nowait(msg)
                 except trio.WouldBlock:
                     nursery.start_soon(self.control.send, Ack(msg.req_id, "publish queue full"))
+            elif isinstance(msg, Tell):
+                nursery.start_soon(self.direct.send, msg.peers, msg.data)
             elif isinstance(msg, Connect):
                 nursery.start_soon(self.dialer.connect, msg)
             elif isinstance(msg, SetAllowedPeers):
                 self.allowed = frozenset(msg.peer_ids)
                 self.table.retain(self.allowed)
                 self.relay.retain()
+                self.direct.budget.retain(self.allowed)
             elif isinstance(msg, Reserve):
                 nursery.start_soon(self.reservations.reserve, msg)
             elif isinstance(msg, Serve):

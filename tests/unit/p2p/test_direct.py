@@ -49,10 +49,18 @@ def _network(names: dict[str, set[str]]) -> dict[str, _Host]:
     return {name: _Host(name, allowed) for name, allowed in names.items()}
 
 
-async def _wire(hosts: dict[str, _Host], nursery: trio.Nursery, unreachable: set[str]) -> None:
+async def _wire(
+    hosts: dict[str, _Host],
+    nursery: trio.Nursery,
+    unreachable: set[str],
+    connected: set[str] | None = None,
+) -> list[str]:
+    """Wires every host's :class:`DirectAnnouncements`; returns the peers dialled, in order."""
+    opened: list[str] = []
     for host in hosts.values():
 
         async def open_stream(peer: str, me: str = host.me) -> ByteStream:
+            opened.append(peer)
             if peer in unreachable or peer not in hosts:
                 raise ConnectionRefusedError(f"cannot dial {peer}")
             ours, theirs = trio.testing.memory_stream_pair()
@@ -67,7 +75,9 @@ async def _wire(hosts: dict[str, _Host], nursery: trio.Nursery, unreachable: set
             host.allowed.__contains__,
             host.counters,
             host.rejections,
+            None if connected is None else (lambda: connected),
         )
+    return opened
 
 
 def test_a_member_told_directly_gets_the_message_as_gossip_from_the_sender() -> None:
@@ -88,6 +98,26 @@ def test_a_member_told_directly_gets_the_message_as_gossip_from_the_sender() -> 
         assert hosts[name].counters.told_received == 1
     # The outsider is not a member: never dialled. The unreachable member is counted.
     assert hosts["a"].counters.told == 2 and hosts["a"].counters.told_failed == 1
+
+
+def test_only_connected_members_are_told_and_the_others_counted() -> None:
+    # A member that is gone or being redialled would hold a send slot for the whole deadline.
+    hosts = _network({"a": {"b", "c"}, "b": {"a"}, "c": {"a"}})
+    opened: list[list[str]] = []
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            opened.append(await _wire(hosts, nursery, unreachable=set(), connected={"b"}))
+            direct = hosts["a"].direct
+            assert direct is not None
+            await direct.send(["b", "c"], b"r")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+    assert opened == [["b"]]
+    assert [d.data for d in hosts["b"].got()] == [b"r"] and hosts["c"].got() == []
+    assert hosts["a"].counters.told == 1 and hosts["a"].counters.told_failed == 1
 
 
 def test_a_non_member_or_oversized_message_is_refused_and_counted() -> None:

@@ -9,7 +9,7 @@ On loaded cores py-libp2p's meshes churn; at 32 real hosts on 2 cores a receiver
 16–18 producers' results, nor any of their resends, in 2 of 5 runs (bench/README.md, "Scale").
 A client that never hears a result the consensus holds drops out of the epoch. The trainer knows
 exactly who has not heard its result — every fetch asks the announcer first, and its host
-reports the askers — so its later resends go to those members alone, over a connection it
+reports the askers — so its resends go to those members alone, over the connections it
 already has (``psyche.daemon.resending``). The receiving host treats the bytes as gossip from the
 stream's (Noise-authenticated) peer: members only, bounded size, handed to the parent as a
 :class:`~psyche.p2p.control.Delivery`, where the daemon opens it like any announcement (its
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Set
 
 import trio
 
@@ -102,10 +102,12 @@ class DirectAnnouncements:
         is_allowed: Callable[[str], bool],
         counters: HostCounters,
         rejections: Rejections,
+        connected: Callable[[], Set[str]] | None = None,
     ) -> None:
         self.deliveries = deliveries
         self.open_stream = open_stream
         self.is_allowed = is_allowed
+        self.connected = connected
         self.counters = counters
         self.rejections = rejections
         self.budget = TellBudget()
@@ -142,14 +144,21 @@ class DirectAnnouncements:
                 await stream.close()
 
     async def send(self, peers: Iterable[str], data: bytes) -> None:
-        """Tell each of ``peers`` (members only) ``data``, a few streams at a time; a peer that
-        cannot be reached in :data:`SEND_TIMEOUT_S` is counted (``told_failed``) and skipped:
-        the sender's next resend, or gossip, may still reach it."""
+        """Tell each of ``peers`` (members only) ``data``, a few streams at a time, over the
+        connections this host holds: a member it is not connected to (gone, or being redialled
+        by :mod:`.dialing`) is not dialled here, where a dead peer would hold a send slot for
+        the whole deadline. A member not connected or not reached in :data:`SEND_TIMEOUT_S` is
+        counted (``told_failed``) and skipped: the sender's next resend may still reach it."""
         frame = encode_tell(data)
+        connected = None if self.connected is None else self.connected()
         async with trio.open_nursery() as nursery:
             for peer in peers:
-                if self.is_allowed(peer):
-                    nursery.start_soon(self._send_one, peer, frame)
+                if not self.is_allowed(peer):
+                    continue
+                if connected is not None and peer not in connected:
+                    self.counters.told_failed += 1
+                    continue
+                nursery.start_soon(self._send_one, peer, frame)
 
     async def _send_one(self, peer: str, frame: bytes) -> None:
         async with self._sending:

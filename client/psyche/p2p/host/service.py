@@ -107,6 +107,7 @@ class HostService:
             self.is_allowed,
             self.counters,
             self.rejections,
+            self.dialer.connected,
         )
         self.reservations = Reservations(control, host, self.me, self.dialer.connected)
         self.liars: dict[bytes, set[str]] = {}

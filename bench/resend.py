@@ -100,7 +100,7 @@ async def run_mode(args: argparse.Namespace, resend: bool) -> dict[str, Any]:
                 await asyncio.sleep(0.5)
                 for i, box in enumerate(boxes):
                     # As the daemon does: not again once every other host asked for the
-                    # payload, and after the first resend only to the hosts that did not.
+                    # payload, and then straight to the hosts that did not.
                     others = frozenset(p for j, p in enumerate(ids) if j != i)
                     due = box.due(
                         now=time.monotonic(), height=step_now, training=True,

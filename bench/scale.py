@@ -705,8 +705,8 @@ async def p2p(
         async def resender() -> None:
             # As the daemon does (psyche.daemon.resending): each announcement again 4, 12 and
             # 28 s after the first while its round can still be witnessed, unless every other
-            # host has asked for its payload; the first through gossip, the others straight to
-            # the hosts that have not asked (``resend_all``: every resend through gossip to
+            # host has asked for its payload, and then straight to the hosts that have not
+            # asked (``resend_all``: every resend through gossip to
             # everyone, as until 2026-12-06; ``gossip_resends``: through gossip, as until
             # 2026-12-07).
             while True:

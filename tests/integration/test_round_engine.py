@@ -467,7 +467,7 @@ def test_a_client_no_gossip_reaches_keeps_up_through_direct_resends(
     tiny_corpus: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct: bool
 ) -> None:
     """Client 2 receives no gossip at all (a host left out of every mesh, seen at 32 real hosts
-    on 2 cores): its peers' later resends go straight to the members that have not asked for
+    on 2 cores): its peers' resends go straight to the members that have not asked for
     their payloads, so it holds every result, applies every round and keeps their weights;
     with every resend through gossip it has nothing to apply with and sits the epoch out.
 

@@ -128,16 +128,15 @@ class Outbox:
                     if not missing:
                         self.settled += 1
                         continue
-                direct = missing is not None and e.resends >= DIRECT_FROM
+                to = missing if e.resends >= DIRECT_FROM else None
                 # One resend per call, even after a long pause: the message is what matters,
                 # not the count.
                 e.resends = next(
                     (i for i, t in enumerate(RESEND_AFTER_S) if now - e.first_sent < t),
                     len(RESEND_AFTER_S),
                 )
-                out.append(Resend(e.data, missing if direct else None))
-                if direct and missing is not None:
-                    self.told += len(missing)
+                out.append(Resend(e.data, to))
+                self.told += len(to or ())
             if e.resends < len(RESEND_AFTER_S):
                 keep.append(e)
         self._entries = keep

@@ -306,9 +306,9 @@ class Counters(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     relay_refusals: U64 = 0
     """Reservations and circuits this host's relay refused (detail in ``rejections``)."""
     told: U64 = 0
-    """Announcements sent straight to a member (:class:`Tell`), one per member."""
+    """Announcements sent straight to a member (:class:`Tell`) and delivered, one per member."""
     told_failed: U64 = 0
-    """Of those, members not reached within the send deadline."""
+    """Members of a :class:`Tell` not connected, or not reached within the send deadline."""
     told_received: U64 = 0
     """Announcements members sent straight to this host that it handed to the parent."""
 

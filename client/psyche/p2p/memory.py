@@ -117,8 +117,7 @@ class MemoryTransport(Transport):
                 if node.lose_first_copy and (self._peer_id, bytes(data)) not in node._lost:
                     node._lost.add((self._peer_id, bytes(data)))
                     continue
-                node.delivered += 1
-                node._queue.put_nowait((self._peer_id, bytes(data)))
+                node._put(self._peer_id, data)
 
     async def tell(self, peers: Iterable[str], data: bytes) -> None:
         if not self.online:
@@ -129,8 +128,11 @@ class MemoryTransport(Transport):
                 continue
             if self._peer_id in node._allowed:
                 self.told += 1
-                node.delivered += 1
-                node._queue.put_nowait((self._peer_id, bytes(data)))
+                node._put(self._peer_id, data)
+
+    def _put(self, origin: str, data: bytes) -> None:
+        self.delivered += 1
+        self._queue.put_nowait((origin, bytes(data)))
 
     async def announcements(self) -> AsyncIterator[tuple[str, bytes]]:
         while True:

@@ -36,6 +36,9 @@ class _Host:
         self.allowed = allowed
         self.direct: DirectAnnouncements | None = None
 
+    def deliver(self, origin: str, data: bytes) -> None:
+        self.send_in.send_nowait(Delivery(from_peer=origin, data=data))
+
     def got(self) -> list[Delivery]:
         out = []
         while True:
@@ -70,7 +73,7 @@ async def _wire(
             return Stream(ours)
 
         host.direct = DirectAnnouncements(
-            host.send_in,
+            host.deliver,
             open_stream,
             host.allowed.__contains__,
             host.counters,

@@ -11,8 +11,8 @@ A client that never hears a result the consensus holds drops out of the epoch. T
 exactly who has not heard its result — every fetch asks the announcer first, and its host
 reports the askers — so its resends go to those members alone, over the connections it
 already has (``psyche.daemon.resending``). The receiving host treats the bytes as gossip from the
-stream's (Noise-authenticated) peer: members only, bounded size, handed to the parent as a
-:class:`~psyche.p2p.control.Delivery`, where the daemon opens it like any announcement (its
+stream's (Noise-authenticated) peer: members only, bounded size, handed to the parent as gossip
+is (:meth:`.gossip.Gossip.deliver`), where the daemon opens it like any announcement (its
 signature names the same key) and takes a repeat as a no-op.
 
 A member could use the protocol to flood a host, so each peer gets a small budget
@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable, Iterable, Set
 
 import trio
 
-from psyche.p2p.control import Delivery
 from psyche.p2p.host.blobs import ByteStream, cleanup_scope, read_exactly
 from psyche.p2p.host.peers import HostCounters
 from psyche.p2p.messages import MAX_ANNOUNCEMENT
@@ -41,7 +40,6 @@ __all__ = [
     "TELL_REFILL_PER_S",
     "DirectAnnouncements",
     "TellBudget",
-    "decode_length",
     "encode_tell",
 ]
 
@@ -61,10 +59,6 @@ def encode_tell(data: bytes) -> bytes:
     if not 0 < len(data) <= MAX_ANNOUNCEMENT:
         raise ValueError(f"a direct announcement is 1 to {MAX_ANNOUNCEMENT} bytes")
     return len(data).to_bytes(_LEN, "big") + bytes(data)
-
-
-def decode_length(header: bytes) -> int:
-    return int.from_bytes(header, "big")
 
 
 class TellBudget:
@@ -97,14 +91,14 @@ class DirectAnnouncements:
 
     def __init__(
         self,
-        deliveries: trio.MemorySendChannel[Delivery],
+        deliver: Callable[[str, bytes], None],
         open_stream: Callable[[str], Awaitable[ByteStream]],
         is_allowed: Callable[[str], bool],
         counters: HostCounters,
         rejections: Rejections,
         connected: Callable[[], Set[str]] | None = None,
     ) -> None:
-        self.deliveries = deliveries
+        self.deliver = deliver
         self.open_stream = open_stream
         self.is_allowed = is_allowed
         self.connected = connected
@@ -123,7 +117,7 @@ class DirectAnnouncements:
                 self.rejections.record(Rejection.tell_over_limit, peer)
                 return
             with trio.fail_after(READ_TIMEOUT_S):
-                length = decode_length(await read_exactly(stream, _LEN))
+                length = int.from_bytes(await read_exactly(stream, _LEN), "big")
                 if not 0 < length <= MAX_ANNOUNCEMENT:
                     self.counters.dropped_oversize += 1
                     self.rejections.record(
@@ -132,11 +126,7 @@ class DirectAnnouncements:
                     return
                 data = await read_exactly(stream, length)
             self.counters.told_received += 1
-            try:
-                self.deliveries.send_nowait(Delivery(from_peer=peer, data=data))
-            except trio.WouldBlock:
-                self.counters.dropped_overflow += 1
-                log.warning("parent is not reading gossip; dropped a message from %s", peer)
+            self.deliver(peer, data)
         except Exception as e:
             log.debug("direct announcement from %s failed: %s", peer, e)
         finally:

@@ -80,11 +80,16 @@ class Gossip:
                 # The daemon applies its own announcements directly (docs/protocol.md,
                 # "Training and publishing").
                 continue
-            try:
-                self.deliveries_in.send_nowait(Delivery(from_peer=origin, data=msg.data))
-            except trio.WouldBlock:
-                self.counters.dropped_overflow += 1
-                log.warning("parent is not reading gossip; dropped a message from %s", origin)
+            self.deliver(origin, msg.data)
+
+    def deliver(self, origin: str, data: bytes) -> None:
+        """Hand ``data`` from ``origin`` to the parent (gossip, or :mod:`.direct`), or count
+        and log the drop when the parent is not keeping up."""
+        try:
+            self.deliveries_in.send_nowait(Delivery(from_peer=origin, data=data))
+        except trio.WouldBlock:
+            self.counters.dropped_overflow += 1
+            log.warning("parent is not reading gossip; dropped a message from %s", origin)
 
     async def forward_deliveries(self) -> None:
         async for delivery in self.deliveries_out:

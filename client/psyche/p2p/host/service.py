@@ -24,6 +24,7 @@ serves the parent's requests (:meth:`HostService.control_loop`). Each concern ha
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,8 @@ class HostService:
         )
         self.dialer = Dialer(control, host, self.me, lambda: self.allowed)
         self.direct = DirectAnnouncements(
-            self.gossip.deliveries_in,
-            self.open_tell_stream,
+            self.gossip.deliver,
+            functools.partial(self.open_stream, protocol=TELL_PROTOCOL),
             self.is_allowed,
             self.counters,
             self.rejections,
@@ -131,20 +132,12 @@ class HostService:
 
     # ---- blobs -------------------------------------------------------------------------------
 
-    async def open_blob_stream(self, peer: str) -> ByteStream:
-        stream: ByteStream = await self.host.new_stream(
-            ID.from_base58(peer), [TProtocol(BLOB_PROTOCOL)]
-        )
+    async def open_stream(self, peer: str, protocol: str = BLOB_PROTOCOL) -> ByteStream:
+        stream: ByteStream = await self.host.new_stream(ID.from_base58(peer), [TProtocol(protocol)])
         return stream
 
     async def handle_blob_stream(self, stream: Any) -> None:
         await self.server.handle(stream, stream.muxed_conn.peer_id.to_base58())
-
-    async def open_tell_stream(self, peer: str) -> ByteStream:
-        stream: ByteStream = await self.host.new_stream(
-            ID.from_base58(peer), [TProtocol(TELL_PROTOCOL)]
-        )
-        return stream
 
     async def handle_tell_stream(self, stream: Any) -> None:
         await self.direct.handle(stream, stream.muxed_conn.peer_id.to_base58())
@@ -176,7 +169,7 @@ class HostService:
                     blob_dir=self.blob_dir,
                     table=self.table,
                     is_allowed=self.is_allowed,
-                    open_stream=self.open_blob_stream,
+                    open_stream=self.open_stream,
                     rejections=self.rejections,
                     liars=self.liars_for(req.blob_hash),
                     connected=self.dialer.connected,
@@ -206,9 +199,7 @@ class HostService:
     async def ping_one(self, peer: str) -> None:
         with trio.move_on_after(2.0):
             try:
-                stream = await self.host.new_stream(
-                    ID.from_base58(peer), [TProtocol(PING_PROTOCOL)]
-                )
+                stream = await self.open_stream(peer, PING_PROTOCOL)
                 self.table.record_latency(peer, await ping(stream))
             except Exception as e:
                 log.debug("ping %s failed: %s", peer, e)

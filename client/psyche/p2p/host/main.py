@@ -68,6 +68,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
 from psyche.p2p.control import Failed, Init, Ready, decode_parent
+from psyche.p2p.host import handled_failures
 from psyche.p2p.host.blobs import BLOB_PROTOCOL, PING_PROTOCOL, serve_ping
 from psyche.p2p.host.channel import ControlChannel
 from psyche.p2p.host.direct import TELL_PROTOCOL
@@ -78,7 +79,7 @@ from psyche.p2p.host.service import HostService
 from psyche.p2p.host.yamux_credit import send_credit_in_steps
 from psyche.protocol.identity import SecretKey
 
-__all__ = ["DialFailuresAtDebug", "libp2p_key_pair", "main"]
+__all__ = ["libp2p_key_pair", "main"]
 
 log = logging.getLogger("psyche.p2p.host")
 
@@ -189,31 +190,8 @@ def _setup_logging(level: int) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s p2p-host[%(process)d] %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("libp2p").setLevel(max(level, logging.WARNING))
+    handled_failures.install(level)
     logging.getLogger("multiaddr").setLevel(max(level, logging.WARNING))
-    logging.getLogger(_TCP_LOGGER).addFilter(DialFailuresAtDebug(level))
-
-
-_TCP_LOGGER = "libp2p.transport.tcp.tcp"
-_DIAL_FAILURES = ("Failed to open TCP stream", "Unexpected error opening TCP stream")
-
-
-class DialFailuresAtDebug(logging.Filter):
-    """py-libp2p's TCP transport logs every failed dial at ERROR and then raises to the caller,
-    which counts it (fetch failures, hole-punch outcomes) and logs what it means. With NAT'd
-    peers failed dials are expected (a private address, a punch that did not take), so these
-    lines are demoted to DEBUG: shown only when the host logs at DEBUG."""
-
-    def __init__(self, level: int) -> None:
-        super().__init__()
-        self.level = level
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG and record.getMessage().startswith(_DIAL_FAILURES):
-            if self.level > logging.DEBUG:
-                return False
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
 
 
 _dirs_to_remove_on_exit: list[str] = []

@@ -229,7 +229,9 @@ def test_late_joiner_fetches_the_model_from_peers_and_trains_with_identical_weig
         data_port=free_port(),
         base=TINY if optimizer == "distro" else ROOT / "config" / "tiny-sparseloco",
         total_steps=300,
-        epoch_time=40,
+        # The joiner's process starts during the first epoch and must be up by the second's
+        # warmup: 55 s here, against 15–25 s for a client to start on a loaded 2-core machine.
+        epoch_time=30,
         warmup_time=15,
         cooldown_time=10,
         max_round_train_time=10,

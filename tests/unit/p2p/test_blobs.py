@@ -82,14 +82,22 @@ def run_fetch(
     opened: list[str] = []
 
     running: set[object] = set()
+    # Set while no server runs. An event rather than a poll: under a MockClock every poll's
+    # sleep is one autojump, each after its threshold of real time (50 s per test at 0.5 s).
+    idle = [trio.Event()]
+    idle[0].set()
 
     async def serve(handler: Handler, stream: ByteStream) -> None:
         token = object()
+        if idle[0].is_set():
+            idle[0] = trio.Event()
         running.add(token)
         try:
             await handler(stream)
         finally:
             running.discard(token)
+            if not running:
+                idle[0].set()
 
     async def main() -> FetchDone:
         async with trio.open_nursery() as nursery:
@@ -112,8 +120,7 @@ def run_fetch(
                 connected=None if connected is None else (lambda: connected),
             )
             with trio.move_on_after(1.0):  # let servers finish their bookkeeping (not stallers)
-                while running:
-                    await trio.sleep(0.01)
+                await idle[0].wait()
             nursery.cancel_scope.cancel()
             return done
 

@@ -1,9 +1,11 @@
-"""The host process's logging: py-libp2p failures its callers handle are not reported as errors,
-and py-libp2p's other warnings reach the host's handlers."""
+"""The host process's logging: py-libp2p failures its callers handle are not reported as errors;
+its other warnings keep their level."""
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -48,17 +50,10 @@ def host_logging() -> Iterator[None]:
 
     names = ["libp2p", *HANDLED]
     saved = {n: (list(logging.getLogger(n).filters), logging.getLogger(n).level) for n in names}
-    libp2p = logging.getLogger("libp2p")
-    propagate = libp2p.propagate
-    # pytest hangs its capturing handlers on every logger that does not propagate when a test's
-    # call begins, as py-libp2p's does at import; with propagation turned on in the test they
-    # would see every line twice. Turned on before the call, as the host turns it on at start.
-    libp2p.propagate = True
     yield
     for n, (filters, level) in saved.items():
         logging.getLogger(n).filters[:] = filters
         logging.getLogger(n).setLevel(level)
-    libp2p.propagate = propagate
 
 
 def _emit_all() -> None:
@@ -73,11 +68,7 @@ def test_handled_failures_are_dropped_and_other_lines_keep_their_level(
 ) -> None:
     from psyche.p2p.host import handled_failures
 
-    # py-libp2p turns its propagation off at import; install() must bring its lines to the
-    # host's handlers (caplog listens at the root, as basicConfig's handler does).
-    logging.getLogger("libp2p").propagate = False
     handled_failures.install(logging.INFO)
-    assert logging.getLogger("libp2p").propagate
     with caplog.at_level(logging.DEBUG):
         _emit_all()
     shown = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
@@ -96,3 +87,22 @@ def test_a_host_at_debug_shows_handled_failures_as_debug_lines(
     expected = [(n, "DEBUG", m) for n, m in HANDLED_LINES]
     expected += [(n, logging.getLevelName(lv), m) for n, lv, m in OTHER_LINES]
     assert shown == expected
+
+
+def test_the_host_process_prints_only_what_is_not_handled() -> None:
+    """In a fresh process, as the host sets itself up: py-libp2p imported (it turns its loggers'
+    propagation off and sets some of them to INFO itself), then the host's logging at INFO."""
+    script = f"""
+import logging, libp2p
+from psyche.p2p.host.main import _setup_logging
+_setup_logging(logging.INFO)
+logging.getLogger("libp2p.network.auto_connector").info("AUTO_CONNECTOR_STATE: num_connections=0")
+for name, message in {HANDLED_LINES!r}:
+    logging.getLogger(name).error(message)
+logging.getLogger("libp2p.pubsub.gossipsub").warning("GRAFT flood detected from peer {PEER}")
+"""
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [f"GRAFT flood detected from peer {PEER}"]

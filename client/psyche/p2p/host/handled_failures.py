@@ -10,9 +10,10 @@ printed 285 seven-line "Failed to open stream" reports, 163 multiselect handshak
 those with its own penalty). These messages are demoted to DEBUG: shown only when the host logs
 at DEBUG, and any other line of the same loggers keeps its level.
 
-py-libp2p also turns its loggers' propagation off at import, which left its warnings to
-:data:`logging.lastResort` (bare messages without the host's prefix); :func:`install` turns it
-back on so they read like every other host line.
+py-libp2p turns its loggers' propagation off at import, so its lines reach stderr through
+:data:`logging.lastResort` (WARNING and above, bare messages); that is left as it is. Turned on,
+it let through the INFO lines of loggers the library sets to INFO itself
+(``libp2p.network.auto_connector``: two lines every 10 s per host, seen in CI's logs).
 """
 
 from __future__ import annotations
@@ -57,10 +58,8 @@ class HandledFailuresAtDebug(logging.Filter):
 
 
 def install(level: int) -> None:
-    """Route py-libp2p's log through the host's handlers at ``level`` (never below WARNING:
-    its INFO and DEBUG lines are per-frame) with the handled failures demoted."""
-    libp2p = logging.getLogger("libp2p")
-    libp2p.setLevel(max(level, logging.WARNING))
-    libp2p.propagate = True
+    """py-libp2p's log at ``level`` (never below WARNING: its INFO and DEBUG lines are
+    per-frame) with the handled failures demoted."""
+    logging.getLogger("libp2p").setLevel(max(level, logging.WARNING))
     for name, pattern in HANDLED.items():
         logging.getLogger(name).addFilter(HandledFailuresAtDebug(level, pattern))

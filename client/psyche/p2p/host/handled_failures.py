@@ -7,13 +7,15 @@ and hole-punch outcomes) and log what it means, and with peers behind NAT, peers
 hosts on two cores they are routine: a 10-round, 32-host ``bench/scale.py --p2p-hosts`` run
 printed 285 seven-line "Failed to open stream" reports, 163 multiselect handshake errors and
 1,271 GossipSub ``GRAFT: ignoring request ... back off`` warnings (the library already answers
-those with its own penalty). These messages are demoted to DEBUG: shown only when the host logs
-at DEBUG, and any other line of the same loggers keeps its level.
+those with its own penalty). These messages are demoted to DEBUG records (dropped unless the host
+logs at DEBUG), and any other line of the same loggers keeps its level.
 
 py-libp2p turns its loggers' propagation off at import, so its lines reach stderr through
 :data:`logging.lastResort` (WARNING and above, bare messages); that is left as it is. Turned on,
 it let through the INFO lines of loggers the library sets to INFO itself
-(``libp2p.network.auto_connector``: two lines every 10 s per host, seen in CI's logs).
+(``libp2p.network.auto_connector``: two lines every 10 s per host, seen in CI's logs). So even
+at DEBUG a demoted record reaches stderr only through a handler py-libp2p's own
+``LIBP2P_DEBUG`` set-up attaches; lastResort passes WARNING and above.
 """
 
 from __future__ import annotations

@@ -63,30 +63,26 @@ def _emit_all() -> None:
         logging.getLogger(name).log(level, message)
 
 
-def test_handled_failures_are_dropped_and_other_lines_keep_their_level(
-    host_logging: None, caplog: pytest.LogCaptureFixture
+SHOWN_AT = {
+    # At INFO the handled failures are gone and every other line keeps its level.
+    logging.INFO: [(n, logging.getLevelName(lv), m) for n, lv, m in OTHER_LINES],
+    # A host at DEBUG keeps them, as DEBUG records.
+    logging.DEBUG: [(n, "DEBUG", m) for n, m in HANDLED_LINES]
+    + [(n, logging.getLevelName(lv), m) for n, lv, m in OTHER_LINES],
+}
+
+
+@pytest.mark.parametrize("host_level", list(SHOWN_AT), ids=logging.getLevelName)
+def test_handled_failures_are_demoted_and_other_lines_keep_their_level(
+    host_logging: None, caplog: pytest.LogCaptureFixture, host_level: int
 ) -> None:
     from psyche.p2p.host import handled_failures
 
-    handled_failures.install(logging.INFO)
-    with caplog.at_level(logging.DEBUG):
-        _emit_all()
-    shown = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
-    assert shown == OTHER_LINES
-
-
-def test_a_host_at_debug_shows_handled_failures_as_debug_lines(
-    host_logging: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    from psyche.p2p.host import handled_failures
-
-    handled_failures.install(logging.DEBUG)
+    handled_failures.install(host_level)
     with caplog.at_level(logging.DEBUG):
         _emit_all()
     shown = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
-    expected = [(n, "DEBUG", m) for n, m in HANDLED_LINES]
-    expected += [(n, logging.getLevelName(lv), m) for n, lv, m in OTHER_LINES]
-    assert shown == expected
+    assert shown == SHOWN_AT[host_level]
 
 
 def test_the_host_process_prints_only_what_is_not_handled() -> None:

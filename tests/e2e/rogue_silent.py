@@ -34,6 +34,6 @@ async def _silent_poll(self: Any, coord: Any) -> None:
 if __name__ == "__main__":
     TrainingStep.start = _silent_round  # type: ignore[method-assign]
     TrainingStep.poll = _silent_poll  # type: ignore[method-assign]
-    from psyche.cli.main import cli
+    from psyche.cli.main import main
 
-    cli(sys.argv[1:], prog_name="psyche")
+    main(sys.argv[1:], prog_name="psyche")

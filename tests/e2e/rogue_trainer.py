@@ -210,10 +210,10 @@ if __name__ == "__main__":
     else:
         Trainer.train_step = _rogue_train_step  # type: ignore[method-assign]
     if os.environ.get("PSYCHE_ROGUE_CLI") == "solana":
-        from psyche.cli.solana import solana
+        from psyche.cli.solana import main as solana_main
 
-        solana(sys.argv[1:], prog_name="psyche-solana-client")
+        solana_main(sys.argv[1:], prog_name="psyche-solana-client")
     else:
-        from psyche.cli.main import cli
+        from psyche.cli.main import main
 
-        cli(sys.argv[1:], prog_name="psyche")
+        main(sys.argv[1:], prog_name="psyche")

@@ -22,6 +22,6 @@ def _empty_witness(proof: Any, attested: Any, bloom_seed: int) -> Witness:
 
 if __name__ == "__main__":
     witnessing.build_witness = _empty_witness  # type: ignore[assignment]
-    from psyche.cli.main import cli
+    from psyche.cli.main import main
 
-    cli(sys.argv[1:], prog_name="psyche")
+    main(sys.argv[1:], prog_name="psyche")

@@ -24,6 +24,7 @@ from psyche.cli.daemon_options import (
 )
 from psyche.cli.exit_codes import EXIT_INTERRUPTED, CliGroup
 from psyche.cli.help_markdown import add_print_all_help
+from psyche.cli.process_exit import ProcessMain
 
 
 @click.group(cls=CliGroup)
@@ -105,3 +106,6 @@ def train(
 
 
 add_print_all_help(client, "psyche-centralized-client")
+
+main = ProcessMain(client)
+"""The ``psyche-centralized-client`` process."""

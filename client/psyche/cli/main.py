@@ -13,6 +13,7 @@ from psyche.cli.exit_codes import CliGroup
 from psyche.cli.explorer import explorer  # light: heavy imports are inside the command
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.model import model_group
+from psyche.cli.process_exit import ProcessMain
 from psyche.cli.server import server
 from psyche.cli.solana import solana
 from psyche.cli.testnet import testnet
@@ -36,5 +37,8 @@ cli.add_command(explorer, "explorer")
 
 add_print_all_help(cli, "psyche")
 
+main = ProcessMain(cli)
+"""The ``psyche`` process (the console script, ``python -m psyche.cli.main``)."""
+
 if __name__ == "__main__":
-    cli()
+    main()

@@ -21,6 +21,7 @@ from rich.table import Table
 from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.input_files import InputFile
+from psyche.cli.process_exit import ProcessMain
 from psyche.protocol.locations import ServerData
 from psyche.protocol.model import LLM
 from psyche.protocol.optimizers import DistroOptimizer, SparseLoCoOptimizer
@@ -273,3 +274,6 @@ def run_cmd(
 
 
 add_print_all_help(server, "psyche-centralized-server")
+
+main = ProcessMain(server)
+"""The ``psyche-centralized-server`` process."""

@@ -27,6 +27,7 @@ import click
 from psyche.cli import solana_admin, solana_join, solana_mining_pool, solana_treasurer
 from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
+from psyche.cli.process_exit import ProcessMain
 from psyche.cli.solana_options import DIRECT_ENV, envvars, unquote_environ
 
 
@@ -52,3 +53,6 @@ for command in (
 
 
 add_print_all_help(solana, "psyche-solana-client")
+
+main = ProcessMain(solana)
+"""The ``psyche-solana-client`` process."""

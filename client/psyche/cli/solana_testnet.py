@@ -16,6 +16,7 @@ from rich.console import Console
 
 from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
+from psyche.cli.process_exit import ProcessMain
 from psyche.cli.solana_options import check_run_id
 from psyche.cli.testnet import net_options, run_and_report, testnet_options
 
@@ -171,3 +172,6 @@ def start(
 
 
 add_print_all_help(solana_testnet, "psyche-solana-local-testnet")
+
+main = ProcessMain(solana_testnet)
+"""The ``psyche-solana-local-testnet`` process."""

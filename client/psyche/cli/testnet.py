@@ -21,6 +21,7 @@ from psyche.cli.exit_codes import CliGroup
 from psyche.cli.help_markdown import add_print_all_help
 from psyche.cli.input_files import InputFile
 from psyche.cli.paths import AbsolutePath, absolute_entries
+from psyche.cli.process_exit import ProcessMain
 
 if TYPE_CHECKING:
     from psyche.testnet.base import LocalTestnet
@@ -358,3 +359,6 @@ def _status(net: LocalTestnet) -> Group:
 
 
 add_print_all_help(testnet, "psyche-centralized-local-testnet")
+
+main = ProcessMain(testnet)
+"""The ``psyche-centralized-local-testnet`` process."""

@@ -348,11 +348,14 @@ def _programs() -> dict[str, click.Command]:
     """Every console script of pyproject.toml, by name."""
     import importlib
 
+    from psyche.cli.process_exit import ProcessMain
+
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     found = {}
     for name, ref in scripts.items():
         module, attr = ref.split(":")
-        found[name] = getattr(importlib.import_module(module), attr)
+        entry = getattr(importlib.import_module(module), attr)
+        found[name] = entry.command if isinstance(entry, ProcessMain) else entry
     return found
 
 

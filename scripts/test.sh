@@ -16,5 +16,7 @@ bash scripts/rust-test.sh
 echo "== ruff"
 ruff check "${paths[@]}"
 ruff format --check "${paths[@]}"
-echo "== mypy"; mypy
+# mypy's cache lives beside the other caches, outside the clone: a fresh clone is checked in
+# seconds, not 1.5 minutes (mypy compares each file's hash, so a changed file is checked again).
+echo "== mypy"; MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${PSYCHE_CACHE_DIR:-$HOME/.cache/psyche}/mypy}" mypy
 echo "== pytest"; pytest "$@"

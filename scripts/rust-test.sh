@@ -11,6 +11,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${PSYCHE_CACHE_DIR:-$HOME/.cache/ps
 # solana-program-test logs every instruction at debug level unless told otherwise.
 export RUST_LOG="${RUST_LOG:-error}"
 sbf_dir="${SBF_OUT:-$root/target/deploy}"
+# A fresh clone's sources are newer than any build; unchanged ones get their old mtimes back.
+python3 "$root/scripts/cargo_mtimes.py" "${PSYCHE_CACHE_DIR:-$HOME/.cache/psyche}/cargo-mtimes.json"
 echo "== cargo fmt";    cargo fmt --all --check
 echo "== cargo clippy"; cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test (native)"; cargo test --workspace "$@"

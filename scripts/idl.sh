@@ -3,5 +3,7 @@
 # idl-build machinery, no anchor CLI); `scripts/idl.sh --check` fails if the committed IDL is stale.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/psyche/cargo-target}"
+# A target directory of its own: the programs built with `idl-build` and without it share
+# fingerprints, so in one directory this check and `cargo test` rebuilt each other's (45 s a run).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/psyche/cargo-target}/idl-build"
 exec python3 "$root/scripts/idl.py" "$@"

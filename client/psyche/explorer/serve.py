@@ -108,6 +108,10 @@ async def serve(s: ExplorerSettings) -> None:
             indexing.cancel()
         server.should_exit = True
         await asyncio.gather(*running, return_exceptions=True)
+        # Closing the connections checkpoints SQLite's WAL into the database file, so a stopped
+        # explorer leaves one self-contained file (the process ends without the interpreter's
+        # teardown, which used to close them: psyche.cli.process_exit).
+        store.engine.dispose()
 
 
 def _open(s: ExplorerSettings) -> Engine:

@@ -1,5 +1,6 @@
 """``psyche explorer serve`` as a process: a free port, the ready file, an API answer, a clean
-SIGTERM that logs what following cost; usage errors and a database from the future exit 2."""
+SIGTERM that logs what following cost and leaves no WAL beside the database; usage errors and a
+database from the future exit 2."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
     assert any("calls in" in line and "per minute" in line for line in lines), lines
     assert "Traceback" not in err.decode()
     assert (tmp_path / "db.sqlite").is_file()
+    # Stopped, it closed its connections: the WAL is checkpointed into one self-contained file.
+    assert not (tmp_path / "db.sqlite-wal").exists()
 
 
 def test_bad_invocations_exit_2_with_one_line(tmp_path: Path) -> None:

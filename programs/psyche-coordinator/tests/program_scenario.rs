@@ -318,9 +318,8 @@ fn write_or_compare(name: &str, value: &Value) {
 fn errors_table() -> Value {
     let mut table = serde_json::Map::new();
     for program in ["psyche_coordinator", "psyche_authorizer"] {
-        let idl = common::read_json(
-            &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../idl/{program}.json")),
-        );
+        let idl =
+            common::read_json(&common::manifest_dir().join(format!("../../idl/{program}.json")));
         let mut errors = serde_json::Map::new();
         for e in idl["errors"].as_array().expect("IDL errors") {
             errors.insert(e["name"].as_str().unwrap().to_string(), e["code"].clone());

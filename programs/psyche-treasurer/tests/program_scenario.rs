@@ -434,9 +434,7 @@ fn update_args(p: &RunUpdateParams) -> Value {
 
 /// The treasurer's errors (name → code) from the committed IDL.
 fn errors_table() -> Value {
-    let idl = common::read_json(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../idl/psyche_treasurer.json"),
-    );
+    let idl = common::read_json(&common::manifest_dir().join("../../idl/psyche_treasurer.json"));
     let mut errors = serde_json::Map::new();
     for e in idl["errors"].as_array().expect("IDL errors") {
         errors.insert(e["name"].as_str().unwrap().to_string(), e["code"].clone());

@@ -8,9 +8,16 @@ pub mod replay;
 
 use std::path::PathBuf;
 
+/// This crate's directory, as `cargo test` sets it when it runs the test. Read at run time, not
+/// with `env!`: scripts/rust-test.sh reuses builds made in another clone (scripts/cargo_mtimes.py),
+/// whose compiled-in directory may be gone.
+pub fn manifest_dir() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test"))
+}
+
 /// `tests/vectors/<sub>` at the repository root.
 pub fn vectors_dir(sub: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors").join(sub)
+    manifest_dir().join("../../tests/vectors").join(sub)
 }
 
 /// The `*.json` files of `tests/vectors/<sub>`, sorted by name.

@@ -8,8 +8,6 @@
 mod common;
 mod harness;
 
-use std::path::PathBuf;
-
 use anchor_lang::Discriminator;
 use anchor_spl::token::spl_token;
 use common::json::{config_to_json, hex_encode, model_to_json};

@@ -34,6 +34,11 @@ from psyche.testnet.summary import ClientTally, Summary, build_summary, plot_los
 
 CLIENT_EXIT_GRACE_S = 20.0
 """How long a finished run's clients get to exit on their own before they are stopped."""
+EXPLORER_LINGER_S = 5.0
+"""How long the explorer (and the server it follows) stay up once a run has finished and its
+clients have exited: the explorer polls the server about every second and its page refreshes
+every 2 s, so an open page shows the end before the explorer stops with the testnet. (Clients
+used to spend 4 s in the interpreter's teardown, which gave the page that time by accident.)"""
 
 __all__ = ["LocalTestnet", "NetOptions", "Proc", "epochs_completed", "finish", "stop_processes"]
 
@@ -273,6 +278,8 @@ class LocalTestnet:
                 last = states[-1].run_state if states else ""
                 if last == "Finished":
                     self._let_clients_exit(CLIENT_EXIT_GRACE_S)
+                    if self.explorer is not None:
+                        time.sleep(EXPLORER_LINGER_S)
                     break
                 if last == "Paused":
                     break

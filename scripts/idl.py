@@ -43,7 +43,8 @@ def build_print_tests(packages: list[str]) -> dict[str, str]:
     features: built one package at a time, each resolved its dependencies' features anew and
     rebuilt what the previous one had built (about 11 s a package on every run)."""
     env = dict(os.environ)
-    env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache/psyche/cargo-target"))
+    # the directory scripts/idl.sh gives it (run directly, the same one)
+    env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache/psyche/cargo-target/idl-build"))
     cmd = ["cargo", "test", "--quiet", "--no-run", "--message-format=json", "--lib"]
     for package in packages:
         cmd += ["-p", package]

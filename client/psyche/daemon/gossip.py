@@ -303,14 +303,14 @@ class GossipRouter:
         decoded = decode_verified(full, state.step, kit.format)
         if decoded is None:
             detail = f"batch {full.batch} of step {state.step}"
-            self.parts.rejections.record(Rejection.bad_payload, peer, detail)
+            self._turn_away(state, full, Rejection.bad_payload, peer, detail)
             return
         if breaks_chain(view, state, full, decoded):
             detail = (
                 f"batch {full.batch} of step {state.step}: its error buffers or inner moments "
                 "before the round are not those after its previous round"
             )
-            self.parts.rejections.record(Rejection.bad_payload, peer, detail)
+            self._turn_away(state, full, Rejection.bad_payload, peer, detail)
             return
         # Sketched once here, looked up once against the held results' index (O(1) whatever
         # the round's size; psyche.distro.copy_index).
@@ -330,7 +330,7 @@ class GossipRouter:
             # Not attested, so a quorum of witnesses leaves it out and its trainer is accused;
             # docs/protocol.md, "Threat model and result verification".
             detail = f"batch {full.batch} of step {state.step} repeats batch {original.batch}"
-            self.parts.rejections.record(Rejection.copy_payload, peer, detail)
+            self._turn_away(state, full, Rejection.copy_payload, peer, detail)
             return
         state.hold(dataclasses.replace(full, fingerprint=sk.fingerprint), sk, decoded)
         if unsure:
@@ -339,6 +339,18 @@ class GossipRouter:
             held_in = next(s for s in recent if s.results.get(unsure[0].batch) is unsure[0])
             state.unsettled[full.batch] = Unsettled(unsure[0], held_in.step, kit.format)
         write_gradient(self.parts, state.step, full.batch, full.trainer.p2p_identity, full.payload)
+        self.parts.wake()
+
+    def _turn_away(
+        self, state: RoundState, full: ReceivedResult, kind: Rejection, peer: str, detail: str
+    ) -> None:
+        """Refuse a downloaded result for what it holds. Its announcement was signed by the
+        batch's trainer and its bytes are the blob that trainer named, so the fault is the
+        trainer's and nothing better will come: the round is not held for it (its witnesses go
+        out as soon as everything else is in, rather than at the train limit: one bad result
+        cost every client the rest of the round's time)."""
+        self.parts.rejections.record(kind, peer, detail)
+        state.turned_away.add(full.batch)
         self.parts.wake()
 
 

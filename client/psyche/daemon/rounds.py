@@ -109,6 +109,11 @@ class RoundState:
     refused: set[BatchId] = field(default_factory=set, compare=False, repr=False)
     """Held results :func:`settle_copies` found to be copies: kept, since a quorum may still
     apply them, but left out of this client's witness."""
+    turned_away: set[BatchId] = field(default_factory=set, compare=False, repr=False)
+    """Batches whose trainer's signed result arrived here and was refused for what it holds
+    (a payload that is not its commitment or does not decode, a broken chain, a copy): never
+    held here, and nothing more will come for them, so nothing waits for them
+    (:meth:`all_received`)."""
     _batches: dict[NodeIdentity, BatchId] = field(
         init=False, default_factory=dict, compare=False, repr=False
     )
@@ -150,13 +155,20 @@ class RoundState:
         """``trainer``'s batch this round (its first, were it assigned several)."""
         return self._batches.get(trainer)
 
-    def all_received(self, ignore: Collection[NodeIdentity] = ()) -> bool:
-        """Every assigned batch has its downloaded result, except the batches of ``ignore``."""
-        return all(
-            b in self.results and self.results[b].payload is not None
-            for b, who in self.assignment.items()
-            if who not in ignore
-        )
+    def all_received(
+        self, ignore: Collection[NodeIdentity] = (), departed: Collection[NodeIdentity] = ()
+    ) -> bool:
+        """Every assigned batch has its downloaded result or was turned away, except the
+        batches of ``ignore`` and those of ``departed`` trainers that announced none here."""
+        for b, who in self.assignment.items():
+            if who in ignore or b in self.turned_away:
+                continue
+            res = self.results.get(b)
+            if res is None and who in departed:
+                continue  # it left the epoch with nothing on the way: nothing will come
+            if res is None or res.payload is None:
+                return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)

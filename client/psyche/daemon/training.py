@@ -39,6 +39,7 @@ from psyche.events import ApplyEvent, OptimStatsEvent, TrainEvent
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment, sign_announcement
 from psyche.protocol.commitment import make_commitment
 from psyche.protocol.data_selection import BatchId
+from psyche.protocol.identity import NodeIdentity
 from psyche.training.errors import AuditRecordingError, NonFiniteGradient, TrainingCancelled
 from psyche.training.hashing import model_hash
 from psyche.training.sparseloco_trainer import SparseLoCoTrainer
@@ -310,6 +311,16 @@ class TrainingStep:
 
     # --- opportunistic end --------------------------------------------------------------------
 
+    def _previous_in(self, healthy: set[NodeIdentity]) -> bool:
+        """The previous round's results are all here, turned away, or not coming: a straggler's
+        is not awaited, nor one of a trainer no longer ``healthy`` (ejected or gone since; an
+        ejected client cancels its training) unless its result is already on the way."""
+        prev = self.epoch.rounds.get(self.state.height - 1)
+        if prev is None:
+            return True
+        departed = set(prev.assignment.values()) - healthy
+        return prev.all_received(self.epoch.stragglers, departed)
+
     async def poll(self, coord: Coordinator) -> None:
         """``Finished`` once this client's part of the round is done, and the witness once
         every awaited member has finished (stragglers are not awaited) and its pending votes
@@ -319,16 +330,14 @@ class TrainingStep:
             return
         mine = state.batch_of(parts.identity) if state.trains else None
         mine_done = mine is None or mine in state.results or not self.training
-        prev = epoch.rounds.get(state.height - 1)
-        previous_in = prev is None or prev.all_received(ignore=epoch.stragglers)
-        if not state.sent_finished and mine_done and previous_in:
+        healthy = {c.id for c in coord.epoch_state.clients if c.state is ClientState.Healthy}
+        if not state.sent_finished and mine_done and self._previous_in(healthy):
             state.sent_finished = True
             state.finished.add(parts.identity)
             done = Finished(step=state.step, warmup=False)
             data = sign_announcement(parts.key, done)
             await parts.transport.announce(data)
             epoch.outbox.sent_finished(data, height=state.height, now=parts.clock())
-        healthy = {c.id for c in coord.epoch_state.clients if c.state is ClientState.Healthy}
         # A verifier's witness also waits for its votes on whether audited trainers served
         # their states (bounded: the RoundWitness phase sends it regardless).
         settled = state.judgement is None or state.judgement.settled()

@@ -97,3 +97,22 @@ def test_batch_of_answers_every_trainer_of_a_full_run_without_scanning_the_assig
     assert [state.batch_of(w) for w in who] == [BatchId(2 * i, 2 * i + 1) for i in range(256)]
     assert state.batch_of(sim_identity(999)) is None
     assert _CountingDict.scans == built <= 1
+
+
+def test_a_round_is_all_received_once_each_batch_is_in_turned_away_or_not_coming() -> None:
+    a, b, c, d = (sim_identity(i) for i in range(4))
+    batches = [BatchId(i, i) for i in range(4)]
+    state = RoundState(0, 1, True, dict(zip(batches, (a, b, c, d), strict=True)), LRS)
+    state.results[batches[0]] = ReceivedResult(a, batches[0], b"\x01" * 32, b"x")
+    assert not state.all_received()
+    state.turned_away.add(batches[1])  # b's result came and was refused: nothing more will
+    state.results[batches[1]] = ReceivedResult(b, batches[1], b"\x02" * 32, None)
+    assert not state.all_received()  # c and d: nothing yet
+    assert state.all_received(ignore={c, d})
+    # d left the epoch with nothing announced: not awaited; c's result is downloading: awaited
+    state.results[batches[2]] = ReceivedResult(c, batches[2], b"\x03" * 32, None)
+    assert not state.all_received(departed={c, d})
+    assert state.all_received(ignore={c}, departed={d})
+    state.results[batches[2]] = ReceivedResult(c, batches[2], b"\x03" * 32, b"z")
+    assert state.all_received(departed={d})
+    assert not state.all_received()

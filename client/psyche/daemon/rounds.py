@@ -156,15 +156,16 @@ class RoundState:
         return self._batches.get(trainer)
 
     def all_received(
-        self, ignore: Collection[NodeIdentity] = (), departed: Collection[NodeIdentity] = ()
+        self, ignore: Collection[NodeIdentity] = (), staying: Collection[NodeIdentity] | None = None
     ) -> bool:
         """Every assigned batch has its downloaded result or was turned away, except the
-        batches of ``ignore`` and those of ``departed`` trainers that announced none here."""
+        batches of ``ignore`` and, when ``staying`` is given, those of trainers not in it that
+        announced none here."""
         for b, who in self.assignment.items():
             if who in ignore or b in self.turned_away:
                 continue
             res = self.results.get(b)
-            if res is None and who in departed:
+            if res is None and staying is not None and who not in staying:
                 continue  # it left the epoch with nothing on the way: nothing will come
             if res is None or res.payload is None:
                 return False

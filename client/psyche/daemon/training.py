@@ -316,10 +316,7 @@ class TrainingStep:
         is not awaited, nor one of a trainer no longer ``healthy`` (ejected or gone since; an
         ejected client cancels its training) unless its result is already on the way."""
         prev = self.epoch.rounds.get(self.state.height - 1)
-        if prev is None:
-            return True
-        departed = set(prev.assignment.values()) - healthy
-        return prev.all_received(self.epoch.stragglers, departed)
+        return prev is None or prev.all_received(self.epoch.stragglers, staying=healthy)
 
     async def poll(self, coord: Coordinator) -> None:
         """``Finished`` once this client's part of the round is done, and the witness once

@@ -111,8 +111,8 @@ def test_a_round_is_all_received_once_each_batch_is_in_turned_away_or_not_coming
     assert state.all_received(ignore={c, d})
     # d left the epoch with nothing announced: not awaited; c's result is downloading: awaited
     state.results[batches[2]] = ReceivedResult(c, batches[2], b"\x03" * 32, None)
-    assert not state.all_received(departed={c, d})
-    assert state.all_received(ignore={c}, departed={d})
+    assert not state.all_received(staying={a, b})
+    assert state.all_received(ignore={c}, staying={a, b, c})
     state.results[batches[2]] = ReceivedResult(c, batches[2], b"\x03" * 32, b"z")
-    assert state.all_received(departed={d})
+    assert state.all_received(staying={a, b, c})
     assert not state.all_received()

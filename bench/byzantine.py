@@ -111,6 +111,9 @@ class RunResult:
     """SparseLoCo with --verify: the honest audits' seconds by part (states, encode, step)."""
     retried_samples: int = 0
     """Samples of rejected results trained again (bench/byzantine_data.py)."""
+    left_out: list[tuple[int, int, bool]] = field(default_factory=list)
+    """DisTrO: results the apply's agreement filter left out
+    (psyche.distro.agreement): (step, trainer, trainer is an attacker)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -178,6 +181,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--fixed-slices", action="store_true",
         help="every client keeps its slice of the global batch, an ejected one's left untrained "
         "(before 2026-12-04: without the protocol's reassignment and retries)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-agreement", action="store_true",
+        help="DisTrO: apply every accepted result, as before 2026-12-07 (no agreement filter)",
     )  # fmt: skip
     p.add_argument(
         "--optimizer", choices=("distro", "sparseloco"), default="distro",
@@ -306,6 +313,11 @@ def report(results: Sequence[RunResult], calibration: bool = False) -> list[dict
                 "loss_ratio": round(r.final_val / ref, 4) if ref == ref else None,
                 "ejected_at_step": r.ejected_at,
                 "retried_samples": r.retried_samples,
+                "left_out": {
+                    "honest": sum(not a for *_, a in r.left_out),
+                    "attacker": sum(a for *_, a in r.left_out),
+                    "at": r.left_out,
+                },
                 "points": r.points,
                 "honest_votes": r.honest_votes,
                 "false_positives": r.false_positives,

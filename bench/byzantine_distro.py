@@ -33,6 +33,7 @@ from psyche.distro import (
     encode_payload,
     sign_values,
 )
+from psyche.distro.agreement import opposed
 from psyche.distro.overlap import near_duplicate, repeated_tensors, signed_overlap
 from psyche.distro.sample_commit import MATCH_THRESHOLD
 from psyche.distro.similarity import THRESHOLD, Score, score, verdict_on
@@ -106,7 +107,7 @@ class DistroAttackRun:
             keep = [(i, p) for i, p in self.pending[s] if i not in self.rejected.get(s, ())]
             for i, _ in keep:
                 self.out.points[i] = self.out.points.get(i, 0) + 1
-            self.apply([p for _, p in keep], lr_for_step(self.schedule, s + 2))
+            self.apply(self.agreeing(s, keep), lr_for_step(self.schedule, s + 2))
         base._check_agreement(self.clients)
         self.out.retried_samples = self.assign.retried
         self.out.final_val = base.evaluate(self.clients[0].model, self.ws.val)
@@ -121,7 +122,7 @@ class DistroAttackRun:
                     if i not in self.rejected.get(step - 2, ())]  # fmt: skip
             for i, _ in keep:
                 self.out.points[i] = self.out.points.get(i, 0) + 1
-            applied_now = [p for _, p in keep]
+            applied_now = self.agreeing(step - 2, keep)
             self.apply(applied_now, lr)
         pre = [p.detach().clone() for _, p in sorted(self.clients[0].model.named_parameters())]
         sent: list[tuple[int, Payload]] = []
@@ -204,6 +205,18 @@ class DistroAttackRun:
             val = torch.where(torch.rand(r.val.shape, generator=self.gen) < 0.5, 1.0, -1.0)
             res.append(DistroResult(idx, val, r.xshape, r.totalk))
         return Payload(p.step, p.batch_start, p.batch_end, p.trainer_nonce, p.quantized, tuple(res))
+
+    def agreeing(self, step: int, keep: list[tuple[int, Payload]]) -> list[Payload]:
+        """The payloads of ``keep`` the apply takes: those the product's agreement filter does
+        not leave out (``psyche.distro.agreement``; their trainers keep their points, as in the
+        protocol), with or without ``--verify``; all of them with ``--no-agreement``."""
+        if self.args.no_agreement:
+            return [p for _, p in keep]
+        out = set(opposed([p for _, p in keep]))
+        for n in sorted(out):
+            i = keep[n][0]
+            self.out.left_out.append((step, i, i in self.attackers))
+        return [p for n, (_, p) in enumerate(keep) if n not in out]
 
     def apply(self, payloads: list[Payload], lr: float) -> None:
         if self.aggregation == "mean":

@@ -73,6 +73,9 @@ class ApplyEvent(Event, frozen=True, kw_only=True, tag="apply"):
     """The step whose results were applied, ``None`` when there were none."""
     batches: int
     model_hash: str
+    left_out: tuple[str, ...] = ()
+    """Trainers whose results of ``applied_step`` the consensus held but the apply left out
+    for pointing against the rest of their round (``psyche.distro.agreement``)."""
     served_blobs: int | None = None
     """Blobs this client serves then (its and its peers' results of the last rounds, audit
     states, a snapshot for joiners): bounded however long it runs."""

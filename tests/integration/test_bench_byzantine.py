@@ -31,6 +31,7 @@ def test_flip_attacker_is_ejected(
     assert row["points"]["3"] < row["points"]["0"] == 6
     assert row["false_positives"] == 0 and row["honest_votes"] > 0
     assert row["attacker_scores"]["max"] < 0
+    assert row["left_out"]["honest"] == 0  # the apply's agreement filter spared every honest one
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ from psyche.daemon.verifying import judge_previous
 from psyche.daemon.witnessing import report_unhealthy, send_witness
 from psyche.data.provider import DataError
 from psyche.distro import Payload
+from psyche.distro.agreement import opposed
 from psyche.distro.payload import payload_hash
 from psyche.events import ApplyEvent, OptimStatsEvent, TrainEvent
 from psyche.p2p.messages import Finished, TrainingResult, WireCommitment, sign_announcement
@@ -138,6 +139,7 @@ class TrainingStep:
         applied = epoch.rounds.get(state.height - APPLY_LAG)
         prev = coord.previous_round()
         payloads: list[Any] = []
+        left_out: tuple[str, ...] = ()
         if prev is not None and state.height >= APPLY_LAG:
             missing = consensus_results_missing(applied, prev.witnesses, coord)
             if missing:
@@ -168,6 +170,9 @@ class TrainingStep:
                 )
             # Decoded when they arrived (kept within the round's budget), else decoded again.
             payloads = [applied.take_decoded(r, kit.format) for r in received]
+            payloads, left_out = await asyncio.to_thread(
+                self._agreeing, payloads, received, applied.step
+            )
             if payloads:
                 await asyncio.to_thread(kit.trainer.apply_step, payloads, lr=state.lrs.lr)
         digest = await asyncio.to_thread(model_hash, kit.trainer.model)
@@ -177,10 +182,31 @@ class TrainingStep:
                 height=state.height,
                 applied_step=applied.step if applied is not None and payloads else None,
                 batches=len(payloads),
+                left_out=left_out,
                 model_hash=digest,
                 served_blobs=len(self.parts.transport.served()),
             )
         )
+
+    @staticmethod
+    def _agreeing(
+        payloads: list[Any], received: list[ReceivedResult], step: int
+    ) -> tuple[list[Any], tuple[str, ...]]:
+        """``payloads`` without the DisTrO results that point against the rest of their round
+        (``psyche.distro.agreement``; every client leaves out the same ones), and whose."""
+        if not payloads or not isinstance(payloads[0], Payload):
+            return payloads, ()
+        out = set(opposed(payloads))
+        if not out:
+            return payloads, ()
+        names = tuple(received[i].trainer.hex() for i in sorted(out))
+        log.warning(
+            "left out of the apply: the step-%d results of %s, which point against the rest "
+            "of the round",
+            step,
+            ", ".join(names),
+        )
+        return [p for i, p in enumerate(payloads) if i not in out], names
 
     # --- train --------------------------------------------------------------------------------
 

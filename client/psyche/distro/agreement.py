@@ -14,9 +14,9 @@ sign s ∈ {−1, +1}; S the sum of all K results' signs per coefficient):
     net(r) = Σ over r's coefficients of s · (S − s)      (r's signs against the others' sum)
 
 an integer, so every client computes the same value whatever its hardware, and it costs one
-scatter of the round's chosen coefficients into a buffer of the tensor's size and one gather
-per result (a second time in a round with a negative net): linear in the results, no loop over
-pairs. ``opposed`` leaves out, once the round has at least ``MIN_RESULTS`` results, every
+scatter of the round's chosen coefficients into a buffer of at most ``WINDOW`` coefficients and
+one gather per result (a second time in a round with a negative net): linear in the results, no
+loop over pairs. ``opposed`` leaves out, once the round has at least ``MIN_RESULTS`` results, every
 result whose net is negative against all the others and against the round's upper half by net
 (two looks; see there why). With honest results of mean pairwise agreement d > 0 in the
 majority, the upper half is honest, an honest result's net against it is ∝ +d and an opposed
@@ -35,9 +35,10 @@ from collections.abc import Sequence
 
 import torch
 
+from psyche.distro.compress import DistroResult
 from psyche.distro.payload import Payload
 
-__all__ = ["MIN_RESULTS", "net_agreements", "opposed"]
+__all__ = ["MIN_RESULTS", "WINDOW", "net_agreements", "opposed"]
 
 MIN_RESULTS = 3
 """Fewest results of a round for the filter to leave any out (two results disagreeing say
@@ -78,36 +79,61 @@ def opposed(payloads: Sequence[Payload]) -> list[int]:
     return [i for i, (net, _) in enumerate(second) if net < 0 and first[i] < 0]
 
 
+WINDOW = 1 << 24
+"""Coefficients of one tensor summed at a time (64 MiB of float32), as the apply's windows: the
+largest embedding of a large model would otherwise need a buffer of its whole size."""
+
+
 class _Round:
-    """A round's results, tensor by tensor: the sum of the (weighted) signs per coefficient in a
-    dense buffer of the tensor's coefficients (what the apply's aggregate holds too), then each
-    result's signs against it. In float32, exactly: every value is an integer of magnitude at
-    most K, and the per-result sums are taken in float64 (exact below 2^53)."""
+    """A round's results, tensor by tensor and window by window (tiles of at most ``WINDOW``
+    coefficients): the sum of the (weighted) signs per coefficient in a dense buffer, then each
+    result's signs against it. Results are stacked in groups of at most ``WINDOW`` chosen
+    coefficients, so that nothing the size of the round's payloads is copied. In float32,
+    exactly: every value is an integer of magnitude at most K, and the per-result sums are taken
+    in float64 (exact below 2^53)."""
 
     def __init__(self, payloads: Sequence[Payload]) -> None:
         self.payloads = payloads
 
     def nets(self, against: Sequence[bool] | None) -> list[tuple[int, int]]:
         count = len(self.payloads)
-        weight = None
+        weight = torch.ones(count, dtype=torch.float32)
         if against is not None:
-            weight = torch.tensor(list(against), dtype=torch.float32).reshape(-1, 1)
+            weight = torch.tensor([float(a) for a in against], dtype=torch.float32)
         net = torch.zeros(count, dtype=torch.float64)
         chosen = 0
         for t in range(len(self.payloads[0].results) if count else 0):
             results = [p.results[t] for p in self.payloads]
-            first = results[0]
-            k = first.idx.shape[-1]
-            idx = torch.stack([r.idx.reshape(-1, k) for r in results]).long()  # [K, tiles, k]
-            tiles = idx.shape[1]
-            idx.add_(torch.arange(tiles, dtype=torch.int64).mul_(first.totalk).unsqueeze(-1))
-            keys = idx.reshape(count, -1)
-            signs = torch.stack([r.val.reshape(-1) for r in results]).to(torch.float32).sign_()
-            total = torch.zeros(tiles * first.totalk, dtype=torch.float32)
-            weighted = signs if weight is None else signs * weight
-            total.index_add_(0, keys.reshape(-1), weighted.reshape(-1))
-            net += (signs * total[keys]).sum(dim=1, dtype=torch.float64)
-            own = torch.count_nonzero(signs, dim=1)  # s·w·s over its own coefficients: w·|s|
-            net -= own if weight is None else own * weight.reshape(-1).long()
-            chosen += keys.shape[1]
-        return [(int(n), chosen) for n in net]
+            k, totalk = results[0].idx.shape[-1], results[0].totalk
+            tiles = results[0].idx.numel() // k
+            span = max(1, WINDOW // totalk)
+            for start in range(0, tiles, span):
+                end = min(tiles, start + span)
+                group = max(1, WINDOW // ((end - start) * k))
+                groups = [slice(g, min(count, g + group)) for g in range(0, count, group)]
+                total = torch.zeros((end - start) * totalk, dtype=torch.float32)
+                # One group (the usual case) is stacked once; more are stacked again for the
+                # gathers rather than held, to keep the memory bound.
+                kept = _stacked(results, k, totalk, start, end) if len(groups) == 1 else None
+                for g in groups:
+                    keys, signs = kept or _stacked(results[g], k, totalk, start, end)
+                    weighted = signs if against is None else signs * weight[g, None]
+                    total.index_add_(0, keys.reshape(-1), weighted.reshape(-1))
+                for g in groups:
+                    keys, signs = kept or _stacked(results[g], k, totalk, start, end)
+                    net[g] += (signs * total[keys]).sum(dim=1, dtype=torch.float64)
+                    # Its own signs are in the sum with its weight w: s·w·s = w·|s|.
+                    net[g] -= weight[g] * torch.count_nonzero(signs, dim=1)
+            chosen += tiles * k
+        return [(round(n), chosen) for n in net.tolist()]
+
+
+def _stacked(
+    results: Sequence[DistroResult], k: int, totalk: int, start: int, end: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chosen coefficients of tiles ``start … end`` of one tensor, one row per result: their
+    positions in the window's buffer (int64) and their signs (float32 ±1, 0 for a zero value)."""
+    rows = torch.stack([r.idx.reshape(-1, k)[start:end] for r in results]).long()
+    rows.add_(torch.arange(end - start, dtype=torch.int64).mul_(totalk).unsqueeze(-1))
+    vals = torch.stack([r.val.reshape(-1, k)[start:end] for r in results])
+    return rows.reshape(len(results), -1), vals.to(torch.float32).sign_().reshape(len(results), -1)

@@ -5,11 +5,12 @@ sum it stands for (computed here the slow way)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psyche.distro import DistroResult, Payload
+from psyche.distro import DistroResult, Payload, agreement
 from psyche.distro.agreement import MIN_RESULTS, net_agreements, opposed
 
 SHAPES = ((16, 64), (8, 128))
@@ -121,3 +122,16 @@ def test_the_net_is_the_pairwise_sum_and_follows_the_payloads_order(
     assert nets == [(slow_net(payloads, n), chosen) for n in range(k)]
     order = torch.randperm(k, generator=gen).tolist()
     assert net_agreements([payloads[i] for i in order]) == [nets[i] for i in order]
+
+
+def test_windows_smaller_than_a_tensor_give_the_same_nets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor summed a few tiles at a time (as a large embedding is) gives the nets of one
+    buffer for the whole tensor, and the same results left out."""
+    gen = torch.Generator().manual_seed(6)
+    d = direction(gen)
+    round_ = [payload(gen, d, 0.3) for _ in range(4)] + [flipped(payload(gen, d, 0.3))]
+    whole, out = net_agreements(round_), opposed(round_)
+    for window in (64, 128, 3 * 128, 1000):  # one tile of a tensor at a time … uneven splits
+        monkeypatch.setattr(agreement, "WINDOW", window)
+        assert net_agreements(round_) == whole
+        assert opposed(round_) == out == [4]

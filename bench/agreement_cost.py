@@ -7,8 +7,7 @@ interleaved in one process on one thread (CPU time, medians over `--repeat`), `o
 round (one look), `opposed` on it with one result's signs flipped (two looks) and
 `Distro.apply`, for each K of `--peers`. Prints per K the seconds of each, the filter's over
 the apply's and the filter's microseconds per result (falling towards a constant as K grows:
-a pass over a buffer of the model's size, then a scatter and a gather per result; no loop over
-pairs).
+a pass over each tensor's buffer, then a scatter and a gather per result; no loop over pairs).
 
     python bench/agreement_cost.py [--preset small] [--peers 4,16,64] [--repeat 5]
 """
@@ -38,14 +37,8 @@ def measure(preset: str, peers: Sequence[int], repeat: int, chunk: int, topk: in
 def _measure(preset: str, peers: Sequence[int], repeat: int, chunk: int, topk: int) -> list[Any]:
     import torch
 
-    from psyche.distro import (
-        Distro,
-        DistroConfig,
-        DistroResult,
-        Payload,
-        decode_payload,
-        encode_payload,
-    )
+    from byzantine_distro import flipped  # beside this file, not a package
+    from psyche.distro import Distro, DistroConfig, decode_payload, encode_payload
     from psyche.distro.agreement import opposed
     from psyche.training import PRESETS, init_model, llama_config
 
@@ -64,11 +57,7 @@ def _measure(preset: str, peers: Sequence[int], repeat: int, chunk: int, topk: i
     rows = []
     for k in peers:
         honest = payloads[:k]
-        first = honest[0]
-        flip = Payload(first.step, first.batch_start, first.batch_end, first.trainer_nonce,
-                       first.quantized, tuple(DistroResult(r.idx, -r.val, r.xshape, r.totalk)
-                                              for r in first.results))  # fmt: skip
-        attacked = [flip, *honest[1:]]
+        attacked = [flipped(honest[0]), *honest[1:]]
         times: dict[str, list[float]] = {"honest": [], "flipped": [], "apply": []}
         for _ in range(repeat):
             for name, round_ in (("honest", honest), ("flipped", attacked), ("apply", honest)):

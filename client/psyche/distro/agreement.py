@@ -25,8 +25,8 @@ one's ∝ −d; at two results nobody can tell which is wrong, and both stay.
 Measured (bench/byzantine.py, tiny model, 4 clients, 40 steps): honest results' net per
 coefficient and other result fell from 0.33 to 0.012, never below 0; a sign-flipped one's from
 −1.0 to −0.04. The filter does not judge and ejects nobody: the left-out result's trainer is still
-paid unless a verifier rejects it. Its limits are in the docs (a result near zero agreement,
-random or late in a run, passes).
+paid unless a verifier rejects it. Its limits are in the docs (a random result, net near zero,
+may pass; an honest one may be left out where honest results stop agreeing on balance).
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ MIN_RESULTS = 3
 nothing about which of them is wrong)."""
 
 
+WINDOW = 1 << 24
+"""Coefficients of one tensor summed at a time (64 MiB of float32), as the apply's windows: the
+largest embedding of a large model would otherwise need a buffer of its whole size."""
+
+
 def net_agreements(
     payloads: Sequence[Payload], against: Sequence[bool] | None = None
 ) -> list[tuple[int, int]]:
@@ -52,8 +57,42 @@ def net_agreements(
     coefficients it chose (the module docstring's ``net``) and how many coefficients it chose.
     With ``against``, the sum is over the others marked True only.
 
-    The payloads are one round's, validated against one spec (same tensors, tiles and k)."""
-    return _Round(payloads).nets(against)
+    The payloads are one round's, validated against one spec (same tensors, tiles and k). Summed
+    tensor by tensor and window by window (tiles of at most ``WINDOW`` coefficients) in a dense
+    buffer, then each result's signs against it; results are stacked in groups of at most
+    ``WINDOW`` chosen coefficients, so that nothing the size of the round's payloads is copied.
+    In float32, exactly: every value is an integer of magnitude at most K, and the per-result
+    sums are taken in float64 (exact below 2^53)."""
+    count = len(payloads)
+    weight = torch.ones(count, dtype=torch.float32)
+    if against is not None:
+        weight = torch.tensor([float(a) for a in against], dtype=torch.float32)
+    net = torch.zeros(count, dtype=torch.float64)
+    chosen = 0
+    for t in range(len(payloads[0].results) if count else 0):
+        results = [p.results[t] for p in payloads]
+        k, totalk = results[0].idx.shape[-1], results[0].totalk
+        tiles = results[0].idx.numel() // k
+        span = max(1, WINDOW // totalk)
+        for start in range(0, tiles, span):
+            end = min(tiles, start + span)
+            group = max(1, WINDOW // ((end - start) * k))
+            groups = [slice(g, min(count, g + group)) for g in range(0, count, group)]
+            total = torch.zeros((end - start) * totalk, dtype=torch.float32)
+            # One group (the usual case) is stacked once; more are stacked again for the
+            # gathers rather than held, to keep the memory bound.
+            kept = _stacked(results, k, totalk, start, end) if len(groups) == 1 else None
+            for g in groups:
+                keys, signs = kept or _stacked(results[g], k, totalk, start, end)
+                weighted = signs if against is None else signs * weight[g, None]
+                total.index_add_(0, keys.reshape(-1), weighted.reshape(-1))
+            for g in groups:
+                keys, signs = kept or _stacked(results[g], k, totalk, start, end)
+                net[g] += (signs * total[keys]).sum(dim=1, dtype=torch.float64)
+                # Its own signs are in the sum with its weight w: s·w·s = w·|s|.
+                net[g] -= weight[g] * torch.count_nonzero(signs, dim=1)
+        chosen += tiles * k
+    return [(round(n), chosen) for n in net.tolist()]
 
 
 def opposed(payloads: Sequence[Payload]) -> list[int]:
@@ -71,61 +110,12 @@ def opposed(payloads: Sequence[Payload]) -> list[int]:
     count = len(payloads)
     if count < MIN_RESULTS:
         return []
-    first = [net for net, _ in _Round(payloads).nets(None)]
+    first = [net for net, _ in net_agreements(payloads)]
     if min(first) >= 0:
         return []
     upper = set(sorted(range(count), key=lambda i: (-first[i], i))[: (count + 1) // 2])
-    second = _Round(payloads).nets([i in upper for i in range(count)])
+    second = net_agreements(payloads, [i in upper for i in range(count)])
     return [i for i, (net, _) in enumerate(second) if net < 0 and first[i] < 0]
-
-
-WINDOW = 1 << 24
-"""Coefficients of one tensor summed at a time (64 MiB of float32), as the apply's windows: the
-largest embedding of a large model would otherwise need a buffer of its whole size."""
-
-
-class _Round:
-    """A round's results, tensor by tensor and window by window (tiles of at most ``WINDOW``
-    coefficients): the sum of the (weighted) signs per coefficient in a dense buffer, then each
-    result's signs against it. Results are stacked in groups of at most ``WINDOW`` chosen
-    coefficients, so that nothing the size of the round's payloads is copied. In float32,
-    exactly: every value is an integer of magnitude at most K, and the per-result sums are taken
-    in float64 (exact below 2^53)."""
-
-    def __init__(self, payloads: Sequence[Payload]) -> None:
-        self.payloads = payloads
-
-    def nets(self, against: Sequence[bool] | None) -> list[tuple[int, int]]:
-        count = len(self.payloads)
-        weight = torch.ones(count, dtype=torch.float32)
-        if against is not None:
-            weight = torch.tensor([float(a) for a in against], dtype=torch.float32)
-        net = torch.zeros(count, dtype=torch.float64)
-        chosen = 0
-        for t in range(len(self.payloads[0].results) if count else 0):
-            results = [p.results[t] for p in self.payloads]
-            k, totalk = results[0].idx.shape[-1], results[0].totalk
-            tiles = results[0].idx.numel() // k
-            span = max(1, WINDOW // totalk)
-            for start in range(0, tiles, span):
-                end = min(tiles, start + span)
-                group = max(1, WINDOW // ((end - start) * k))
-                groups = [slice(g, min(count, g + group)) for g in range(0, count, group)]
-                total = torch.zeros((end - start) * totalk, dtype=torch.float32)
-                # One group (the usual case) is stacked once; more are stacked again for the
-                # gathers rather than held, to keep the memory bound.
-                kept = _stacked(results, k, totalk, start, end) if len(groups) == 1 else None
-                for g in groups:
-                    keys, signs = kept or _stacked(results[g], k, totalk, start, end)
-                    weighted = signs if against is None else signs * weight[g, None]
-                    total.index_add_(0, keys.reshape(-1), weighted.reshape(-1))
-                for g in groups:
-                    keys, signs = kept or _stacked(results[g], k, totalk, start, end)
-                    net[g] += (signs * total[keys]).sum(dim=1, dtype=torch.float64)
-                    # Its own signs are in the sum with its weight w: s·w·s = w·|s|.
-                    net[g] -= weight[g] * torch.count_nonzero(signs, dim=1)
-            chosen += tiles * k
-        return [(round(n), chosen) for n in net.tolist()]
 
 
 def _stacked(
